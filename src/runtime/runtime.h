@@ -1,0 +1,99 @@
+/*
+ * The runtime interface: how corrald asks a backend to make, pause, inspect and remove a sandbox.
+ *
+ * Contract with corrald:
+ *  - create() and destroy() block (mounts, cgroup setup, waiting for processes to die). corrald never
+ *    calls them on its event loop: it forks a worker process that calls them and reports the result
+ *    over a pipe (see corrald/worker.c). Everything else returns quickly and may run inline.
+ *  - The runtime never logs; every failure is returned with a message in struct error.
+ *  - A sandbox outlives the process that created it: its PID 1 (corral-execd) is not a child of
+ *    corrald, so corrald watches it with a pidfd and identifies it by (pid, start time).
+ *
+ * On-disk layout of one sandbox, shared by corrald, the runtime and corral-execd:
+ *
+ *   <state_dir>/sandboxes/<id>/
+ *     sandbox.json      corrald's record (spec, metadata, expiry, status); corrald owns it
+ *     rootfs/           overlay mount point (lower = image, upper/work below); runtime owns it
+ *     upper/ work/      the sandbox's private writable layer
+ *     run/              bind-mounted at /.corral inside the sandbox (mode 0700)
+ *       execd.sock      corral-execd's HTTP/1.1 listener (OpenSandbox execd API)
+ *       execs/          one entry per execution: output, status (execd owns it)
+ *       exit.json       written by execd just before PID 1 exits: {"reason","exitCode","message"}
+ *     pid               "<pid> <starttime-in-clock-ticks>\n" of the sandbox's PID 1 (runtime)
+ *
+ * Inside the sandbox, PID 1 is:  /.corral/corral-execd --socket /.corral/execd.sock
+ *                                 --state /.corral/execs [-- ENTRYPOINT...]
+ * with the spec's environment.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "shared/error.h"
+#include "shared/id.h"
+
+#define SANDBOX_IN_RUN_DIR "/.corral"
+#define SANDBOX_IN_EXECD "/.corral/corral-execd"
+#define SANDBOX_IN_SOCKET "/.corral/execd.sock"
+#define SANDBOX_IN_EXECS "/.corral/execs"
+#define RUNTIME_DEFAULT_PIDS_MAX 4096
+
+struct runtime_config {
+	const char *state_dir;  /* e.g. /var/lib/corral */
+	const char *execd_path; /* host path of the static corral-execd binary */
+	const char *cgroup_name; /* parent cgroup under each hierarchy, default "corral" */
+};
+
+struct sandbox_spec {
+	char id[UUID_STR_LEN];
+	const char *hostname;   /* defaults to the first 12 characters of the id */
+	const char *rootfs;     /* image lower dir: "/" for the host image, else <image-dir>/<name> */
+	bool host_image;        /* the lower dir is the host's own "/" */
+	char *const *entrypoint; /* NULL-terminated argv, or NULL: execd only */
+	char *const *env;        /* NULL-terminated "KEY=VALUE" list, may be NULL */
+	uint64_t cpu_limit_millis;      /* 0 = no quota */
+	uint64_t memory_limit_bytes;    /* 0 = no limit */
+	uint64_t pids_max;              /* 0 = RUNTIME_DEFAULT_PIDS_MAX */
+	uint64_t cpu_request_millis;    /* proportional share; 0 = same as limit (or default) */
+	uint64_t memory_request_bytes;  /* soft protection; 0 = none */
+	bool oom_group;                 /* kill the whole sandbox on OOM (Kubernetes behaviour) */
+};
+
+/* What the runtime knows about a live or dead sandbox, read without blocking. */
+struct sandbox_probe {
+	bool alive;              /* PID 1 still exists with the recorded start time */
+	bool frozen;
+	uint64_t oom_kills;      /* processes killed by the OOM killer in this sandbox's cgroup */
+	uint64_t memory_current; /* bytes */
+	uint64_t memory_peak;    /* bytes, 0 when the backend cannot tell */
+	uint64_t memory_limit;   /* bytes, 0 = unlimited */
+	uint64_t pids_current;
+	uint64_t pids_max;
+	uint64_t cpu_usage_ns;
+	uint64_t cpu_nr_throttled;
+	uint64_t cpu_throttled_ns;
+	uint64_t cpu_nr_periods;
+};
+
+struct runtime_ops {
+	const char *name;
+	/* Blocking. On success PID 1 has exec'd corral-execd; *ret_pid and *ret_starttime identify it. */
+	int (*create)(const struct runtime_config *cfg, const struct sandbox_spec *spec,
+		      pid_t *ret_pid, uint64_t *ret_starttime, struct error *err);
+	/* Blocking. Kill every process, unmount, remove the cgroup, then remove files (never crossing
+	 * a mount point). Idempotent: parts already gone are success. */
+	int (*destroy)(const struct runtime_config *cfg, const char *id, struct error *err);
+	int (*pause)(const struct runtime_config *cfg, const char *id, struct error *err);
+	int (*resume)(const struct runtime_config *cfg, const char *id, struct error *err);
+	/* Kill every process of the sandbox now (group OOM policy, forced stop). Non-blocking. */
+	int (*kill)(const struct runtime_config *cfg, const char *id, struct error *err);
+	int (*probe)(const struct runtime_config *cfg, const char *id, pid_t pid,
+		     uint64_t starttime, struct sandbox_probe *ret, struct error *err);
+};
+
+extern const struct runtime_ops runtime_native;
+
+/* Start time (field 22 of /proc/PID/stat) of pid, to tell a live PID 1 from a recycled pid. */
+int runtime_pid_starttime(pid_t pid, uint64_t *ret);

@@ -1,0 +1,219 @@
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fsutil.h"
+#include "macro.h"
+
+int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
+{
+	char tmp[PATH_MAX];
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	_cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (fd < 0)
+		return -errno;
+	const char *p = data;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			int r = -errno;
+			unlink(tmp);
+			return r;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	if (fsync(fd) < 0 || rename(tmp, path) < 0) {
+		int r = -errno;
+		unlink(tmp);
+		return r;
+	}
+	/* Make the rename itself durable. */
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash) {
+		if (slash == dir)
+			slash[1] = '\0';
+		else
+			*slash = '\0';
+		_cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd >= 0)
+			fsync(dfd);
+	}
+	return 0;
+}
+
+int fs_read_file(const char *path, size_t max, char **ret_buf, size_t *ret_len)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	size_t cap = 4096, len = 0;
+	_cleanup_free_ char *buf = malloc(cap + 1);
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		if (len == cap) {
+			if (cap >= max)
+				return -EFBIG;
+			cap = MIN(cap * 2, max);
+			char *nb = realloc(buf, cap + 1);
+			if (!nb)
+				return -ENOMEM;
+			buf = nb;
+		}
+		ssize_t n = read(fd, buf + len, cap - len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	if (ret_len)
+		*ret_len = len;
+	*ret_buf = TAKE_PTR(buf);
+	return 0;
+}
+
+int fs_read_small(const char *path, char *buf, size_t len)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = RETRY_EINTR(read(fd, buf, len - 1));
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		buf[--n] = '\0';
+	return 0;
+}
+
+int fs_write_string(const char *path, const char *s)
+{
+	_cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	size_t len = strlen(s);
+	ssize_t n = RETRY_EINTR(write(fd, s, len));
+	if (n < 0)
+		return -errno;
+	if ((size_t)n != len)
+		return -EIO;
+	return 0;
+}
+
+int fs_mkdir_p(const char *path, mode_t mode)
+{
+	char buf[PATH_MAX];
+	if ((size_t)snprintf(buf, sizeof(buf), "%s", path) >= sizeof(buf))
+		return -ENAMETOOLONG;
+	for (char *p = buf + 1;; p++) {
+		if (*p == '/' || *p == '\0') {
+			char saved = *p;
+			*p = '\0';
+			if (mkdir(buf, mode) < 0 && errno != EEXIST)
+				return -errno;
+			*p = saved;
+			if (saved == '\0')
+				break;
+		}
+	}
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return -errno;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+static int mount_id_of(int dirfd, const char *name, uint64_t *ret)
+{
+	struct statx stx;
+	if (statx(dirfd, name, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, STATX_MNT_ID, &stx) < 0)
+		return -errno;
+	*ret = (stx.stx_mask & STATX_MNT_ID) ? stx.stx_mnt_id : 0;
+	return 0;
+}
+
+/* Remove everything inside dfd (which sits on device dev, mount mnt). Consumes dfd. */
+static int remove_inside(int dfd, dev_t dev, uint64_t mnt)
+{
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
+	int ret = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		struct stat st;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno != ENOENT && !ret)
+				ret = -errno;
+			continue;
+		}
+		if (S_ISDIR(st.st_mode)) {
+			uint64_t child_mnt = 0;
+			mount_id_of(dirfd(d), de->d_name, &child_mnt);
+			if (st.st_dev != dev || (mnt && child_mnt && child_mnt != mnt)) {
+				if (!ret)
+					ret = -EBUSY; /* a mount point: never recurse into it */
+				continue;
+			}
+			int cfd = openat(dirfd(d), de->d_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (cfd < 0) {
+				if (errno != ENOENT && !ret)
+					ret = -errno;
+				continue;
+			}
+			int r = remove_inside(cfd, dev, mnt);
+			if (r < 0 && !ret)
+				ret = r;
+			if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT &&
+			    !ret)
+				ret = -errno;
+		} else {
+			if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT && !ret)
+				ret = -errno;
+		}
+	}
+	closedir(d);
+	return ret;
+}
+
+int fs_remove_tree(const char *path)
+{
+	struct stat st;
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISDIR(st.st_mode))
+		return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
+	uint64_t mnt = 0;
+	mount_id_of(AT_FDCWD, path, &mnt);
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	int r = remove_inside(dfd, st.st_dev, mnt);
+	if (r < 0)
+		return r;
+	if (rmdir(path) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}

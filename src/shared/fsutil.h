@@ -1,0 +1,22 @@
+/* File-system helpers with the durability and safety rules every component needs. */
+#pragma once
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Write data to path atomically: tmp file in the same dir, fsync, rename, fsync the dir. */
+int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
+/* Read a whole file (at most max bytes, else -EFBIG); *ret_buf is NUL-terminated, caller frees. */
+int fs_read_file(const char *path, size_t max, char **ret_buf, size_t *ret_len);
+/* Read a small file into buf (NUL-terminated, trailing newline stripped). */
+int fs_read_small(const char *path, char *buf, size_t len);
+/* Write a short string to an existing file (cgroup knobs, /proc files): one write, no O_CREAT. */
+int fs_write_string(const char *path, const char *s);
+/* mkdir -p with mode for each created component. Existing directories are fine. */
+int fs_mkdir_p(const char *path, mode_t mode);
+/*
+ * rm -rf that never crosses a mount point: it refuses to descend into any directory whose device or
+ * mount id differs from the top directory's, and reports -EBUSY for such a directory (so a leaked
+ * bind mount of the host's /usr can never be recursed into). A missing path is success.
+ */
+int fs_remove_tree(const char *path);
