@@ -1,0 +1,43 @@
+/*
+ * corrald's client side towards each sandbox's corral-execd, over the unix socket
+ * <state>/sandboxes/<id>/run/execd.sock: readiness pings and the streaming reverse proxy behind
+ * /sandboxes/{id}/proxy/{port}/...
+ */
+#pragma once
+
+#include <event2/event.h>
+#include <event2/http.h>
+
+/* How an upstream exchange failed before any response byte was relayed to the client. */
+enum upstream_failure {
+	UPSTREAM_OK = 0,
+	UPSTREAM_CONNECT_FAILED, /* socket missing, refused, or connect timed out */
+	UPSTREAM_PROTOCOL_ERROR, /* execd answered with something that is not HTTP/1.1 */
+	UPSTREAM_TIMEOUT,
+};
+
+/*
+ * Called when the proxy could not relay a response, before anything was sent to the client, so the
+ * caller can choose the reply (410 SANDBOX::ENDED for a dead sandbox, 502 otherwise). When it is
+ * NULL the proxy itself replies 502 {"code":"SANDBOX::BACKEND_UNREACHABLE", ...}.
+ */
+typedef void (*upstream_fail_cb)(struct evhttp_request *req, enum upstream_failure why,
+				 const char *detail, void *arg);
+
+/*
+ * Forward req to the execd at sock_path. target is the path and query to send upstream
+ * (e.g. "/command?x=1"). Method, headers (minus hop-by-hop and credential headers, plus
+ * X-Forwarded-*), and body are forwarded; the response status, headers and body are streamed back
+ * chunk by chunk as they arrive, so a long-running command's events reach the client live.
+ * If the client goes away mid-response the upstream connection is closed (the command keeps
+ * running inside the sandbox). Connection: Upgrade requests (WebSocket) are spliced both ways.
+ */
+void upstream_proxy(struct event_base *base, const char *sock_path, struct evhttp_request *req,
+		    const char *target, upstream_fail_cb fail_cb, void *arg);
+
+/*
+ * Asynchronous GET /ping to the execd at sock_path. cb gets 0 when execd answered 200 within
+ * timeout_ms, else a negative errno (-ECONNREFUSED, -ENOENT, -ETIMEDOUT, -EPROTO).
+ */
+int upstream_ping(struct event_base *base, const char *sock_path, int timeout_ms,
+		  void (*cb)(int result, void *arg), void *arg);
