@@ -62,6 +62,27 @@ static int expect(const char **p, char c)
 	return 0;
 }
 
+static int days_in_month(int year, int mon)
+{
+	static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+	int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+	return days[mon - 1] + (mon == 2 && leap);
+}
+
+/*
+ * Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm). Computed here
+ * rather than with timegm(), whose error value -1 is also the valid time 1969-12-31T23:59:59Z.
+ */
+static int64_t days_from_civil(int y, int m, int d)
+{
+	y -= m <= 2;
+	int64_t era = (y >= 0 ? y : y - 399) / 400;
+	int64_t yoe = y - era * 400;
+	int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+	int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+	return era * 146097 + doe - 719468;
+}
+
 int time_parse_rfc3339(const char *s, int64_t *ret_unix_ms)
 {
 	const char *p = s;
@@ -109,24 +130,11 @@ int time_parse_rfc3339(const char *s, int64_t *ret_unix_ms)
 	}
 	if (*p != '\0')
 		return -EINVAL;
-	if (mon < 1 || mon > 12 || day < 1 || day > 31 || hour > 23 || min > 59 || sec > 60)
+	if (mon < 1 || mon > 12 || day < 1 || day > days_in_month(year, mon) || hour > 23 ||
+	    min > 59 || sec > 60)
 		return -EINVAL;
-	struct tm tm = {
-		.tm_year = year - 1900,
-		.tm_mon = mon - 1,
-		.tm_mday = day,
-		.tm_hour = hour,
-		.tm_min = min,
-		.tm_sec = sec,
-	};
-	time_t t = timegm(&tm);
-	if (t == (time_t)-1)
-		return -EINVAL;
-	/* timegm normalizes Feb 30 into March: reject dates that do not exist. */
-	struct tm back;
-	gmtime_r(&t, &back);
-	if (back.tm_mday != day && sec != 60)
-		return -EINVAL;
-	*ret_unix_ms = ((int64_t)t - (int64_t)offset_min * 60) * 1000 + ms;
+	/* A leap second (:60) reads as the first second of the next minute. */
+	int64_t t = days_from_civil(year, mon, day) * 86400 + hour * 3600 + min * 60 + sec;
+	*ret_unix_ms = (t - (int64_t)offset_min * 60) * 1000 + ms;
 	return 0;
 }
