@@ -59,15 +59,17 @@ int fs_read_file(const char *path, size_t max, char **ret_buf, size_t *ret_len)
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	size_t cap = 4096, len = 0;
+	/* The buffer never grows past max + 1: the extra byte is how a file longer than max shows. */
+	max = MIN(max, (size_t)SSIZE_MAX);
+	size_t cap = MIN((size_t)4096, max + 1), len = 0;
 	_cleanup_free_ char *buf = malloc(cap + 1);
 	if (!buf)
 		return -ENOMEM;
 	for (;;) {
+		if (len > max)
+			return -EFBIG;
 		if (len == cap) {
-			if (cap >= max)
-				return -EFBIG;
-			cap = MIN(cap * 2, max);
+			cap = cap > max / 2 ? max + 1 : cap * 2;
 			char *nb = realloc(buf, cap + 1);
 			if (!nb)
 				return -ENOMEM;
@@ -121,6 +123,8 @@ int fs_write_string(const char *path, const char *s)
 int fs_mkdir_p(const char *path, mode_t mode)
 {
 	char buf[PATH_MAX];
+	if (!*path)
+		return -ENOENT; /* as mkdir(""); the loop below must not start past the NUL */
 	if ((size_t)snprintf(buf, sizeof(buf), "%s", path) >= sizeof(buf))
 		return -ENAMETOOLONG;
 	for (char *p = buf + 1;; p++) {
