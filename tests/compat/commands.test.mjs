@@ -1,0 +1,272 @@
+// execd commands through the stock SDK: foreground streaming with handlers, cwd, envs, exit codes,
+// background runs with status and cursor-based logs, interrupt.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+
+import {
+  assertRecentMs,
+  poll,
+  recorder,
+  sleep,
+  stderrText,
+  stdoutLines,
+  withSandbox,
+} from "./lib.mjs";
+
+test("run with handlers: one init, exact stdout, exit 0, one complete", async () => {
+  await withSandbox({ metadata: { case: "run-handlers" } }, async (sbx) => {
+    const rec = recorder();
+    const ex = await sbx.commands.run("echo hello-corral", undefined, rec.handlers);
+    assert.equal(rec.init.length, 1, "exactly one init");
+    assert.ok(rec.init[0].id && rec.init[0].id.length > 0, "init carries the command id");
+    assert.equal(ex.id, rec.init[0].id, "execution.id is the init id");
+    assertRecentMs(rec.init[0].timestamp, "init timestamp");
+    assert.deepEqual(rec.stdout.map((m) => m.text), ["hello-corral"], "onStdout got exactly the echoed line");
+    assert.deepEqual(stdoutLines(ex), ["hello-corral"], "accumulated stdout");
+    assert.equal(ex.logs.stdout[0].isError, false);
+    assertRecentMs(ex.logs.stdout[0].timestamp, "stdout timestamp");
+    assert.equal(rec.stderr.length, 0, "no stderr");
+    assert.equal(rec.error.length, 0, "no error event");
+    assert.equal(ex.error, undefined);
+    assert.equal(rec.complete.length, 1, "exactly one execution_complete");
+    assert.ok(ex.complete, "execution.complete set");
+    assert.equal(typeof ex.complete.executionTimeMs, "number");
+    assert.ok(ex.complete.executionTimeMs >= 0 && ex.complete.executionTimeMs < 10_000);
+    assertRecentMs(ex.complete.timestamp, "complete timestamp");
+    assert.equal(ex.exitCode, 0);
+    // Event order on the wire: init first, execution_complete last (pings may be interleaved).
+    const types = rec.events.map((e) => e.type).filter((t) => t !== "ping");
+    assert.deepEqual(types, ["init", "stdout", "execution_complete"], `event sequence ${JSON.stringify(types)}`);
+  });
+});
+
+test("multi-line output, blank lines and stderr are split per line", async () => {
+  await withSandbox({ metadata: { case: "run-lines" } }, async (sbx) => {
+    const ex = await sbx.commands.run("printf 'a\\n\\nb\\n'; echo err-line >&2; printf 'tail-no-newline'");
+    assert.equal(ex.exitCode, 0);
+    // execd emits an empty line as "\n" (reference 2.4); a trailing partial line is flushed at exit.
+    assert.deepEqual(stdoutLines(ex), ["a", "\n", "b", "tail-no-newline"]);
+    assert.deepEqual(ex.logs.stderr.map((m) => m.text), ["err-line"]);
+    assert.equal(ex.logs.stderr[0].isError, true);
+  });
+});
+
+test("workingDirectory /tmp: pwd prints /tmp", async () => {
+  await withSandbox({ metadata: { case: "run-cwd" } }, async (sbx) => {
+    const ex = await sbx.commands.run("pwd", { workingDirectory: "/tmp" });
+    assert.equal(ex.exitCode, 0);
+    assert.deepEqual(stdoutLines(ex), ["/tmp"]);
+    const ex2 = await sbx.commands.run("pwd", { workingDirectory: "/var" });
+    assert.deepEqual(stdoutLines(ex2), ["/var"]);
+  });
+});
+
+test("envs are injected only when passed", async () => {
+  await withSandbox({ metadata: { case: "run-envs" } }, async (sbx) => {
+    const cmd = 'echo "v=${COMPAT_ENV_VAR:-unset}"; echo "w=${COMPAT_OTHER:-unset}"';
+    const base = await sbx.commands.run(cmd);
+    assert.equal(base.exitCode, 0);
+    assert.deepEqual(stdoutLines(base), ["v=unset", "w=unset"], "absent at baseline");
+    const withEnv = await sbx.commands.run(cmd, {
+      envs: { COMPAT_ENV_VAR: "hello world", COMPAT_OTHER: "x=y" },
+    });
+    assert.equal(withEnv.exitCode, 0);
+    assert.deepEqual(stdoutLines(withEnv), ["v=hello world", "w=x=y"], "present when passed");
+    const again = await sbx.commands.run(cmd);
+    assert.deepEqual(stdoutLines(again), ["v=unset", "w=unset"], "not leaked into later commands");
+  });
+});
+
+test("uid/gid run the command as that user", async () => {
+  await withSandbox({ metadata: { case: "run-uid" } }, async (sbx) => {
+    const ex = await sbx.commands.run("id -u; id -g; id -un", { uid: 65534, gid: 65534 });
+    assert.equal(ex.exitCode, 0, `error: ${JSON.stringify(ex.error)} stderr: ${stderrText(ex)}`);
+    assert.deepEqual(stdoutLines(ex), ["65534", "65534", "nobody"]);
+    const root = await sbx.commands.run("id -u");
+    assert.deepEqual(stdoutLines(root), ["0"], "default user is root");
+  });
+});
+
+test("create-time env reaches commands", async () => {
+  await withSandbox({ metadata: { case: "run-create-env" }, env: { COMPAT_CREATE_ENV: "from-create" } }, async (sbx) => {
+    const ex = await sbx.commands.run('echo "$COMPAT_CREATE_ENV"');
+    assert.equal(ex.exitCode, 0);
+    assert.deepEqual(stdoutLines(ex), ["from-create"]);
+  });
+});
+
+test("failing command: exit 7 -> CommandExecError, exitCode 7, no complete", async () => {
+  await withSandbox({ metadata: { case: "run-fail" } }, async (sbx) => {
+    const rec = recorder();
+    const ex = await sbx.commands.run("echo before-fail; exit 7", undefined, rec.handlers);
+    assert.equal(rec.init.length, 1, "one init");
+    assert.deepEqual(stdoutLines(ex), ["before-fail"]);
+    assert.ok(ex.error, "execution.error set");
+    assert.equal(ex.error.name, "CommandExecError");
+    assert.equal(ex.error.value, "7");
+    assert.equal(ex.exitCode, 7);
+    assert.equal(ex.exitCode, parseInt(ex.error.value, 10), "exitCode equals int(error.value)");
+    assert.equal(rec.error.length, 1, "exactly one onError");
+    assert.equal(rec.complete.length, 0, "no execution_complete after an error");
+    assert.equal(ex.complete, undefined);
+    assertRecentMs(ex.error.timestamp, "error timestamp");
+    assert.ok(Array.isArray(ex.error.traceback));
+
+    // A command that does not exist: exit 127 and stderr names it.
+    const ex2 = await sbx.commands.run("compat-no-such-command-xyz --flag");
+    assert.equal(ex2.error?.name, "CommandExecError");
+    assert.equal(ex2.exitCode, 127);
+    assert.equal(ex2.exitCode, parseInt(ex2.error.value, 10));
+    assert.match(stderrText(ex2), /compat-no-such-command-xyz/, "stderr mentions the command");
+    assert.equal(ex2.complete, undefined);
+  });
+});
+
+test("background run: returns at once, then status and logs with a cursor", async () => {
+  await withSandbox({ metadata: { case: "run-background" } }, async (sbx) => {
+    const cmd = "echo line-one; sleep 1; echo line-two; echo err-two >&2; exit 3";
+    const t0 = Date.now();
+    const rec = recorder();
+    const ex = await sbx.commands.run(cmd, { background: true }, rec.handlers);
+    const elapsed = Date.now() - t0;
+    assert.ok(elapsed < 5_000, `background run returned in ${elapsed} ms`);
+    assert.equal(rec.init.length, 1, "one init");
+    const id = ex.id;
+    assert.ok(id, "background execution has an id");
+    assert.equal(ex.exitCode == null, true, `background exitCode is unset (got ${ex.exitCode})`);
+    assert.equal(ex.error, undefined);
+
+    // Follow the output with the byte cursor until both lines are there.
+    let content = "";
+    let cursor = 0;
+    let calls = 0;
+    const deadline = Date.now() + 15_000;
+    while (!(content.includes("line-one") && content.includes("line-two") && content.includes("err-two"))) {
+      assert.ok(Date.now() < deadline, `logs never showed both lines; got ${JSON.stringify(content)}`);
+      const logs = await sbx.commands.getBackgroundCommandLogs(id, cursor);
+      calls++;
+      assert.equal(typeof logs.content, "string");
+      assert.equal(typeof logs.cursor, "number", "EXECD-COMMANDS-TAIL-CURSOR header present and numeric");
+      assert.ok(logs.cursor >= cursor, "cursor never goes backwards");
+      assert.equal(logs.cursor - cursor, Buffer.byteLength(logs.content), "cursor advances by the bytes returned");
+      content += logs.content;
+      cursor = logs.cursor;
+      await sleep(100);
+    }
+    assert.ok(calls >= 1);
+    assert.equal(content, "line-one\nline-two\nerr-two\n", "combined output, in order, exactly once");
+
+    const status = await poll(async () => {
+      const s = await sbx.commands.getCommandStatus(id);
+      return s.running === false ? s : null;
+    }, { timeoutMs: 15_000, intervalMs: 100 });
+    assert.ok(status, "command finished");
+    assert.equal(status.id, id);
+    assert.equal(status.running, false);
+    assert.equal(status.exitCode, 3, "status exit_code");
+    assert.equal(status.content, cmd, "status content is the command");
+    assert.ok(status.startedAt instanceof Date, "startedAt");
+    assert.ok(status.finishedAt instanceof Date, "finishedAt");
+    assert.ok(status.finishedAt >= status.startedAt);
+    assert.ok(status.finishedAt - status.startedAt >= 900, "ran for about a second");
+
+    // Reading from the end returns nothing and keeps the cursor; from 0 returns everything.
+    const tail = await sbx.commands.getBackgroundCommandLogs(id, cursor);
+    assert.equal(tail.content, "");
+    assert.equal(tail.cursor, cursor);
+    const all = await sbx.commands.getBackgroundCommandLogs(id);
+    assert.equal(all.content, content, "no cursor = from the start");
+    assert.equal(all.cursor, Buffer.byteLength(content));
+    const mid = await sbx.commands.getBackgroundCommandLogs(id, Buffer.byteLength("line-one\n"));
+    assert.equal(mid.content, "line-two\nerr-two\n", "cursor is a byte offset");
+  });
+});
+
+test("getCommandStatus of a foreground command and of an unknown id", async () => {
+  await withSandbox({ metadata: { case: "run-status" } }, async (sbx) => {
+    const ex = await sbx.commands.run("echo fg; exit 5");
+    assert.equal(ex.exitCode, 5);
+    const st = await sbx.commands.getCommandStatus(ex.id);
+    assert.equal(st.running, false);
+    assert.equal(st.exitCode, 5);
+    let err;
+    try {
+      await sbx.commands.getCommandStatus("0123456789abcdef0123456789abcdef");
+    } catch (e) {
+      err = e;
+    }
+    assert.ok(err, "status of an unknown id fails");
+    assert.ok([400, 404].includes(err.statusCode), `unknown id status code ${err.statusCode}`);
+  });
+});
+
+test("interrupt sleep 30: the stream ends within a few seconds", async () => {
+  await withSandbox({ metadata: { case: "run-interrupt" } }, async (sbx) => {
+    let gotInit;
+    const initSeen = new Promise((resolve) => {
+      gotInit = resolve;
+    });
+    const rec = recorder();
+    const handlers = {
+      ...rec.handlers,
+      onInit: (init) => {
+        rec.init.push(init);
+        gotInit(init);
+      },
+    };
+    const t0 = Date.now();
+    const running = sbx.commands.run("sleep 30", undefined, handlers);
+    running.catch(() => {});
+    const init = await Promise.race([
+      initSeen,
+      sleep(10_000).then(() => {
+        throw new Error("no init event within 10 s");
+      }),
+    ]);
+    assert.ok(init.id, "init id");
+    const st = await sbx.commands.getCommandStatus(init.id);
+    assert.equal(st.running, true, "sleep is running before the interrupt");
+
+    const tInt = Date.now();
+    await sbx.commands.interrupt(init.id);
+    const ex = await running;
+    const endedAfter = Date.now() - tInt;
+    assert.ok(endedAfter < 5_000, `stream ended ${endedAfter} ms after interrupt`);
+    assert.ok(Date.now() - t0 < 15_000, "well before sleep 30 would finish");
+    assert.equal(rec.init.length, 1);
+    assert.equal(ex.complete, undefined, "an interrupted command does not complete");
+    assert.ok(ex.error, "the interrupted stream ends with an error event");
+    assert.equal(ex.error.name, "CommandExecError");
+    assert.notEqual(ex.exitCode, 0);
+
+    const after = await sbx.commands.getCommandStatus(init.id);
+    assert.equal(after.running, false, "status shows it stopped");
+    // Interrupting something that is no longer running is an error.
+    let err;
+    try {
+      await sbx.commands.interrupt(init.id);
+    } catch (e) {
+      err = e;
+    }
+    assert.ok(err, "interrupting a finished command fails");
+    assert.ok(err.statusCode >= 400, `status ${err.statusCode}`);
+
+    // The sandbox is still fine afterwards.
+    const ok = await sbx.commands.run("echo still-alive");
+    assert.deepEqual(stdoutLines(ok), ["still-alive"]);
+  });
+});
+
+test("timeoutSeconds kills a foreground command", async () => {
+  await withSandbox({ metadata: { case: "run-timeout" } }, async (sbx) => {
+    const t0 = Date.now();
+    const ex = await sbx.commands.run("echo started; sleep 30", { timeoutSeconds: 1 });
+    const elapsed = Date.now() - t0;
+    assert.ok(elapsed < 8_000, `command with a 1 s timeout ended after ${elapsed} ms`);
+    assert.deepEqual(stdoutLines(ex), ["started"]);
+    assert.ok(ex.error, "timed-out command ends with an error");
+    assert.equal(ex.complete, undefined);
+    assert.notEqual(ex.exitCode, 0);
+  });
+});
+

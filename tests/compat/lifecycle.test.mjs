@@ -1,0 +1,285 @@
+// Lifecycle API through the stock SDK: create (both endpoint modes), getInfo, renew, endpoints,
+// metadata, list, connect by id, kill, manual cleanup, X-Request-ID on 404, pause/resume.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { randomUUID, randomBytes } from "node:crypto";
+
+import {
+  DOMAIN,
+  RUN_ID,
+  Sandbox,
+  SandboxManager,
+  connOpts,
+  createSandbox,
+  destroy,
+  poll,
+  rejectsWithStatus,
+  recorder,
+  stdoutLines,
+  withSandbox,
+} from "./lib.mjs";
+
+const TIMEOUT_S = 300;
+
+async function checkCreated(sbx, { useServerProxy, metadata }) {
+  assert.equal(typeof sbx.id, "string");
+  assert.ok(sbx.id.length > 0, "sandbox id is non-empty");
+  assert.equal(sbx.connectionConfig.useServerProxy, useServerProxy);
+
+  // Sandbox.create already did POST /v1/sandboxes, GET endpoints/44772 and /18080 and pinged
+  // execd until it answered; the sandbox must therefore be healthy right now.
+  assert.equal(await sbx.isHealthy(), true, "isHealthy right after create");
+  assert.equal(await sbx.health.ping(), true, "ping right after create");
+
+  const t0 = Date.now();
+  const info = await sbx.getInfo();
+  assert.equal(info.id, sbx.id);
+  assert.equal(info.status.state, "Running", `state (status=${JSON.stringify(info.status)})`);
+  assert.ok(info.createdAt instanceof Date && !Number.isNaN(info.createdAt.getTime()), "createdAt parses");
+  assert.ok(Math.abs(t0 - info.createdAt.getTime()) < 60_000, `createdAt ${info.createdAt.toISOString()} is recent`);
+  assert.ok(info.expiresAt instanceof Date, `expiresAt present (got ${info.expiresAt})`);
+  assert.ok(info.expiresAt > info.createdAt, "expiresAt > createdAt");
+  const ttl = (info.expiresAt.getTime() - info.createdAt.getTime()) / 1000;
+  assert.ok(Math.abs(ttl - TIMEOUT_S) <= 5, `expiresAt - createdAt = ${ttl}s, expected ~${TIMEOUT_S}s`);
+  assert.deepEqual(info.metadata, metadata, "metadata round trip");
+  assert.deepEqual(info.entrypoint, ["tail", "-f", "/dev/null"], "entrypoint is the SDK default");
+  if (info.image != null) {
+    assert.equal(info.image.uri, "host", "image.uri");
+  }
+  return info;
+}
+
+async function checkEndpoint(sbx, { useServerProxy }) {
+  const ep = await sbx.getEndpoint(44772);
+  assert.equal(typeof ep.endpoint, "string");
+  assert.ok(!/^[a-z]+:\/\//i.test(ep.endpoint), `endpoint has no scheme: ${ep.endpoint}`);
+  if (useServerProxy) {
+    assert.equal(ep.endpoint, `${DOMAIN}/sandboxes/${sbx.id}/proxy/44772`, "server-proxy endpoint");
+  }
+  const url = await sbx.getEndpointUrl(44772);
+  assert.equal(url, `http://${ep.endpoint}`);
+  // The endpoint answers execd's ping with 200 (no API key needed on the proxy route).
+  const res = await fetch(`${url}/ping`, { headers: { ...(ep.headers ?? {}) } });
+  await res.arrayBuffer();
+  assert.equal(res.status, 200, `GET ${url}/ping`);
+  // The egress port the SDK resolves at create time must resolve too.
+  const egress = await sbx.getEndpoint(18080);
+  assert.equal(typeof egress.endpoint, "string");
+  assert.ok(egress.endpoint.length > 0);
+  return ep;
+}
+
+for (const useServerProxy of [true, false]) {
+  test(`create, getInfo, endpoints, run (useServerProxy=${useServerProxy})`, async () => {
+    const metadata = { suite: "compat", run: RUN_ID, case: `create-proxy-${useServerProxy}` };
+    const t0 = Date.now();
+    const sbx = await createSandbox({ useServerProxy, metadata: { case: metadata.case }, timeoutSeconds: TIMEOUT_S });
+    try {
+      const createMs = Date.now() - t0;
+      assert.ok(createMs < 30_000, `Sandbox.create took ${createMs} ms`);
+      await checkCreated(sbx, { useServerProxy, metadata });
+      await checkEndpoint(sbx, { useServerProxy });
+      const ex = await sbx.commands.run(`echo proxy-${useServerProxy}`);
+      assert.deepEqual(stdoutLines(ex), [`proxy-${useServerProxy}`]);
+      assert.equal(ex.exitCode, 0);
+    } finally {
+      await destroy(sbx);
+    }
+  });
+}
+
+test("renew moves expiresAt later and GET agrees", async () => {
+  await withSandbox({ metadata: { case: "renew" }, timeoutSeconds: TIMEOUT_S }, async (sbx) => {
+    const before = await sbx.getInfo();
+    const t0 = Date.now();
+    const renewed = await sbx.renew(1200);
+    assert.ok(renewed.expiresAt instanceof Date, "renew returns expiresAt");
+    assert.ok(renewed.expiresAt > before.expiresAt, "new expiry is later than the old one");
+    const remaining = (renewed.expiresAt.getTime() - t0) / 1000;
+    assert.ok(remaining > 1180 && remaining < 1220, `remaining after renew(1200) = ${remaining}s`);
+    const after = await sbx.getInfo();
+    assert.ok(
+      Math.abs(after.expiresAt.getTime() - renewed.expiresAt.getTime()) < 1000,
+      `GET expiresAt ${after.expiresAt.toISOString()} matches renew ${renewed.expiresAt.toISOString()}`,
+    );
+    assert.equal(after.status.state, "Running");
+    assert.equal(after.createdAt.getTime(), before.createdAt.getTime(), "createdAt unchanged by renew");
+  });
+});
+
+test("patchMetadata merges, deletes with null, and GET agrees", async () => {
+  await withSandbox({ metadata: { case: "metadata", drop: "me" } }, async (sbx) => {
+    const patched = await sbx.patchMetadata({ added: "yes", drop: null, case: "metadata-2" });
+    const expected = { suite: "compat", run: RUN_ID, case: "metadata-2", added: "yes" };
+    assert.deepEqual(patched.metadata, expected, "PATCH response metadata");
+    assert.equal(patched.id, sbx.id);
+    assert.equal(patched.status.state, "Running");
+    const info = await sbx.getInfo();
+    assert.deepEqual(info.metadata, expected, "GET metadata after PATCH");
+    const unchanged = await sbx.patchMetadata({});
+    assert.deepEqual(unchanged.metadata, expected, "empty patch changes nothing");
+  });
+});
+
+test("SandboxManager lists by metadata and state", async () => {
+  const tag = randomBytes(4).toString("hex");
+  const mgr = SandboxManager.create({ connectionConfig: connOpts() });
+  const a = await createSandbox({ metadata: { case: "list", tag } });
+  const b = await createSandbox({ metadata: { case: "list", tag } });
+  try {
+    const res = await mgr.listSandboxInfos({ metadata: { tag }, states: ["Running"] });
+    const ids = res.items.map((x) => x.id).sort();
+    assert.deepEqual(ids, [a.id, b.id].sort(), "list by metadata tag returns exactly our two sandboxes");
+    for (const item of res.items) {
+      assert.equal(item.status.state, "Running");
+      assert.equal(item.metadata.tag, tag);
+      assert.ok(item.createdAt instanceof Date);
+    }
+    assert.equal(res.pagination.totalItems, 2);
+    assert.equal(res.pagination.page, 1);
+    assert.equal(res.pagination.hasNextPage, false);
+    const paged = await mgr.listSandboxInfos({ metadata: { tag }, page: 1, pageSize: 1 });
+    assert.equal(paged.items.length, 1);
+    assert.equal(paged.pagination.totalPages, 2);
+    assert.equal(paged.pagination.hasNextPage, true);
+    const none = await mgr.listSandboxInfos({ metadata: { tag }, states: ["Paused"] });
+    assert.equal(none.items.length, 0);
+    const one = await mgr.getSandboxInfo(a.id);
+    assert.equal(one.id, a.id);
+  } finally {
+    await destroy(a);
+    await destroy(b);
+    await mgr.close();
+  }
+});
+
+test("connect to an existing sandbox by id and run echo connect-ok", async () => {
+  await withSandbox({ metadata: { case: "connect" } }, async (sbx) => {
+    for (const useServerProxy of [true, false]) {
+      const other = await Sandbox.connect({ sandboxId: sbx.id, connectionConfig: connOpts({ useServerProxy }) });
+      try {
+        assert.equal(other.id, sbx.id);
+        const rec = recorder();
+        const ex = await other.commands.run("echo connect-ok", undefined, rec.handlers);
+        assert.deepEqual(stdoutLines(ex), ["connect-ok"], "exactly one stdout line");
+        assert.equal(rec.stdout.length, 1);
+        assert.equal(ex.exitCode, 0);
+        const info = await other.getInfo();
+        assert.equal(info.id, sbx.id);
+        assert.equal(info.status.state, "Running");
+      } finally {
+        await other.close();
+      }
+    }
+  });
+});
+
+test("kill: the sandbox is gone (getInfo 404, endpoints 404)", async () => {
+  const sbx = await createSandbox({ metadata: { case: "kill" } });
+  try {
+    const id = sbx.id;
+    await sbx.kill();
+    const mgr = SandboxManager.create({ connectionConfig: connOpts() });
+    try {
+      const err = await rejectsWithStatus(sbx.getInfo(), 404, "getInfo after kill");
+      assert.ok(err.error.code, "error carries a code");
+      await rejectsWithStatus(mgr.getSandboxInfo(id), 404, "manager getSandboxInfo after kill");
+      await rejectsWithStatus(sbx.getEndpoint(44772), 404, "getEndpoint after kill");
+      await rejectsWithStatus(mgr.killSandbox(id), 404, "second kill");
+      const listed = await mgr.listSandboxInfos({ metadata: { run: RUN_ID, case: "kill" } });
+      assert.ok(!listed.items.some((x) => x.id === id), "killed sandbox is not listed");
+    } finally {
+      await mgr.close();
+    }
+  } finally {
+    await destroy(sbx);
+  }
+});
+
+test("timeoutSeconds null: manual cleanup, no expiresAt", async () => {
+  await withSandbox({ metadata: { case: "manual" }, timeoutSeconds: null }, async (sbx) => {
+    const info = await sbx.getInfo();
+    assert.equal(info.status.state, "Running");
+    assert.equal(info.expiresAt, null, "expiresAt absent for a sandbox without timeout");
+    await rejectsWithStatus(sbx.renew(600), 409, "renew of a manual-cleanup sandbox");
+  });
+});
+
+test("X-Request-ID round trip on a 404", async () => {
+  const missing = randomUUID();
+  // 1. A request id the client sends comes back on the 404 and lands in the SDK's exception.
+  const rid = `compat-${randomBytes(8).toString("hex")}`;
+  const err1 = await rejectsWithStatus(
+    Sandbox.connect({ sandboxId: missing, connectionConfig: connOpts({ headers: { "X-Request-ID": rid } }) }),
+    404,
+    "connect to a missing id",
+  );
+  assert.equal(err1.requestId, rid, "connect: exception carries the X-Request-ID we sent");
+
+  const mgr = SandboxManager.create({ connectionConfig: connOpts({ headers: { "X-Request-ID": rid } }) });
+  try {
+    const err2 = await rejectsWithStatus(mgr.getSandboxInfo(missing), 404, "getInfo of a missing id");
+    assert.equal(err2.requestId, rid, "getInfo: exception carries the X-Request-ID we sent");
+    assert.equal(typeof err2.error.code, "string");
+    assert.ok(err2.error.code.length > 0, "404 body has a code");
+  } finally {
+    await mgr.close();
+  }
+
+  // 2. Without one, the server generates an id.
+  const mgr2 = SandboxManager.create({ connectionConfig: connOpts() });
+  try {
+    const err3 = await rejectsWithStatus(mgr2.getSandboxInfo(missing), 404, "getInfo of a missing id (no id sent)");
+    assert.equal(typeof err3.requestId, "string", "server generated a request id");
+    assert.ok(err3.requestId.length >= 8, `generated request id looks like an id: ${err3.requestId}`);
+  } finally {
+    await mgr2.close();
+  }
+});
+
+test("pause makes execd unreachable, resume brings it back", async () => {
+  // A short request timeout so the ping against a frozen sandbox fails fast if it hangs.
+  const sbx = await createSandbox({ metadata: { case: "pause" }, connection: { requestTimeoutSeconds: 5 } });
+  try {
+    await sbx.commands.run("echo before-pause > /tmp/pause-marker");
+    await sbx.pause();
+    const paused = await poll(async () => {
+      const info = await sbx.getInfo();
+      return info.status.state === "Paused" ? info : null;
+    }, { timeoutMs: 15_000, intervalMs: 100 });
+    assert.ok(paused, "state becomes Paused");
+    assert.equal(paused.status.state, "Paused");
+
+    const t0 = Date.now();
+    assert.equal(await sbx.isHealthy(), false, "ping is unhealthy while paused");
+    assert.ok(Date.now() - t0 < 15_000, "unhealthy ping answered or timed out within 15 s");
+
+    const mgr = SandboxManager.create({ connectionConfig: connOpts() });
+    try {
+      await rejectsWithStatus(mgr.pauseSandbox(sbx.id), 409, "pausing a paused sandbox");
+    } finally {
+      await mgr.close();
+    }
+
+    const resumed = await sbx.resume({ readyTimeoutSeconds: 30 });
+    try {
+      assert.equal(resumed.id, sbx.id);
+      const info = await resumed.getInfo();
+      assert.equal(info.status.state, "Running");
+      const ex = await resumed.commands.run("echo resume-ok; cat /tmp/pause-marker");
+      assert.deepEqual(stdoutLines(ex), ["resume-ok", "before-pause"], "sandbox state survives pause");
+      assert.equal(ex.exitCode, 0);
+      assert.equal(await resumed.isHealthy(), true);
+      const mgr2 = SandboxManager.create({ connectionConfig: connOpts() });
+      try {
+        await rejectsWithStatus(mgr2.resumeSandbox(sbx.id), 409, "resuming a running sandbox");
+      } finally {
+        await mgr2.close();
+      }
+    } finally {
+      await resumed.close();
+    }
+  } finally {
+    await destroy(sbx);
+  }
+});

@@ -1,0 +1,181 @@
+#!/bin/bash
+# Conformance suite: drive a private corrald with the stock OpenSandbox TypeScript SDK (npm
+# @alibaba-group/opensandbox, pinned in package.json / package-lock.json, unmodified).
+#
+#   tests/compat/run.sh                 default run: every *.test.mjs except pending.test.mjs
+#   tests/compat/run.sh --all           also pending.test.mjs (features known not to work yet)
+#   tests/compat/run.sh files.test.mjs  only the named test files (paths relative to tests/compat/)
+#
+# Environment: CORRAL_BUILD_DIR (default <repo>/build), CORRAL_COMPAT_JOBS (test files run at once,
+# default 2), CORRAL_COMPAT_DEBUG=1 (the SDK logs every request), CORRAL_COMPAT_KEEP=1 (keep the
+# temp dir with corrald's log).
+#
+# Steps: install the SDK if needed (npm ci), start build/corrald on a free loopback port with a temp
+# --state-dir, a unique --cgroup-name and an API key, run `node --test`, delete whatever sandboxes
+# the tests leaked (a failure), stop corrald, then fail if any cgroup or mount of this run is left.
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+BUILD=${CORRAL_BUILD_DIR:-$REPO/build}
+JOBS=${CORRAL_COMPAT_JOBS:-2}
+
+say() { echo "compat: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+ALL=0
+FILES=()
+for a in "$@"; do
+	case "$a" in
+	--all) ALL=1 ;;
+	-h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+	*) FILES+=("$a") ;;
+	esac
+done
+
+# ---- prerequisites ---------------------------------------------------------------------------
+command -v node >/dev/null || die "node (>= 20) is required"
+NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
+[ "$NODE_MAJOR" -ge 20 ] || die "node >= 20 is required (found $(node --version))"
+command -v curl >/dev/null || die "curl is required"
+CORRALD="$BUILD/src/corrald/corrald"
+[ -x "$CORRALD" ] || CORRALD="$BUILD/corrald"
+[ -x "$CORRALD" ] || die "corrald not found under $BUILD (build first: ninja -C $BUILD)"
+[ "$(id -u)" -eq 0 ] || die "must run as root (corrald creates namespaces, cgroups and mounts)"
+
+SDK_PKG="$HERE/node_modules/@alibaba-group/opensandbox/package.json"
+WANT=$(node -p "require('$HERE/package.json').dependencies['@alibaba-group/opensandbox']")
+HAVE=$( [ -f "$SDK_PKG" ] && node -p "require('$SDK_PKG').version" 2>/dev/null || echo none)
+if [ "$HAVE" != "$WANT" ]; then
+	say "installing @alibaba-group/opensandbox@$WANT (npm ci)"
+	(cd "$HERE" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || die "npm ci failed"
+fi
+
+# ---- start corrald ---------------------------------------------------------------------------
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/corral-compat.XXXXXX")
+STATE="$TMP/state"
+LOG="$TMP/corrald.log"
+mkdir -p "$STATE"
+RUN_ID=$(head -c4 /dev/urandom | od -An -tx1 | tr -d ' \n')
+CGROUP="corral-compat-$RUN_ID"
+API_KEY="compat-$(head -c12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+CORRALD_PID=""
+
+free_port() {
+	node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'
+}
+
+stop_corrald() {
+	[ -n "$CORRALD_PID" ] || return 0
+	if kill -0 "$CORRALD_PID" 2>/dev/null; then
+		kill -TERM "$CORRALD_PID" 2>/dev/null
+		for _ in $(seq 100); do kill -0 "$CORRALD_PID" 2>/dev/null || break; sleep 0.1; done
+		if kill -0 "$CORRALD_PID" 2>/dev/null; then
+			say "corrald did not exit on SIGTERM within 10 s; SIGKILL"
+			kill -KILL "$CORRALD_PID" 2>/dev/null
+		fi
+	fi
+	wait "$CORRALD_PID" 2>/dev/null
+	CORRALD_PID=""
+}
+
+cleanup_on_signal() {
+	stop_corrald
+	exit 130
+}
+trap cleanup_on_signal INT TERM
+trap 'stop_corrald' EXIT
+
+PORT=""
+for attempt in 1 2 3; do
+	PORT=$(free_port)
+	"$CORRALD" --listen "127.0.0.1:$PORT" --state-dir "$STATE" --cgroup-name "$CGROUP" \
+		--api-key "$API_KEY" >>"$LOG" 2>&1 &
+	CORRALD_PID=$!
+	up=0
+	for _ in $(seq 100); do
+		if ! kill -0 "$CORRALD_PID" 2>/dev/null; then break; fi
+		if curl -sf -o /dev/null "http://127.0.0.1:$PORT/health"; then up=1; break; fi
+		sleep 0.1
+	done
+	[ "$up" -eq 1 ] && break
+	say "corrald did not come up on port $PORT (attempt $attempt); log:"
+	tail -n 20 "$LOG" >&2
+	stop_corrald
+done
+[ -n "$CORRALD_PID" ] || die "could not start corrald"
+say "corrald pid $CORRALD_PID on 127.0.0.1:$PORT, state $STATE, cgroup $CGROUP"
+
+# ---- run the tests ---------------------------------------------------------------------------
+cd "$HERE" || exit 1
+if [ ${#FILES[@]} -eq 0 ]; then
+	for f in *.test.mjs; do
+		[ "$f" = pending.test.mjs ] && [ "$ALL" -eq 0 ] && continue
+		FILES+=("$f")
+	done
+fi
+export OPEN_SANDBOX_DOMAIN="127.0.0.1:$PORT"
+export OPEN_SANDBOX_API_KEY="$API_KEY"
+export CORRAL_COMPAT_RUN_ID="$RUN_ID"
+say "node --test ${FILES[*]}"
+node --test --test-reporter=spec --test-concurrency="$JOBS" --test-timeout=180000 "${FILES[@]}"
+TEST_RC=$?
+FAIL=0
+[ "$TEST_RC" -eq 0 ] || { say "node --test failed (exit $TEST_RC)"; FAIL=1; }
+
+# ---- leaked sandboxes ------------------------------------------------------------------------
+api() { curl -s -H "OPEN-SANDBOX-API-KEY: $API_KEY" "$@"; }
+list_ids() {
+	api "http://127.0.0.1:$PORT/v1/sandboxes?pageSize=200" |
+		node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{try{for(const x of JSON.parse(s).items)console.log(x.id)}catch(e){console.log("LIST-FAILED")}})'
+}
+if kill -0 "$CORRALD_PID" 2>/dev/null; then
+	LEFT=$(list_ids)
+	if [ "$LEFT" = "LIST-FAILED" ]; then
+		say "GET /v1/sandboxes failed after the tests"
+		FAIL=1
+	elif [ -n "$LEFT" ]; then
+		say "sandboxes left behind by the tests (a test or DELETE bug): $(echo $LEFT)"
+		FAIL=1
+		for id in $LEFT; do api -o /dev/null -X DELETE "http://127.0.0.1:$PORT/v1/sandboxes/$id"; done
+		for _ in $(seq 100); do [ -z "$(list_ids)" ] && break; sleep 0.1; done
+	fi
+else
+	say "corrald died during the tests"
+	FAIL=1
+fi
+# Teardown runs off the request path: give it a moment before stopping corrald.
+for _ in $(seq 50); do
+	n=$(find /sys/fs/cgroup -mindepth 2 -maxdepth 3 -path "*/$CGROUP/*" -type d 2>/dev/null | wc -l)
+	[ "$n" -eq 0 ] && break
+	sleep 0.1
+done
+stop_corrald
+
+# ---- nothing left behind ---------------------------------------------------------------------
+LEAKED_CG=$(find /sys/fs/cgroup -mindepth 2 -maxdepth 3 -path "*/$CGROUP/*" -type d 2>/dev/null)
+if [ -n "$LEAKED_CG" ]; then
+	say "cgroups left behind:"; echo "$LEAKED_CG" | sed 's/^/  /' >&2
+	FAIL=1
+fi
+# The (empty) parent cgroups of this run: remove them; failing to is a leak too.
+for d in $(find /sys/fs/cgroup -mindepth 1 -maxdepth 2 -name "$CGROUP" -type d 2>/dev/null); do
+	rmdir "$d" 2>/dev/null || { say "cannot remove cgroup $d (still in use)"; FAIL=1; }
+done
+LEAKED_MNT=$(awk -v p="$TMP" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo)
+if [ -n "$LEAKED_MNT" ]; then
+	say "mounts left behind:"; echo "$LEAKED_MNT" | sed 's/^/  /' >&2
+	FAIL=1
+fi
+
+if [ "$FAIL" -ne 0 ]; then
+	say "FAILED; corrald log tail ($LOG):"
+	tail -n 40 "$LOG" >&2
+	say "temp dir kept: $TMP"
+	exit 1
+fi
+if [ -z "$LEAKED_MNT" ] && [ "${CORRAL_COMPAT_KEEP:-0}" != 1 ]; then
+	rm -rf --one-file-system "$TMP"
+fi
+say "OK"
+exit 0
