@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""Commands through corrald's server proxy into corral-execd: output, exit codes, framing,
+background + status + logs, interrupt, timeout, client disconnect, pings, big outputs,
+keep-alive."""
+
+import os
+import secrets
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import HEX32_RE, CommandStream, CorralTestCase, main, parse_time  # noqa: E402
+
+
+class Commands(CorralTestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        r = cls.client.create_sandbox_raw()
+        if r.status != 202:
+            cls.tearDownClass()
+            raise RuntimeError("cannot create the shared sandbox: %r" % r)
+        cls.sid = r.json()["id"]
+
+    @classmethod
+    def tearDownClass(cls):
+        if getattr(cls, "sid", None):
+            r = cls.client.delete_sandbox(cls.sid)
+            if r.status != 204:
+                print("delete shared sandbox -> %r" % r, file=sys.stderr)
+        super().tearDownClass()
+
+    def stream(self, cmd, **opts):
+        s = CommandStream("127.0.0.1", self.corrald.port, self.sid, cmd, **opts)
+        self.addCleanup(s.abort)
+        self.assertEqual(s.result.http_status, 200, s.result)
+        return s
+
+    # --- basics ------------------------------------------------------------------------------
+
+    def test_echo(self):
+        t0 = time.time()
+        res = self.client.run(self.sid, "echo hello-corral")
+        self.assertEqual(res.http_status, 200, res)
+        self.assertIn("text/event-stream", res.headers.get("Content-Type", ""))
+        inits = res.of_type("init")
+        self.assertEqual(len(inits), 1, res)
+        self.assertRegex(inits[0]["text"], HEX32_RE)
+        self.assertEqual(res.events[0]["type"], "init", "init comes first")
+        self.assertEqual(res.stdout_lines, ["hello-corral"])
+        self.assertEqual(res.stderr_lines, [])
+        self.assertEqual(len(res.of_type("execution_complete")), 1, res)
+        self.assertEqual(res.events[-1]["type"], "execution_complete", "complete comes last")
+        self.assertIsNone(res.error)
+        self.assertEqual(res.exit_code, 0)
+        for ev in res.events:
+            self.assertIn("timestamp", ev)
+            self.assertLess(abs(ev["timestamp"] / 1000.0 - t0), 60, ev)
+        self.assertIsInstance(res.of_type("execution_complete")[0].get("execution_time", 0), int)
+
+    def test_framing_is_bare_json_and_blank_line(self):
+        res = self.client.run(self.sid, "echo x")
+        # every event is one JSON line followed by an empty line; no "data:" prefix
+        raw = b"".join(res.lines)
+        chunks = [c for c in raw.split(b"\n\n") if c]
+        self.assertEqual(len(chunks), len(res.events), raw)
+        for c in chunks:
+            self.assertTrue(c.startswith(b"{"), c)
+
+    def test_exit_code(self):
+        res = self.client.run(self.sid, "echo before; exit 7")
+        self.assertEqual(res.stdout_lines, ["before"])
+        err = res.error
+        self.assertIsNotNone(err, res)
+        self.assertEqual(err["ename"], "CommandExecError")
+        self.assertEqual(err["evalue"], "7")
+        self.assertFalse(res.complete, "no execution_complete after an error")
+        self.assertEqual(res.exit_code, 7)
+        self.assertEqual(res.events[-1]["type"], "error")
+
+    def test_command_not_found(self):
+        res = self.client.run(self.sid, "no-such-command-corral")
+        self.assertEqual(res.exit_code, 127, res)
+        self.assertIn("no-such-command-corral", res.stderr)
+
+    def test_stderr_separation(self):
+        res = self.client.run(self.sid, "echo out1; echo err1 >&2; echo out2; echo err2 1>&2")
+        self.assertEqual(res.stdout_lines, ["out1", "out2"])
+        self.assertEqual(res.stderr_lines, ["err1", "err2"])
+        self.assertEqual(res.exit_code, 0)
+
+    def test_cwd(self):
+        self.assertEqual(self.sh(self.sid, "pwd", cwd="/tmp"), "/tmp")
+        self.assertEqual(self.sh(self.sid, "pwd", cwd="/usr/bin"), "/usr/bin")
+        res = self.client.run(self.sid, "pwd", cwd="/no/such/dir")
+        self.assertNotEqual(res.exit_code, 0, "a missing cwd cannot succeed: %r" % res)
+
+    def test_envs(self):
+        name = "CORRAL_T_" + secrets.token_hex(4).upper()
+        self.assertEqual(self.sh(self.sid, "printf '%%s' \"${%s-unset}\"" % name), "unset")
+        out = self.sh(self.sid, "printf '%%s' \"$%s\"" % name, envs={name: "v a=l'ue"})
+        self.assertEqual(out, "v a=l'ue")
+        # and it did not stick
+        self.assertEqual(self.sh(self.sid, "printf '%%s' \"${%s-unset}\"" % name), "unset")
+
+    def test_blank_line_framing(self):
+        res = self.client.run(self.sid, "printf 'a\\n\\nb\\n\\n\\nc'")
+        self.assertEqual(res.stdout_lines, ["a", "\n", "b", "\n", "\n", "c"])
+        self.assertEqual(res.exit_code, 0)
+
+    def test_crlf_and_cr(self):
+        res = self.client.run(self.sid, "printf 'x\\r\\ny\\rz\\n'")
+        self.assertEqual(res.stdout_lines, ["x", "y", "z"])
+
+    def test_partial_last_line(self):
+        res = self.client.run(self.sid, "printf 'no-newline'")
+        self.assertEqual(res.stdout_lines, ["no-newline"])
+
+    def test_uid_gid(self):
+        res = self.client.run(self.sid, "id -u; id -g", uid=65534, gid=65534)
+        self.assertEqual(res.stdout_lines, ["65534", "65534"], res)
+
+    # --- background, status, logs ------------------------------------------------------------
+
+    def test_background_status_logs(self):
+        t0 = time.monotonic()
+        res = self.client.run(self.sid, "echo first; sleep 1; echo second >&2; exit 3", background=True)
+        self.assertLess(time.monotonic() - t0, 5, "background returns at once")
+        self.assertEqual(res.http_status, 200, res)
+        cid = res.init_id
+        self.assertRegex(cid, HEX32_RE)
+        self.assertTrue(res.complete, res)
+        self.assertEqual(res.stdout_lines, [], "background output goes to the logs, not the stream")
+        r = self.client.command_status(self.sid, cid)
+        self.assertEqual(r.status, 200, r)
+        st = r.json()
+        self.assertEqual(st["id"], cid)
+        self.assertTrue(st["running"], st)
+        parse_time(st["started_at"])
+        # poll logs with the cursor
+        cursor = 0
+        text = ""
+        cursors = []
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            r = self.client.command_logs(self.sid, cid, cursor)
+            self.assertEqual(r.status, 200, r)
+            nc = int(r.header("EXECD-COMMANDS-TAIL-CURSOR"))
+            self.assertEqual(nc, cursor + len(r.body), "the cursor is a byte offset")
+            text += r.text
+            cursors.append(nc)
+            cursor = nc
+            if "first" in text and "second" in text:
+                break
+            time.sleep(0.1)
+        self.assertIn("first\n", text)
+        self.assertIn("second\n", text)
+        self.assertLess(text.index("first"), text.index("second"))
+        self.assertEqual(cursors, sorted(cursors))
+        self.assertGreater(cursors[-1], 0)
+        st = self.client.wait_command(self.sid, cid, timeout=15)
+        self.assertFalse(st["running"])
+        self.assertEqual(st["exit_code"], 3, st)
+        parse_time(st["finished_at"])
+        self.assertIn("echo first", st.get("content", "echo first"))
+        # from the end: nothing new, same cursor; from 0: everything
+        r = self.client.command_logs(self.sid, cid, cursor)
+        self.assertEqual(r.body, b"")
+        self.assertEqual(int(r.header("EXECD-COMMANDS-TAIL-CURSOR")), cursor)
+        r = self.client.command_logs(self.sid, cid, 0)
+        self.assertEqual(r.text, text)
+        r = self.client.command_logs(self.sid, cid)
+        self.assertEqual(r.text, text, "a missing cursor means 0")
+        r = self.client.command_logs(self.sid, cid, 6)
+        self.assertEqual(r.text, text[6:], "cursor mid-file")
+
+    def test_status_unknown(self):
+        r = self.client.command_status(self.sid, "0" * 32)
+        self.assertEqual(r.status, 404, r)
+
+    def test_status_of_foreground(self):
+        res = self.client.run(self.sid, "exit 5")
+        st = self.client.wait_command(self.sid, res.init_id, timeout=10)
+        self.assertEqual(st["exit_code"], 5, st)
+
+    # --- interrupt, timeout, disconnect ------------------------------------------------------
+
+    def test_interrupt(self):
+        s = self.stream("sleep 30")
+        init = s.wait_for("init")
+        self.assertIsNotNone(init, s.result)
+        cid = init["text"]
+        t0 = time.monotonic()
+        r = self.client.interrupt(self.sid, cid)
+        self.assertEqual(r.status, 200, r)
+        box = {}
+        th = threading.Thread(target=lambda: box.setdefault("res", s.finish()), daemon=True)
+        th.start()
+        th.join(10)
+        self.assertFalse(th.is_alive(), "stream did not end within 10 s of the interrupt")
+        res = box["res"]
+        self.assertLess(time.monotonic() - t0, 6)
+        self.assertIsNotNone(res.error, res)
+        self.assertFalse(res.complete)
+        st = self.client.wait_command(self.sid, cid, timeout=5)
+        self.assertFalse(st["running"])
+        # interrupting a finished command is an error, not a success
+        r = self.client.interrupt(self.sid, cid)
+        self.assertGreaterEqual(r.status, 400, r)
+        r = self.client.delete(self.client.execd_path(self.sid, "/command"))
+        self.assertEqual(r.status, 400, "missing id: %r" % r)
+
+    def test_interrupt_background(self):
+        res = self.client.run(self.sid, "sleep 30", background=True)
+        cid = res.init_id
+        r = self.client.interrupt(self.sid, cid)
+        self.assertEqual(r.status, 200, r)
+        st = self.client.wait_command(self.sid, cid, timeout=8)
+        self.assertFalse(st["running"])
+        self.assertNotEqual(st.get("exit_code"), 0, st)
+
+    def test_timeout_kills(self):
+        t0 = time.monotonic()
+        res = self.client.run(self.sid, "echo started; sleep 30; echo never", timeout=1000)
+        dt = time.monotonic() - t0
+        self.assertLess(dt, 8, "timeout=1000ms did not stop the command (%.1fs)" % dt)
+        self.assertGreater(dt, 0.9)
+        self.assertEqual(res.stdout_lines, ["started"])
+        self.assertIsNotNone(res.error, res)
+        self.assertFalse(res.complete)
+        self.assertNotEqual(res.exit_code, 0)
+        # the whole process group died: no "sleep 30" left behind
+        left = self.sh(self.sid, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done")
+        self.assertNotIn("sleep 30", left)
+
+    def test_timeout_background(self):
+        res = self.client.run(self.sid, "sleep 30", background=True, timeout=500)
+        st = self.client.wait_command(self.sid, res.init_id, timeout=8)
+        self.assertFalse(st["running"])
+        self.assertNotEqual(st.get("exit_code"), 0, st)
+
+    def test_disconnect_mid_stream(self):
+        marker = "/tmp/corral-disc-%s" % secrets.token_hex(4)
+        s = self.stream("sleep 2; echo done > %s; echo done" % marker)
+        init = s.wait_for("init")
+        self.assertIsNotNone(init)
+        cid = init["text"]
+        s.abort()
+        st = self.client.wait_command(self.sid, cid, timeout=15)
+        self.assertFalse(st["running"])
+        self.assertEqual(st.get("exit_code"), 0, "the command finished normally: %r" % st)
+        self.assertEqual(self.sh(self.sid, "cat %s" % marker), "done")
+        # corrald and execd are still fine
+        self.assertEqual(self.sh(self.sid, "echo ok"), "ok")
+        self.assertEqual(self.client.get("/health").status, 200)
+
+    def test_disconnect_background_logs_readable(self):
+        s = self.stream("sleep 1; echo bg-done", background=True)
+        init = s.wait_for("init")
+        cid = init["text"]
+        s.abort()
+        st = self.client.wait_command(self.sid, cid, timeout=15)
+        self.assertEqual(st.get("exit_code"), 0, st)
+        r = self.client.command_logs(self.sid, cid, 0)
+        self.assertEqual(r.text, "bg-done\n")
+
+    # --- long and large ----------------------------------------------------------------------
+
+    def test_ping_during_long_command(self):
+        res = self.client.run(self.sid, "sleep 4; echo finished")
+        pings = res.of_type("ping")
+        self.assertGreaterEqual(len(pings), 1, res)
+        self.assertEqual(pings[0].get("text"), "pong")
+        self.assertEqual(res.stdout_lines, ["finished"])
+        self.assertEqual(res.exit_code, 0)
+
+    def test_streams_live(self):
+        s = self.stream("echo early; sleep 3; echo late")
+        t0 = time.monotonic()
+        ev = s.wait_for("stdout")
+        self.assertIsNotNone(ev)
+        self.assertEqual(ev["text"], "early")
+        self.assertLess(time.monotonic() - t0, 2.5, "the first line arrived only at the end")
+        res = s.finish()
+        self.assertEqual(res.stdout_lines, ["early", "late"])
+
+    def test_large_output_in_order(self):
+        res = self.client.run(self.sid, "seq 1 10000")
+        self.assertEqual(res.exit_code, 0)
+        self.assertEqual(len(res.stdout_lines), 10000)
+        self.assertEqual(res.stdout_lines, [str(i) for i in range(1, 10001)])
+
+    def test_long_line(self):
+        res = self.client.run(self.sid, "head -c 300000 /dev/zero | tr '\\0' x; echo")
+        self.assertEqual(res.exit_code, 0)
+        self.assertEqual("".join(res.stdout_lines), "x" * 300000)
+
+    def test_keep_alive_many_commands(self):
+        c = self.corrald.client()
+        self.addCleanup(c.close)
+        for i in range(60):
+            res = c.run(self.sid, "echo n%d" % i)
+            self.assertEqual(res.stdout_lines, ["n%d" % i], res)
+            self.assertEqual(res.exit_code, 0)
+            if i % 10 == 0:
+                res = c.run(self.sid, "exit %d" % (i % 5 + 1))
+                self.assertEqual(res.exit_code, i % 5 + 1)
+        self.assertEqual(c.connects, 1, "every command reused the one keep-alive connection")
+
+    def test_both_prefixes(self):
+        for prefix in ("", "/v1"):
+            r = self.client.post("%s/sandboxes/%s/proxy/44772/command" % (prefix, self.sid),
+                                 {"command": "echo p"})
+            self.assertEqual(r.status, 200, r)
+            self.assertIn(b'"stdout"', r.body)
+
+    def test_bad_command_body(self):
+        r = self.client.post(self.client.execd_path(self.sid, "/command"), {"cwd": "/"})
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("code", r.json())
+
+
+if __name__ == "__main__":
+    main()

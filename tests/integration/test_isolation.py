@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""Isolation of a sandbox from the host and from other sandboxes: pid/mount/net/uts namespaces,
+the private writable layer, private /tmp, hidden state dir and /root, capabilities,
+no_new_privs, seccomp."""
+
+import os
+import secrets
+import socket
+import sys
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import CorralTestCase, main  # noqa: E402
+
+CAP_NET_ADMIN = 12
+CAP_SYS_MODULE = 16
+CAP_SYS_PTRACE = 19
+CAP_SYS_ADMIN = 21
+
+
+def proc_status(text):
+    out = {}
+    for line in text.splitlines():
+        k, _, v = line.partition(":")
+        out[k.strip()] = v.strip()
+    return out
+
+
+LIST_PROCS = ("for p in /proc/[0-9]*; do printf '%s ' \"${p#/proc/}\"; "
+              "tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done")
+
+
+class Isolation(CorralTestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.marker_a = str(86000 + secrets.randbelow(399))
+        cls.marker_b = str(86400 + secrets.randbelow(399))
+        ids = []
+        for m in (cls.marker_a, cls.marker_b):
+            r = cls.client.create_sandbox_raw(entrypoint=["sleep", m])
+            if r.status != 202:
+                for sid in ids:
+                    cls.client.delete_sandbox(sid)
+                cls.tearDownClass()
+                raise RuntimeError("cannot create sandboxes: %r" % r)
+            ids.append(r.json()["id"])
+        cls.a, cls.b = ids
+
+    @classmethod
+    def tearDownClass(cls):
+        for sid in (getattr(cls, "a", None), getattr(cls, "b", None)):
+            if sid:
+                cls.client.delete_sandbox(sid)
+        super().tearDownClass()
+
+    def procs(self, sid):
+        out = self.sh(sid, LIST_PROCS)
+        procs = {}
+        for line in out.splitlines():
+            pid, _, cmd = line.partition(" ")
+            procs[int(pid)] = cmd.strip()
+        return procs
+
+    # --- pid namespace -----------------------------------------------------------------------
+
+    def test_pid_namespace(self):
+        procs = self.procs(self.a)
+        self.assertIn(1, procs)
+        self.assertIn("corral-execd", procs[1], procs)
+        self.assertEqual(self.sh(self.a, "cat /proc/1/comm"), "corral-execd")
+        self.assertLess(len(procs), 12, "only the sandbox's processes are visible: %r" % procs)
+        cmds = " | ".join(procs.values())
+        self.assertIn("sleep %s" % self.marker_a, cmds, "the entrypoint runs in the sandbox")
+        self.assertNotIn("sleep %s" % self.marker_b, cmds, "the other sandbox's entrypoint is hidden")
+        self.assertNotIn("corrald", cmds)
+        # the host's PID 1 and this test runner are invisible
+        self.assertNotIn(str(os.getpid()), [str(p) for p in procs if procs[p].startswith("python")])
+        host_comm1 = open("/proc/1/comm").read().strip()
+        self.assertNotEqual(host_comm1, "corral-execd")
+        # ps agrees, where installed
+        res = self.client.run(self.a, "command -v ps >/dev/null && ps -e -o pid=,comm=")
+        if res.exit_code == 0:
+            pids = [int(l.split()[0]) for l in res.stdout_lines if l.strip()]
+            self.assertLess(len(pids), 12, res.stdout_lines)
+
+    def test_other_sandbox_processes_hidden(self):
+        pb = self.procs(self.b)
+        cmds = " | ".join(pb.values())
+        self.assertIn("sleep %s" % self.marker_b, cmds)
+        self.assertNotIn("sleep %s" % self.marker_a, cmds)
+        # the sandbox's own processes are real host processes in its cgroup, but they are not
+        # reachable by pid from another sandbox
+        res = self.client.run(self.b, "kill -0 %d" % self.corrald.pid1(self.a))
+        # a small pid may exist in b's namespace by accident; it must not be a's execd
+        if res.exit_code == 0:
+            comm = self.sh(self.b, "cat /proc/%d/cmdline | tr '\\0' ' '" % self.corrald.pid1(self.a))
+            self.assertNotIn("sleep %s" % self.marker_a, comm)
+
+    # --- mount -------------------------------------------------------------------------------
+
+    def test_cannot_mount(self):
+        res = self.client.run(self.a, "mkdir -p /tmp/mnt-probe && mount -t tmpfs none /tmp/mnt-probe")
+        self.assertNotEqual(res.exit_code, 0, "mount must fail inside a sandbox: %r" % res)
+        self.assertIsNotNone(res.exit_code, res)
+        res = self.client.run(self.a, "mount --bind /tmp /mnt")
+        self.assertNotEqual(res.exit_code, 0, res)
+        # the syscall itself is refused (seccomp EPERM or missing CAP_SYS_ADMIN)
+        res = self.client.run(self.a, "python3 -c \"import ctypes,os; l=ctypes.CDLL(None, use_errno=True); "
+                                      "r=l.mount(b'none', b'/tmp', b'tmpfs', 0, None); "
+                                      "print(r, ctypes.get_errno())\"")
+        if res.exit_code == 0:
+            r, e = res.stdout.split()
+            self.assertEqual(r, "-1", res)
+            self.assertIn(int(e), (1, 38), "EPERM or ENOSYS: %r" % res)  # EPERM, ENOSYS
+
+    def test_unshare_and_escape_syscalls_refused(self):
+        res = self.client.run(self.a, "unshare -U -r true")
+        self.assertNotEqual(res.exit_code, 0, "new user namespaces would reopen mount: %r" % res)
+        res = self.client.run(self.a, "command -v chroot >/dev/null && chroot / true && "
+                                      "echo chroot-ok; echo 1 > /proc/sys/kernel/sysrq && echo sysrq-written")
+        self.assertNotIn("sysrq-written", res.stdout, res)
+
+    # --- network -----------------------------------------------------------------------------
+
+    def test_cannot_reach_host_loopback(self):
+        srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        port = srv.getsockname()[1]
+        accepted = []
+        stop = threading.Event()
+
+        def acceptor():
+            srv.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    c, _ = srv.accept()
+                    accepted.append(c)
+                except OSError:
+                    pass
+        th = threading.Thread(target=acceptor, daemon=True)
+        th.start()
+        self.addCleanup(srv.close)
+        self.addCleanup(stop.set)
+        # positive control: the host itself can connect
+        s = socket.create_connection(("127.0.0.1", port), timeout=2)
+        s.close()
+        self.wait_until(lambda: len(accepted) == 1, 3, msg="host control connection")
+        res = self.client.run(self.a, "timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d' && echo CONNECTED" % port)
+        self.assertNotIn("CONNECTED", res.stdout, res)
+        self.assertNotEqual(res.exit_code, 0)
+        res = self.client.run(self.a, "python3 -c \"import socket; s=socket.socket(); s.settimeout(3); "
+                                      "s.connect(('127.0.0.1', %d)); print('CONNECTED')\"" % port)
+        self.assertNotIn("CONNECTED", res.stdout, res)
+        self.assertEqual(len(accepted), 1, "the sandbox reached the host's listener")
+        for c in accepted:
+            c.close()
+
+    def test_only_loopback_interface(self):
+        out = self.sh(self.a, "cat /proc/net/dev")
+        ifaces = [l.split(":")[0].strip() for l in out.splitlines()[2:] if ":" in l]
+        self.assertEqual(ifaces, ["lo"], out)
+        flags = int(self.sh(self.a, "cat /sys/class/net/lo/flags"), 16)
+        self.assertTrue(flags & 0x1, "lo is up inside (flags %#x)" % flags)
+        host_ifaces = [l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]]
+        self.assertGreaterEqual(len(host_ifaces), 1)
+        res = self.client.run(self.a, "command -v ip >/dev/null && ip -o link")
+        if res.exit_code == 0:
+            names = [l.split(":")[1].strip() for l in res.stdout_lines if l.strip()]
+            self.assertEqual(names, ["lo"], res.stdout_lines)
+        # loopback inside works: a listener inside the sandbox is reachable inside
+        res = self.client.run(self.a, "python3 -c \"import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); "
+                                      "s.listen(1); c=socket.create_connection(s.getsockname(), 2); "
+                                      "print('LOOP-OK')\"")
+        self.assertEqual(res.stdout_lines, ["LOOP-OK"], res)
+
+    def test_network_namespace_distinct(self):
+        a = self.sh(self.a, "readlink /proc/self/ns/net")
+        b = self.sh(self.b, "readlink /proc/self/ns/net")
+        host = os.readlink("/proc/self/ns/net")
+        self.assertNotEqual(a, b)
+        self.assertNotEqual(a, host)
+        for ns in ("mnt", "pid", "uts", "ipc", "cgroup"):
+            inside = self.sh(self.a, "readlink /proc/self/ns/%s" % ns)
+            self.assertNotEqual(inside, os.readlink("/proc/self/ns/%s" % ns), ns)
+
+    # --- uts ---------------------------------------------------------------------------------
+
+    def test_hostname(self):
+        host = socket.gethostname()
+        inside = self.sh(self.a, "hostname")
+        self.assertNotEqual(inside, host)
+        self.assertEqual(inside, self.a[:12])
+        self.assertEqual(self.sh(self.a, "cat /etc/hostname"), inside)
+        self.assertEqual(self.sh(self.b, "hostname"), self.b[:12])
+        hosts = self.sh(self.a, "cat /etc/hosts")
+        self.assertIn("127.0.0.1", hosts)
+        self.assertTrue(os.path.exists("/etc/hostname"))
+
+    # --- filesystem --------------------------------------------------------------------------
+
+    def test_writes_do_not_reach_host_or_other_sandbox(self):
+        tok = secrets.token_hex(4)
+        paths = ["/usr/local/corral-probe-%s" % tok, "/etc/corral-probe-%s" % tok,
+                 "/corral-probe-%s" % tok, "/var/corral-probe-%s" % tok]
+        for p in paths:
+            self.run_ok(self.a, "echo %s > %s" % (tok, p))
+            self.assertEqual(self.sh(self.a, "cat %s" % p), tok, "the write is visible inside")
+            self.assertFalse(os.path.exists(p), "%s leaked to the host" % p)
+            res = self.client.run(self.b, "test -e %s" % p)
+            self.assertEqual(res.exit_code, 1, "%s leaked to the other sandbox" % p)
+        # deleting a host file inside does not delete it on the host
+        self.run_ok(self.a, "rm -f /etc/os-release /usr/bin/env")
+        self.assertTrue(os.path.exists("/etc/os-release"))
+        self.assertTrue(os.path.exists("/usr/bin/env"))
+        self.assertEqual(self.client.run(self.b, "test -e /usr/bin/env").exit_code, 0)
+
+    def test_tmp_private(self):
+        tok = secrets.token_hex(4)
+        hostfile = "/tmp/corral-host-probe-%s" % tok
+        with open(hostfile, "w") as f:
+            f.write("host")
+        self.addCleanup(os.unlink, hostfile)
+        self.assertEqual(self.client.run(self.a, "test -e %s" % hostfile).exit_code, 1,
+                         "host /tmp visible inside")
+        self.run_ok(self.a, "echo a > /tmp/sbx-probe-%s" % tok)
+        self.assertFalse(os.path.exists("/tmp/sbx-probe-%s" % tok))
+        self.assertEqual(self.client.run(self.b, "test -e /tmp/sbx-probe-%s" % tok).exit_code, 1)
+        self.run_ok(self.a, "test -w /tmp && test -k /tmp")
+
+    def test_state_dir_and_root_hidden(self):
+        tok = secrets.token_hex(4)
+        res = self.client.run(self.a, "ls %s" % self.corrald.state_dir)
+        self.assertNotEqual(res.exit_code, 0, "state dir visible inside: %r" % res)
+        res = self.client.run(self.a, "ls %s" % self.corrald.tmp)
+        self.assertNotEqual(res.exit_code, 0, "test temp dir visible inside: %r" % res)
+        rootprobe = "/root/corral-probe-%s" % tok
+        with open(rootprobe, "w") as f:
+            f.write("secret")
+        self.addCleanup(os.unlink, rootprobe)
+        res = self.client.run(self.a, "cat %s" % rootprobe)
+        self.assertNotEqual(res.exit_code, 0, "/root of the host visible inside: %r" % res)
+        self.assertNotIn("secret", res.stdout)
+        # the execd socket dir is there but holds no other sandbox's data
+        res = self.client.run(self.a, "ls /.corral")
+        self.assertNotIn(self.b, res.stdout)
+
+    def test_proc_and_sys_hardened(self):
+        res = self.client.run(self.a, "echo 1 > /proc/sys/vm/drop_caches")
+        self.assertNotEqual(res.exit_code, 0, "/proc/sys writable: %r" % res)
+        res = self.client.run(self.a, "head -c 1 /proc/kcore 2>/dev/null | wc -c")
+        self.assertEqual(res.stdout.strip(), "0", "/proc/kcore readable: %r" % res)
+        res = self.client.run(self.a, "touch /sys/corral-probe")
+        self.assertNotEqual(res.exit_code, 0, "/sys writable: %r" % res)
+        res = self.client.run(self.a, "ls /dev")
+        devs = set(res.stdout.split())
+        self.assertIn("null", devs)
+        self.assertNotIn("sda", devs)
+        self.assertNotIn("vda", devs)
+        self.assertNotIn("mem", devs)
+        res = self.client.run(self.a, "head -c 1 /dev/mem")
+        self.assertNotEqual(res.exit_code, 0)
+
+    # --- privileges --------------------------------------------------------------------------
+
+    def test_capabilities_nnp_seccomp(self):
+        st = proc_status(self.sh(self.a, "cat /proc/self/status"))
+        capeff = int(st["CapEff"], 16)
+        capbnd = int(st["CapBnd"], 16)
+        for cap, name in ((CAP_SYS_ADMIN, "SYS_ADMIN"), (CAP_SYS_PTRACE, "SYS_PTRACE"),
+                          (CAP_SYS_MODULE, "SYS_MODULE"), (CAP_NET_ADMIN, "NET_ADMIN")):
+            self.assertFalse(capeff & (1 << cap), "CapEff has CAP_%s (%#x)" % (name, capeff))
+            self.assertFalse(capbnd & (1 << cap), "CapBnd has CAP_%s (%#x)" % (name, capbnd))
+        self.assertEqual(st["NoNewPrivs"], "1")
+        self.assertEqual(st["Seccomp"], "2")
+        # PID 1 (execd) is confined too
+        st1 = proc_status(self.sh(self.a, "cat /proc/1/status"))
+        self.assertFalse(int(st1["CapEff"], 16) & (1 << CAP_SYS_ADMIN))
+        self.assertEqual(st1["Seccomp"], "2")
+
+    def test_two_sandboxes_files(self):
+        tok = secrets.token_hex(4)
+        self.run_ok(self.a, "mkdir -p /work-%s && echo mine > /work-%s/f" % (tok, tok))
+        self.assertEqual(self.client.run(self.b, "cat /work-%s/f" % tok).exit_code, 1)
+        # neither can reach the other's root through /proc
+        pid1_a = self.corrald.pid1(self.a)
+        res = self.client.run(self.b, "ls /proc/%d/root/work-%s" % (pid1_a, tok))
+        self.assertNotEqual(res.exit_code, 0, res)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,515 @@
+#!/usr/bin/env python3
+"""Lifecycle API against a real corrald: create/get/list/filter/paginate/delete, renew, metadata
+PATCH, pause/resume, endpoints, request ids, keep-alive, TTL reaping, health, API-key mode."""
+
+import http.client
+import os
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.parse
+from datetime import datetime, timedelta, timezone
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (HEX32_RE, UUID_RE, Corrald, CorralTestCase, binary, controller_dir,  # noqa: E402
+                     free_port, main, parse_time, rfc3339, safe_rmtree)
+
+
+def now():
+    return datetime.now(timezone.utc)
+
+
+class Lifecycle(CorralTestCase):
+
+    def tag(self):
+        return "t" + secrets.token_hex(6)
+
+    # --- create / get -------------------------------------------------------------------------
+
+    def test_create_response(self):
+        before = now()
+        r = self.client.create_sandbox_raw(timeout=600, metadata={"team": "infra"})
+        after = now()
+        if r.status == 202:
+            self.addCleanup(self._cleanup_sandbox, r.json()["id"])
+        self.assertEqual(r.status, 202, r)
+        j = r.json()
+        self.assertRegex(j["id"], UUID_RE)
+        self.assertEqual(j["status"]["state"], "Running", j)
+        self.assertNotIn("image", j, "CreateSandboxResponse never includes image")
+        created = parse_time(j["createdAt"])
+        expires = parse_time(j["expiresAt"])
+        self.assertLessEqual(abs((expires - created).total_seconds() - 600), 1.0, j)
+        self.assertGreaterEqual(created, before - timedelta(seconds=2), j)
+        self.assertLessEqual(created, after + timedelta(seconds=2), j)
+        self.assertEqual(j.get("metadata"), {"team": "infra"})
+        for k, v in j.items():
+            self.assertIsNotNone(v, "null fields are left out: %s" % k)
+
+    def test_get(self):
+        j = self.create(timeout=600, metadata={"k": "v"}, env={"FOO": "bar"})
+        sid = j["id"]
+        for prefix in ("/v1", ""):
+            r = self.client.get("%s/sandboxes/%s" % (prefix, sid))
+            self.assertEqual(r.status, 200, r)
+            g = r.json()
+            self.assertEqual(g["id"], sid)
+            self.assertEqual(g["status"]["state"], "Running")
+            self.assertEqual(g["entrypoint"], ["sleep", "infinity"])
+            self.assertEqual(g.get("metadata"), {"k": "v"})
+            self.assertEqual(parse_time(g["createdAt"]), parse_time(j["createdAt"]))
+            self.assertEqual(parse_time(g["expiresAt"]), parse_time(j["expiresAt"]))
+            if "image" in g:
+                self.assertEqual(g["image"].get("uri"), "host")
+        # env reached the sandbox (through PID 1's environment)
+        self.assertEqual(self.sh(sid, "printf %s \"$FOO\""), "bar")
+        r = self.client.get_sandbox("00000000-0000-4000-8000-000000000000")
+        self.assertEqual(r.status, 404, r)
+        self.assertIn("code", r.json())
+        self.assertIn("message", r.json())
+
+    def test_no_timeout_means_no_expiry(self):
+        j = self.create()
+        self.assertNotIn("expiresAt", j)
+        g = self.client.get_sandbox(j["id"]).json()
+        self.assertNotIn("expiresAt", g)
+
+    # --- list --------------------------------------------------------------------------------
+
+    def ids_of(self, r):
+        self.assertEqual(r.status, 200, r)
+        return [it["id"] for it in r.json()["items"]]
+
+    def test_list_state_filter(self):
+        tag = self.tag()
+        a = self.create(metadata={"tag": tag})["id"]
+        b = self.create(metadata={"tag": tag})["id"]
+        r = self.client.post("/v1/sandboxes/%s/pause" % b)
+        self.assertEqual(r.status, 202, r)
+        self.addCleanup(self.client.post, "/v1/sandboxes/%s/resume" % b)
+        self.wait_until(lambda: self.client.get_sandbox(b).json()["status"]["state"] == "Paused",
+                        msg="Paused")
+        md = {"tag": tag}
+        self.assertEqual(set(self.ids_of(self.client.list_sandboxes(state="Running", metadata=md))), {a})
+        self.assertEqual(set(self.ids_of(self.client.list_sandboxes(state="Paused", metadata=md))), {b})
+        self.assertEqual(set(self.ids_of(self.client.list_sandboxes(state=["Running", "Paused"],
+                                                                   metadata=md))), {a, b})
+        self.assertEqual(self.ids_of(self.client.list_sandboxes(state="Failed", metadata=md)), [])
+        self.assertEqual(set(self.ids_of(self.client.list_sandboxes(metadata=md))), {a, b})
+        # unfiltered list contains both, each item a full Sandbox
+        items = self.client.list_sandboxes(page_size=200).json()["items"]
+        byid = {it["id"]: it for it in items}
+        self.assertIn(a, byid)
+        self.assertEqual(byid[a]["status"]["state"], "Running")
+        self.assertEqual(byid[b]["status"]["state"], "Paused")
+        self.assertEqual(byid[a]["metadata"], {"tag": tag})
+
+    def test_metadata_filter(self):
+        tag = self.tag()
+        a = self.create(metadata={"tag": tag, "team": "infra", "project": "alpha"})["id"]
+        b = self.create(metadata={"tag": tag, "team": "infra", "project": "beta"})["id"]
+        c = self.create(metadata={"tag": tag, "team": "ml", "project": "alpha"})["id"]
+        L = self.client.list_sandboxes
+        self.assertEqual(set(self.ids_of(L(metadata={"tag": tag}))), {a, b, c})
+        self.assertEqual(set(self.ids_of(L(metadata={"tag": tag, "team": "infra"}))), {a, b})
+        self.assertEqual(set(self.ids_of(L(metadata={"tag": tag, "project": "alpha"}))), {a, c})
+        self.assertEqual(set(self.ids_of(L(metadata={"tag": tag, "team": "infra", "project": "alpha"}))),
+                         {a})
+        self.assertEqual(self.ids_of(L(metadata={"tag": tag, "team": "nobody"})), [])
+        self.assertEqual(self.ids_of(L(metadata={"tag": tag, "missing": "x"})), [])
+        # the raw wire form: one parameter whose value is an url-encoded query string
+        q = urllib.parse.quote("tag=%s&team=ml" % tag, safe="")
+        self.assertEqual(set(self.ids_of(self.client.get("/v1/sandboxes?metadata=" + q))), {c})
+        # state and metadata combine with AND
+        self.assertEqual(set(self.ids_of(L(state="Running", metadata={"tag": tag, "team": "ml"}))), {c})
+        self.assertEqual(self.ids_of(L(state="Paused", metadata={"tag": tag})), [])
+
+    def test_pagination(self):
+        tag = self.tag()
+        made = [self.create(metadata={"tag": tag})["id"] for _ in range(5)]
+        md = {"tag": tag}
+        seen = []
+        pages = {}
+        for page in (1, 2, 3, 4):
+            r = self.client.list_sandboxes(metadata=md, page=page, page_size=2)
+            self.assertEqual(r.status, 200, r)
+            j = r.json()
+            pages[page] = j
+            p = j["pagination"]
+            self.assertEqual(p["page"], page)
+            self.assertEqual(p["pageSize"], 2)
+            self.assertEqual(p["totalItems"], 5)
+            self.assertEqual(p["totalPages"], 3)
+            self.assertEqual(p["hasNextPage"], page < 3, p)
+            self.assertEqual(len(j["items"]), {1: 2, 2: 2, 3: 1, 4: 0}[page], j)
+            seen += [it["id"] for it in j["items"]]
+        self.assertEqual(len(seen), 5, "no duplicates across pages")
+        self.assertEqual(set(seen), set(made))
+        # createdAt descending across the pages
+        times = [parse_time(it["createdAt"]) for pg in (1, 2, 3) for it in pages[pg]["items"]]
+        self.assertEqual(times, sorted(times, reverse=True))
+        # defaults
+        j = self.client.list_sandboxes(metadata=md).json()
+        self.assertEqual(j["pagination"]["page"], 1)
+        self.assertEqual(j["pagination"]["pageSize"], 20)
+        self.assertEqual(len(j["items"]), 5)
+        self.assertFalse(j["pagination"]["hasNextPage"])
+        # bounds
+        for ps, want in ((1, 200), (200, 200), (0, 422), (201, 422)):
+            r = self.client.list_sandboxes(metadata=md, page_size=ps)
+            self.assertEqual(r.status, want, "pageSize=%d -> %r" % (ps, r))
+        for pg, want in ((0, 422), (-1, 422)):
+            r = self.client.list_sandboxes(metadata=md, page=pg)
+            self.assertEqual(r.status, want, "page=%d -> %r" % (pg, r))
+        # empty result
+        j = self.client.list_sandboxes(metadata={"tag": "none-" + tag}).json()
+        self.assertEqual(j["items"], [])
+        self.assertEqual(j["pagination"]["totalItems"], 0)
+        self.assertEqual(j["pagination"]["totalPages"], 0)
+        self.assertFalse(j["pagination"]["hasNextPage"])
+
+    # --- delete ------------------------------------------------------------------------------
+
+    def test_delete(self):
+        sid = self.create()["id"]
+        self.assertTrue(self.corrald.sandbox_cgroups(sid), "the sandbox has cgroups while alive")
+        r = self.client.delete_sandbox(sid)
+        self.assertEqual(r.status, 204, r)
+        self.assertEqual(r.body, b"")
+        self.assertEqual(self.client.get_sandbox(sid).status, 404)
+        r = self.client.delete_sandbox(sid)
+        self.assertEqual(r.status, 404, r)
+        self.wait_gone(sid)
+        self.assertNotIn(sid, self.client.all_sandbox_ids())
+        r = self.client.delete("/sandboxes/00000000-0000-4000-8000-000000000000")
+        self.assertEqual(r.status, 404, r)
+        r = self.client.delete("/v1/sandboxes/not-a-uuid")
+        self.assertEqual(r.status, 404, r)
+
+    # --- renew -------------------------------------------------------------------------------
+
+    def test_renew_expiration(self):
+        j = self.create(timeout=600)
+        sid = j["id"]
+        target = now() + timedelta(seconds=1800)
+        r = self.client.post("/v1/sandboxes/%s/renew-expiration" % sid, {"expiresAt": rfc3339(target.timestamp())})
+        self.assertEqual(r.status, 200, r)
+        got = parse_time(r.json()["expiresAt"])
+        self.assertLess(abs((got - target).total_seconds()), 1.0, r.json())
+        g = self.client.get_sandbox(sid).json()
+        self.assertLess(abs((parse_time(g["expiresAt"]) - target).total_seconds()), 1.0, g)
+        # past -> 400
+        past = now() - timedelta(seconds=60)
+        r = self.client.post("/v1/sandboxes/%s/renew-expiration" % sid, {"expiresAt": rfc3339(past.timestamp())})
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("code", r.json())
+        # the failed renew changed nothing
+        g = self.client.get_sandbox(sid).json()
+        self.assertLess(abs((parse_time(g["expiresAt"]) - target).total_seconds()), 1.0, g)
+        # unknown sandbox
+        r = self.client.post("/v1/sandboxes/00000000-0000-4000-8000-000000000000/renew-expiration",
+                             {"expiresAt": rfc3339(target.timestamp())})
+        self.assertEqual(r.status, 404, r)
+
+    def test_renew_without_ttl_is_409(self):
+        sid = self.create()["id"]
+        target = now() + timedelta(seconds=600)
+        r = self.client.post("/v1/sandboxes/%s/renew-expiration" % sid, {"expiresAt": rfc3339(target.timestamp())})
+        self.assertEqual(r.status, 409, r)
+        self.assertIn("code", r.json())
+
+    # --- metadata patch ----------------------------------------------------------------------
+
+    def test_patch_metadata(self):
+        sid = self.create(metadata={"a": "1", "b": "2"})["id"]
+        r = self.client.patch("/v1/sandboxes/%s/metadata" % sid, {"b": None, "c": "3"})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["id"], sid)
+        self.assertEqual(r.json()["metadata"], {"a": "1", "c": "3"})
+        self.assertEqual(self.client.get_sandbox(sid).json()["metadata"], {"a": "1", "c": "3"})
+        r = self.client.patch("/v1/sandboxes/%s/metadata" % sid, {})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["metadata"], {"a": "1", "c": "3"})
+        r = self.client.patch("/v1/sandboxes/%s/metadata" % sid, {"a": "9"})
+        self.assertEqual(r.json()["metadata"], {"a": "9", "c": "3"})
+        # list filters see the patched metadata
+        ids = [it["id"] for it in self.client.list_sandboxes(metadata={"a": "9", "c": "3"}).json()["items"]]
+        self.assertIn(sid, ids)
+        r = self.client.patch("/v1/sandboxes/00000000-0000-4000-8000-000000000000/metadata", {"a": "1"})
+        self.assertEqual(r.status, 404, r)
+
+    # --- pause / resume ----------------------------------------------------------------------
+
+    def test_pause_resume(self):
+        sid = self.create()["id"]
+        r = self.client.post("/v1/sandboxes/%s/pause" % sid)
+        self.assertEqual(r.status, 202, r)
+        resumed = [False]
+
+        def ensure_resumed():
+            if not resumed[0]:
+                self.client.post("/v1/sandboxes/%s/resume" % sid)
+        self.addCleanup(ensure_resumed)
+        self.wait_until(lambda: self.client.get_sandbox(sid).json()["status"]["state"] == "Paused",
+                        msg="state Paused")
+        fz = self.corrald.cgroup_file("freezer", sid, "freezer.state")
+        if fz and os.path.exists(fz):
+            self.assertEqual(open(fz).read().strip(), "FROZEN")
+        r = self.client.post("/v1/sandboxes/%s/pause" % sid)
+        self.assertEqual(r.status, 409, "double pause: %r" % r)
+
+        # a command sent while paused waits and completes after resume
+        box = {}
+
+        def worker():
+            c = self.corrald.client(timeout=60)
+            try:
+                box["res"] = c.run(sid, "echo resumed-ok", read_timeout=60)
+            except Exception as e:  # noqa: BLE001
+                box["exc"] = e
+            finally:
+                c.close()
+        t = threading.Thread(target=worker, daemon=True)
+        t.start()
+        time.sleep(1.5)
+        self.assertTrue(t.is_alive(), "a command on a paused sandbox must wait, got %r" % box)
+        r = self.client.post("/v1/sandboxes/%s/resume" % sid)
+        self.assertEqual(r.status, 202, r)
+        resumed[0] = True
+        t.join(20)
+        self.assertFalse(t.is_alive(), "command did not complete after resume")
+        self.assertNotIn("exc", box, box)
+        self.assertEqual(box["res"].exit_code, 0, box["res"])
+        self.assertEqual(box["res"].stdout_lines, ["resumed-ok"])
+        self.assertEqual(self.client.get_sandbox(sid).json()["status"]["state"], "Running")
+        if fz and os.path.exists(fz):
+            self.assertEqual(open(fz).read().strip(), "THAWED")
+        r = self.client.post("/v1/sandboxes/%s/resume" % sid)
+        self.assertEqual(r.status, 409, "resume of a running sandbox: %r" % r)
+        self.assertEqual(self.sh(sid, "echo again"), "again")
+        r = self.client.post("/v1/sandboxes/00000000-0000-4000-8000-000000000000/pause")
+        self.assertEqual(r.status, 404, r)
+
+    # --- endpoints ---------------------------------------------------------------------------
+
+    def test_endpoints(self):
+        sid = self.create()["id"]
+        for port in (44772, 18080):
+            for usp in ("true", "false"):
+                r = self.client.get("/v1/sandboxes/%s/endpoints/%d?use_server_proxy=%s" % (sid, port, usp))
+                self.assertEqual(r.status, 200, "port %d proxy %s: %r" % (port, usp, r))
+                ep = r.json()["endpoint"]
+                self.assertNotIn("://", ep)
+                self.assertTrue(ep.endswith("/sandboxes/%s/proxy/%d" % (sid, port)), ep)
+                self.assertFalse("/v1/" in ep, ep)
+                if "headers" in r.json():
+                    self.assertIsInstance(r.json()["headers"], dict)
+        # default (no query) answers too
+        r = self.client.get("/v1/sandboxes/%s/endpoints/44772" % sid)
+        self.assertEqual(r.status, 200, r)
+        # the endpoint is usable as is: http://<endpoint>/ping reaches execd
+        ep = self.client.get("/v1/sandboxes/%s/endpoints/44772?use_server_proxy=true" % sid).json()["endpoint"]
+        hostport, _, path = ep.partition("/")
+        host, _, port = hostport.rpartition(":")
+        c = http.client.HTTPConnection(host, int(port), timeout=10)
+        c.request("GET", "/" + path + "/ping")
+        resp = c.getresponse()
+        resp.read()
+        c.close()
+        self.assertEqual(resp.status, 200)
+        r = self.client.get("/v1/sandboxes/00000000-0000-4000-8000-000000000000/endpoints/44772")
+        self.assertEqual(r.status, 404, r)
+
+    # --- request ids, keep-alive, health -----------------------------------------------------
+
+    def test_request_id(self):
+        sid = self.create()["id"]
+        cases = [("GET", "/health", None, 200),
+                 ("GET", "/v1/sandboxes/%s" % sid, None, 200),
+                 ("GET", "/v1/sandboxes/00000000-0000-4000-8000-000000000000", None, 404),
+                 ("POST", "/v1/sandboxes", {"image": {"uri": "host"}}, 422)]
+        for method, path, body, want in cases:
+            rid = "req-" + secrets.token_hex(8)
+            r = self.client.request(method, path, body=body, headers={"X-Request-ID": rid})
+            self.assertEqual(r.status, want, "%s %s: %r" % (method, path, r))
+            self.assertEqual(r.header("X-Request-ID"), rid, "%s %s echoes X-Request-ID" % (method, path))
+            r1 = self.client.request(method, path, body=body)
+            r2 = self.client.request(method, path, body=body)
+            g1, g2 = r1.header("X-Request-ID"), r2.header("X-Request-ID")
+            self.assertTrue(g1 and g2, "%s %s: generated X-Request-ID" % (method, path))
+            self.assertRegex(g1, HEX32_RE)
+            self.assertNotEqual(g1, g2)
+
+    def test_keep_alive_header(self):
+        c = self.corrald.client()
+        self.addCleanup(c.close)
+        sid = self.create(client=c)["id"]
+        responses = [c.get("/health"), c.get_sandbox(sid), c.list_sandboxes(),
+                     c.get_sandbox("00000000-0000-4000-8000-000000000000"),
+                     c.post("/v1/sandboxes", {"image": {"uri": "host"}}),
+                     c.get("/no/such/route")]
+        for r in responses:
+            ka = r.header("Keep-Alive")
+            self.assertIsNotNone(ka, "Keep-Alive header on %r" % r)
+            m = re.search(r"timeout=(\d+)", ka)
+            self.assertTrue(m, ka)
+            self.assertGreater(int(m.group(1)), 0)
+            self.assertNotEqual((r.header("Connection") or "").lower(), "close", r)
+        self.assertEqual(c.connects, 1, "all of those went over one connection")
+
+    def test_health(self):
+        r = self.client.get("/health")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.json(), {"status": "healthy"})
+
+    # --- TTL ---------------------------------------------------------------------------------
+
+    def test_ttl_reaping(self):
+        j = self.create(timeout=2)
+        sid = j["id"]
+        self.assertEqual((parse_time(j["expiresAt"]) - parse_time(j["createdAt"])).total_seconds(), 2.0)
+        self.assertEqual(self.client.get_sandbox(sid).status, 200)
+        self.assertTrue(self.corrald.sandbox_cgroups(sid))
+        self.assertEqual(self.sh(sid, "echo alive"), "alive")
+        t0 = time.monotonic()
+        self.wait_gone(sid, timeout=20)
+        self.assertGreater(time.monotonic() - t0, 0.3, "not reaped before its expiry")
+        r = self.client.post("/sandboxes/%s/proxy/44772/command" % sid, {"command": "true"})
+        self.assertEqual(r.status, 404, r)
+
+    def test_renew_postpones_reaping(self):
+        j = self.create(timeout=3)
+        sid = j["id"]
+        target = now() + timedelta(seconds=120)
+        r = self.client.post("/v1/sandboxes/%s/renew-expiration" % sid, {"expiresAt": rfc3339(target.timestamp())})
+        self.assertEqual(r.status, 200, r)
+        time.sleep(4.5)
+        g = self.client.get_sandbox(sid)
+        self.assertEqual(g.status, 200, "renewed sandbox reaped at its old expiry")
+        self.assertEqual(self.sh(sid, "echo still-here"), "still-here")
+
+
+class ApiKey(CorralTestCase):
+    corrald_kwargs = {"api_key": "k-" + secrets.token_hex(8)}
+
+    def test_missing_and_invalid_key(self):
+        nokey = self.corrald.client(api_key=None)
+        bad = self.corrald.client(api_key="wrong")
+        self.addCleanup(nokey.close)
+        self.addCleanup(bad.close)
+        for path in ("/v1/sandboxes", "/sandboxes", "/v1/sandboxes/00000000-0000-4000-8000-000000000000"):
+            r = nokey.get(path, headers={"X-Request-ID": "rid-1"})
+            self.assertEqual(r.status, 401, r)
+            self.assertEqual(r.json()["code"], "MISSING_API_KEY")
+            self.assertEqual(r.header("X-Request-ID"), "rid-1")
+            r = nokey.get(path)
+            self.assertTrue(r.header("X-Request-ID"))
+            r = bad.get(path, headers={"X-Request-ID": "rid-2"})
+            self.assertEqual(r.status, 401, r)
+            self.assertEqual(r.json()["code"], "INVALID_API_KEY")
+            self.assertEqual(r.header("X-Request-ID"), "rid-2")
+        r = nokey.post("/v1/sandboxes", {"image": {"uri": "host"}, "entrypoint": ["true"],
+                                          "resourceLimits": {"cpu": "1", "memory": "64Mi"}})
+        self.assertEqual(r.status, 401, r)
+        r = self.client.list_sandboxes()
+        self.assertEqual(r.status, 200, r)
+
+    def test_exempt_routes(self):
+        nokey = self.corrald.client(api_key=None)
+        self.addCleanup(nokey.close)
+        r = nokey.get("/health")
+        self.assertEqual(r.status, 200, r)
+        sid = self.create()["id"]
+        r = nokey.get("/sandboxes/%s/proxy/44772/ping" % sid)
+        self.assertEqual(r.status, 200, r)
+        res = nokey.run(sid, "echo via-proxy")
+        self.assertEqual(res.stdout_lines, ["via-proxy"])
+        r = nokey.get("/v1/sandboxes/%s/proxy/44772/ping" % sid)
+        self.assertEqual(r.status, 200, r)
+        # ".." in the proxy path is not exempt
+        r = nokey.get("/sandboxes/%s/proxy/44772/../../../v1/sandboxes" % sid)
+        self.assertNotEqual(r.status, 200, r)
+
+
+class ListenPolicy(unittest.TestCase):
+
+    def _run(self, args, env_key=None, timeout=10):
+        tmp = tempfile.mkdtemp(prefix="corral-test-listen-")
+        self.addCleanup(safe_rmtree, tmp)
+        cg = "corral-test-%s" % secrets.token_hex(4)
+        self.addCleanup(self._rm_cgroups, cg)
+        port = free_port()
+        env = dict(os.environ)
+        env.pop("CORRAL_API_KEY", None)
+        if env_key:
+            env["CORRAL_API_KEY"] = env_key
+        argv = [binary("corrald"), "--listen", "0.0.0.0:%d" % port, "--state-dir", tmp,
+                "--cgroup-name", cg] + args
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                             stdin=subprocess.DEVNULL)
+        return p, port
+
+    def _rm_cgroups(self, cg):
+        from harness import suite_cgroup_dirs
+        for d in suite_cgroup_dirs(cg):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+
+    def _healthy(self, port, p, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and p.poll() is None:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                c.request("GET", "/health")
+                st = c.getresponse().status
+                c.close()
+                if st == 200:
+                    return True
+            except OSError:
+                pass
+            time.sleep(0.05)
+        return False
+
+    def _stop(self, p):
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return p.stdout.read().decode("utf-8", "replace")
+
+    def test_refuses_non_loopback_without_key(self):
+        p, port = self._run([])
+        try:
+            rc = p.wait(10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        out = self._stop(p)
+        self.assertIsNotNone(rc, "corrald kept running on 0.0.0.0 without an API key")
+        self.assertNotEqual(rc, 0)
+        self.assertRegex(out.lower(), r"api.?key|loopback", "the refusal says why: %r" % out)
+
+    def test_non_loopback_with_key_starts(self):
+        p, port = self._run(["--api-key", "secret-" + secrets.token_hex(4)])
+        ok = self._healthy(port, p)
+        out = self._stop(p)
+        self.assertTrue(ok, "corrald with --api-key on 0.0.0.0 did not come up: %s" % out)
+
+    def test_non_loopback_with_env_key_starts(self):
+        p, port = self._run([], env_key="secret-" + secrets.token_hex(4))
+        ok = self._healthy(port, p)
+        out = self._stop(p)
+        self.assertTrue(ok, "corrald with CORRAL_API_KEY on 0.0.0.0 did not come up: %s" % out)
+
+
+if __name__ == "__main__":
+    main()

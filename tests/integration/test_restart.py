@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""corrald restarts: kill -9 with sandboxes and commands running, restart on the same state dir;
+everything is re-adopted, commands finish and stay readable, TTLs are re-armed, a sandbox that died
+while corrald was down is reported Failed with a reason. Also a clean SIGTERM restart."""
+
+import os
+import secrets
+import signal
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import CommandStream, CorralTestCase, main, parse_time  # noqa: E402
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+class Restart(CorralTestCase):
+
+    def state(self, sid):
+        r = self.client.get_sandbox(sid)
+        self.assertEqual(r.status, 200, "%s after restart: %r" % (sid, r))
+        return r.json()["status"]
+
+    def test_kill9_and_restart(self):
+        tok = secrets.token_hex(4)
+        a = self.create(metadata={"role": "bg"})["id"]
+        b = self.create(metadata={"role": "fg"})["id"]
+        c = self.create(timeout=12, metadata={"role": "ttl"})
+        cid, c_expires = c["id"], parse_time(c["expiresAt"])
+        d = self.create(metadata={"role": "dies"})["id"]
+        created_at = {s: self.client.get_sandbox(s).json()["createdAt"] for s in (a, b, cid, d)}
+
+        bg = self.client.run(a, "sleep 3; echo done", background=True)
+        self.assertTrue(bg.complete, bg)
+        bg_id = bg.init_id
+        fg_marker = "/tmp/fg-%s" % tok
+        fg = CommandStream("127.0.0.1", self.corrald.port, b,
+                           "sleep 3; echo fg-done > %s; echo fg-done" % fg_marker)
+        self.addCleanup(fg.abort)
+        init = fg.wait_for("init")
+        self.assertIsNotNone(init, fg.result)
+        fg_id = init["text"]
+        d_pid = self.corrald.pid1(d)
+        a_pid = self.corrald.pid1(a)
+        self.assertTrue(alive(d_pid))
+
+        # crash
+        self.client.close()
+        self.corrald.kill9()
+        t_crash = time.monotonic()
+        fg.abort()
+        self.assertTrue(alive(a_pid), "sandboxes outlive corrald")
+        # a sandbox dies while corrald is down
+        os.kill(d_pid, signal.SIGKILL)
+        self.wait_until(lambda: not alive(d_pid) or open("/proc/%d/stat" % d_pid).read().split()[2] == "Z",
+                        5, msg="PID 1 of d to die")
+        self.corrald.start()
+
+        # every sandbox is still listed; the live ones Running, the dead one Failed with a reason
+        ids = self.client.all_sandbox_ids()
+        for s in (a, b, d):
+            self.assertIn(s, ids)
+        if time.monotonic() - t_crash < 8:
+            self.assertIn(cid, ids, "the TTL sandbox is re-adopted until its expiry")
+        self.assertEqual(self.state(a)["state"], "Running")
+        self.assertEqual(self.state(b)["state"], "Running")
+        for s in (a, b, d):
+            self.assertEqual(self.client.get_sandbox(s).json()["createdAt"], created_at[s])
+        md = [it["id"] for it in self.client.list_sandboxes(metadata={"role": "bg"}).json()["items"]]
+        self.assertIn(a, md, "metadata survives the restart")
+        st = self.wait_until(lambda: self.state(d)["state"] == "Failed" and self.state(d), 10,
+                             msg="the dead sandbox reported Failed")
+        self.assertTrue(st.get("reason"), "Failed comes with a reason: %r" % st)
+        # calls on the dead sandbox get a clear error, not a hang or a 200
+        r = self.client.post("/sandboxes/%s/proxy/44772/command" % d, {"command": "true"})
+        self.assertIn(r.status, (409, 410), "proxy to an ended sandbox: %r" % r)
+
+        # the commands finish; status and output are readable
+        st = self.client.wait_command(a, bg_id, timeout=15)
+        self.assertEqual(st.get("exit_code"), 0, st)
+        r = self.client.command_logs(a, bg_id, 0)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.text, "done\n")
+        st = self.client.wait_command(b, fg_id, timeout=15)
+        self.assertEqual(st.get("exit_code"), 0, st)
+        self.assertEqual(self.sh(b, "cat %s" % fg_marker), "fg-done")
+
+        # new commands run
+        self.assertEqual(self.sh(a, "echo new-a"), "new-a")
+        self.assertEqual(self.sh(b, "echo new-b"), "new-b")
+
+        # the TTL timer was re-armed: c disappears after its expiry
+        remaining = (c_expires.timestamp() - time.time())
+        self.wait_gone(cid, timeout=max(0, remaining) + 15)
+        self.assertGreaterEqual(time.time(), c_expires.timestamp() - 0.5, "reaped before expiry")
+
+        # the dead one can be deleted and is cleaned up
+        r = self.client.delete_sandbox(d)
+        self.assertEqual(r.status, 204, r)
+        self.wait_gone(d)
+
+    def test_expired_while_down_is_reaped(self):
+        j = self.create(timeout=2)
+        sid = j["id"]
+        self.client.close()
+        self.corrald.kill9()
+        time.sleep(3)
+        self.corrald.start()
+        self.wait_gone(sid, timeout=15)
+
+    def test_sigterm_restart_keeps_sandboxes(self):
+        sid = self.create()["id"]
+        bg = self.client.run(sid, "sleep 2; echo later", background=True)
+        pid = self.corrald.pid1(sid)
+        self.client.close()
+        rc = self.corrald.stop()
+        self.assertIn(rc, (0, -signal.SIGTERM), "clean exit on SIGTERM")
+        self.assertTrue(alive(pid), "sandboxes survive a clean stop")
+        self.corrald.start()
+        self.assertEqual(self.state(sid)["state"], "Running")
+        st = self.client.wait_command(sid, bg.init_id, timeout=15)
+        self.assertEqual(st.get("exit_code"), 0, st)
+        self.assertEqual(self.client.command_logs(sid, bg.init_id, 0).text, "later\n")
+        self.assertEqual(self.sh(sid, "echo ok"), "ok")
+
+    def test_delete_while_down_then_restart(self):
+        """A sandbox deleted just before a crash is torn down after the restart, not resurrected."""
+        sid = self.create()["id"]
+        r = self.client.delete_sandbox(sid)
+        self.assertEqual(r.status, 204)
+        self.client.close()
+        self.corrald.kill9()
+        self.corrald.start()
+        self.wait_gone(sid, timeout=20)
+
+
+if __name__ == "__main__":
+    main()
