@@ -1,0 +1,143 @@
+/* Cgroup manager detection and the file helpers both managers use. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/cgroup.h"
+#include "shared/fsutil.h"
+#include "shared/macro.h"
+#include "shared/timeutil.h"
+
+const char *cgroup_root(void)
+{
+	const char *r = getenv("CORRAL_CGROUP_ROOT");
+	return r && *r ? r : "/sys/fs/cgroup";
+}
+
+const struct cgroup_ops *cgroup_detect(void)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/cgroup.controllers", cgroup_root());
+	if (access(path, F_OK) == 0)
+		return &cgroup_v2_ops;
+	snprintf(path, sizeof(path), "%s/memory", cgroup_root());
+	if (access(path, F_OK) == 0)
+		return &cgroup_v1_ops;
+	snprintf(path, sizeof(path), "%s/pids", cgroup_root());
+	if (access(path, F_OK) == 0)
+		return &cgroup_v1_ops;
+	return NULL;
+}
+
+int cgroup_read_u64(const char *path, uint64_t *ret)
+{
+	char buf[64];
+	int r = fs_read_small(path, buf, sizeof(buf));
+	if (r < 0)
+		return r;
+	if (strcmp(buf, "max") == 0) {
+		*ret = UINT64_MAX;
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(buf, &end, 10);
+	if (errno || end == buf)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+int cgroup_read_keyed(const char *path, const char *key, uint64_t *ret)
+{
+	char buf[4096];
+	int r = fs_read_small(path, buf, sizeof(buf));
+	if (r < 0)
+		return r;
+	size_t klen = strlen(key);
+	for (char *line = buf; line && *line;) {
+		char *nl = strchr(line, '\n');
+		if (strncmp(line, key, klen) == 0 && line[klen] == ' ') {
+			*ret = strtoull(line + klen + 1, NULL, 10);
+			return 0;
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	return -ENOENT;
+}
+
+int cgroup_write_u64(const char *path, uint64_t v)
+{
+	char buf[32];
+	snprintf(buf, sizeof(buf), "%" PRIu64, v);
+	return fs_write_string(path, buf);
+}
+
+uint64_t cgroup_cpu_shares(uint64_t millis)
+{
+	uint64_t s = millis * 1024 / 1000;
+	return MIN(MAX(s, 2), 262144);
+}
+
+uint64_t cgroup_cpu_weight(uint64_t shares)
+{
+	shares = MIN(MAX(shares, 2), 262144);
+	return 1 + ((shares - 2) * 9999) / 262142;
+}
+
+int cgroup_kill_procs(const char *procs_path, unsigned *ret_n)
+{
+	_cleanup_free_ char *buf = NULL;
+	*ret_n = 0;
+	int r = fs_read_file(procs_path, 1 << 22, &buf, NULL);
+	if (r < 0)
+		return r;
+	unsigned n = 0;
+	for (char *p = buf; *p;) {
+		char *end;
+		long pid = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		if (pid > 0) {
+			n++;
+			kill((pid_t)pid, SIGKILL);
+		}
+		p = end;
+		while (*p == '\n')
+			p++;
+	}
+	*ret_n = n;
+	return 0;
+}
+
+int cgroup_wait_empty(const struct cgroup_ops *ops, const char *parent, const char *id,
+		      int timeout_ms, struct error *err)
+{
+	int64_t deadline = time_mono_ms() + timeout_ms;
+	for (;;) {
+		bool empty = false;
+		int r = ops->kill(parent, id, &empty, err);
+		if (r < 0)
+			return r;
+		if (empty) {
+			r = ops->is_empty(parent, id, &empty, err);
+			if (r < 0)
+				return r;
+			if (empty)
+				return 0;
+		}
+		if (time_mono_ms() >= deadline)
+			return error_set(err, ETIMEDOUT,
+					 "processes of cgroup %s/%s still alive after %d ms", parent,
+					 id, timeout_ms);
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+}

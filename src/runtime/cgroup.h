@@ -1,0 +1,77 @@
+/*
+ * Cgroup managers: one per cgroup version, each a small table of function pointers, chosen at run
+ * time by cgroup_detect(). Every sandbox gets the cgroup <parent>/<id> (parent = cfg->cgroup_name,
+ * default "corral") in each hierarchy the manager uses:
+ *
+ *   v2:  <root>/<parent>/<id>                 (one unified hierarchy)
+ *   v1:  <root>/<ctrl>/<parent>/<id>          for ctrl in cpu, cpuacct, memory, pids, freezer
+ *                                             (co-mounted hierarchies such as "cpu,cpuacct" work)
+ *
+ * <root> is /sys/fs/cgroup, or $CORRAL_CGROUP_ROOT when set (unit tests point it at a fake tree).
+ * The root holds "cgroup.controllers" exactly when it is a cgroup2 mount: that is the detection rule
+ * (a hybrid host's /sys/fs/cgroup is a tmpfs of v1 mounts and is managed as v1).
+ *
+ * Every operation but create() and remove() is quick and never waits: it may run on corrald's event
+ * loop.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "runtime/runtime.h"
+#include "shared/error.h"
+
+#define CGROUP_DEFAULT_PARENT "corral"
+#define CGROUP_CPU_PERIOD_US 100000
+
+struct cgroup_ops {
+	const char *name; /* "v1" or "v2" */
+	/* Make <parent>/<id> (enabling controllers on the way on v2) and apply the spec's limits. An
+	 * existing cgroup of that name is reused and its limits rewritten. */
+	int (*create)(const char *parent, const char *id, const struct sandbox_spec *spec,
+		      struct error *err);
+	/* Move pid (0 = the calling process) into the sandbox's cgroup(s). */
+	int (*enter)(const char *parent, const char *id, pid_t pid, struct error *err);
+	int (*freeze)(const char *parent, const char *id, bool frozen, struct error *err);
+	/* One non-blocking pass that SIGKILLs every process in the cgroup (v2 cgroup.kill; v1 freeze,
+	 * kill each pid, thaw). Sets *ret_empty when no process was left to kill. A missing cgroup is
+	 * success and empty. */
+	int (*kill)(const char *parent, const char *id, bool *ret_empty, struct error *err);
+	/* True when no process is left in the cgroup (or it does not exist). */
+	int (*is_empty)(const char *parent, const char *id, bool *ret_empty, struct error *err);
+	/* rmdir every cgroup of the sandbox. Missing is success; a busy cgroup is -EBUSY. */
+	int (*remove)(const char *parent, const char *id, struct error *err);
+	/* Fill the cgroup part of a probe (everything but alive). */
+	int (*probe)(const char *parent, const char *id, struct sandbox_probe *ret,
+		     struct error *err);
+	/*
+	 * Called inside the sandbox (new mount and cgroup namespaces, before pivot_root): mount the
+	 * cgroup hierarchies read-only at target (the sandbox's /sys/fs/cgroup), so the sandbox sees its
+	 * own cgroup as the root. Async-signal-safe apart from what cgroup_prepare_child() prepared.
+	 */
+	int (*mount_ns)(const char *target, struct error *err);
+};
+
+extern const struct cgroup_ops cgroup_v1_ops;
+extern const struct cgroup_ops cgroup_v2_ops;
+
+/* The manager for this host (or for the tree at $CORRAL_CGROUP_ROOT); NULL when neither fits. */
+const struct cgroup_ops *cgroup_detect(void);
+/* /sys/fs/cgroup or $CORRAL_CGROUP_ROOT. */
+const char *cgroup_root(void);
+
+/* Helpers shared by the two managers (cgroup.c). */
+int cgroup_read_u64(const char *path, uint64_t *ret);
+/* Find "key value" in a flat-keyed file (cpu.stat, memory.events, ...). -ENOENT if absent. */
+int cgroup_read_keyed(const char *path, const char *key, uint64_t *ret);
+int cgroup_write_u64(const char *path, uint64_t v);
+/* The cpu.shares value Kubernetes derives from a CPU request (2..262144). */
+uint64_t cgroup_cpu_shares(uint64_t millis);
+/* The cpu.weight runc maps shares onto (1..10000). */
+uint64_t cgroup_cpu_weight(uint64_t shares);
+/* SIGKILL every pid listed in a cgroup.procs file; *ret_n = how many were listed. */
+int cgroup_kill_procs(const char *procs_path, unsigned *ret_n);
+/* Wait (bounded by timeout_ms, sleeping 1 ms between looks) until the cgroup is empty. */
+int cgroup_wait_empty(const struct cgroup_ops *ops, const char *parent, const char *id,
+		      int timeout_ms, struct error *err);

@@ -1,0 +1,978 @@
+/*
+ * The native runtime: namespaces, cgroups and an overlay root on this host.
+ *
+ * create() runs in a corrald worker (or any single-threaded process):
+ *
+ *   caller ── makes dirs + cgroup, pipe(CLOEXEC) ── fork ─▶ intermediate
+ *                                                            joins the sandbox cgroup(s)
+ *                                                            unshare(mnt,pid,uts,ipc,net,cgroup)
+ *                                                            fork ─▶ PID 1 (sandbox setup, execve)
+ *                                                            reports PID 1's pid, _exit(0)
+ *
+ * The intermediate exits at once, so PID 1 is reparented to the host's init (or subreaper), never
+ * kept by corrald. PID 1 reports any setup failure on the sync pipe with a precise message; EOF
+ * with no message means execve succeeded (the pipe is close-on-exec).
+ *
+ * Every mount is made inside the sandbox's own mount namespace after "/" is made rprivate, so none
+ * propagates to the host and all vanish with the sandbox's last process. destroy() still checks
+ * /proc/self/mountinfo and lazily detaches anything found below the sandbox dir before removing.
+ *
+ * Host image (rootfs "/"): the overlay's lower layer is the host's root file system (only that one
+ * mount: /proc, /sys, /dev, /run, /tmp and other mounts of the host are not part of it). It holds
+ * private host data, so after pivot_root these paths are masked when they exist (directories by an
+ * empty read-only tmpfs, files by /dev/null):
+ *   the state dir (cfg->state_dir: every sandbox's upper dir and execd socket), /var/lib/corral,
+ *   /home, /work, /etc/shadow, /etc/gshadow, /etc/shadow-, /etc/gshadow-, /var/backups (shadow
+ *   backups), /var/mail, /var/spool/cron;
+ *   /root gets an empty *writable* tmpfs (mode 0700) instead, so HOME=/root stays usable.
+ * /tmp is a fresh tmpfs in every sandbox anyway.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/cgroup.h"
+#include "runtime/runtime.h"
+#include "shared/fsutil.h"
+#include "shared/macro.h"
+#include "shared/timeutil.h"
+
+#define NS_FLAGS (CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWCGROUP)
+#define CREATE_TIMEOUT_MS 30000
+#define DESTROY_TIMEOUT_MS 10000
+#define DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define DEFAULT_HOME "HOME=/root"
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static const struct cgroup_ops *cgroup_ops_cached(void)
+{
+	static const struct cgroup_ops *ops;
+	if (!ops)
+		ops = cgroup_detect();
+	return ops;
+}
+
+static const char *cgroup_parent(const struct runtime_config *cfg)
+{
+	return cfg->cgroup_name && *cfg->cgroup_name ? cfg->cgroup_name : CGROUP_DEFAULT_PARENT;
+}
+
+static int check_id(const char *id, struct error *err)
+{
+	size_t n = id ? strlen(id) : 0;
+	if (n == 0 || n >= UUID_STR_LEN || id[0] == '.')
+		return error_set(err, EINVAL, "invalid sandbox id '%s'", id ? id : "");
+	for (size_t i = 0; i < n; i++)
+		if (!(id[i] == '-' || id[i] == '_' || id[i] == '.' || (id[i] >= '0' && id[i] <= '9') ||
+		      (id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z')))
+			return error_set(err, EINVAL, "invalid sandbox id '%s'", id);
+	return 0;
+}
+
+static int check_config(const struct runtime_config *cfg, struct error *err)
+{
+	if (!cfg->state_dir || cfg->state_dir[0] != '/')
+		return error_set(err, EINVAL, "runtime state_dir must be an absolute path");
+	const char *p = cgroup_parent(cfg);
+	if (strstr(p, "..") || p[0] == '/')
+		return error_set(err, EINVAL, "invalid cgroup name '%s'", p);
+	return 0;
+}
+
+static int sb_path(char *buf, size_t len, const struct runtime_config *cfg, const char *id,
+		   const char *name)
+{
+	int n = snprintf(buf, len, "%s/sandboxes/%s%s%s", cfg->state_dir, id, name ? "/" : "",
+			 name ? name : "");
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* Fields 3 (state) and 22 (starttime) of /proc/PID/stat. */
+static int pid_stat(pid_t pid, char *ret_state, uint64_t *ret_start)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -ESRCH : -errno;
+	ssize_t n = RETRY_EINTR(read(fd, buf, sizeof(buf) - 1));
+	if (n <= 0)
+		return n < 0 ? -errno : -ESRCH;
+	buf[n] = '\0';
+	char *p = strrchr(buf, ')');
+	if (!p || p[1] != ' ')
+		return -EINVAL;
+	p += 2;
+	char state = *p;
+	/* p is at field 3; skip to field 22. */
+	for (int field = 3; field < 22; field++) {
+		p = strchr(p, ' ');
+		if (!p)
+			return -EINVAL;
+		p++;
+	}
+	if (ret_state)
+		*ret_state = state;
+	if (ret_start)
+		*ret_start = strtoull(p, NULL, 10);
+	return 0;
+}
+
+int runtime_pid_starttime(pid_t pid, uint64_t *ret)
+{
+	if (pid <= 0)
+		return -EINVAL;
+	return pid_stat(pid, NULL, ret);
+}
+
+/* ---- what the sandbox child needs, all prepared before fork ---------------------------------- */
+
+struct sync_msg {
+	int32_t kind; /* MSG_PID from the intermediate, MSG_ERROR from either */
+	int32_t code; /* negative errno */
+	int32_t pid;
+	char msg[ERROR_MSG_MAX];
+};
+enum { MSG_PID = 1, MSG_ERROR = 2 };
+
+struct child_ctx {
+	const struct runtime_config *cfg;
+	const struct sandbox_spec *spec;
+	const struct cgroup_ops *cg;
+	const char *parent;
+	int sync_fd;
+	int cap_last;
+	char rootfs[PATH_MAX];
+	char run[PATH_MAX];
+	char execd_mnt[PATH_MAX]; /* run/corral-execd: mount point of the execd binary */
+	char overlay_opts[3 * PATH_MAX + 128];
+	char hostname[65];
+	char hosts[512];
+	char resolv[2048];
+	char **argv;
+	char **envp;
+	struct sock_fprog seccomp;
+};
+
+static _noreturn_ void sync_fail(int fd, const struct error *e)
+{
+	struct sync_msg m = {.kind = MSG_ERROR, .code = e->code ? e->code : -EIO};
+	memcpy(m.msg, e->msg, sizeof(m.msg));
+	m.msg[sizeof(m.msg) - 1] = '\0';
+	ssize_t _unused_ w = write(fd, &m, sizeof(m));
+	_exit(127);
+}
+
+/* Path inside the sandbox root before pivot_root. */
+static const char *R(const struct child_ctx *c, const char *rel)
+{
+	static char bufs[4][PATH_MAX];
+	static int next;
+	char *b = bufs[next++ % 4];
+	snprintf(b, PATH_MAX, "%s%s", c->rootfs, rel);
+	return b;
+}
+
+static int do_mount(const char *src, const char *target, const char *type, unsigned long flags,
+		    const char *data, struct error *err)
+{
+	if (mount(src, target, type, flags, data) < 0)
+		return error_set_errno(err, errno, "mount %s on '%s'", type ? type : src, target);
+	return 0;
+}
+
+static int bind_ro(const char *src, const char *target, unsigned long extra, struct error *err)
+{
+	if (mount(src, target, NULL, MS_BIND | MS_REC, NULL) < 0)
+		return error_set_errno(err, errno, "bind '%s' on '%s'", src, target);
+	if (mount(NULL, target, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | extra, NULL) < 0)
+		return error_set_errno(err, errno, "remount '%s' read-only", target);
+	return 0;
+}
+
+/* Hide path: a directory behind an empty read-only tmpfs, anything else behind /dev/null. A path
+ * that does not exist needs no mask. devnull is the /dev/null to bind from. */
+static int mask_path(const char *path, const char *devnull, struct error *err)
+{
+	struct stat st;
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT || errno == ENOTDIR ? 0 : error_set_errno(err, errno, "stat '%s'", path);
+	if (S_ISLNK(st.st_mode))
+		return 0; /* a link leads to something else this list or the mounts already cover */
+	if (S_ISDIR(st.st_mode))
+		return do_mount("tmpfs", path, "tmpfs",
+				MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=4k", err);
+	if (mount(devnull, path, NULL, MS_BIND, NULL) < 0)
+		return error_set_errno(err, errno, "mask '%s'", path);
+	return 0;
+}
+
+static int readonly_path(const char *path, struct error *err)
+{
+	struct stat st;
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : error_set_errno(err, errno, "stat '%s'", path);
+	return bind_ro(path, path, MS_NOSUID | MS_NODEV | MS_NOEXEC, err);
+}
+
+/* A top-level mount point in the image: must be a real directory (a symlink in the image would
+ * point the mount somewhere else); created in the upper layer when missing. */
+static int mount_point(const struct child_ctx *c, const char *rel, struct error *err)
+{
+	const char *p = R(c, rel);
+	struct stat st;
+	if (lstat(p, &st) == 0) {
+		if (S_ISDIR(st.st_mode))
+			return 0;
+		return error_set(err, ENOTDIR, "image path '%s' is not a directory", rel);
+	}
+	if (errno != ENOENT)
+		return error_set_errno(err, errno, "stat '%s'", p);
+	if (mkdir(p, 0755) < 0 && errno != EEXIST)
+		return error_set_errno(err, errno, "mkdir '%s'", p);
+	return 0;
+}
+
+static int setup_proc(const struct child_ctx *c, struct error *err)
+{
+	static const char *const masked[] = {
+		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+	};
+	static const char *const readonly[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
+					       "/proc/sysrq-trigger"};
+	int r = do_mount("proc", R(c, "/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err);
+	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(masked); i++)
+		r = mask_path(R(c, masked[i]), "/dev/null", err);
+	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(readonly); i++)
+		r = readonly_path(R(c, readonly[i]), err);
+	return r;
+}
+
+static int setup_sys(const struct child_ctx *c, struct error *err)
+{
+	int r = do_mount("sysfs", R(c, "/sys"), "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+			 NULL, err);
+	if (r == 0)
+		r = c->cg->mount_ns(R(c, "/sys/fs/cgroup"), err);
+	if (r == 0)
+		r = mask_path(R(c, "/sys/firmware"), "/dev/null", err);
+	if (r == 0)
+		r = mask_path(R(c, "/sys/devices/virtual/powercap"), "/dev/null", err);
+	return r;
+}
+
+static int setup_dev(const struct child_ctx *c, struct error *err)
+{
+	static const char *const devs[] = {"null", "zero", "full", "random", "urandom", "tty"};
+	static const char *const links[][2] = {
+		{"/proc/self/fd", "/dev/fd"},	      {"/proc/self/fd/0", "/dev/stdin"},
+		{"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"},
+		{"pts/ptmx", "/dev/ptmx"},
+	};
+	char src[64];
+	int r = do_mount("tmpfs", R(c, "/dev"), "tmpfs", MS_NOSUID | MS_NOEXEC | MS_STRICTATIME,
+			 "mode=755,size=65536k", err);
+	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(devs); i++) {
+		snprintf(src, sizeof(src), "/dev/%s", devs[i]);
+		const char *dst = R(c, src);
+		int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+		if (fd < 0)
+			return error_set_errno(err, errno, "create '%s'", dst);
+		close(fd);
+		if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+			return error_set_errno(err, errno, "bind '%s' on '%s'", src, dst);
+	}
+	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(links); i++)
+		if (symlink(links[i][0], R(c, links[i][1])) < 0)
+			return error_set_errno(err, errno, "symlink '%s'", links[i][1]);
+	if (r == 0 && (mkdir(R(c, "/dev/pts"), 0755) < 0 || mkdir(R(c, "/dev/shm"), 01777) < 0))
+		return error_set_errno(err, errno, "mkdir in '%s'", R(c, "/dev"));
+	if (r == 0)
+		r = do_mount("devpts", R(c, "/dev/pts"), "devpts", MS_NOSUID | MS_NOEXEC,
+			     "newinstance,ptmxmode=0666,mode=0620,gid=5", err);
+	if (r == 0)
+		r = do_mount("shm", R(c, "/dev/shm"), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+			     "mode=1777,size=65536k", err);
+	return r;
+}
+
+static int mount_overlay(struct child_ctx *c, struct error *err)
+{
+	/* "volatile" (5.10+): no syncs on the upper layer; the layer dies with the sandbox. */
+	size_t n = strlen(c->overlay_opts);
+	snprintf(c->overlay_opts + n, sizeof(c->overlay_opts) - n, ",volatile");
+	if (mount("overlay", c->rootfs, "overlay", MS_NOSUID, c->overlay_opts) == 0)
+		return 0;
+	c->overlay_opts[n] = '\0';
+	return do_mount("overlay", c->rootfs, "overlay", MS_NOSUID, c->overlay_opts, err);
+}
+
+static int write_file(const char *path, const char *data, mode_t mode, struct error *err)
+{
+	/* Replace, never write through: the image may hold a symlink there. */
+	if (unlink(path) < 0 && errno != ENOENT)
+		return error_set_errno(err, errno, "unlink '%s'", path);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	if (fd < 0)
+		return error_set_errno(err, errno, "create '%s'", path);
+	size_t len = strlen(data);
+	ssize_t w = write(fd, data, len);
+	int e = errno;
+	close(fd);
+	if (w != (ssize_t)len)
+		return error_set_errno(err, w < 0 ? e : EIO, "write '%s'", path);
+	return 0;
+}
+
+static int mask_host(const struct child_ctx *c, struct error *err)
+{
+	static const char *const masked[] = {
+		"/var/lib/corral", "/home",	 "/work",	   "/etc/shadow",  "/etc/gshadow",
+		"/etc/shadow-",	   "/etc/gshadow-", "/var/backups", "/var/mail", "/var/spool/cron",
+	};
+	int r = mask_path(c->cfg->state_dir, "/dev/null", err);
+	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(masked); i++)
+		r = mask_path(masked[i], "/dev/null", err);
+	struct stat st;
+	if (r == 0 && lstat("/root", &st) == 0 && S_ISDIR(st.st_mode))
+		r = do_mount("tmpfs", "/root", "tmpfs", MS_NOSUID | MS_NODEV, "mode=700", err);
+	return r;
+}
+
+static int loopback_up(struct error *err)
+{
+	_cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return error_set_errno(err, errno, "socket for loopback");
+	struct ifreq ifr = {0};
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+		return error_set_errno(err, errno, "get flags of lo");
+	ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+	if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+		return error_set_errno(err, errno, "bring lo up");
+	return 0;
+}
+
+/* Docker's default capability set. */
+static const int keep_caps[] = {
+	CAP_CHOWN,  CAP_DAC_OVERRIDE,	  CAP_FOWNER,	  CAP_FSETID,	   CAP_KILL,
+	CAP_SETGID, CAP_SETUID,		  CAP_SETPCAP,	  CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT,
+	CAP_AUDIT_WRITE, CAP_SETFCAP,
+};
+
+static int drop_caps(const struct child_ctx *c, struct error *err)
+{
+	uint64_t keep = 0;
+	for (size_t i = 0; i < ARRAY_SIZE(keep_caps); i++)
+		keep |= UINT64_C(1) << keep_caps[i];
+	for (int cap = 0; cap <= c->cap_last; cap++)
+		if (!(keep & (UINT64_C(1) << cap)) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 &&
+		    errno != EINVAL)
+			return error_set_errno(err, errno, "drop capability %d from the bounding set",
+					       cap);
+	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+	if (syscall(SYS_capget, &h, d) < 0)
+		return error_set_errno(err, errno, "capget");
+	uint64_t have = d[0].permitted | ((uint64_t)d[1].permitted << 32);
+	keep &= have;
+	for (int i = 0; i < 2; i++) {
+		d[i].effective = d[i].permitted = (uint32_t)(keep >> (32 * i));
+		d[i].inheritable = 0;
+	}
+	if (syscall(SYS_capset, &h, d) < 0)
+		return error_set_errno(err, errno, "capset");
+	return 0;
+}
+
+/* PID 1's setup, in the new namespaces. Returns only on failure. */
+static int child_setup(struct child_ctx *c, struct error *err)
+{
+	int r;
+	/* Clean process state: nothing corrald ignored or blocked leaks into the sandbox. */
+	sigset_t all;
+	sigemptyset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	for (int s = 1; s < NSIG; s++)
+		signal(s, SIG_DFL);
+	setsid();
+	umask(022);
+	close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null < 0)
+		return error_set_errno(err, errno, "open /dev/null");
+	for (int fd = 0; fd < 3; fd++)
+		if (dup2(null, fd) < 0)
+			return error_set_errno(err, errno, "dup2 /dev/null");
+	if (null > 2)
+		close(null);
+
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		return error_set_errno(err, errno, "make / rprivate");
+	if ((r = mount_overlay(c, err)) < 0)
+		return r;
+	static const char *const points[] = {"/.corral", "/proc", "/sys", "/dev", "/tmp"};
+	for (size_t i = 0; i < ARRAY_SIZE(points); i++)
+		if ((r = mount_point(c, points[i], err)) < 0)
+			return r;
+	if ((r = do_mount(c->run, R(c, "/.corral"), NULL, MS_BIND, NULL, err)) < 0)
+		return r;
+	if ((r = bind_ro(c->cfg->execd_path, R(c, SANDBOX_IN_EXECD), MS_NOSUID | MS_NODEV, err)) < 0)
+		return r;
+	if ((r = setup_proc(c, err)) < 0 || (r = setup_sys(c, err)) < 0 ||
+	    (r = setup_dev(c, err)) < 0)
+		return r;
+	if ((r = do_mount("tmpfs", R(c, "/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", err)) <
+	    0)
+		return r;
+
+	if (chdir(c->rootfs) < 0)
+		return error_set_errno(err, errno, "chdir '%s'", c->rootfs);
+	if (syscall(SYS_pivot_root, ".", ".") < 0)
+		return error_set_errno(err, errno, "pivot_root to '%s'", c->rootfs);
+	if (umount2(".", MNT_DETACH) < 0)
+		return error_set_errno(err, errno, "detach the old root");
+	if (chdir("/") < 0)
+		return error_set_errno(err, errno, "chdir /");
+
+	/* From here on every path resolves inside the sandbox (image symlinks cannot escape). */
+	if (c->spec->host_image && (r = mask_host(c, err)) < 0)
+		return r;
+	if (mkdir("/etc", 0755) < 0 && errno != EEXIST)
+		return error_set_errno(err, errno, "mkdir /etc");
+	if ((r = write_file("/etc/hostname", c->hostname, 0644, err)) < 0 ||
+	    (r = write_file("/etc/hosts", c->hosts, 0644, err)) < 0 ||
+	    (r = write_file("/etc/resolv.conf", c->resolv, 0644, err)) < 0)
+		return r;
+	if (sethostname(c->hostname, strlen(c->hostname)) < 0)
+		return error_set_errno(err, errno, "sethostname '%s'", c->hostname);
+	if ((r = loopback_up(err)) < 0)
+		return r;
+	/* PID 1 is never the OOM victim; execd resets its children to 0. Needs CAP_SYS_RESOURCE,
+	 * which a host may withhold from corrald: then PID 1 keeps the default. */
+	r = fs_write_string("/proc/self/oom_score_adj", "-1000");
+	if (r < 0 && r != -EACCES && r != -EPERM)
+		return error_set_errno(err, -r, "set oom_score_adj");
+
+	if ((r = drop_caps(c, err)) < 0)
+		return r;
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		return error_set_errno(err, errno, "set no_new_privs");
+	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &c->seccomp, 0, 0) < 0)
+		return error_set_errno(err, errno, "load seccomp filter");
+	execve(SANDBOX_IN_EXECD, c->argv, c->envp);
+	return error_set_errno(err, errno, "execve %s", SANDBOX_IN_EXECD);
+}
+
+static _noreturn_ void child_main(struct child_ctx *c)
+{
+	struct error e = {0};
+	child_setup(c, &e);
+	sync_fail(c->sync_fd, &e);
+}
+
+/* ---- the seccomp filter, compiled once per process ----------------------------------------- */
+
+static int seccomp_build(struct sock_fprog *ret, struct error *err)
+{
+	static struct sock_fprog cached;
+	if (cached.filter) {
+		*ret = cached;
+		return 0;
+	}
+	static const char *const denied[] = {
+		"mount",	   "umount",	      "umount2",	 "pivot_root",	   "kexec_load",
+		"kexec_file_load", "bpf",	      "init_module",	 "finit_module",   "delete_module",
+		"ptrace",	   "process_vm_readv", "process_vm_writev", "open_by_handle_at",
+		"name_to_handle_at", "keyctl",	      "add_key",	 "request_key",	   "perf_event_open",
+		"reboot",	   "swapon",	      "swapoff",	 "setns",	   "unshare",
+		"userfaultfd",	   "acct",	      "settimeofday",	 "clock_settime",  "clock_adjtime",
+		"adjtimex",	   "quotactl",	      "quotactl_fd",	 "lookup_dcookie", "fsopen",
+		"fsconfig",	   "fsmount",	      "move_mount",	 "open_tree",	   "fspick",
+		"mount_setattr",   "iopl",	      "ioperm",		 "uselib",	   "nfsservctl",
+	};
+	static const uint64_t ns_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   CLONE_NEWUSER,
+					    CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP};
+	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+	if (!ctx)
+		return error_set(err, ENOMEM, "seccomp_init");
+	int r = 0;
+	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(denied); i++) {
+		int nr = seccomp_syscall_resolve_name(denied[i]);
+		if (nr != __NR_SCMP_ERROR)
+			r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
+	}
+	/* clone3 passes its flags in memory, out of a filter's reach: ENOSYS makes libc fall back
+	 * to clone, whose flags argument the filter can see. */
+	if (r == 0)
+		r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(ns_flags); i++)
+		r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+				     SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]));
+	if (r < 0) {
+		seccomp_release(ctx);
+		return error_set_errno(err, -r, "build seccomp filter");
+	}
+	_cleanup_close_ int fd = memfd_create("corral-seccomp", MFD_CLOEXEC);
+	if (fd < 0) {
+		seccomp_release(ctx);
+		return error_set_errno(err, errno, "memfd_create");
+	}
+	r = seccomp_export_bpf(ctx, fd);
+	seccomp_release(ctx);
+	if (r < 0)
+		return error_set_errno(err, -r, "export seccomp filter");
+	off_t len = lseek(fd, 0, SEEK_END);
+	if (len <= 0 || len % sizeof(struct sock_filter) || len > 65536)
+		return error_set(err, EINVAL, "seccomp filter has a bad size %lld", (long long)len);
+	struct sock_filter *f = malloc((size_t)len);
+	if (!f)
+		return error_set(err, ENOMEM, "seccomp filter");
+	if (pread(fd, f, (size_t)len, 0) != len) {
+		free(f);
+		return error_set_errno(err, errno, "read seccomp filter");
+	}
+	cached.len = (unsigned short)(len / sizeof(struct sock_filter));
+	cached.filter = f;
+	*ret = cached;
+	return 0;
+}
+
+/* ---- create --------------------------------------------------------------------------------- */
+
+static int build_env(const struct sandbox_spec *spec, char ***ret)
+{
+	size_t n = 0;
+	bool have_path = false, have_home = false;
+	for (char *const *e = spec->env; e && *e; e++, n++) {
+		have_path |= strncmp(*e, "PATH=", 5) == 0;
+		have_home |= strncmp(*e, "HOME=", 5) == 0;
+	}
+	char **env = calloc(n + 3, sizeof(char *));
+	if (!env)
+		return -ENOMEM;
+	size_t i = 0;
+	for (char *const *e = spec->env; e && *e; e++)
+		env[i++] = *e;
+	if (!have_path)
+		env[i++] = (char *)DEFAULT_PATH;
+	if (!have_home)
+		env[i++] = (char *)DEFAULT_HOME;
+	*ret = env;
+	return 0;
+}
+
+static int build_argv(const struct sandbox_spec *spec, char ***ret)
+{
+	static const char *const head[] = {SANDBOX_IN_EXECD, "--socket", SANDBOX_IN_SOCKET, "--state",
+					   SANDBOX_IN_EXECS};
+	size_t n = 0;
+	for (char *const *a = spec->entrypoint; a && *a; a++)
+		n++;
+	char **argv = calloc(ARRAY_SIZE(head) + 1 + n + 1, sizeof(char *));
+	if (!argv)
+		return -ENOMEM;
+	size_t i = 0;
+	for (size_t k = 0; k < ARRAY_SIZE(head); k++)
+		argv[i++] = (char *)head[k];
+	if (n) {
+		argv[i++] = (char *)"--";
+		for (char *const *a = spec->entrypoint; *a; a++)
+			argv[i++] = *a;
+	}
+	*ret = argv;
+	return 0;
+}
+
+static int prepare_child(struct child_ctx *c, const struct runtime_config *cfg,
+			 const struct sandbox_spec *spec, struct error *err)
+{
+	char upper[PATH_MAX], work[PATH_MAX];
+	const char *lower = spec->host_image ? "/" : spec->rootfs;
+	if (!lower || lower[0] != '/' || strpbrk(lower, ",:\\"))
+		return error_set(err, EINVAL, "image rootfs '%s' must be an absolute path without ',' ':' '\\'",
+				 lower ? lower : "");
+	if (sb_path(c->rootfs, sizeof(c->rootfs), cfg, spec->id, "rootfs") < 0 ||
+	    sb_path(c->run, sizeof(c->run), cfg, spec->id, "run") < 0 ||
+	    sb_path(c->execd_mnt, sizeof(c->execd_mnt), cfg, spec->id, "run/corral-execd") < 0 ||
+	    sb_path(upper, sizeof(upper), cfg, spec->id, "upper") < 0 ||
+	    sb_path(work, sizeof(work), cfg, spec->id, "work") < 0)
+		return error_set(err, ENAMETOOLONG, "state dir path too long");
+	if (strpbrk(c->rootfs, ",:\\"))
+		return error_set(err, EINVAL, "state dir '%s' must not contain ',' ':' '\\'",
+				 cfg->state_dir);
+	snprintf(c->overlay_opts, sizeof(c->overlay_opts), "lowerdir=%s,upperdir=%s,workdir=%s", lower,
+		 upper, work);
+
+	const char *h = spec->hostname && *spec->hostname ? spec->hostname : NULL;
+	if (h) {
+		if (strlen(h) > 63)
+			return error_set(err, EINVAL, "hostname '%s' is longer than 63 characters", h);
+		snprintf(c->hostname, sizeof(c->hostname), "%s", h);
+	} else {
+		snprintf(c->hostname, sizeof(c->hostname), "%.12s", spec->id);
+	}
+	snprintf(c->hosts, sizeof(c->hosts),
+		 "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
+		 c->hostname);
+	char buf[sizeof(c->resolv) - 64];
+	if (fs_read_small("/etc/resolv.conf", buf, sizeof(buf)) < 0)
+		buf[0] = '\0';
+	snprintf(c->resolv, sizeof(c->resolv), "%s%s", buf, buf[0] ? "\n" : "");
+
+	c->cap_last = 40;
+	char v[16];
+	if (fs_read_small("/proc/sys/kernel/cap_last_cap", v, sizeof(v)) == 0)
+		c->cap_last = atoi(v);
+	if (build_argv(spec, &c->argv) < 0 || build_env(spec, &c->envp) < 0)
+		return error_set(err, ENOMEM, "argv/env");
+	return seccomp_build(&c->seccomp, err);
+}
+
+static void child_ctx_clear(struct child_ctx *c)
+{
+	free(c->argv);
+	free(c->envp);
+	c->argv = c->envp = NULL;
+}
+
+/* Read the sync pipe until EOF: PID 1's pid, or the first error. */
+static int read_sync(int fd, pid_t *ret_pid, struct error *err)
+{
+	int64_t deadline = time_mono_ms() + CREATE_TIMEOUT_MS;
+	int ret = 0;
+	for (;;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int64_t left = deadline - time_mono_ms();
+		if (left <= 0)
+			return ret ? ret : error_set(err, ETIMEDOUT, "sandbox setup took over %d ms", CREATE_TIMEOUT_MS);
+		int n = poll(&p, 1, (int)left);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return error_set_errno(err, errno, "poll sync pipe");
+		if (n == 0)
+			continue;
+		struct sync_msg m;
+		ssize_t got = RETRY_EINTR(read(fd, &m, sizeof(m)));
+		if (got == 0)
+			return ret;
+		if (got != (ssize_t)sizeof(m))
+			return ret ? ret : error_set(err, EIO, "short read on sync pipe");
+		if (m.kind == MSG_PID) {
+			*ret_pid = m.pid;
+		} else if (m.kind == MSG_ERROR && ret == 0) {
+			m.msg[sizeof(m.msg) - 1] = '\0';
+			ret = error_set(err, -m.code, "%s", m.msg);
+		}
+	}
+}
+
+static int write_pid_file(const struct runtime_config *cfg, const char *id, pid_t pid,
+			  uint64_t start, struct error *err)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8], buf[64];
+	if (sb_path(path, sizeof(path), cfg, id, "pid") < 0)
+		return error_set(err, ENAMETOOLONG, "state dir path too long");
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	int n = snprintf(buf, sizeof(buf), "%d %" PRIu64 "\n", (int)pid, start);
+	/* Atomic against a crash of corrald (tmp + rename); no fsync: after a host crash the
+	 * sandbox is gone anyway, and an fsync would cost milliseconds on every create. */
+	_cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return error_set_errno(err, errno, "create '%s'", tmp);
+	if (write(fd, buf, (size_t)n) != n || rename(tmp, path) < 0) {
+		int e = errno;
+		unlink(tmp);
+		return error_set_errno(err, e, "write '%s'", path);
+	}
+	return 0;
+}
+
+static int remove_files(const struct runtime_config *cfg, const char *id, struct error *err);
+
+static int native_create(const struct runtime_config *cfg, const struct sandbox_spec *spec,
+			 pid_t *ret_pid, uint64_t *ret_starttime, struct error *err)
+{
+	int r;
+	if ((r = check_config(cfg, err)) < 0 || (r = check_id(spec->id, err)) < 0)
+		return r;
+	if (!cfg->execd_path || access(cfg->execd_path, X_OK) < 0)
+		return error_set_errno(err, cfg->execd_path ? errno : EINVAL, "execd binary '%s'",
+				       cfg->execd_path ? cfg->execd_path : "");
+	const struct cgroup_ops *cg = cgroup_ops_cached();
+	if (!cg)
+		return error_set(err, ENOTSUP, "no usable cgroup hierarchy under '%s'", cgroup_root());
+	const char *parent = cgroup_parent(cfg);
+
+	struct child_ctx c = {.cfg = cfg, .spec = spec, .cg = cg, .parent = parent, .sync_fd = -1};
+	r = prepare_child(&c, cfg, spec, err);
+	if (r < 0) {
+		child_ctx_clear(&c);
+		return r;
+	}
+
+	/* Directories. A leftover rootfs means someone else's sandbox or an unfinished destroy:
+	 * never reuse it. */
+	char dir[PATH_MAX], path[PATH_MAX];
+	sb_path(dir, sizeof(dir), cfg, spec->id, NULL);
+	if ((r = fs_mkdir_p(dir, 0700)) < 0) {
+		child_ctx_clear(&c);
+		return error_set_errno(err, -r, "mkdir '%s'", dir);
+	}
+	if (mkdir(c.rootfs, 0755) < 0) {
+		r = error_set_errno(err, errno, "mkdir '%s'", c.rootfs);
+		child_ctx_clear(&c);
+		return r;
+	}
+	static const struct {
+		const char *name;
+		mode_t mode;
+	} subdirs[] = {{"upper", 0755}, {"work", 0700}, {"run", 0700}};
+	for (size_t i = 0; i < ARRAY_SIZE(subdirs); i++) {
+		sb_path(path, sizeof(path), cfg, spec->id, subdirs[i].name);
+		if (mkdir(path, subdirs[i].mode) < 0) {
+			r = error_set_errno(err, errno, "mkdir '%s'", path);
+			goto fail_files;
+		}
+	}
+	int mfd = open(c.execd_mnt, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+	if (mfd < 0) {
+		r = error_set_errno(err, errno, "create '%s'", c.execd_mnt);
+		goto fail_files;
+	}
+	close(mfd);
+
+	if ((r = cg->create(parent, spec->id, spec, err)) < 0)
+		goto fail_cgroup;
+
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		r = error_set_errno(err, errno, "pipe");
+		goto fail_cgroup;
+	}
+	c.sync_fd = p[1];
+	pid_t mid = fork();
+	if (mid < 0) {
+		r = error_set_errno(err, errno, "fork");
+		close(p[0]);
+		close(p[1]);
+		goto fail_cgroup;
+	}
+	if (mid == 0) {
+		struct error e = {0};
+		close(p[0]);
+		if (cg->enter(parent, spec->id, 0, &e) < 0)
+			sync_fail(p[1], &e);
+		if (unshare(NS_FLAGS) < 0) {
+			error_set_errno(&e, errno, "unshare namespaces");
+			sync_fail(p[1], &e);
+		}
+		pid_t pid = fork();
+		if (pid < 0) {
+			error_set_errno(&e, errno, "fork PID 1");
+			sync_fail(p[1], &e);
+		}
+		if (pid == 0)
+			child_main(&c);
+		struct sync_msg m = {.kind = MSG_PID, .pid = pid};
+		ssize_t _unused_ w = write(p[1], &m, sizeof(m));
+		_exit(0);
+	}
+	close(p[1]);
+	pid_t pid = 0;
+	r = read_sync(p[0], &pid, err);
+	close(p[0]);
+	int status;
+	RETRY_EINTR(waitpid(mid, &status, 0));
+	if (r == 0 && pid <= 0)
+		r = error_set(err, EIO, "sandbox setup process died (status 0x%x)", status);
+	uint64_t start = 0;
+	char state = 0;
+	if (r == 0 && (pid_stat(pid, &state, &start) < 0 || state == 'Z' || state == 'X'))
+		r = error_set(err, ESRCH, "sandbox PID 1 died right after starting %s",
+			      SANDBOX_IN_EXECD);
+	if (r == 0)
+		r = write_pid_file(cfg, spec->id, pid, start, err);
+	if (r < 0)
+		goto fail_cgroup;
+	child_ctx_clear(&c);
+	*ret_pid = pid;
+	*ret_starttime = start;
+	return 0;
+
+fail_cgroup:
+	(void)0;
+	struct error e2 = {0};
+	if (cgroup_wait_empty(cg, parent, spec->id, DESTROY_TIMEOUT_MS, &e2) == 0)
+		for (int i = 0; i < 1000 && cg->remove(parent, spec->id, &e2) == -EBUSY; i++)
+			usleep(1000);
+fail_files:
+	remove_files(cfg, spec->id, NULL);
+	child_ctx_clear(&c);
+	return r;
+}
+
+/* ---- destroy and the quick operations ------------------------------------------------------- */
+
+/* Lazily detach anything still mounted at or below dir in our mount namespace (normally nothing:
+ * the sandbox's mounts live and die in its own namespace). Returns how many remain. */
+static int detach_leftover_mounts(const char *dir)
+{
+	_cleanup_free_ char *buf = NULL;
+	if (fs_read_file("/proc/self/mountinfo", 1 << 24, &buf, NULL) < 0)
+		return 0;
+	size_t dlen = strlen(dir);
+	int left = 0;
+	/* Deepest first: mountinfo lists parents before children, so walk backwards. */
+	char *lines[256];
+	int n = 0;
+	for (char *line = strtok(buf, "\n"); line && n < (int)ARRAY_SIZE(lines);
+	     line = strtok(NULL, "\n"))
+		lines[n++] = line;
+	for (int i = n - 1; i >= 0; i--) {
+		char mp[PATH_MAX];
+		/* id parent major:minor root mountpoint ... */
+		if (sscanf(lines[i], "%*s %*s %*s %*s %4095s", mp) != 1)
+			continue;
+		if (strncmp(mp, dir, dlen) != 0 || (mp[dlen] != '/' && mp[dlen] != '\0'))
+			continue;
+		if (umount2(mp, MNT_DETACH) < 0)
+			left++;
+	}
+	return left;
+}
+
+static int remove_files(const struct runtime_config *cfg, const char *id, struct error *err)
+{
+	static const char *const names[] = {"rootfs", "upper", "work", "run", "pid", "pid.tmp"};
+	char path[PATH_MAX];
+	int ret = 0;
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		if (sb_path(path, sizeof(path), cfg, id, names[i]) < 0)
+			return error_set(err, ENAMETOOLONG, "state dir path too long");
+		int r = fs_remove_tree(path);
+		if (r < 0 && ret == 0)
+			ret = error_set_errno(err, -r, "remove '%s'", path);
+	}
+	return ret;
+}
+
+static int native_destroy(const struct runtime_config *cfg, const char *id, struct error *err)
+{
+	int r;
+	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
+		return r;
+	const struct cgroup_ops *cg = cgroup_ops_cached();
+	const char *parent = cgroup_parent(cfg);
+	if (cg) {
+		if ((r = cgroup_wait_empty(cg, parent, id, DESTROY_TIMEOUT_MS, err)) < 0)
+			return error_prefix(err, "destroy sandbox %s", id);
+		/* An emptied cgroup can stay busy for a moment while the kernel finishes exits. */
+		int64_t deadline = time_mono_ms() + DESTROY_TIMEOUT_MS;
+		while ((r = cg->remove(parent, id, err)) == -EBUSY && time_mono_ms() < deadline)
+			usleep(1000);
+		if (r < 0)
+			return error_prefix(err, "destroy sandbox %s", id);
+	}
+	char dir[PATH_MAX];
+	if (sb_path(dir, sizeof(dir), cfg, id, NULL) < 0)
+		return error_set(err, ENAMETOOLONG, "state dir path too long");
+	if (detach_leftover_mounts(dir) > 0)
+		return error_set(err, EBUSY, "mounts below '%s' could not be detached", dir);
+	return remove_files(cfg, id, err);
+}
+
+static int native_pause(const struct runtime_config *cfg, const char *id, struct error *err)
+{
+	int r;
+	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
+		return r;
+	const struct cgroup_ops *cg = cgroup_ops_cached();
+	if (!cg)
+		return error_set(err, ENOTSUP, "no usable cgroup hierarchy");
+	return cg->freeze(cgroup_parent(cfg), id, true, err);
+}
+
+static int native_resume(const struct runtime_config *cfg, const char *id, struct error *err)
+{
+	int r;
+	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
+		return r;
+	const struct cgroup_ops *cg = cgroup_ops_cached();
+	if (!cg)
+		return error_set(err, ENOTSUP, "no usable cgroup hierarchy");
+	return cg->freeze(cgroup_parent(cfg), id, false, err);
+}
+
+static int native_kill(const struct runtime_config *cfg, const char *id, struct error *err)
+{
+	int r;
+	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
+		return r;
+	const struct cgroup_ops *cg = cgroup_ops_cached();
+	if (!cg)
+		return error_set(err, ENOTSUP, "no usable cgroup hierarchy");
+	bool empty;
+	return cg->kill(cgroup_parent(cfg), id, &empty, err);
+}
+
+static int native_probe(const struct runtime_config *cfg, const char *id, pid_t pid,
+			uint64_t starttime, struct sandbox_probe *ret, struct error *err)
+{
+	int r;
+	memset(ret, 0, sizeof(*ret));
+	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
+		return r;
+	char state = 0;
+	uint64_t start = 0;
+	ret->alive = pid > 0 && pid_stat(pid, &state, &start) == 0 && start == starttime &&
+		     state != 'Z' && state != 'X';
+	const struct cgroup_ops *cg = cgroup_ops_cached();
+	if (!cg)
+		return 0;
+	struct error e = {0};
+	r = cg->probe(cgroup_parent(cfg), id, ret, &e);
+	if (r == -ENOENT)
+		return 0; /* cgroup already removed: only `alive` is meaningful */
+	if (r < 0 && err)
+		*err = e;
+	return r;
+}
+
+const struct runtime_ops runtime_native = {
+	.name = "native",
+	.create = native_create,
+	.destroy = native_destroy,
+	.pause = native_pause,
+	.resume = native_resume,
+	.kill = native_kill,
+	.probe = native_probe,
+};
