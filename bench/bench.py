@@ -1,0 +1,382 @@
+#!/usr/bin/env python3
+"""
+corral benchmark: corrald against local anchors measured in the same run on the same machine.
+
+  sudo bench/setup.sh            # bubblewrap, crun, runc, busybox-static from Debian
+  python3 bench/bench.py         # prints a table; --json FILE also writes the raw numbers
+
+No pass/fail: the numbers and the ratios are printed, nothing is asserted. See bench/README.md.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "integration"))
+import harness  # noqa: E402
+
+SPEC = {"resourceLimits": {"cpu": "1", "memory": "256Mi"},
+        "resourceRequests": {"cpu": "10m", "memory": "16Mi"}}
+
+
+def pct(xs, p):
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, int(round(p / 100.0 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+def ms(x):
+    return x * 1000.0
+
+
+def time_cmd(argv, n, warmup=2, check=True, **kw):
+    """Wall time of running argv to completion, n times (after warm-up runs)."""
+    out = []
+    for i in range(warmup + n):
+        t0 = time.perf_counter()
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, **kw)
+        dt = time.perf_counter() - t0
+        if r.returncode != 0:
+            if check:
+                raise RuntimeError("%s -> %d: %s" % (" ".join(argv), r.returncode,
+                                                     r.stderr.decode(errors="replace")[:300]))
+            return None
+        if i >= warmup:
+            out.append(dt)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# anchors
+
+
+def make_bundle(tmp, args):
+    """A minimal OCI bundle: busybox-static in a read-only rootfs, no terminal."""
+    busybox = shutil.which("busybox") or "/bin/busybox"
+    b = os.path.join(tmp, "bundle")
+    os.makedirs(os.path.join(b, "rootfs", "bin"), exist_ok=True)
+    shutil.copy(busybox, os.path.join(b, "rootfs", "bin", "busybox"))
+    for x in ("sh", "true", "sleep"):
+        p = os.path.join(b, "rootfs", "bin", x)
+        if not os.path.lexists(p):
+            os.symlink("busybox", p)
+    if not os.path.exists(os.path.join(b, "config.json")):
+        subprocess.run(["runc", "spec", "--bundle", b], check=True)
+    with open(os.path.join(b, "config.json")) as f:
+        c = json.load(f)
+    c["process"]["terminal"] = False
+    c["process"]["args"] = args
+    c["root"]["readonly"] = True
+    with open(os.path.join(b, "config.json"), "w") as f:
+        json.dump(c, f)
+    return b
+
+
+def oci_anchor(tool, tmp, n):
+    """'<tool> run' of /bin/true, and '<tool> exec' of /bin/true into a running container."""
+    res = {}
+    b = make_bundle(tmp, ["/bin/true"])
+    name = "corral-bench-%s-%d" % (tool, os.getpid())
+    runs = []
+    for i in range(n + 2):
+        t0 = time.perf_counter()
+        r = subprocess.run([tool, "run", "--bundle", b, "%s-%d" % (name, i)], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        dt = time.perf_counter() - t0
+        if r.returncode != 0:
+            raise RuntimeError("%s run: %s" % (tool, r.stderr.decode(errors="replace")[:300]))
+        subprocess.run([tool, "delete", "-f", "%s-%d" % (name, i)], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        if i >= 2:
+            runs.append(dt)
+    res["run"] = runs
+    b = make_bundle(tmp, ["/bin/sleep", "3600"])
+    cid = name + "-exec"
+    r = subprocess.run([tool, "run", "-d", "--bundle", b, cid], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if r.returncode != 0:
+        raise RuntimeError("%s run -d: %s" % (tool, r.stderr.decode(errors="replace")[:300]))
+    try:
+        res["exec"] = time_cmd([tool, "exec", cid, "/bin/true"], n)
+    finally:
+        subprocess.run([tool, "kill", cid, "KILL"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.2)
+        subprocess.run([tool, "delete", "-f", cid], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return res
+
+
+def crun_child(n):
+    """Runs inside 'unshare -m': crun refuses cgroup v1 hybrid mode, so hide the v2 mount."""
+    subprocess.run(["umount", "/sys/fs/cgroup/unified"], stderr=subprocess.DEVNULL)
+    tmp = tempfile.mkdtemp(prefix="corral-bench-crun-")
+    try:
+        print(json.dumps(oci_anchor("crun", tmp, n)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def anchors(n, sandbox_pid, notes):
+    a = {}
+    a["spawn /bin/true"] = time_cmd(["/bin/true"], n)
+    a["unshare -mpuif true"] = time_cmd(["unshare", "--fork", "--pid", "--mount", "--uts", "--ipc",
+                                         "--mount-proc", "true"], n, check=False)
+    a["unshare -mpuinf true"] = time_cmd(["unshare", "--fork", "--pid", "--mount", "--net", "--uts", "--ipc",
+                                          "--mount-proc", "true"], n, check=False)
+    if shutil.which("bwrap"):
+        a["bwrap true"] = time_cmd(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--dev", "/dev",
+                                    "--proc", "/proc", "true"], n, check=False)
+    else:
+        notes.append("bwrap not installed (bench/setup.sh)")
+    if sandbox_pid:
+        a["nsenter exec"] = time_cmd(["nsenter", "-t", str(sandbox_pid), "-m", "-p", "-u", "-i", "-n",
+                                      "true"], n, check=False)
+    tmp = tempfile.mkdtemp(prefix="corral-bench-")
+    try:
+        if shutil.which("runc"):
+            try:
+                r = oci_anchor("runc", tmp, n)
+                a["runc run"], a["runc exec"] = r["run"], r["exec"]
+            except Exception as e:  # noqa: BLE001
+                notes.append("runc: %s" % e)
+        else:
+            notes.append("runc not installed (bench/setup.sh)")
+        if shutil.which("crun"):
+            r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable,
+                                os.path.abspath(__file__), "--crun-child", str(n)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            if r.returncode == 0:
+                j = json.loads(r.stdout.decode().strip().splitlines()[-1])
+                a["crun run"], a["crun exec"] = j["run"], j["exec"]
+            else:
+                notes.append("crun: %s" % r.stderr.decode(errors="replace")[-300:])
+        else:
+            notes.append("crun not installed (bench/setup.sh)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {k: v for k, v in a.items() if v}
+
+
+# ---------------------------------------------------------------------------------------------
+# corrald
+
+
+def bench_corrald(args, notes):
+    d = harness.Corrald()
+    d.start()
+    out = {}
+    try:
+        c = d.client()
+        # warm-up
+        for _ in range(3):
+            r = c.create_sandbox_raw(**SPEC)
+            sid = r.json()["id"]
+            c.run(sid, "true")
+            c.delete_sandbox(sid)
+
+        # create -> first command done, sequential
+        create_only, first_cmd = [], []
+        for i in range(args.n):
+            t0 = time.perf_counter()
+            r = c.create_sandbox_raw(**SPEC)
+            t1 = time.perf_counter()
+            if r.status != 202:
+                raise RuntimeError("create failed: %r" % r)
+            sid = r.json()["id"]
+            res = c.run(sid, "true")
+            t2 = time.perf_counter()
+            if res.exit_code != 0:
+                raise RuntimeError("first command failed: %r" % res)
+            create_only.append(t1 - t0)
+            first_cmd.append(t2 - t0)
+            c.delete_sandbox(sid)
+        out["create"] = create_only
+        out["create+first command"] = first_cmd
+
+        # command round trip on one keep-alive connection
+        r = c.create_sandbox_raw(**SPEC)
+        sid = r.json()["id"]
+        for _ in range(10):
+            c.run(sid, "true")
+        rtt = []
+        for _ in range(args.rtt):
+            t0 = time.perf_counter()
+            res = c.run(sid, "true")
+            rtt.append(time.perf_counter() - t0)
+            if res.exit_code != 0:
+                raise RuntimeError("command failed: %r" % res)
+        out["command rtt"] = rtt
+        ping = []
+        for _ in range(args.rtt):
+            t0 = time.perf_counter()
+            r2 = c.get("/sandboxes/%s/proxy/44772/ping" % sid)
+            ping.append(time.perf_counter() - t0)
+        out["proxy ping rtt"] = ping
+        health = []
+        for _ in range(args.rtt):
+            t0 = time.perf_counter()
+            c.get("/health")
+            health.append(time.perf_counter() - t0)
+        out["GET /health rtt"] = health
+        if c.connects != 1:
+            notes.append("keep-alive: %d connections were opened for the round trips" % c.connects)
+        try:
+            out["_sandbox_pid"] = d.pid1(sid)
+        except OSError:
+            out["_sandbox_pid"] = None
+        out["_sid"] = sid
+
+        # burst: args.burst creates fired at once, one connection each
+        n = args.burst
+        barrier = threading.Barrier(n)
+        lat = [None] * n
+        ids = [None] * n
+        errs = []
+
+        def worker(i):
+            cc = d.client(timeout=300)
+            try:
+                barrier.wait(60)
+                t0 = time.perf_counter()
+                rr = cc.create_sandbox_raw(**SPEC)
+                lat[i] = time.perf_counter() - t0
+                if rr.status == 202:
+                    ids[i] = rr.json()["id"]
+                else:
+                    errs.append("%d: %r" % (rr.status, rr.body[:200]))
+            except Exception as e:  # noqa: BLE001
+                errs.append(repr(e))
+            finally:
+                cc.close()
+        ths = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+        t0 = time.perf_counter()
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join()
+        out["_burst_wall"] = time.perf_counter() - t0
+        out["burst create"] = [x for x in lat if x is not None]
+        out["_burst_failures"] = errs
+        out["_burst_ok"] = sum(1 for x in ids if x)
+        # run the nsenter anchor while a sandbox is alive, then clean up
+        out["_anchors"] = anchors(args.anchor_iters, out["_sandbox_pid"], notes)
+        for x in ids:
+            if x:
+                c.delete_sandbox(x)
+        c.delete_sandbox(sid)
+        c.close()
+        leaks = d.wait_no_leaks(60)
+        if leaks:
+            notes.append("leaks after the run: %s" % leaks)
+    finally:
+        try:
+            d.shutdown_and_check()
+        except AssertionError as e:
+            notes.append(str(e))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=50, help="sequential sandboxes (create -> first command)")
+    ap.add_argument("--rtt", type=int, default=300, help="command round trips on one connection")
+    ap.add_argument("--burst", type=int, default=100, help="creates fired at once")
+    ap.add_argument("--anchor-iters", type=int, default=30, help="iterations per anchor")
+    ap.add_argument("--json", help="also write the raw numbers (seconds) to this file")
+    ap.add_argument("--crun-child", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.crun_child is not None:
+        crun_child(args.crun_child)
+        return
+    if os.geteuid() != 0:
+        sys.exit("bench.py needs root (namespaces, cgroups, the anchors)")
+    if not os.path.exists(harness.binary("corrald")):
+        sys.exit("%s is not built: make (or ninja -C build)" % harness.binary("corrald"))
+
+    notes = []
+    t_start = time.time()
+    c = bench_corrald(args, notes)
+    a = c.pop("_anchors")
+
+    def p50(xs):
+        return ms(pct(xs, 50))
+
+    def p95(xs):
+        return ms(pct(xs, 95))
+
+    rows = []
+
+    def row(name, xs, ref=None):
+        if not xs:
+            return
+        rows.append((name, len(xs), p50(xs), p95(xs), ref))
+
+    print("\ncorral bench  (%s, %d cores, kernel %s)\n" % (time.strftime("%Y-%m-%d %H:%M:%S"),
+                                                          os.cpu_count(), os.uname().release))
+    print("%-34s %6s %10s %10s   %s" % ("measure", "n", "p50 ms", "p95 ms", "ratio to anchors (p50)"))
+    print("-" * 100)
+
+    def ratio_text(v, refs):
+        parts = []
+        for label, ref in refs:
+            if ref:
+                parts.append("%.2fx %s" % (v / ref, label))
+        return ", ".join(parts)
+
+    def ap50(k):
+        return p50(a[k]) if k in a else None
+
+    runc_pair = ap50("runc run") + ap50("runc exec") if "runc run" in a and "runc exec" in a else None
+    crun_pair = ap50("crun run") + ap50("crun exec") if "crun run" in a and "crun exec" in a else None
+    first = c["create+first command"]
+    lines = [
+        ("corral create -> first command", first,
+         [("bwrap", ap50("bwrap true")), ("crun run", ap50("crun run")), ("runc run", ap50("runc run")),
+          ("runc run+exec", runc_pair), ("crun run+exec", crun_pair)]),
+        ("corral create (202 Running)", c["create"],
+         [("unshare -n", ap50("unshare -mpuinf true")), ("crun run", ap50("crun run"))]),
+        ("corral command rtt (proxy, k-a)", c["command rtt"],
+         [("nsenter", ap50("nsenter exec")), ("crun exec", ap50("crun exec")), ("runc exec", ap50("runc exec"))]),
+        ("corral proxy GET /ping rtt", c["proxy ping rtt"], []),
+        ("corrald GET /health rtt", c["GET /health rtt"], []),
+        ("corral burst create (%d at once)" % args.burst, c["burst create"],
+         [("sequential create", p50(c["create"]))]),
+    ]
+    for name, xs, refs in lines:
+        print("%-34s %6d %10.2f %10.2f   %s" % (name, len(xs), p50(xs), p95(xs), ratio_text(p50(xs), refs)))
+    print("-" * 100)
+    for k in ("spawn /bin/true", "unshare -mpuif true", "unshare -mpuinf true", "bwrap true", "nsenter exec",
+              "crun run", "crun exec", "runc run", "runc exec"):
+        if k in a:
+            print("%-34s %6d %10.2f %10.2f   %s" % ("anchor: " + k, len(a[k]), p50(a[k]), p95(a[k]),
+                                                   "(local anchor)"))
+    print("-" * 100)
+    print("burst: %d/%d created, %d failures, wall %.2f s; burst p50 / sequential p50 = %.2f"
+          % (c["_burst_ok"], args.burst, len(c["_burst_failures"]), c["_burst_wall"],
+             pct(c["burst create"], 50) / pct(c["create"], 50)))
+    for e in c["_burst_failures"][:5]:
+        print("  burst failure:", e)
+    for n in notes:
+        print("note:", n)
+    print("(anchors are timed from Python's subprocess, which adds the cost of one fork+exec, "
+          "see 'spawn /bin/true'; corral numbers are HTTP round trips from the same process)")
+    print("total bench time %.1f s" % (time.time() - t_start))
+    if args.json:
+        raw = {"corral": {k: v for k, v in c.items() if not k.startswith("_")},
+               "anchors": a, "burst_failures": c["_burst_failures"], "notes": notes}
+        with open(args.json, "w") as f:
+            json.dump(raw, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
