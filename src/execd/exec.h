@@ -1,0 +1,119 @@
+/*
+ * Executions: the commands POST /command starts. Each has a record in memory (bounded: at most
+ * EXEC_MAX_RUNNING running, and the most recent EXEC_MAX_FINISHED finished ones) and a directory
+ * under the state dir that outlives the record:
+ *
+ *   <state>/<id>/stdout       foreground stdout bytes, as produced
+ *   <state>/<id>/stderr       foreground stderr bytes
+ *   <state>/<id>/output       combined stdout+stderr (what /command/{id}/logs serves)
+ *   <state>/<id>/events       the foreground stream transcript (init, stdout/stderr lines, final
+ *                             event; no pings), exactly the bytes a client receives; re-attaching
+ *                             clients replay it
+ *   <state>/<id>/status.json  {"id","content","running","exit_code"?,"error"?,"started_at",
+ *                             "finished_at"?,"background"}: written at start and at the end
+ *
+ * An id is never run twice: creating <state>/<id> is the claim.
+ */
+#pragma once
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/types.h>
+
+#include "shared/error.h"
+#include "shared/id.h"
+#include "stream.h"
+
+#define EXEC_MAX_RUNNING 1024
+#define EXEC_MAX_FINISHED 4096
+#define EXEC_MAX_FINISHED_BYTES (64u << 20) /* commands kept in memory for finished records */
+#define EXEC_KILL_GRACE_MS 3000             /* interrupt: SIGTERM, then SIGKILL after this */
+
+struct execution;
+
+/* Someone interested in an execution's progress: stream clients, status long-polls. */
+struct exec_watch {
+	/* New events, or finished. During the call ex->pending holds exactly the bytes just appended
+	 * to the events file (ex->events_len already counts them), so a caught-up reader can send
+	 * them without reading the file. notify may remove its own watch and no other. */
+	void (*notify)(struct exec_watch *w, struct execution *ex);
+	LIST_ENTRY(exec_watch) link;
+	bool attached;
+};
+
+struct execution {
+	char id[HEXID_LEN];
+	char *command;
+	bool background;
+	bool running;
+	bool has_exit_code;
+	int exit_code;
+	char *error;
+	int64_t started_ms, finished_ms; /* unix ms */
+	uint64_t started_ns;             /* monotonic, for execution_time */
+	uint64_t events_len;             /* bytes in <state>/<id>/events */
+
+	pid_t pid;
+	bool timed_out, interrupted;
+	int pipe_out, pipe_err;
+	struct event *ev_out, *ev_err, *ev_timeout, *ev_kill;
+	int fd_stdout, fd_stderr, fd_output, fd_events;
+	struct line_splitter *split_out, *split_err;
+	struct sbuf pending;
+
+	LIST_HEAD(, exec_watch) watchers;
+	unsigned refs;
+	struct execution *hash_next;
+	TAILQ_ENTRY(execution) lru; /* finished records, oldest first */
+	LIST_ENTRY(execution) live; /* running records */
+};
+
+struct exec_request {
+	const char *id; /* client-chosen (32 lowercase hex) or NULL */
+	const char *command;
+	const char *cwd;
+	bool background;
+	int64_t timeout_ms; /* 0 = none */
+	bool has_uid, has_gid;
+	uid_t uid;
+	gid_t gid;
+	json_t *envs; /* object of strings, or NULL */
+};
+
+int exec_init(struct event_base *base, const char *state_dir, struct error *err);
+void exec_shutdown(void);
+
+/*
+ * Start an execution. Returns 0 with a new reference in *ret, or:
+ *  -EEXIST  the id exists (running, finished, or only on disk): *ret is a reference to it;
+ *  -EAGAIN  EXEC_MAX_RUNNING executions are running;
+ *  -EINVAL  bad input (err says which field);
+ *  other    the process could not be started: the record exists, finished with exit code 255,
+ *           and *ret is set when it could be created.
+ */
+int exec_start(const struct exec_request *r, struct execution **ret, struct error *err);
+/* A reference to the execution with this id (memory, then <state>/<id>), or NULL. */
+struct execution *exec_find(const char *id);
+struct execution *exec_ref(struct execution *ex);
+void exec_unref(struct execution *ex);
+/* SIGTERM the process group now, SIGKILL after EXEC_KILL_GRACE_MS. -ESRCH when not running. */
+int exec_interrupt(struct execution *ex);
+/* Called by the reaper: true when pid was one of ours (its status is consumed). */
+bool exec_child_exited(pid_t pid, int status);
+/* SIGKILL every running execution's process group (execd is going down). */
+void exec_kill_all(void);
+
+void exec_watch_add(struct execution *ex, struct exec_watch *w);
+void exec_watch_remove(struct execution *ex, struct exec_watch *w);
+
+/* Path of a file of the execution: <state>/<id>/<name>. */
+void exec_path(const struct execution *ex, const char *name, char *buf, size_t len);
+/* The status object of GET /command/status/{id}. */
+json_t *exec_status_json(const struct execution *ex);
+/* Milliseconds the execution ran (so far, when still running). */
+int64_t exec_elapsed_ms(const struct execution *ex);
+/* Process exit status as execd reports it: the exit code, or 128+N when killed by signal N. */
+int exec_status_to_code(int wstatus);

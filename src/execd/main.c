@@ -1,0 +1,249 @@
+/*
+ * corral-execd: PID 1 of every sandbox. Serves the OpenSandbox execd API on a unix socket, reaps
+ * every zombie, runs the optional entrypoint and leaves <run>/exit.json behind when it exits.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "exec.h"
+#include "server.h"
+#include "session.h"
+#include "shared/fsutil.h"
+#include "shared/log.h"
+#include "spawn.h"
+
+struct event_base *execd_base;
+
+static struct {
+	const char *socket_path;
+	const char *state_dir;
+	char exit_file[PATH_MAX];
+	char *const *entrypoint;
+	pid_t entry_pid;
+	bool pid1;
+} M;
+
+/* Preformatted for the crash handler, which may only call async-signal-safe functions. */
+static char crash_json[256];
+
+static void write_exit_file(const char *reason, int code, const char *message)
+{
+	json_t *j = json_pack("{s:s, s:i, s:s}", "reason", reason, "exitCode", code, "message", message);
+	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!s)
+		return;
+	int r = fs_write_atomic(M.exit_file, s, strlen(s), 0644);
+	if (r < 0)
+		log_error("write %s: %s", M.exit_file, strerror(-r));
+	free(s);
+}
+
+static void kill_everything(void)
+{
+	exec_kill_all();
+	session_kill_all();
+	if (M.entry_pid > 0)
+		kill(-M.entry_pid, SIGKILL);
+	/* As PID 1 every other process in the namespace is ours to end; on a host, never. */
+	if (M.pid1)
+		kill(-1, SIGKILL);
+}
+
+static _noreturn_ void execd_exit(const char *reason, int code, const char *message)
+{
+	log_info("exiting (%s, %d): %s", reason, code, message);
+	write_exit_file(reason, code, message);
+	kill_everything();
+	server_stop();
+	if (!M.pid1 && M.socket_path)
+		unlink(M.socket_path);
+	exit(code);
+}
+
+static void on_crash(int sig)
+{
+	int fd = open(M.exit_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd >= 0) {
+		(void)!write(fd, crash_json, strlen(crash_json));
+		close(fd);
+	}
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void on_sigchld(evutil_socket_t fd, short what, void *arg)
+{
+	for (;;) {
+		int status;
+		pid_t pid = waitpid(-1, &status, WNOHANG);
+		if (pid <= 0)
+			break;
+		if (exec_child_exited(pid, status) || session_child_exited(pid, status))
+			continue;
+		if (pid == M.entry_pid) {
+			int code = exec_status_to_code(status);
+			char msg[160];
+			if (WIFSIGNALED(status))
+				snprintf(msg, sizeof(msg), "entrypoint killed by signal %d (%s)",
+					 WTERMSIG(status), strsignal(WTERMSIG(status)));
+			else
+				snprintf(msg, sizeof(msg), "entrypoint exited with status %d", code);
+			M.entry_pid = 0;
+			execd_exit("EntrypointExited", code, msg);
+		}
+		/* Anything else is an orphan we inherited as PID 1 (or subreaper): discarded. */
+	}
+}
+
+static void on_term(evutil_socket_t sig, short what, void *arg)
+{
+	if (M.entry_pid > 0) {
+		log_info("received %s: forwarding it to the entrypoint (pid %d)", strsignal((int)sig),
+			 (int)M.entry_pid);
+		kill(M.entry_pid, (int)sig);
+		return;
+	}
+	char msg[64];
+	snprintf(msg, sizeof(msg), "received %s", strsignal((int)sig));
+	execd_exit("ExecdExited", 0, msg);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: corral-execd --socket PATH --state DIR [OPTIONS] [-- ENTRYPOINT...]\n"
+		"\n"
+		"PID 1 of a corral sandbox: serves the OpenSandbox execd API over HTTP/1.1 on a unix\n"
+		"socket, reaps zombies and runs the optional entrypoint.\n"
+		"\n"
+		"  --socket PATH      unix socket to listen on (a stale socket is replaced; mode 0600)\n"
+		"  --state DIR        per-execution output and status files (created if missing)\n"
+		"  --exit-file PATH   where to write {\"reason\",\"exitCode\",\"message\"} on exit\n"
+		"                     (default: dirname(DIR)/exit.json)\n"
+		"  --log-level LEVEL  error, warn, info (default) or debug\n"
+		"  --help             this text\n"
+		"\n"
+		"When ENTRYPOINT exits, execd writes the exit file, kills what is left and exits with\n"
+		"the entrypoint's status (128+N when killed by signal N). SIGTERM is forwarded to the\n"
+		"entrypoint; without one, execd exits cleanly.\n");
+}
+
+int main(int argc, char **argv)
+{
+	enum { OPT_SOCKET = 256, OPT_STATE, OPT_EXIT_FILE, OPT_LOG_LEVEL, OPT_HELP };
+	static const struct option opts[] = {
+		{"socket", required_argument, NULL, OPT_SOCKET},
+		{"state", required_argument, NULL, OPT_STATE},
+		{"exit-file", required_argument, NULL, OPT_EXIT_FILE},
+		{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+		{"help", no_argument, NULL, OPT_HELP},
+		{NULL, 0, NULL, 0},
+	};
+	log_set_ident("corral-execd");
+	const char *exit_file = NULL;
+	int c;
+	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_SOCKET: M.socket_path = optarg; break;
+		case OPT_STATE: M.state_dir = optarg; break;
+		case OPT_EXIT_FILE: exit_file = optarg; break;
+		case OPT_LOG_LEVEL: {
+			enum log_level lvl;
+			if (log_level_parse(optarg, &lvl) < 0) {
+				fprintf(stderr, "corral-execd: invalid --log-level '%s'\n", optarg);
+				return 2;
+			}
+			log_set_level(lvl);
+			break;
+		}
+		case OPT_HELP: usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!M.socket_path || !M.state_dir) {
+		fprintf(stderr, "corral-execd: --socket and --state are required\n");
+		usage(stderr);
+		return 2;
+	}
+	if (optind < argc)
+		M.entrypoint = &argv[optind];
+	if (exit_file) {
+		snprintf(M.exit_file, sizeof(M.exit_file), "%s", exit_file);
+	} else {
+		char tmp[PATH_MAX];
+		snprintf(tmp, sizeof(tmp), "%s", M.state_dir);
+		size_t l = strlen(tmp);
+		while (l > 1 && tmp[l - 1] == '/')
+			tmp[--l] = '\0';
+		snprintf(M.exit_file, sizeof(M.exit_file), "%s/exit.json", dirname(tmp));
+	}
+	snprintf(crash_json, sizeof(crash_json),
+		 "{\"reason\":\"ExecdExited\",\"exitCode\":255,\"message\":\"corral-execd crashed\"}");
+
+	M.pid1 = getpid() == 1;
+	if (M.pid1)
+		fs_write_string("/proc/self/oom_score_adj", "-1000");
+	else
+		prctl(PR_SET_CHILD_SUBREAPER, 1); /* reap grandchildren on a host too */
+	signal(SIGPIPE, SIG_IGN);
+	struct sigaction sa = {.sa_handler = on_crash, .sa_flags = SA_RESETHAND};
+	sigaction(SIGSEGV, &sa, NULL);
+	sigaction(SIGBUS, &sa, NULL);
+	sigaction(SIGABRT, &sa, NULL);
+	sigaction(SIGFPE, &sa, NULL);
+	sigaction(SIGILL, &sa, NULL);
+
+	execd_base = event_base_new();
+	if (!execd_base) {
+		log_error("cannot create the event loop");
+		execd_exit("ExecdExited", 1, "cannot create the event loop");
+	}
+	struct error err = {0};
+	if (exec_init(execd_base, M.state_dir, &err) < 0) {
+		log_error("%s", err.msg);
+		execd_exit("ExecdExited", 1, err.msg);
+	}
+	session_init(execd_base);
+	struct event *ev_chld = evsignal_new(execd_base, SIGCHLD, on_sigchld, NULL);
+	struct event *ev_term = evsignal_new(execd_base, SIGTERM, on_term, NULL);
+	struct event *ev_int = evsignal_new(execd_base, SIGINT, on_term, NULL);
+	if (!ev_chld || !ev_term || !ev_int || event_add(ev_chld, NULL) < 0 ||
+	    event_add(ev_term, NULL) < 0 || event_add(ev_int, NULL) < 0)
+		execd_exit("ExecdExited", 1, "cannot install signal handlers");
+
+	if (server_start(execd_base, M.socket_path, &err) < 0) {
+		log_error("%s", err.msg);
+		execd_exit("ExecdExited", 1, err.msg);
+	}
+	if (M.entrypoint) {
+		struct spawn sp = SPAWN_INIT;
+		sp.argv = M.entrypoint;
+		sp.stdout_fd = SPAWN_FD_INHERIT;
+		sp.stderr_fd = SPAWN_FD_INHERIT;
+		if (spawn_start(&sp, &M.entry_pid, &err) < 0) {
+			char msg[ERROR_MSG_MAX + 32];
+			snprintf(msg, sizeof(msg), "start entrypoint '%s': %s", M.entrypoint[0], err.msg);
+			log_error("%s", msg);
+			execd_exit("EntrypointExited", 127, msg);
+		}
+		log_info("entrypoint '%s' started (pid %d)", M.entrypoint[0], (int)M.entry_pid);
+	}
+	log_info("listening on %s (state %s)", M.socket_path, M.state_dir);
+	/* The entrypoint may have exited already (its SIGCHLD is pending in the loop). */
+	event_base_dispatch(execd_base);
+	execd_exit("ExecdExited", 1, "event loop ended unexpectedly");
+}

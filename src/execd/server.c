@@ -1,0 +1,183 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/http.h>
+
+#include "command.h"
+#include "files.h"
+#include "metrics.h"
+#include "server.h"
+#include "session.h"
+#include "shared/httputil.h"
+#include "shared/log.h"
+
+static struct evhttp *http;
+
+static const char *method_name(enum evhttp_cmd_type m)
+{
+	switch (m) {
+	case EVHTTP_REQ_GET: return "GET";
+	case EVHTTP_REQ_POST: return "POST";
+	case EVHTTP_REQ_DELETE: return "DELETE";
+	case EVHTTP_REQ_PUT: return "PUT";
+	case EVHTTP_REQ_HEAD: return "HEAD";
+	case EVHTTP_REQ_PATCH: return "PATCH";
+	case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+	default: return "?";
+	}
+}
+
+static void not_found(struct evhttp_request *req, const char *path)
+{
+	http_send_error(req, 404, "NOT_FOUND", "no route for %s %s",
+			method_name(evhttp_request_get_command(req)), path);
+}
+
+static void bad_method(struct evhttp_request *req, const char *path)
+{
+	http_send_error(req, 405, "METHOD_NOT_ALLOWED", "method %s is not allowed on %s",
+			method_name(evhttp_request_get_command(req)), path);
+}
+
+static void route(struct evhttp_request *req, void *arg)
+{
+	char path[4096];
+	if (http_request_path(req, path, sizeof(path)) < 0) {
+		http_send_error(req, 400, "INVALID_REQUEST_BODY", "malformed or too long request path");
+		return;
+	}
+	if (files_dispatch(req, path))
+		return;
+	enum evhttp_cmd_type m = evhttp_request_get_command(req);
+	char segbuf[4096];
+	memcpy(segbuf, path, sizeof(segbuf));
+	char *seg[6];
+	int n = http_split_path(segbuf, seg, 6);
+	if (n < 0) {
+		not_found(req, path);
+		return;
+	}
+	_cleanup_query_ struct http_query *q = http_query_parse(req);
+	if (!q) {
+		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		return;
+	}
+	log_debug("%s %s", method_name(m), path);
+
+	if (n == 1 && strcmp(seg[0], "ping") == 0) {
+		if (m == EVHTTP_REQ_GET || m == EVHTTP_REQ_HEAD)
+			http_send_empty(req, 200);
+		else
+			bad_method(req, path);
+		return;
+	}
+	if (n >= 1 && strcmp(seg[0], "command") == 0) {
+		if (n == 1) {
+			if (m == EVHTTP_REQ_POST)
+				command_run(req);
+			else if (m == EVHTTP_REQ_DELETE)
+				command_interrupt(req, q);
+			else
+				bad_method(req, path);
+			return;
+		}
+		if (n == 3 && strcmp(seg[1], "status") == 0) {
+			if (m == EVHTTP_REQ_GET)
+				command_status(req, seg[2], q);
+			else
+				bad_method(req, path);
+			return;
+		}
+		if (n == 3 && strcmp(seg[2], "logs") == 0) {
+			if (m == EVHTTP_REQ_GET)
+				command_logs(req, seg[1], q);
+			else
+				bad_method(req, path);
+			return;
+		}
+	}
+	if (n >= 1 && strcmp(seg[0], "session") == 0) {
+		if (n == 1 && m == EVHTTP_REQ_POST) {
+			session_create(req);
+			return;
+		}
+		if (n == 2 && m == EVHTTP_REQ_DELETE) {
+			session_delete(req, seg[1]);
+			return;
+		}
+		if (n == 3 && strcmp(seg[2], "run") == 0 && m == EVHTTP_REQ_POST) {
+			session_run(req, seg[1]);
+			return;
+		}
+		if (n <= 3) {
+			bad_method(req, path);
+			return;
+		}
+	}
+	if (n == 1 && strcmp(seg[0], "metrics") == 0) {
+		if (m == EVHTTP_REQ_GET)
+			metrics_get(req);
+		else
+			bad_method(req, path);
+		return;
+	}
+	not_found(req, path);
+}
+
+int server_start(struct event_base *base, const char *socket_path, struct error *err)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(socket_path) >= sizeof(sa.sun_path))
+		return error_set(err, ENAMETOOLONG, "socket path '%s' is too long", socket_path);
+	strcpy(sa.sun_path, socket_path);
+
+	/* A stale socket from an earlier run: remove it, but never anything that is not a socket. */
+	struct stat st;
+	if (lstat(socket_path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode))
+			return error_set(err, EEXIST, "'%s' exists and is not a socket", socket_path);
+		if (unlink(socket_path) < 0)
+			return error_set_errno(err, errno, "remove stale socket '%s'", socket_path);
+	}
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return error_set_errno(err, errno, "socket");
+	mode_t old = umask(0177); /* the socket is created 0600 */
+	int r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old);
+	if (r < 0 || chmod(socket_path, 0600) < 0 || listen(fd, 1024) < 0) {
+		int e = errno;
+		close(fd);
+		return error_set_errno(err, e, "listen on '%s'", socket_path);
+	}
+	http = evhttp_new(base);
+	if (!http) {
+		close(fd);
+		return error_set(err, ENOMEM, "evhttp_new");
+	}
+	evhttp_set_max_headers_size(http, SERVER_MAX_HEADERS_SIZE);
+	evhttp_set_max_body_size(http, SERVER_MAX_BODY_SIZE);
+	evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE |
+						 EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD | EVHTTP_REQ_PATCH |
+						 EVHTTP_REQ_OPTIONS);
+	/* No invented Content-Type on empty replies (ping, "success with no data"). */
+	evhttp_set_default_content_type(http, NULL);
+	evhttp_set_gencb(http, route, NULL);
+	if (!evhttp_accept_socket_with_handle(http, fd)) {
+		close(fd);
+		return error_set(err, EIO, "evhttp cannot accept on '%s'", socket_path);
+	}
+	return 0;
+}
+
+void server_stop(void)
+{
+	if (http)
+		evhttp_free(http);
+	http = NULL;
+}

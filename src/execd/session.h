@@ -1,0 +1,17 @@
+/* Bash sessions (reference §2.5): a persistent shell whose cwd and exported variables persist. */
+#pragma once
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#define SESSION_MAX 64
+
+void session_init(struct event_base *base);
+void session_create(struct evhttp_request *req);             /* POST /session */
+void session_run(struct evhttp_request *req, const char *id); /* POST /session/{id}/run */
+void session_delete(struct evhttp_request *req, const char *id);
+/* Reaper hook: true when pid was a session shell. */
+bool session_child_exited(pid_t pid, int status);
+void session_kill_all(void);

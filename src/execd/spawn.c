@@ -1,0 +1,237 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "spawn.h"
+
+extern char **environ;
+
+struct child_failure {
+	int err;       /* errno */
+	char what[48]; /* the step that failed */
+};
+
+static _noreturn_ void child_fail(int fd, const char *what)
+{
+	struct child_failure f = {.err = errno};
+	strncpy(f.what, what, sizeof(f.what) - 1);
+	(void)!write(fd, &f, sizeof(f));
+	_exit(127);
+}
+
+/* Put fd (or /dev/null, or nothing) at target. */
+static int child_setup_fd(int fd, int target)
+{
+	if (fd == SPAWN_FD_INHERIT)
+		return 0;
+	if (fd == SPAWN_FD_NULL) {
+		int n = open("/dev/null", target == STDIN_FILENO ? O_RDONLY : O_WRONLY);
+		if (n < 0)
+			return -1;
+		if (n != target) {
+			if (dup2(n, target) < 0)
+				return -1;
+			close(n);
+		}
+		return 0;
+	}
+	if (fd == target) {
+		/* dup2 to itself keeps close-on-exec; clear it. */
+		int fl = fcntl(fd, F_GETFD);
+		return fl < 0 ? -1 : fcntl(fd, F_SETFD, fl & ~FD_CLOEXEC);
+	}
+	return dup2(fd, target) < 0 ? -1 : 0;
+}
+
+static _noreturn_ void child_run(const struct spawn *sp, int errfd)
+{
+	/* Signals: default dispositions, empty mask (execd ignores SIGPIPE and catches others). */
+	for (int s = 1; s < NSIG; s++)
+		if (s != SIGKILL && s != SIGSTOP)
+			signal(s, SIG_DFL);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+
+	if (setpgid(0, 0) < 0)
+		child_fail(errfd, "setpgid");
+
+	/* stdout/stderr may be the same fd; the order keeps both valid. */
+	if (child_setup_fd(sp->stdin_fd, STDIN_FILENO) < 0)
+		child_fail(errfd, "set up stdin");
+	if (child_setup_fd(sp->stdout_fd, STDOUT_FILENO) < 0)
+		child_fail(errfd, "set up stdout");
+	if (child_setup_fd(sp->stderr_fd, STDERR_FILENO) < 0)
+		child_fail(errfd, "set up stderr");
+
+	/* execd runs at -1000; its children must be fair game for the OOM killer. */
+	int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	if (oom >= 0) {
+		(void)!write(oom, "0", 1);
+		close(oom);
+	}
+
+	if (sp->set_uid) {
+		if (setgroups(sp->ngroups, sp->groups) < 0)
+			child_fail(errfd, "setgroups");
+		if (setgid(sp->gid) < 0)
+			child_fail(errfd, "setgid");
+		if (setuid(sp->uid) < 0)
+			child_fail(errfd, "setuid");
+	}
+	if (sp->cwd && chdir(sp->cwd) < 0)
+		child_fail(errfd, "chdir");
+
+	/* Every other fd goes at exec (errfd stays usable until then). */
+	if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+		long max = sysconf(_SC_OPEN_MAX);
+		for (int fd = 3; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
+			if (fd != errfd)
+				fcntl(fd, F_SETFD, FD_CLOEXEC);
+	}
+
+	char *const *envp = sp->envp ? sp->envp : environ;
+	if (sp->command) {
+		char *argv[] = {(char *)"bash", (char *)"-c", (char *)sp->command, NULL};
+		execve("/bin/bash", argv, envp);
+		if (errno == ENOENT) {
+			argv[0] = (char *)"sh";
+			execve("/bin/sh", argv, envp);
+		}
+		child_fail(errfd, "exec /bin/bash (and /bin/sh)");
+	}
+	environ = (char **)envp;
+	execvp(sp->argv[0], sp->argv);
+	child_fail(errfd, "exec");
+}
+
+int spawn_start(const struct spawn *sp, pid_t *ret_pid, struct error *err)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return error_set_errno(err, errno, "pipe");
+	pid_t pid = fork();
+	if (pid < 0) {
+		int e = errno;
+		close(p[0]);
+		close(p[1]);
+		return error_set_errno(err, e, "fork");
+	}
+	if (pid == 0) {
+		close(p[0]);
+		child_run(sp, p[1]);
+	}
+	close(p[1]);
+	/* Also from the parent, so kill(-pid) works even before the child ran (EACCES after exec is fine). */
+	setpgid(pid, pid);
+	struct child_failure f;
+	ssize_t n = RETRY_EINTR(read(p[0], &f, sizeof(f)));
+	close(p[0]);
+	if (n == (ssize_t)sizeof(f)) {
+		/* The child is about to _exit(127): reap it here so nobody mistakes it for a command. */
+		RETRY_EINTR(waitpid(pid, NULL, 0));
+		f.what[sizeof(f.what) - 1] = '\0';
+		return error_set_errno(err, f.err, "%s", f.what);
+	}
+	*ret_pid = pid;
+	return 0;
+}
+
+/*
+ * The image's /etc/passwd and /etc/group, read directly: NSS (getpwuid, initgroups) does not work
+ * in a static binary inside an arbitrary image.
+ */
+static bool passwd_by_uid(uid_t uid, char *name, size_t nlen, gid_t *gid, char *home, size_t hlen)
+{
+	FILE *f = fopen("/etc/passwd", "re");
+	if (!f)
+		return false;
+	char line[4096];
+	bool found = false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *fl[7], *p = line;
+		int n = 0;
+		line[strcspn(line, "\n")] = '\0';
+		while (n < 7) {
+			fl[n++] = p;
+			p = strchr(p, ':');
+			if (!p)
+				break;
+			*p++ = '\0';
+		}
+		if (n < 7 || !*fl[2] || !*fl[3])
+			continue;
+		char *e1, *e2;
+		unsigned long u = strtoul(fl[2], &e1, 10), g = strtoul(fl[3], &e2, 10);
+		if (*e1 || *e2 || (uid_t)u != uid)
+			continue;
+		snprintf(name, nlen, "%s", fl[0]);
+		snprintf(home, hlen, "%s", fl[5]);
+		*gid = (gid_t)g;
+		found = true;
+	}
+	fclose(f);
+	return found;
+}
+
+static size_t groups_of(const char *name, gid_t *out, size_t max)
+{
+	FILE *f = fopen("/etc/group", "re");
+	if (!f)
+		return 0;
+	char line[16384];
+	size_t k = 0;
+	while (k < max && fgets(line, sizeof(line), f)) {
+		char *fl[4], *p = line;
+		int n = 0;
+		line[strcspn(line, "\n")] = '\0';
+		while (n < 4) {
+			fl[n++] = p;
+			p = strchr(p, ':');
+			if (!p)
+				break;
+			*p++ = '\0';
+		}
+		if (n < 4 || !*fl[2])
+			continue;
+		char *e, *save = NULL;
+		unsigned long g = strtoul(fl[2], &e, 10);
+		if (*e)
+			continue;
+		for (char *m = strtok_r(fl[3], ",", &save); m; m = strtok_r(NULL, ",", &save))
+			if (strcmp(m, name) == 0) {
+				out[k++] = (gid_t)g;
+				break;
+			}
+	}
+	fclose(f);
+	return k;
+}
+
+void spawn_set_user(struct spawn *sp, uid_t uid, bool has_gid, gid_t gid, char *ret_home,
+		    size_t home_len)
+{
+	char name[256], home[1024];
+	gid_t pgid;
+	sp->set_uid = true;
+	sp->uid = uid;
+	if (ret_home && home_len)
+		ret_home[0] = '\0';
+	if (passwd_by_uid(uid, name, sizeof(name), &pgid, home, sizeof(home))) {
+		sp->gid = has_gid ? gid : pgid;
+		sp->groups[0] = sp->gid;
+		sp->ngroups = 1 + groups_of(name, sp->groups + 1, SPAWN_GROUPS_MAX - 1);
+		if (ret_home && home_len)
+			snprintf(ret_home, home_len, "%s", home);
+	} else {
+		sp->gid = has_gid ? gid : (gid_t)uid;
+		sp->groups[0] = sp->gid;
+		sp->ngroups = 1;
+	}
+}
