@@ -1,0 +1,158 @@
+/*
+ * Stand-in for corral-execd in test_runtime_native: runs as the sandbox's PID 1, looks at what it
+ * can see from inside, writes "key=value" lines to /.corral/report (tmp + rename), then waits to be
+ * killed. Statically linked, so it runs in an empty image. Arguments after "--" may include
+ * "hidden=PATH": report how many entries PATH has as seen from inside (masked state dir: 0).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static FILE *out;
+
+static void status_field(const char *key)
+{
+	char line[256];
+	FILE *f = fopen("/proc/self/status", "r");
+	if (!f)
+		return;
+	size_t n = strlen(key);
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, key, n) == 0 && line[n] == ':') {
+			char *v = line + n + 1;
+			while (*v == ' ' || *v == '\t')
+				v++;
+			v[strcspn(v, "\n")] = '\0';
+			fprintf(out, "%s=%s\n", key, v);
+		}
+	fclose(f);
+}
+
+static void file_field(const char *key, const char *path)
+{
+	char buf[512] = "";
+	int fd = open(path, O_RDONLY);
+	if (fd < 0) {
+		fprintf(out, "%s=<errno %d>\n", key, errno);
+		return;
+	}
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	for (char *p = buf; *p; p++)
+		if (*p == '\n')
+			*p = '|';
+	fprintf(out, "%s=%s\n", key, buf);
+}
+
+static int count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -errno;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			n++;
+	closedir(d);
+	return n;
+}
+
+static int err_of(long r)
+{
+	return r < 0 ? errno : 0;
+}
+
+int main(int argc, char **argv)
+{
+	out = fopen("/.corral/report.tmp", "w");
+	if (!out)
+		return 1;
+	char host[128] = "";
+	gethostname(host, sizeof(host));
+	fprintf(out, "pid=%d\nppid=%d\nuid=%d\nhostname=%s\n", getpid(), getppid(), getuid(), host);
+	for (int i = 0; i < argc; i++)
+		fprintf(out, "argv%d=%s\n", i, argv[i]);
+	fprintf(out, "env_PATH=%s\nenv_HOME=%s\nenv_FOO=%s\n", getenv("PATH") ?: "",
+		getenv("HOME") ?: "", getenv("FOO") ?: "");
+	status_field("CapEff");
+	status_field("CapBnd");
+	status_field("CapAmb");
+	status_field("NoNewPrivs");
+	status_field("Seccomp");
+	file_field("oom_score_adj", "/proc/self/oom_score_adj");
+	file_field("proc_cgroup", "/proc/self/cgroup");
+	file_field("etc_hostname", "/etc/hostname");
+	file_field("etc_hosts", "/etc/hosts");
+	file_field("etc_shadow", "/etc/shadow");
+	file_field("proc_kcore", "/proc/kcore");
+	file_field("v1_memory_limit", "/sys/fs/cgroup/memory/memory.limit_in_bytes");
+	file_field("v1_pids_max", "/sys/fs/cgroup/pids/pids.max");
+	file_field("v1_cpu_quota", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
+	file_field("v2_memory_max", "/sys/fs/cgroup/memory.max");
+	file_field("v2_pids_max", "/sys/fs/cgroup/pids.max");
+	file_field("netdev", "/proc/net/dev");
+
+	fprintf(out, "mount_errno=%d\n", err_of(mount("tmpfs", "/mnt", "tmpfs", 0, NULL)));
+	fprintf(out, "unshare_user_errno=%d\n", err_of(unshare(CLONE_NEWUSER)));
+	fprintf(out, "unshare_net_errno=%d\n", err_of(unshare(CLONE_NEWNET)));
+	fprintf(out, "setns_errno=%d\n", err_of(setns(0, 0)));
+	long c = syscall(SYS_clone, (long)(CLONE_NEWNS | SIGCHLD), 0L, 0L, 0L, 0L);
+	if (c == 0)
+		_exit(0);
+	if (c > 0)
+		waitpid((pid_t)c, NULL, 0);
+	fprintf(out, "clone_newns_errno=%d\n", c < 0 ? errno : 0);
+	c = syscall(SYS_clone, (long)SIGCHLD, 0L, 0L, 0L, 0L);
+	if (c == 0)
+		_exit(0);
+	if (c > 0)
+		waitpid((pid_t)c, NULL, 0);
+	fprintf(out, "clone_plain_errno=%d\n", c < 0 ? errno : 0);
+	char args[88] = {0};
+	fprintf(out, "clone3_errno=%d\n", err_of(syscall(SYS_clone3, args, sizeof(args))));
+	fprintf(out, "ptrace_errno=%d\n", err_of(syscall(SYS_ptrace, 0L, 0L, 0L, 0L)));
+	fprintf(out, "sethostname_errno=%d\n", err_of(sethostname("x", 1)));
+
+	int fd = open("/proc/sys/kernel/hostname", O_WRONLY);
+	fprintf(out, "proc_sys_write_errno=%d\n", fd < 0 ? errno : 0);
+	fprintf(out, "sys_mkdir_errno=%d\n", err_of(mkdir("/sys/corral-x", 0755)));
+	fprintf(out, "execd_write_errno=%d\n", err_of(access("/.corral/corral-execd", W_OK)));
+	fd = open("/tmp/probe", O_WRONLY | O_CREAT, 0644);
+	fprintf(out, "tmp_write_errno=%d\n", fd < 0 ? errno : 0);
+	fd = open("/dev/null", O_WRONLY);
+	fprintf(out, "devnull_write=%zd\n", fd < 0 ? -1 : write(fd, "x", 1));
+	struct stat st;
+	fprintf(out, "dev_ptmx=%d\n", lstat("/dev/ptmx", &st) == 0);
+	fprintf(out, "dev_shm_dir=%d\n", stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode));
+	fprintf(out, "root_entries=%d\n", count_entries("/root"));
+	fprintf(out, "home_entries=%d\n", count_entries("/home"));
+	fprintf(out, "dev_entries=%d\n", count_entries("/dev"));
+
+	struct ifreq ifr = {0};
+	int s = socket(AF_INET, SOCK_DGRAM, 0);
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	fprintf(out, "lo_up=%d\n", s >= 0 && ioctl(s, SIOCGIFFLAGS, &ifr) == 0 && (ifr.ifr_flags & IFF_UP));
+
+	for (int i = 1; i < argc; i++)
+		if (strncmp(argv[i], "hidden=", 7) == 0)
+			fprintf(out, "hidden_entries=%d\n", count_entries(argv[i] + 7));
+	fclose(out);
+	rename("/.corral/report.tmp", "/.corral/report");
+	for (;;)
+		pause();
+}

@@ -1,0 +1,410 @@
+/*
+ * The native runtime against the real kernel (root only, else exit 77 = skipped): creates real
+ * sandboxes whose PID 1 is tests/unit/runtime_probe_child.c (argv[1]), reads the report it writes
+ * from inside, checks limits from the host side, pause/resume, probe, destroy (nothing left behind:
+ * files, mounts, cgroups), idempotence and the rollback of a failed create. Uses its own temp state
+ * dir and cgroup name, so it never meets a running corrald or another test.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "runtime/cgroup.h"
+#include "runtime/runtime.h"
+#include "shared/fsutil.h"
+#include "shared/id.h"
+
+static char state[PATH_MAX], cgname[64];
+static struct runtime_config cfg;
+static char report[16384];
+
+static const char *S(const char *id, const char *rel)
+{
+	static char bufs[8][PATH_MAX];
+	static int next;
+	char *b = bufs[next++ % 8];
+	snprintf(b, PATH_MAX, "%s/sandboxes/%s/%s", state, id, rel);
+	return b;
+}
+
+static bool exists(const char *p)
+{
+	struct stat st;
+	return lstat(p, &st) == 0;
+}
+
+/* The value of key in the report, "" when absent. */
+static const char *R(const char *key)
+{
+	static char bufs[8][1024];
+	static int next;
+	char *b = bufs[next++ % 8];
+	b[0] = '\0';
+	size_t n = strlen(key);
+	for (const char *line = report; line && *line;) {
+		const char *nl = strchr(line, '\n');
+		if (strncmp(line, key, n) == 0 && line[n] == '=') {
+			size_t len = nl ? (size_t)(nl - line - n - 1) : strlen(line + n + 1);
+			snprintf(b, 1024, "%.*s", (int)len, line + n + 1);
+			break;
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	return b;
+}
+
+static int wait_report(const char *id)
+{
+	for (int i = 0; i < 5000; i++) {
+		if (fs_read_small(S(id, "run/report"), report, sizeof(report)) == 0)
+			return 0;
+		usleep(1000);
+	}
+	return -ETIMEDOUT;
+}
+
+static int count_mounts(void)
+{
+	char *buf = NULL;
+	if (fs_read_file("/proc/self/mountinfo", 1 << 22, &buf, NULL) < 0)
+		return -1;
+	int n = 0;
+	for (char *p = buf; *p; p++)
+		n += *p == '\n';
+	bool leaked = strstr(buf, state) != NULL;
+	free(buf);
+	return leaked ? -1000 : n;
+}
+
+static bool cgroup_exists(const char *id)
+{
+	char p[PATH_MAX];
+	if (cgroup_detect() == &cgroup_v2_ops)
+		snprintf(p, sizeof(p), "%s/%s/%s", cgroup_root(), cgname, id);
+	else
+		snprintf(p, sizeof(p), "%s/pids/%s/%s", cgroup_root(), cgname, id);
+	return exists(p);
+}
+
+static const char *cg_file(const char *id, const char *v1ctrl, const char *file)
+{
+	static char p[PATH_MAX];
+	if (cgroup_detect() == &cgroup_v2_ops)
+		snprintf(p, sizeof(p), "%s/%s/%s/%s", cgroup_root(), cgname, id, file);
+	else
+		snprintf(p, sizeof(p), "%s/%s/%s/%s/%s", cgroup_root(), v1ctrl, cgname, id, file);
+	return p;
+}
+
+static void test_host_image(void)
+{
+	struct sandbox_spec spec = {
+		.host_image = true,
+		.rootfs = "/",
+		.cpu_limit_millis = 500,
+		.memory_limit_bytes = 256 << 20,
+		.pids_max = 100,
+	};
+	CHECK_INT(id_uuid4(spec.id), 0);
+	char hidden[PATH_MAX + 8];
+	snprintf(hidden, sizeof(hidden), "hidden=%s", state);
+	char *entry[] = {hidden, NULL};
+	char foo[] = "FOO=bar";
+	char *env[] = {foo, NULL};
+	spec.entrypoint = entry;
+	spec.env = env;
+
+	int mounts_before = count_mounts();
+	pid_t pid = 0;
+	uint64_t start = 0;
+	struct error err = {0};
+	CHECK_INT(runtime_native.create(&cfg, &spec, &pid, &start, &err), 0);
+	if (err.code) {
+		fprintf(stderr, "create: %s\n", err.msg);
+		return;
+	}
+	CHECK(pid > 1);
+	uint64_t st2 = 0;
+	CHECK_INT(runtime_pid_starttime(pid, &st2), 0);
+	CHECK_U64(st2, start);
+	char pidfile[64], want[64];
+	CHECK_INT(fs_read_small(S(spec.id, "pid"), pidfile, sizeof(pidfile)), 0);
+	snprintf(want, sizeof(want), "%d %" PRIu64, (int)pid, start);
+	CHECK_STR(pidfile, want);
+	struct stat st;
+	CHECK(stat(S(spec.id, "run"), &st) == 0 && (st.st_mode & 07777) == 0700);
+	/* Not our child: the intermediate process exited and PID 1 was reparented. */
+	char path[64], statbuf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	CHECK_INT(fs_read_small(path, statbuf, sizeof(statbuf)), 0);
+	int ppid = 0;
+	sscanf(strrchr(statbuf, ')') + 2, "%*c %d", &ppid);
+	CHECK(ppid != getpid());
+	/* No sandbox mount is visible on the host. */
+	CHECK_INT(count_mounts(), mounts_before);
+
+	CHECK_INT(wait_report(spec.id), 0);
+	char shortid[13];
+	snprintf(shortid, sizeof(shortid), "%.12s", spec.id);
+	CHECK_STR(R("pid"), "1");
+	CHECK_STR(R("ppid"), "0");
+	CHECK_STR(R("uid"), "0");
+	CHECK_STR(R("hostname"), shortid);
+	CHECK_STR(R("argv0"), SANDBOX_IN_EXECD);
+	CHECK_STR(R("argv1"), "--socket");
+	CHECK_STR(R("argv2"), SANDBOX_IN_SOCKET);
+	CHECK_STR(R("argv3"), "--state");
+	CHECK_STR(R("argv4"), SANDBOX_IN_EXECS);
+	CHECK_STR(R("argv5"), "--");
+	CHECK_STR(R("argv6"), hidden);
+	CHECK_STR(R("env_FOO"), "bar");
+	CHECK_STR(R("env_HOME"), "/root");
+	CHECK(strstr(R("env_PATH"), "/usr/bin") != NULL);
+	/* Docker's set: chown dac_override fowner fsetid kill setgid setuid setpcap
+	 * net_bind_service sys_chroot audit_write setfcap. */
+	CHECK_STR(R("CapEff"), "00000000a00405fb");
+	CHECK_STR(R("CapBnd"), "00000000a00405fb");
+	CHECK_STR(R("CapAmb"), "0000000000000000");
+	CHECK_STR(R("NoNewPrivs"), "1");
+	CHECK_STR(R("Seccomp"), "2");
+	CHECK_STR(R("mount_errno"), "1");
+	CHECK_STR(R("unshare_user_errno"), "1");
+	CHECK_STR(R("unshare_net_errno"), "1");
+	CHECK_STR(R("setns_errno"), "1");
+	CHECK_STR(R("clone_newns_errno"), "1");
+	CHECK_STR(R("clone_plain_errno"), "0");
+	CHECK_STR(R("clone3_errno"), "38");
+	CHECK_STR(R("ptrace_errno"), "1");
+	CHECK_STR(R("sethostname_errno"), "1");
+	CHECK_STR(R("proc_sys_write_errno"), "30");
+	CHECK_STR(R("sys_mkdir_errno"), "30");
+	CHECK_STR(R("execd_write_errno"), "30");
+	CHECK_STR(R("tmp_write_errno"), "0");
+	CHECK_STR(R("devnull_write"), "1");
+	CHECK_STR(R("dev_ptmx"), "1");
+	CHECK_STR(R("dev_shm_dir"), "1");
+	CHECK_STR(R("etc_shadow"), "");     /* /dev/null */
+	CHECK(strcmp(R("proc_kcore"), "") == 0 || strcmp(R("proc_kcore"), "<errno 2>") == 0);
+	CHECK_STR(R("hidden_entries"), "0"); /* the state dir, with this very sandbox in it */
+	CHECK_STR(R("root_entries"), "0");
+	CHECK(strtol(R("home_entries"), NULL, 10) <= 0);
+	CHECK_STR(R("etc_hostname"), shortid);
+	CHECK(strstr(R("etc_hosts"), shortid) != NULL);
+	CHECK(strstr(R("netdev"), "lo:") != NULL);
+	CHECK(strstr(R("netdev"), "eth") == NULL);
+	/* Only lo: one "name:" after the two header lines, which hold no ':'. */
+	int lines = 0;
+	for (const char *p = R("netdev"); *p; p++)
+		lines += *p == ':';
+	CHECK_INT(lines, 1);
+	if (lines != 1)
+		fprintf(stderr, "netdev: %s\n", R("netdev"));
+	CHECK_STR(R("lo_up"), "1");
+	if (cgroup_detect() == &cgroup_v2_ops) {
+		CHECK_STR(R("v2_memory_max"), "268435456|");
+		CHECK_STR(R("v2_pids_max"), "100|");
+		CHECK_STR(R("proc_cgroup"), "0::/|");
+	} else {
+		CHECK_STR(R("v1_memory_limit"), "268435456|");
+		CHECK_STR(R("v1_pids_max"), "100|");
+		CHECK_STR(R("v1_cpu_quota"), "50000|");
+		CHECK(strstr(R("proc_cgroup"), "memory:/|") != NULL);
+		CHECK(strstr(R("proc_cgroup"), "pids:/|") != NULL);
+	}
+	/* -1000 needs CAP_SYS_RESOURCE, which some hosts withhold from root. */
+	printf("oom_score_adj inside: %s\n", R("oom_score_adj"));
+
+	/* Host side: the limits and probe. */
+	char v[64];
+	if (cgroup_detect() == &cgroup_v2_ops) {
+		CHECK_INT(fs_read_small(cg_file(spec.id, NULL, "cpu.max"), v, sizeof(v)), 0);
+		CHECK_STR(v, "50000 100000");
+	} else {
+		CHECK_INT(fs_read_small(cg_file(spec.id, "memory", "memory.limit_in_bytes"), v,
+					sizeof(v)), 0);
+		CHECK_STR(v, "268435456");
+		if (exists(cg_file(spec.id, "memory", "memory.memsw.limit_in_bytes"))) {
+			CHECK_INT(fs_read_small(cg_file(spec.id, "memory",
+							"memory.memsw.limit_in_bytes"),
+						v, sizeof(v)), 0);
+			CHECK_STR(v, "268435456");
+		}
+		CHECK_INT(fs_read_small(cg_file(spec.id, "cpu", "cpu.shares"), v, sizeof(v)), 0);
+		CHECK_STR(v, "512");
+	}
+	struct sandbox_probe pr;
+	CHECK_INT(runtime_native.probe(&cfg, spec.id, pid, start, &pr, &err), 0);
+	CHECK(pr.alive);
+	CHECK(!pr.frozen);
+	CHECK_U64(pr.memory_limit, 256 << 20);
+	CHECK_U64(pr.pids_max, 100);
+	CHECK_U64(pr.pids_current, 1);
+	CHECK(pr.memory_current > 0);
+	CHECK(pr.cpu_usage_ns > 0);
+	CHECK_U64(pr.oom_kills, 0);
+	CHECK_INT(runtime_native.probe(&cfg, spec.id, pid, start + 1, &pr, &err), 0);
+	CHECK(!pr.alive); /* a recycled pid does not pass for PID 1 */
+
+	CHECK_INT(runtime_native.pause(&cfg, spec.id, &err), 0);
+	bool frozen = false;
+	for (int i = 0; i < 1000 && !frozen; i++) {
+		runtime_native.probe(&cfg, spec.id, pid, start, &pr, &err);
+		frozen = pr.frozen;
+		if (!frozen)
+			usleep(1000);
+	}
+	CHECK(frozen);
+	CHECK_INT(runtime_native.resume(&cfg, spec.id, &err), 0);
+	CHECK_INT(runtime_native.probe(&cfg, spec.id, pid, start, &pr, &err), 0);
+	CHECK(!pr.frozen);
+	CHECK(pr.alive);
+
+	CHECK_INT(runtime_native.destroy(&cfg, spec.id, &err), 0);
+	if (err.code)
+		fprintf(stderr, "destroy: %s\n", err.msg);
+	CHECK(!exists(S(spec.id, "rootfs")));
+	CHECK(!exists(S(spec.id, "upper")));
+	CHECK(!exists(S(spec.id, "work")));
+	CHECK(!exists(S(spec.id, "run")));
+	CHECK(!exists(S(spec.id, "pid")));
+	CHECK(!cgroup_exists(spec.id));
+	CHECK_INT(count_mounts(), mounts_before);
+	CHECK_INT(runtime_native.probe(&cfg, spec.id, pid, start, &pr, &err), 0);
+	CHECK(!pr.alive);
+	CHECK_INT(runtime_native.destroy(&cfg, spec.id, &err), 0); /* idempotent */
+	CHECK_INT(rmdir(S(spec.id, "")), 0);                       /* corrald's part */
+}
+
+/* An image directory (here: empty, the static stand-in needs nothing) and a chosen hostname. */
+static void test_image_dir(void)
+{
+	char image[PATH_MAX];
+	snprintf(image, sizeof(image), "%s/image", state);
+	CHECK_INT(mkdir(image, 0755), 0);
+	struct sandbox_spec spec = {.rootfs = image, .hostname = "box1", .oom_group = true};
+	CHECK_INT(id_uuid4(spec.id), 0);
+	pid_t pid;
+	uint64_t start;
+	struct error err = {0};
+	CHECK_INT(runtime_native.create(&cfg, &spec, &pid, &start, &err), 0);
+	if (err.code) {
+		fprintf(stderr, "create: %s\n", err.msg);
+		return;
+	}
+	CHECK_INT(wait_report(spec.id), 0);
+	CHECK_STR(R("pid"), "1");
+	CHECK_STR(R("hostname"), "box1");
+	CHECK_STR(R("etc_hostname"), "box1");
+	CHECK_STR(R("Seccomp"), "2");
+	CHECK_STR(R("etc_shadow"), "<errno 2>");
+	CHECK_STR(R("tmp_write_errno"), "0");
+	if (cgroup_detect() == &cgroup_v1_ops)
+		CHECK_STR(R("v1_pids_max"), "4096|");
+	/* The image itself is never written: /etc, /proc... went to the upper layer. */
+	CHECK_INT(fs_read_small(S(spec.id, "upper/etc/hostname"), report, sizeof(report)), 0);
+	CHECK_STR(report, "box1");
+	DIR *d = opendir(image);
+	int n = 0;
+	for (struct dirent *de; d && (de = readdir(d));)
+		n += de->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	CHECK_INT(n, 0);
+
+	/* kill() empties the sandbox without removing anything. */
+	CHECK_INT(runtime_native.kill(&cfg, spec.id, &err), 0);
+	struct sandbox_probe pr = {.alive = true};
+	for (int i = 0; i < 2000 && pr.alive; i++) {
+		runtime_native.probe(&cfg, spec.id, pid, start, &pr, &err);
+		if (pr.alive)
+			usleep(1000);
+	}
+	CHECK(!pr.alive);
+	CHECK(exists(S(spec.id, "upper")));
+	CHECK_INT(runtime_native.destroy(&cfg, spec.id, &err), 0);
+	CHECK(!exists(S(spec.id, "upper")));
+	CHECK(!cgroup_exists(spec.id));
+	CHECK_INT(rmdir(S(spec.id, "")), 0);
+	CHECK_INT(rmdir(image), 0);
+}
+
+/* A failing create reports a precise message and rolls itself back. */
+static void test_failed_create(void)
+{
+	struct sandbox_spec spec = {.rootfs = "/nonexistent-corral-image"};
+	CHECK_INT(id_uuid4(spec.id), 0);
+	pid_t pid;
+	uint64_t start;
+	struct error err = {0};
+	int r = runtime_native.create(&cfg, &spec, &pid, &start, &err);
+	CHECK_INT(r, -ENOENT);
+	CHECK(strstr(err.msg, "mount overlay") != NULL);
+	printf("failed create says: %s\n", err.msg);
+	CHECK(!exists(S(spec.id, "rootfs")));
+	CHECK(!exists(S(spec.id, "upper")));
+	CHECK(!exists(S(spec.id, "run")));
+	CHECK(!cgroup_exists(spec.id));
+	rmdir(S(spec.id, ""));
+
+	struct runtime_config bad = cfg;
+	bad.execd_path = "/nonexistent/corral-execd";
+	error_clear(&err);
+	CHECK_INT(runtime_native.create(&bad, &spec, &pid, &start, &err), -ENOENT);
+	CHECK(strstr(err.msg, "/nonexistent/corral-execd") != NULL);
+	snprintf(spec.id, sizeof(spec.id), "../evil");
+	CHECK_INT(runtime_native.create(&cfg, &spec, &pid, &start, &err), -EINVAL);
+	CHECK_INT(runtime_native.destroy(&cfg, "../evil", &err), -EINVAL);
+}
+
+static void remove_parent_cgroups(void)
+{
+	static const char *const v1[] = {"cpu", "cpuacct", "memory", "pids", "freezer"};
+	char p[PATH_MAX];
+	if (cgroup_detect() == &cgroup_v2_ops) {
+		snprintf(p, sizeof(p), "%s/%s", cgroup_root(), cgname);
+		CHECK(rmdir(p) == 0 || errno == ENOENT);
+		return;
+	}
+	for (size_t i = 0; i < sizeof(v1) / sizeof(v1[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s/%s", cgroup_root(), v1[i], cgname);
+		CHECK(rmdir(p) == 0 || errno == ENOENT);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (geteuid() != 0) {
+		printf("runtime_native: skipped (needs root)\n");
+		return 77;
+	}
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s PROBE-CHILD\n", argv[0]);
+		return 2;
+	}
+	/* Not under /tmp: every sandbox gets its own /tmp, which would hide the state dir anyway. */
+	snprintf(state, sizeof(state), "/var/tmp/corral-rt-XXXXXX");
+	if (!mkdtemp(state))
+		return 2;
+	snprintf(cgname, sizeof(cgname), "corral-test-%d", (int)getpid());
+	cfg = (struct runtime_config){.state_dir = state, .execd_path = argv[1], .cgroup_name = cgname};
+	printf("cgroup manager: %s\n", cgroup_detect() ? cgroup_detect()->name : "none");
+
+	test_host_image();
+	test_image_dir();
+	test_failed_create();
+
+	remove_parent_cgroups();
+	rmdir(S("", "")); /* <state>/sandboxes */
+	char p[PATH_MAX + 16];
+	snprintf(p, sizeof(p), "%s/sandboxes", state);
+	rmdir(p);
+	CHECK_INT(rmdir(state), 0);
+	return check_summary("runtime_native");
+}
