@@ -1,0 +1,636 @@
+/*
+ * The OpenSandbox lifecycle API over evhttp: routing (at / and /v1), auth, request ids, and one
+ * handler per route. Handlers validate, act on the registry or start lifecycle work, and reply;
+ * nothing here blocks.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <event2/buffer.h>
+#include <event2/keyvalq_struct.h>
+
+#include "corrald/corrald.h"
+#include "corrald/filter.h"
+#include "corrald/upstream.h"
+#include "corrald/validate.h"
+#include "shared/httputil.h"
+#include "shared/log.h"
+#include "shared/timeutil.h"
+
+#define CODE_NOT_FOUND "SANDBOX::NOT_FOUND"
+#define CODE_INVALID_EXPIRATION "SANDBOX::INVALID_EXPIRATION"
+#define CODE_INVALID_PORT "SANDBOX::INVALID_PORT"
+#define REQUEST_ID_MAX 256
+
+/* --- replies ------------------------------------------------------------------------------ */
+
+static void send_verr(struct evhttp_request *req, const struct verr *e, const char *where)
+{
+	json_t *loc = json_array();
+	json_array_append_new(loc, json_string(where));
+	for (int i = 0; i < e->nloc; i++)
+		json_array_append_new(loc, json_string(e->loc[i]));
+	json_t *detail = json_pack("[{s:o, s:s, s:s}]", "loc", loc, "msg", e->msg, "type",
+				   "value_error");
+	log_debug("%s %s -> %d %s: %s", "request", evhttp_request_get_uri(req), e->status, e->code,
+		  e->msg);
+	http_send_json(req, e->status,
+		       json_pack("{s:s, s:s, s:o}", "code", e->code, "message", e->msg, "detail",
+				 detail));
+}
+
+static void send_not_found(struct evhttp_request *req, const char *id)
+{
+	http_send_error(req, 404, CODE_NOT_FOUND, "Sandbox %s not found.", id);
+}
+
+static void add_common_headers(struct corrald *d, struct evhttp_request *req)
+{
+	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+	const char *rid = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-ID");
+	char buf[REQUEST_ID_MAX + 1] = "";
+	if (rid) {
+		while (isspace((unsigned char)*rid))
+			rid++;
+		size_t n = strnlen(rid, REQUEST_ID_MAX);
+		while (n > 0 && isspace((unsigned char)rid[n - 1]))
+			n--;
+		memcpy(buf, rid, n);
+		buf[n] = '\0';
+	}
+	if (!buf[0] || evhttp_add_header(out, "X-Request-ID", buf) < 0) {
+		id_hex32(buf);
+		evhttp_add_header(out, "X-Request-ID", buf);
+	}
+	char ka[32];
+	snprintf(ka, sizeof(ka), "timeout=%d", d->idle_timeout_s);
+	evhttp_add_header(out, "Keep-Alive", ka);
+}
+
+/* Constant-time in the length of the configured key; the given key's length leaks nothing more. */
+static bool api_key_equal(const char *key, size_t keylen, const char *given)
+{
+	size_t glen = strlen(given);
+	unsigned char diff = keylen != glen;
+	for (size_t i = 0; i < keylen; i++)
+		diff |= (unsigned char)key[i] ^ (unsigned char)(i < glen ? given[i] : 0);
+	return diff == 0;
+}
+
+static bool lifecycle_body_ok(struct evhttp_request *req)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+	if (!in || evbuffer_get_length(in) <= CORRALD_LIFECYCLE_BODY_MAX)
+		return true;
+	http_send_error(req, 413, "SANDBOX::REQUEST_TOO_LARGE",
+			"request body of %zu bytes exceeds the %d byte limit of lifecycle routes",
+			evbuffer_get_length(in), CORRALD_LIFECYCLE_BODY_MAX);
+	return false;
+}
+
+static bool body_json(struct evhttp_request *req, bool allow_empty, json_t **ret)
+{
+	char msg[512];
+	if (http_body_json(req, allow_empty, ret, msg, sizeof(msg)) < 0) {
+		struct verr e;
+		verr_set(&e, 422, CODE_INVALID_PARAMETER, NULL, "%s", msg);
+		send_verr(req, &e, "body");
+		return false;
+	}
+	return true;
+}
+
+/* --- POST /sandboxes ---------------------------------------------------------------------- */
+
+static void on_created(struct sandbox *sb, int status, const char *code, const char *msg, void *arg)
+{
+	struct evhttp_request *req = arg;
+	if (status == 202)
+		http_send_json(req, 202, sandbox_to_api(sb, true));
+	else
+		http_send_error(req, status, code, "%s", msg);
+}
+
+static void h_create(struct corrald *d, struct evhttp_request *req)
+{
+	json_t *body = NULL;
+	if (!body_json(req, false, &body))
+		return;
+	struct create_params p;
+	struct verr e;
+	int r = create_params_parse(body, &p, &e);
+	json_decref(body);
+	if (r < 0) {
+		if (r == -ENOMEM)
+			http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+		else
+			send_verr(req, &e, "body");
+		return;
+	}
+	char rootfs[PATH_MAX], msg[1536];
+	bool host = false;
+	if (image_resolve(d, p.image_uri, rootfs, sizeof(rootfs), &host, msg, sizeof(msg)) < 0) {
+		verr_set(&e, 422, CODE_INVALID_PARAMETER, ((const char *const[]){"image", "uri", NULL}),
+			 "%s", msg);
+		send_verr(req, &e, "body");
+		create_params_clear(&p);
+		return;
+	}
+	char id[UUID_STR_LEN];
+	struct sandbox *sb = NULL;
+	if (id_uuid4(id) < 0 || !(sb = sandbox_new(d, id))) {
+		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "cannot allocate a sandbox");
+		create_params_clear(&p);
+		return;
+	}
+	sb->created_ms = time_now_ms();
+	sb->has_expiry = p.has_timeout;
+	sb->timeout_s = p.has_timeout ? p.timeout_s : 0;
+	sb->expires_ms = p.has_timeout ? sb->created_ms + p.timeout_s * 1000 : 0;
+	sb->image_uri = TAKE_PTR(p.image_uri);
+	sb->rootfs = strdup(rootfs);
+	sb->host_image = host;
+	sb->entrypoint = TAKE_PTR(p.entrypoint);
+	sb->env = TAKE_PTR(p.env);
+	sb->metadata = TAKE_PTR(p.metadata);
+	sb->limits = TAKE_PTR(p.limits);
+	sb->requests = TAKE_PTR(p.requests);
+	sb->extensions = TAKE_PTR(p.extensions);
+	sb->platform = TAKE_PTR(p.platform);
+	sb->oom_group = p.oom_group;
+	registry_add(d, sb);
+	r = sb->rootfs ? lifecycle_create(sb, p.cpu_limit_millis, p.memory_limit_bytes, p.pids_max,
+					  p.cpu_request_millis, p.memory_request_bytes, on_created,
+					  req)
+		       : -ENOMEM;
+	if (r < 0) {
+		log_error("create sandbox %s: %s", id, strerror(-r));
+		http_send_error(req, 500, "SANDBOX::CREATE_FAILED", "create sandbox %s: %s", id,
+				strerror(-r));
+		lifecycle_teardown(sb, "create failed");
+	}
+	create_params_clear(&p);
+	sandbox_unref(sb);
+}
+
+/* --- GET /sandboxes ----------------------------------------------------------------------- */
+
+static const char *metadata_get(const char *key, void *ud)
+{
+	return json_string_value(json_object_get(ud, key));
+}
+
+static void h_list(struct corrald *d, struct evhttp_request *req)
+{
+	_cleanup_query_ struct http_query *q = http_query_parse(req);
+	if (!q) {
+		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+		return;
+	}
+	const char *states[FILTER_MAX_STATES];
+	size_t nstates = http_query_get_all(q, "state", states, FILTER_MAX_STATES);
+	char msg[512];
+	unsigned page, page_size;
+	struct verr e;
+	if (query_parse_uint("page", http_query_get(q, "page"), 1, 1000000000, 1, &page, msg,
+			     sizeof(msg)) < 0) {
+		verr_set(&e, 422, CODE_INVALID_PARAMETER, ((const char *const[]){"page", NULL}), "%s",
+			 msg);
+		send_verr(req, &e, "query");
+		return;
+	}
+	if (query_parse_uint("pageSize", http_query_get(q, "pageSize"), 1, PAGE_SIZE_MAX,
+			     PAGE_SIZE_DEFAULT, &page_size, msg, sizeof(msg)) < 0) {
+		verr_set(&e, 422, CODE_INVALID_PARAMETER, ((const char *const[]){"pageSize", NULL}),
+			 "%s", msg);
+		send_verr(req, &e, "query");
+		return;
+	}
+	struct meta_filter mf;
+	int r = meta_filter_parse(http_query_get(q, "metadata"), &mf, msg, sizeof(msg));
+	if (r < 0) {
+		if (r == -ENOMEM)
+			http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+		else
+			http_send_error(req, 400, "INVALID_METADATA_FORMAT", "%s", msg);
+		return;
+	}
+	/* Two passes over the newest-first list: count, then emit the requested page. */
+	size_t total = 0;
+	struct sandbox *sb;
+	TAILQ_FOREACH(sb, &d->sandboxes, link)
+		if (!sb->deleting && !sb->delete_requested &&
+		    state_filter_match(states, nstates, sb_state_name(sb->state)) &&
+		    meta_filter_match(&mf, metadata_get, sb->metadata))
+			total++;
+	struct page_info pi;
+	pagination_compute(total, page, page_size, &pi);
+	json_t *items = json_array();
+	size_t idx = 0;
+	TAILQ_FOREACH(sb, &d->sandboxes, link) {
+		if (sb->deleting || sb->delete_requested ||
+		    !state_filter_match(states, nstates, sb_state_name(sb->state)) ||
+		    !meta_filter_match(&mf, metadata_get, sb->metadata))
+			continue;
+		if (idx >= pi.offset && idx < pi.offset + pi.count)
+			json_array_append_new(items, sandbox_to_api(sb, false));
+		if (++idx >= pi.offset + pi.count)
+			break;
+	}
+	meta_filter_clear(&mf);
+	json_t *pg = json_pack("{s:I, s:I, s:I, s:I, s:b}", "page", (json_int_t)pi.page, "pageSize",
+			       (json_int_t)pi.page_size, "totalItems", (json_int_t)pi.total_items,
+			       "totalPages", (json_int_t)pi.total_pages, "hasNextPage", pi.has_next);
+	http_send_json(req, 200, json_pack("{s:o, s:o}", "items", items, "pagination", pg));
+}
+
+/* --- /sandboxes/{id}/... ------------------------------------------------------------------ */
+
+static void h_get(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
+{
+	http_send_json(req, 200, sandbox_to_api(sb, false));
+}
+
+static void h_delete(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
+{
+	if (sb->creating) {
+		sb->delete_requested = true;
+		log_info("sandbox %s: deleted while being created", sb->id);
+	} else {
+		lifecycle_teardown(sb, "deleted");
+	}
+	http_send_empty(req, 204);
+}
+
+static void h_renew(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
+{
+	json_t *body = NULL;
+	if (!body_json(req, false, &body))
+		return;
+	struct verr e;
+	int64_t t;
+	int r = renew_parse(body, &t, &e);
+	json_decref(body);
+	if (r < 0) {
+		send_verr(req, &e, "body");
+		return;
+	}
+	char ts[RFC3339_MAX];
+	time_format_rfc3339(t, ts);
+	int64_t now = time_now_ms();
+	if (!sb->has_expiry) {
+		http_send_error(req, 409, CODE_INVALID_EXPIRATION,
+				"sandbox %s does not have automatic expiration enabled (it was created with timeout null: manual cleanup)",
+				sb->id);
+		return;
+	}
+	if (t <= now) {
+		http_send_error(req, 400, CODE_INVALID_EXPIRATION,
+				"expiresAt %s is not in the future", ts);
+		return;
+	}
+	if (t - now > CREATE_TIMEOUT_MAX_S * 1000) {
+		http_send_error(req, 400, CODE_INVALID_EXPIRATION,
+				"expiresAt %s is more than %lld seconds in the future", ts,
+				(long long)CREATE_TIMEOUT_MAX_S);
+		return;
+	}
+	sb->expires_ms = t;
+	sandbox_save(sb);
+	lifecycle_arm_ttl(sb);
+	http_send_json(req, 200, json_pack("{s:s}", "expiresAt", ts));
+}
+
+static void h_patch_metadata(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
+{
+	json_t *body = NULL, *n = NULL;
+	if (!body_json(req, false, &body))
+		return;
+	struct verr e;
+	int r = metadata_merge_patch(sb->metadata, body, &n, &e);
+	json_decref(body);
+	if (r < 0) {
+		send_verr(req, &e, "body");
+		return;
+	}
+	json_decref(sb->metadata);
+	sb->metadata = n;
+	sandbox_save(sb);
+	http_send_json(req, 200, sandbox_to_api(sb, false));
+}
+
+static void h_pause_resume(struct corrald *d, struct evhttp_request *req, struct sandbox *sb,
+			   bool pause)
+{
+	char msg[768];
+	int r = pause ? lifecycle_pause(sb, msg, sizeof(msg)) : lifecycle_resume(sb, msg, sizeof(msg));
+	if (r == -EBUSY) {
+		http_send_error(req, 409, pause ? "SANDBOX::NOT_RUNNING" : "SANDBOX::NOT_PAUSED", "%s",
+				msg);
+	} else if (r < 0) {
+		log_error("%s", msg);
+		http_send_error(req, 500, pause ? "SANDBOX::PAUSE_FAILED" : "SANDBOX::RESUME_FAILED",
+				"%s", msg);
+	} else {
+		log_info("sandbox %s: %s", sb->id, pause ? "paused" : "resumed");
+		http_send_empty(req, 202);
+	}
+}
+
+static int parse_port(const char *s)
+{
+	if (!s || !*s || strlen(s) > 5 || strspn(s, "0123456789") != strlen(s))
+		return -EINVAL;
+	int p = atoi(s);
+	return p >= 1 && p <= 65535 ? p : -ERANGE;
+}
+
+static int parse_bool(const char *s, bool *ret)
+{
+	static const char *const yes[] = {"true", "1", "yes", "on"};
+	static const char *const no[] = {"false", "0", "no", "off"};
+	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
+		if (strcasecmp(s, yes[i]) == 0) {
+			*ret = true;
+			return 0;
+		}
+		if (strcasecmp(s, no[i]) == 0) {
+			*ret = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+/*
+ * Sandboxes have no externally reachable address, so every endpoint is the server-proxy form,
+ * whatever use_server_proxy says (a documented difference from the reference): the SDK then talks
+ * to {Host}/sandboxes/{id}/proxy/{port}/... on this server. Port 18080 (egress) is answered too.
+ */
+static void h_endpoint(struct corrald *d, struct evhttp_request *req, struct sandbox *sb,
+		       const char *port_s)
+{
+	int port = parse_port(port_s);
+	if (port < 0) {
+		http_send_error(req, 400, CODE_INVALID_PORT,
+				"port '%s' is not valid: expected an integer from 1 to 65535", port_s);
+		return;
+	}
+	_cleanup_query_ struct http_query *q = http_query_parse(req);
+	bool use_proxy = false;
+	const char *usp = q ? http_query_get(q, "use_server_proxy") : NULL;
+	if (usp && parse_bool(usp, &use_proxy) < 0) {
+		struct verr e;
+		verr_set(&e, 422, CODE_INVALID_PARAMETER,
+			 ((const char *const[]){"use_server_proxy", NULL}),
+			 "use_server_proxy must be a boolean (true or false), got '%s'", usp);
+		send_verr(req, &e, "query");
+		return;
+	}
+	if (use_proxy && q && http_query_get(q, "expires")) {
+		http_send_error(req, 400, CODE_INVALID_PARAMETER,
+				"use_server_proxy=true cannot be combined with expires (signed routes)");
+		return;
+	}
+	const char *host = evhttp_find_header(evhttp_request_get_input_headers(req), "Host");
+	char ep[1024];
+	snprintf(ep, sizeof(ep), "%s/sandboxes/%s/proxy/%d", host && *host ? host : "localhost",
+		 sb->id, port);
+	http_send_json(req, 200, json_pack("{s:s}", "endpoint", ep));
+}
+
+/* --- the proxy route ---------------------------------------------------------------------- */
+
+/* The sandbox id in ".../sandboxes/{id}/proxy/...", from the request URI. */
+static bool proxy_id_of(struct evhttp_request *req, char id[UUID_STR_LEN])
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+	const char *p = uri ? evhttp_uri_get_path(uri) : NULL;
+	const char *s = p ? strstr(p, "/sandboxes/") : NULL;
+	if (!s)
+		return false;
+	s += strlen("/sandboxes/");
+	size_t n = strcspn(s, "/");
+	if (n != UUID_STR_LEN - 1)
+		return false;
+	memcpy(id, s, n);
+	id[n] = '\0';
+	return true;
+}
+
+static void on_proxy_fail(struct evhttp_request *req, enum upstream_failure why,
+			  const char *detail, void *arg)
+{
+	struct corrald *d = arg;
+	char id[UUID_STR_LEN] = "";
+	struct sandbox *sb = proxy_id_of(req, id) ? registry_find(d, id) : NULL;
+	if (sb)
+		lifecycle_check_alive(sb);
+	if (sb && sandbox_ended(sb)) {
+		http_send_json(req, 410,
+			       json_pack("{s:s, s:s, s:s}", "code", "SANDBOX::ENDED", "message",
+					 sb->message ? sb->message : "the sandbox has ended", "reason",
+					 sb->reason ? sb->reason : "Unknown"));
+		return;
+	}
+	log_warn("proxy to sandbox %s failed: %s", id, detail ? detail : "unknown error");
+	http_send_error(req, 502, "SANDBOX::BACKEND_UNREACHABLE",
+			"cannot reach corral-execd in sandbox %s: %s", id,
+			detail ? detail : "unknown error");
+}
+
+static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbox *sb,
+		    const char *port_s, const char *rest)
+{
+	int port = parse_port(port_s);
+	if (port < 0) {
+		http_send_error(req, 400, CODE_INVALID_PORT,
+				"port '%s' is not valid: expected an integer from 1 to 65535", port_s);
+		return;
+	}
+	if (sandbox_ended(sb)) {
+		http_send_json(req, 410,
+			       json_pack("{s:s, s:s, s:s}", "code", "SANDBOX::ENDED", "message",
+					 sb->message ? sb->message : "the sandbox has ended", "reason",
+					 sb->reason ? sb->reason : "Unknown"));
+		return;
+	}
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+	const char *query = uri ? evhttp_uri_get_query(uri) : NULL;
+	_cleanup_free_ char *target = NULL;
+	int r;
+	if (port == EXECD_PORT)
+		r = asprintf(&target, "%s%s%s", *rest ? rest : "/", query ? "?" : "",
+			     query ? query : "");
+	else
+		r = asprintf(&target, "/proxy/%d%s%s%s", port, *rest ? rest : "/", query ? "?" : "",
+			     query ? query : "");
+	if (r < 0) {
+		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+		return;
+	}
+	upstream_proxy(d->base, sb->sock_path, req, target, on_proxy_fail, d);
+}
+
+/* --- routing ------------------------------------------------------------------------------ */
+
+static const char *method_name(enum evhttp_cmd_type m)
+{
+	switch (m) {
+	case EVHTTP_REQ_GET: return "GET";
+	case EVHTTP_REQ_POST: return "POST";
+	case EVHTTP_REQ_HEAD: return "HEAD";
+	case EVHTTP_REQ_PUT: return "PUT";
+	case EVHTTP_REQ_DELETE: return "DELETE";
+	case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+	case EVHTTP_REQ_TRACE: return "TRACE";
+	case EVHTTP_REQ_CONNECT: return "CONNECT";
+	case EVHTTP_REQ_PATCH: return "PATCH";
+	}
+	return "?";
+}
+
+static void method_not_allowed(struct evhttp_request *req, const char *allow)
+{
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+	http_send_error(req, 405, "GENERAL::METHOD_NOT_ALLOWED", "method %s is not allowed here (allowed: %s)",
+			method_name(evhttp_request_get_command(req)), allow);
+}
+
+/* Split off up to max leading segments of p; *ret_rest points at what follows the last one. */
+static int split_segments(const char *p, char segs[][128], int max, const char **ret_rest)
+{
+	int n = 0;
+	while (n < max) {
+		while (*p == '/')
+			p++;
+		if (!*p)
+			break;
+		size_t len = strcspn(p, "/");
+		if (len >= 128)
+			return -E2BIG;
+		memcpy(segs[n], p, len);
+		segs[n][len] = '\0';
+		n++;
+		p += len;
+	}
+	*ret_rest = p;
+	return n;
+}
+
+static void dispatch(struct evhttp_request *req, void *arg)
+{
+	struct corrald *d = arg;
+	add_common_headers(d, req);
+	enum evhttp_cmd_type m = evhttp_request_get_command(req);
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+	const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+	if (!path || !*path)
+		path = "/";
+	if (strncmp(path, "/v1", 3) == 0 && (path[3] == '/' || path[3] == '\0'))
+		path += 3;
+
+	/* Every route has at most 4 segments; for the proxy, what follows {port} goes upstream. */
+	char segs[4][128];
+	const char *rest = "";
+	int n = split_segments(path, segs, 4, &rest);
+	bool is_proxy = n == 4 && strcmp(segs[0], "sandboxes") == 0 && strcmp(segs[2], "proxy") == 0;
+	if (!is_proxy && n >= 0 && rest[strspn(rest, "/")] != '\0')
+		n = -E2BIG; /* longer than any route */
+	bool is_health = n >= 1 && strcmp(segs[0], "health") == 0;
+
+	if (d->api_key && !is_health && !(is_proxy && !strstr(path, ".."))) {
+		const char *k = evhttp_find_header(evhttp_request_get_input_headers(req),
+						   "OPEN-SANDBOX-API-KEY");
+		if (!k) {
+			http_send_error(req, 401, "MISSING_API_KEY",
+					"Authentication credentials were not provided: send the OPEN-SANDBOX-API-KEY header");
+			return;
+		}
+		if (!api_key_equal(d->api_key, d->api_key_len, k)) {
+			http_send_error(req, 401, "INVALID_API_KEY", "Invalid API key");
+			return;
+		}
+	}
+	if (n < 0) {
+		http_send_error(req, 404, "GENERAL::NOT_FOUND", "no route for %s %s", method_name(m),
+				evhttp_request_get_uri(req));
+		return;
+	}
+	if (!is_proxy && !lifecycle_body_ok(req))
+		return;
+
+	if (is_health && n == 1) {
+		if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD)
+			return method_not_allowed(req, "GET");
+		http_send_json(req, 200, json_pack("{s:s}", "status", "healthy"));
+		return;
+	}
+	if (n < 1 || strcmp(segs[0], "sandboxes") != 0)
+		goto not_found;
+	if (n == 1) {
+		if (m == EVHTTP_REQ_POST)
+			return h_create(d, req);
+		if (m == EVHTTP_REQ_GET)
+			return h_list(d, req);
+		return method_not_allowed(req, "GET, POST");
+	}
+
+	const char *id = segs[1];
+	const char *sub = n >= 3 ? segs[2] : NULL;
+	const char *allow = NULL;
+	/* Route shape first (404 for unknown shapes, 405 for a wrong method), then the sandbox. */
+	if (n == 2)
+		allow = m == EVHTTP_REQ_GET || m == EVHTTP_REQ_DELETE ? NULL : "GET, DELETE";
+	else if (n == 3 && strcmp(sub, "metadata") == 0)
+		allow = m == EVHTTP_REQ_PATCH ? NULL : "PATCH";
+	else if (n == 3 && (strcmp(sub, "pause") == 0 || strcmp(sub, "resume") == 0 ||
+			    strcmp(sub, "renew-expiration") == 0))
+		allow = m == EVHTTP_REQ_POST ? NULL : "POST";
+	else if (n == 4 && strcmp(sub, "endpoints") == 0)
+		allow = m == EVHTTP_REQ_GET ? NULL : "GET";
+	else if (!is_proxy)
+		goto not_found;
+	if (allow)
+		return method_not_allowed(req, allow);
+
+	struct sandbox *sb = registry_find(d, id);
+	if (!sb)
+		return send_not_found(req, id);
+	if (is_proxy)
+		return h_proxy(d, req, sb, segs[3], rest);
+	if (n == 2)
+		return m == EVHTTP_REQ_GET ? h_get(d, req, sb) : h_delete(d, req, sb);
+	if (strcmp(sub, "metadata") == 0)
+		return h_patch_metadata(d, req, sb);
+	if (strcmp(sub, "pause") == 0)
+		return h_pause_resume(d, req, sb, true);
+	if (strcmp(sub, "resume") == 0)
+		return h_pause_resume(d, req, sb, false);
+	if (strcmp(sub, "renew-expiration") == 0)
+		return h_renew(d, req, sb);
+	return h_endpoint(d, req, sb, segs[3]);
+
+not_found:
+	http_send_error(req, 404, "GENERAL::NOT_FOUND", "no route for %s %s", method_name(m),
+			evhttp_request_get_uri(req));
+}
+
+int api_init(struct corrald *d)
+{
+	d->http = evhttp_new(d->base);
+	if (!d->http)
+		return -ENOMEM;
+	evhttp_set_gencb(d->http, dispatch, d);
+	evhttp_set_allowed_methods(d->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+						    EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+						    EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
+	evhttp_set_max_body_size(d->http, CORRALD_HTTP_BODY_MAX);
+	evhttp_set_max_headers_size(d->http, 64 * 1024);
+	evhttp_set_timeout(d->http, d->idle_timeout_s);
+	return 0;
+}

@@ -1,0 +1,139 @@
+/*
+ * corrald's shared state and the sandbox record.
+ *
+ * One event loop, one thread. A struct sandbox is reachable from the registry, from an in-flight
+ * create, from ping callbacks and from workers, so it is ref-counted: the registry holds one
+ * reference from registry_add() to registry_remove(); every async operation holds its own.
+ */
+#pragma once
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "corrald/worker.h"
+#include "runtime/runtime.h"
+
+#define CORRALD_LIFECYCLE_BODY_MAX (1024 * 1024) /* lifecycle routes, enforced by api.c */
+#define CORRALD_HTTP_BODY_MAX (128LL * 1024 * 1024) /* evhttp's global cap: proxied uploads */
+#define EXECD_PORT 44772
+
+enum sb_state {
+	SB_PENDING,
+	SB_RUNNING,
+	SB_PAUSED,
+	SB_STOPPING,
+	SB_TERMINATED,
+	SB_FAILED,
+};
+
+const char *sb_state_name(enum sb_state s);
+int sb_state_parse(const char *s, enum sb_state *ret);
+
+struct create_ctx;
+
+struct sandbox {
+	unsigned ref;
+	struct corrald *d;
+	TAILQ_ENTRY(sandbox) link;
+	bool in_registry;
+
+	char id[UUID_STR_LEN];
+	char dir[PATH_MAX];       /* <state>/sandboxes/<id> */
+	char sock_path[PATH_MAX]; /* <dir>/run/execd.sock */
+
+	enum sb_state state;
+	char *reason;
+	char *message;
+	int64_t transition_ms;
+	int64_t created_ms;
+	bool has_expiry;
+	int64_t expires_ms;
+
+	char *image_uri;
+	char *rootfs;
+	bool host_image;
+	json_t *entrypoint, *env, *metadata, *limits, *requests, *extensions, *platform;
+	int64_t timeout_s; /* 0 = none */
+	bool oom_group;
+
+	pid_t pid; /* sandbox PID 1 (corral-execd); 0 until created */
+	uint64_t starttime;
+	int pidfd;
+	struct event *death_ev;
+	struct event *ttl_ev;
+
+	bool deleting;         /* marked for teardown: invisible to the API, persisted */
+	bool delete_requested; /* DELETE arrived while Pending: roll back when the create ends */
+	struct worker teardown;
+	struct event *retry_ev;
+	struct create_ctx *creating;
+};
+
+TAILQ_HEAD(sandbox_list, sandbox);
+
+struct corrald {
+	struct event_base *base;
+	struct evhttp *http;
+	struct evhttp_bound_socket *bound;
+	const struct runtime_ops *rt;
+	struct runtime_config rt_cfg;
+	char state_dir[PATH_MAX];
+	char sandboxes_dir[PATH_MAX];
+	const char *image_dir; /* NULL: only the host image */
+	const char *api_key;   /* NULL: no auth (loopback only) */
+	size_t api_key_len;
+	int idle_timeout_s;
+	int create_timeout_s;
+	bool shutting_down;
+	struct sandbox_list sandboxes; /* newest first */
+	size_t n_sandboxes;
+};
+
+/* sandbox.c: the record, its JSON forms, the registry. */
+struct sandbox *sandbox_new(struct corrald *d, const char *id);
+struct sandbox *sandbox_ref(struct sandbox *sb);
+void sandbox_unref(struct sandbox *sb);
+void sandbox_unrefp(struct sandbox **sb);
+#define _cleanup_sandbox_ _cleanup_(sandbox_unrefp)
+void sandbox_set_status(struct sandbox *sb, enum sb_state state, const char *reason,
+			const char *fmt, ...) _printf_(4, 5);
+/* Write sandbox.json atomically. Logs on failure (the boundary) and returns -errno. */
+int sandbox_save(struct sandbox *sb);
+/* Load <dir>/sandbox.json into a new record. */
+int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *msg, size_t msglen);
+/* The API's Sandbox object; the create response omits image. */
+json_t *sandbox_to_api(const struct sandbox *sb, bool create_response);
+bool sandbox_ended(const struct sandbox *sb);
+
+void registry_add(struct corrald *d, struct sandbox *sb);
+void registry_remove(struct corrald *d, struct sandbox *sb);
+/* Visible (not deleting) sandbox by id, or NULL. */
+struct sandbox *registry_find(struct corrald *d, const char *id);
+struct sandbox *registry_find_any(struct corrald *d, const char *id);
+
+/* lifecycle.c: create, death watch, TTL, pause/resume, teardown, recovery. */
+typedef void (*create_done_fn)(struct sandbox *sb, int status, const char *code, const char *msg,
+			       void *arg);
+/* Takes ownership of sb's spec fields; done gets status 202 or an error status/code/message. */
+int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit, uint64_t pids_max,
+		     uint64_t cpu_req, uint64_t mem_req, create_done_fn done, void *arg);
+void lifecycle_teardown(struct sandbox *sb, const char *why);
+void lifecycle_arm_ttl(struct sandbox *sb);
+int lifecycle_pause(struct sandbox *sb, char *msg, size_t msglen);
+int lifecycle_resume(struct sandbox *sb, char *msg, size_t msglen);
+/* Check the PID 1 right now (a proxy call just failed): handles a death not yet seen. */
+void lifecycle_check_alive(struct sandbox *sb);
+int lifecycle_recover(struct corrald *d);
+
+/* images.c */
+/* Resolve image uri to a lower dir. -ENOENT with msg listing the images that exist. */
+int image_resolve(const struct corrald *d, const char *uri, char *rootfs, size_t len,
+		  bool *ret_host, char *msg, size_t msglen);
+
+/* api.c */
+int api_init(struct corrald *d);

@@ -1,0 +1,650 @@
+/*
+ * The life of a sandbox as corrald drives it: create (worker + readiness pings), the death watch
+ * (pidfd), TTL timers, pause/resume, teardown (worker), and recovery of the registry at start-up.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "corrald/corrald.h"
+#include "corrald/upstream.h"
+#include "shared/fsutil.h"
+#include "shared/log.h"
+#include "shared/quantity.h"
+#include "shared/timeutil.h"
+
+#define PING_TIMEOUT_MS 1000
+#define PING_BACKOFF_MAX_MS 20
+#define TEARDOWN_RETRY_S 5
+
+struct create_ctx {
+	struct sandbox *sb; /* reference */
+	struct sandbox_spec spec;
+	char **argv;
+	char **envp;
+	struct worker w;
+	struct event *deadline_ev;
+	struct event *retry_ev;
+	int64_t deadline_mono_ms;
+	int backoff_ms;
+	unsigned pings;
+	bool ping_in_flight;
+	bool finished;
+	char last_ping_error[128];
+	create_done_fn done;
+	void *arg;
+};
+
+static void watch_death(struct sandbox *sb);
+static void sandbox_died(struct sandbox *sb);
+
+/* --- create ------------------------------------------------------------------------------- */
+
+static void strv_free(char **v)
+{
+	for (char **p = v; p && *p; p++)
+		free(*p);
+	free(v);
+}
+
+static void create_ctx_maybe_free(struct create_ctx *c)
+{
+	if (!c->finished || c->ping_in_flight || worker_running(&c->w))
+		return;
+	worker_clear(&c->w);
+	if (c->deadline_ev)
+		event_free(c->deadline_ev);
+	if (c->retry_ev)
+		event_free(c->retry_ev);
+	strv_free(c->argv);
+	strv_free(c->envp);
+	sandbox_unref(c->sb);
+	free(c);
+}
+
+static void create_finish(struct create_ctx *c, int status, const char *code, const char *msg)
+{
+	struct sandbox *sb = c->sb;
+	if (c->finished)
+		return;
+	c->finished = true;
+	sb->creating = NULL;
+	if (c->deadline_ev)
+		event_del(c->deadline_ev);
+	if (c->retry_ev)
+		event_del(c->retry_ev);
+	if (status != 202) {
+		/* The one log line for this failure; then roll back. */
+		log_error("create sandbox %s: %s", sb->id, msg);
+		lifecycle_teardown(sb, "create failed");
+	} else {
+		log_info("sandbox %s: running (pid %d, ready after %u ping(s))", sb->id, (int)sb->pid,
+			 c->pings);
+	}
+	c->done(sb, status, code, msg, c->arg);
+	create_ctx_maybe_free(c);
+}
+
+static void create_fail(struct create_ctx *c, int status, const char *code, const char *fmt, ...)
+	_printf_(4, 5);
+static void create_fail(struct create_ctx *c, int status, const char *code, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	create_finish(c, status, code, msg);
+}
+
+static void ping_start(struct create_ctx *c);
+
+static void on_ping(int result, void *arg)
+{
+	struct create_ctx *c = arg;
+	struct sandbox *sb = c->sb;
+	c->ping_in_flight = false;
+	c->pings++;
+	if (c->finished) {
+		create_ctx_maybe_free(c);
+		return;
+	}
+	if (result == 0 && sb->delete_requested) {
+		create_fail(c, 409, "SANDBOX::DELETED",
+			    "sandbox %s was deleted while it was being created", sb->id);
+		return;
+	}
+	if (result == 0) {
+		sandbox_set_status(sb, SB_RUNNING, "Ready", NULL);
+		sandbox_save(sb);
+		lifecycle_arm_ttl(sb);
+		create_finish(c, 202, NULL, NULL);
+		return;
+	}
+	snprintf(c->last_ping_error, sizeof(c->last_ping_error), "%s", strerror(-result));
+	if (time_mono_ms() >= c->deadline_mono_ms) {
+		create_fail(c, 504, "SANDBOX::READY_TIMEOUT",
+			    "corral-execd in sandbox %s did not answer GET /ping within %d s (last error: %s)",
+			    sb->id, sb->d->create_timeout_s, c->last_ping_error);
+		return;
+	}
+	struct timeval tv = {0, c->backoff_ms * 1000};
+	c->backoff_ms = MIN(c->backoff_ms * 2, PING_BACKOFF_MAX_MS);
+	evtimer_add(c->retry_ev, &tv);
+}
+
+static void on_ping_retry(evutil_socket_t fd, short what, void *arg)
+{
+	ping_start(arg);
+}
+
+static void ping_start(struct create_ctx *c)
+{
+	int64_t left = c->deadline_mono_ms - time_mono_ms();
+	int timeout = (int)MAX(1, MIN(left, PING_TIMEOUT_MS));
+	c->ping_in_flight = true;
+	int r = upstream_ping(c->sb->d->base, c->sb->sock_path, timeout, on_ping, c);
+	if (r < 0)
+		on_ping(r, c);
+}
+
+static void on_create_deadline(evutil_socket_t fd, short what, void *arg)
+{
+	struct create_ctx *c = arg;
+	if (worker_running(&c->w)) {
+		worker_kill(&c->w); /* -> on_create_worker_done with -ECANCELED */
+		return;
+	}
+	create_fail(c, 504, "SANDBOX::READY_TIMEOUT",
+		    "sandbox %s was not ready within %d s (corral-execd last ping error: %s)",
+		    c->sb->id, c->sb->d->create_timeout_s,
+		    c->last_ping_error[0] ? c->last_ping_error : "none yet");
+}
+
+static void create_in_worker(void *arg, struct worker_result *res)
+{
+	struct create_ctx *c = arg;
+	struct corrald *d = c->sb->d;
+	struct error err = {0};
+	res->rc = d->rt->create(&d->rt_cfg, &c->spec, &res->pid, &res->starttime, &err);
+	if (res->rc < 0)
+		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-res->rc));
+}
+
+static void on_create_worker_done(struct worker *w, const struct worker_result *res, void *arg)
+{
+	struct create_ctx *c = arg;
+	struct sandbox *sb = c->sb;
+	if (c->finished) {
+		create_ctx_maybe_free(c);
+		return;
+	}
+	if (res->rc == -ECANCELED) {
+		create_fail(c, 504, "SANDBOX::READY_TIMEOUT",
+			    "runtime did not finish creating sandbox %s within %d s", sb->id,
+			    sb->d->create_timeout_s);
+		return;
+	}
+	if (res->rc < 0) {
+		create_fail(c, 500, "SANDBOX::CREATE_FAILED", "runtime create failed: %s", res->msg);
+		return;
+	}
+	sb->pid = res->pid;
+	sb->starttime = res->starttime;
+	sandbox_save(sb);
+	watch_death(sb);
+	if (c->finished) /* died already */
+		return;
+	ping_start(c);
+}
+
+static char **strv_from_json_array(json_t *a)
+{
+	size_t n = json_array_size(a), i;
+	char **v = calloc(n + 1, sizeof(char *));
+	json_t *x;
+	if (!v)
+		return NULL;
+	json_array_foreach(a, i, x) {
+		if (!(v[i] = strdup(json_string_value(x)))) {
+			strv_free(v);
+			return NULL;
+		}
+	}
+	return v;
+}
+
+static char **envp_from_json_object(json_t *o)
+{
+	size_t n = json_object_size(o), i = 0;
+	char **v = calloc(n + 1, sizeof(char *));
+	const char *k;
+	json_t *x;
+	if (!v)
+		return NULL;
+	json_object_foreach(o, k, x) {
+		if (asprintf(&v[i++], "%s=%s", k, json_string_value(x)) < 0) {
+			v[i - 1] = NULL;
+			strv_free(v);
+			return NULL;
+		}
+	}
+	return v;
+}
+
+int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit, uint64_t pids_max,
+		     uint64_t cpu_req, uint64_t mem_req, create_done_fn done, void *arg)
+{
+	struct corrald *d = sb->d;
+	struct create_ctx *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->sb = sandbox_ref(sb);
+	c->w = (struct worker)WORKER_INIT;
+	c->done = done;
+	c->arg = arg;
+	c->backoff_ms = 1;
+	c->argv = strv_from_json_array(sb->entrypoint);
+	c->envp = envp_from_json_object(sb->env);
+	c->deadline_ev = evtimer_new(d->base, on_create_deadline, c);
+	c->retry_ev = evtimer_new(d->base, on_ping_retry, c);
+	if (!c->argv || !c->envp || !c->deadline_ev || !c->retry_ev) {
+		c->finished = true;
+		create_ctx_maybe_free(c);
+		return -ENOMEM;
+	}
+	memcpy(c->spec.id, sb->id, sizeof(c->spec.id));
+	c->spec.rootfs = sb->rootfs;
+	c->spec.host_image = sb->host_image;
+	c->spec.entrypoint = c->argv;
+	c->spec.env = c->envp;
+	c->spec.cpu_limit_millis = cpu_limit;
+	c->spec.memory_limit_bytes = mem_limit;
+	c->spec.pids_max = pids_max;
+	c->spec.cpu_request_millis = cpu_req;
+	c->spec.memory_request_bytes = mem_req;
+	c->spec.oom_group = sb->oom_group;
+
+	sandbox_set_status(sb, SB_PENDING, "Creating", NULL);
+	int r = fs_mkdir_p(sb->dir, 0700);
+	if (r >= 0)
+		r = sandbox_save(sb);
+	if (r < 0) {
+		c->finished = true;
+		create_ctx_maybe_free(c);
+		return r;
+	}
+	c->w.fn = create_in_worker;
+	c->w.done = on_create_worker_done;
+	c->w.arg = c;
+	r = worker_start(&c->w, d->base);
+	if (r < 0) {
+		c->finished = true;
+		create_ctx_maybe_free(c);
+		return r;
+	}
+	sb->creating = c;
+	c->deadline_mono_ms = time_mono_ms() + (int64_t)d->create_timeout_s * 1000;
+	struct timeval tv = {d->create_timeout_s, 0};
+	evtimer_add(c->deadline_ev, &tv);
+	return 0;
+}
+
+/* --- death watch -------------------------------------------------------------------------- */
+
+static void on_death_ev(evutil_socket_t fd, short what, void *arg)
+{
+	sandbox_died(arg);
+}
+
+static void unwatch_death(struct sandbox *sb)
+{
+	if (sb->death_ev) {
+		event_free(sb->death_ev);
+		sb->death_ev = NULL;
+	}
+	if (sb->pidfd >= 0) {
+		close(sb->pidfd);
+		sb->pidfd = -1;
+	}
+}
+
+static void on_died_later(evutil_socket_t fd, short what, void *arg)
+{
+	struct sandbox *sb = arg;
+	if (sb->in_registry || sb->creating)
+		sandbox_died(sb);
+	sandbox_unref(sb);
+}
+
+static void watch_death(struct sandbox *sb)
+{
+	unwatch_death(sb);
+	int fd = (int)syscall(SYS_pidfd_open, sb->pid, 0);
+	uint64_t st = 0;
+	if (fd < 0 || runtime_pid_starttime(sb->pid, &st) < 0 || st != sb->starttime) {
+		/* Already gone (or the pid was recycled): report it from the loop, not from here. */
+		if (fd >= 0)
+			close(fd);
+		event_base_once(sb->d->base, -1, EV_TIMEOUT, on_died_later, sandbox_ref(sb), NULL);
+		return;
+	}
+	sb->pidfd = fd;
+	sb->death_ev = event_new(sb->d->base, fd, EV_READ, on_death_ev, sb);
+	event_add(sb->death_ev, NULL);
+}
+
+void lifecycle_check_alive(struct sandbox *sb)
+{
+	if (sb->pidfd < 0 || sandbox_ended(sb))
+		return;
+	struct pollfd p = {.fd = sb->pidfd, .events = POLLIN};
+	if (poll(&p, 1, 0) > 0)
+		sandbox_died(sb);
+}
+
+/* Why PID 1 ended: OOM kills first, then execd's run/exit.json, else an abrupt exit. */
+static void describe_death(struct sandbox *sb, enum sb_state *state, char *reason, size_t rlen,
+			   char *msg, size_t mlen)
+{
+	struct corrald *d = sb->d;
+	struct sandbox_probe pr = {0};
+	struct error err = {0};
+	bool probed = d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) >= 0;
+
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/run/exit.json", sb->dir);
+	_cleanup_free_ char *buf = NULL;
+	size_t len;
+	json_t *ex = NULL;
+	if (fs_read_file(path, 64 * 1024, &buf, &len) >= 0)
+		ex = json_loadb(buf, len, 0, NULL);
+	const char *ereason = json_string_value(json_object_get(ex, "reason"));
+	json_t *ecode = json_object_get(ex, "exitCode");
+	const char *emsg = json_string_value(json_object_get(ex, "message"));
+
+	if (probed && pr.oom_kills > 0) {
+		char lim[32] = "unlimited";
+		if (pr.memory_limit)
+			quantity_format_bytes(pr.memory_limit, lim, sizeof(lim));
+		*state = SB_FAILED;
+		snprintf(reason, rlen, "OOMKilled");
+		snprintf(msg, mlen,
+			 "sandbox ended after the out-of-memory killer killed %llu process(es) (memory limit %s, peak %llu bytes)%s%s",
+			 (unsigned long long)pr.oom_kills, lim, (unsigned long long)pr.memory_peak,
+			 emsg ? "; execd: " : "", emsg ? emsg : "");
+	} else if (ex) {
+		long long code = json_is_integer(ecode) ? json_integer_value(ecode) : -1;
+		snprintf(reason, rlen, "%s", ereason ? ereason : "ExecdExited");
+		*state = ereason && strcmp(ereason, "EntrypointExited") == 0 && code == 0 ? SB_TERMINATED
+											: SB_FAILED;
+		snprintf(msg, mlen, "sandbox PID 1 (pid %d) exited: %s (exit code %lld)", (int)sb->pid,
+			 emsg ? emsg : reason, code);
+	} else {
+		*state = SB_FAILED;
+		snprintf(reason, rlen, "ExecdExited");
+		snprintf(msg, mlen,
+			 "sandbox PID 1 (corral-execd, pid %d) exited without writing run/exit.json (killed by a signal?)",
+			 (int)sb->pid);
+	}
+	json_decref(ex);
+}
+
+static void sandbox_died(struct sandbox *sb)
+{
+	unwatch_death(sb);
+	if (sb->deleting || sandbox_ended(sb))
+		return;
+	enum sb_state state;
+	char reason[64], msg[768];
+	describe_death(sb, &state, reason, sizeof(reason), msg, sizeof(msg));
+	if (sb->creating) {
+		create_fail(sb->creating, 500, "SANDBOX::CREATE_FAILED",
+			    "sandbox exited during start-up: %s: %s", reason, msg);
+		return;
+	}
+	sandbox_set_status(sb, state, reason, "%s", msg);
+	sandbox_save(sb);
+	log_info("sandbox %s: %s (%s): %s", sb->id, sb_state_name(state), reason, msg);
+}
+
+/* --- TTL ---------------------------------------------------------------------------------- */
+
+static void on_ttl(evutil_socket_t fd, short what, void *arg)
+{
+	struct sandbox *sb = arg;
+	if (!sb->has_expiry || sb->deleting)
+		return;
+	if (time_now_ms() < sb->expires_ms) {
+		lifecycle_arm_ttl(sb); /* renewed meanwhile, or the clock moved */
+		return;
+	}
+	lifecycle_teardown(sb, "expired");
+}
+
+void lifecycle_arm_ttl(struct sandbox *sb)
+{
+	if (!sb->has_expiry || sb->deleting) {
+		if (sb->ttl_ev)
+			event_del(sb->ttl_ev);
+		return;
+	}
+	if (!sb->ttl_ev && !(sb->ttl_ev = evtimer_new(sb->d->base, on_ttl, sb)))
+		return;
+	int64_t delta = sb->expires_ms - time_now_ms();
+	if (delta < 0)
+		delta = 0;
+	struct timeval tv = {(time_t)(delta / 1000), (suseconds_t)(delta % 1000) * 1000};
+	evtimer_add(sb->ttl_ev, &tv);
+}
+
+/* --- pause / resume ----------------------------------------------------------------------- */
+
+int lifecycle_pause(struct sandbox *sb, char *msg, size_t msglen)
+{
+	struct error err = {0};
+	if (sb->state != SB_RUNNING) {
+		snprintf(msg, msglen, "sandbox %s is %s, not Running; only a running sandbox can be paused",
+			 sb->id, sb_state_name(sb->state));
+		return -EBUSY;
+	}
+	int r = sb->d->rt->pause(&sb->d->rt_cfg, sb->id, &err);
+	if (r < 0) {
+		snprintf(msg, msglen, "pause sandbox %s: %s", sb->id, err.msg[0] ? err.msg : strerror(-r));
+		return r == -EBUSY ? -EIO : r;
+	}
+	sandbox_set_status(sb, SB_PAUSED, "Paused", NULL);
+	sandbox_save(sb);
+	return 0;
+}
+
+int lifecycle_resume(struct sandbox *sb, char *msg, size_t msglen)
+{
+	struct error err = {0};
+	if (sb->state != SB_PAUSED) {
+		snprintf(msg, msglen, "sandbox %s is %s, not Paused; only a paused sandbox can be resumed",
+			 sb->id, sb_state_name(sb->state));
+		return -EBUSY;
+	}
+	int r = sb->d->rt->resume(&sb->d->rt_cfg, sb->id, &err);
+	if (r < 0) {
+		snprintf(msg, msglen, "resume sandbox %s: %s", sb->id, err.msg[0] ? err.msg : strerror(-r));
+		return r == -EBUSY ? -EIO : r;
+	}
+	sandbox_set_status(sb, SB_RUNNING, "Resumed", NULL);
+	sandbox_save(sb);
+	return 0;
+}
+
+/* --- teardown ----------------------------------------------------------------------------- */
+
+static void teardown_in_worker(void *arg, struct worker_result *res)
+{
+	struct sandbox *sb = arg;
+	struct corrald *d = sb->d;
+	struct error err = {0};
+	int r = d->rt->destroy(&d->rt_cfg, sb->id, &err);
+	if (r < 0) {
+		res->rc = r;
+		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-r));
+		return;
+	}
+	r = fs_remove_tree(sb->dir);
+	if (r < 0) {
+		res->rc = r;
+		snprintf(res->msg, sizeof(res->msg), "remove %s: %s", sb->dir, strerror(-r));
+	}
+}
+
+static void teardown_start(struct sandbox *sb);
+
+static void on_teardown_retry(evutil_socket_t fd, short what, void *arg)
+{
+	teardown_start(arg);
+}
+
+static void teardown_retry_later(struct sandbox *sb)
+{
+	if (!sb->retry_ev)
+		sb->retry_ev = evtimer_new(sb->d->base, on_teardown_retry, sb);
+	struct timeval tv = {TEARDOWN_RETRY_S, 0};
+	if (sb->retry_ev && !sb->d->shutting_down)
+		evtimer_add(sb->retry_ev, &tv);
+}
+
+static void on_teardown_done(struct worker *w, const struct worker_result *res, void *arg)
+{
+	struct sandbox *sb = arg;
+	if (res->rc < 0) {
+		log_error("teardown of sandbox %s failed (retrying in %d s): %s", sb->id,
+			  TEARDOWN_RETRY_S, res->msg);
+		teardown_retry_later(sb);
+	} else {
+		log_info("sandbox %s: removed", sb->id);
+		registry_remove(sb->d, sb);
+	}
+	sandbox_unref(sb); /* the worker's reference */
+}
+
+static void teardown_start(struct sandbox *sb)
+{
+	if (worker_running(&sb->teardown) || !sb->in_registry)
+		return;
+	sb->teardown.fn = teardown_in_worker;
+	sb->teardown.done = on_teardown_done;
+	sb->teardown.arg = sb;
+	sandbox_ref(sb);
+	int r = worker_start(&sb->teardown, sb->d->base);
+	if (r < 0) {
+		log_error("teardown of sandbox %s: cannot start a worker: %s", sb->id, strerror(-r));
+		sandbox_unref(sb);
+		teardown_retry_later(sb);
+	}
+}
+
+void lifecycle_teardown(struct sandbox *sb, const char *why)
+{
+	if (sb->creating)
+		return; /* the create path rolls back itself */
+	if (!sb->deleting) {
+		sb->deleting = true;
+		log_info("sandbox %s: teardown (%s)", sb->id, why);
+		struct stat st;
+		if (stat(sb->dir, &st) == 0)
+			sandbox_save(sb);
+	}
+	if (sb->ttl_ev)
+		event_del(sb->ttl_ev);
+	unwatch_death(sb);
+	teardown_start(sb);
+}
+
+/* --- recovery ----------------------------------------------------------------------------- */
+
+static void on_adopt_ping(int result, void *arg)
+{
+	struct sandbox *sb = arg;
+	if (result < 0 && sb->in_registry && !sb->deleting && sb->state == SB_RUNNING)
+		log_warn("sandbox %s: re-adopted, but corral-execd does not answer ping yet: %s",
+			 sb->id, strerror(-result));
+	sandbox_unref(sb);
+}
+
+static void recover_one(struct corrald *d, const char *id)
+{
+	char msg[512];
+	struct sandbox *sb = NULL;
+	int r = sandbox_load(d, id, &sb, msg, sizeof(msg));
+	if (r < 0) {
+		/* A directory without a usable record: nothing to show, everything to clean up. */
+		log_warn("sandbox %s: %s; tearing it down", id, msg);
+		sb = sandbox_new(d, id);
+		if (!sb)
+			return;
+		sb->image_uri = strdup("");
+		sb->entrypoint = json_array();
+		sb->deleting = true;
+		registry_add(d, sb);
+		teardown_start(sb);
+		sandbox_unref(sb);
+		return;
+	}
+	registry_add(d, sb);
+	if (sb->deleting) {
+		log_info("sandbox %s: finishing an interrupted teardown", id);
+		teardown_start(sb);
+	} else if (sb->state == SB_PENDING) {
+		lifecycle_teardown(sb, "its create was interrupted by a restart");
+	} else if (sb->state == SB_RUNNING || sb->state == SB_PAUSED || sb->state == SB_STOPPING) {
+		uint64_t st = 0;
+		bool alive = sb->pid > 0 && runtime_pid_starttime(sb->pid, &st) >= 0 &&
+			     st == sb->starttime;
+		if (alive) {
+			struct sandbox_probe pr = {0};
+			struct error err = {0};
+			if (d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) >= 0) {
+				if (pr.frozen && sb->state != SB_PAUSED)
+					sandbox_set_status(sb, SB_PAUSED, "Paused", NULL);
+				else if (!pr.frozen && sb->state == SB_PAUSED)
+					sandbox_set_status(sb, SB_RUNNING, "Resumed", NULL);
+			}
+			watch_death(sb);
+			if (sb->state == SB_RUNNING &&
+			    upstream_ping(d->base, sb->sock_path, 2000, on_adopt_ping, sandbox_ref(sb)) < 0)
+				sandbox_unref(sb);
+			log_info("sandbox %s: re-adopted (%s, pid %d)", id, sb_state_name(sb->state),
+				 (int)sb->pid);
+		} else {
+			sandbox_died(sb);
+		}
+		lifecycle_arm_ttl(sb);
+	} else {
+		lifecycle_arm_ttl(sb);
+	}
+	sandbox_unref(sb);
+}
+
+int lifecycle_recover(struct corrald *d)
+{
+	DIR *dir = opendir(d->sandboxes_dir);
+	if (!dir)
+		return errno == ENOENT ? 0 : -errno;
+	struct dirent *de;
+	unsigned n = 0;
+	while ((de = readdir(dir))) {
+		if (!id_is_uuid(de->d_name))
+			continue;
+		recover_one(d, de->d_name);
+		n++;
+	}
+	closedir(dir);
+	if (n)
+		log_info("recovered %u sandbox record(s) from %s", n, d->sandboxes_dir);
+	return 0;
+}

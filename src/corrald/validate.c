@@ -1,0 +1,453 @@
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "corrald/validate.h"
+#include "shared/quantity.h"
+#include "shared/timeutil.h"
+
+int verr_set(struct verr *e, int status, const char *code, const char *const *loc, const char *fmt,
+	     ...)
+{
+	if (!e)
+		return -EINVAL;
+	memset(e, 0, sizeof(*e));
+	e->status = status;
+	e->code = code;
+	for (int i = 0; loc && loc[i] && i < VERR_LOC_MAX; i++)
+		snprintf(e->loc[e->nloc++], sizeof(e->loc[0]), "%s", loc[i]);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+#define LOC(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static bool is_alnum(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* ([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9], at most 63 characters. */
+static bool label_name_valid(const char *s, size_t len)
+{
+	if (len == 0 || len > 63)
+		return false;
+	if (!is_alnum(s[0]) || !is_alnum(s[len - 1]))
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!is_alnum(s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.')
+			return false;
+	return true;
+}
+
+/* DNS-1123 subdomain: lowercase labels of [a-z0-9-] joined by dots, at most 253 characters. */
+static bool dns_subdomain_valid(const char *s, size_t len)
+{
+	if (len == 0 || len > 253)
+		return false;
+	size_t start = 0;
+	for (size_t i = 0; i <= len; i++) {
+		if (i == len || s[i] == '.') {
+			size_t l = i - start;
+			if (l == 0 || l > 63)
+				return false;
+			const char *lab = s + start;
+			bool ok_ends = ((lab[0] >= 'a' && lab[0] <= 'z') || (lab[0] >= '0' && lab[0] <= '9')) &&
+				       ((lab[l - 1] >= 'a' && lab[l - 1] <= 'z') ||
+					(lab[l - 1] >= '0' && lab[l - 1] <= '9'));
+			if (!ok_ends)
+				return false;
+			for (size_t j = 0; j < l; j++) {
+				char c = lab[j];
+				if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
+					return false;
+			}
+			start = i + 1;
+		}
+	}
+	return true;
+}
+
+bool label_key_valid(const char *key)
+{
+	if (!key)
+		return false;
+	const char *slash = strchr(key, '/');
+	if (!slash)
+		return label_name_valid(key, strlen(key));
+	if (strchr(slash + 1, '/'))
+		return false;
+	return dns_subdomain_valid(key, (size_t)(slash - key)) &&
+	       label_name_valid(slash + 1, strlen(slash + 1));
+}
+
+bool label_value_valid(const char *value)
+{
+	if (!value)
+		return false;
+	size_t len = strlen(value);
+	return len == 0 || label_name_valid(value, len);
+}
+
+bool label_key_reserved(const char *key)
+{
+	return strncasecmp(key, "opensandbox.io/", strlen("opensandbox.io/")) == 0;
+}
+
+/* Check one metadata pair; field is "metadata" (create) or the PATCH body's top level. */
+static int metadata_pair_check(const char *field, const char *key, json_t *v, struct verr *e)
+{
+	const char *const *loc = field ? LOC(field, key) : LOC(key);
+	if (!json_is_string(v))
+		return verr_set(e, 400, CODE_INVALID_METADATA_LABEL, loc,
+				"metadata value for key '%s' must be a string", key);
+	if (label_key_reserved(key))
+		return verr_set(e, 400, CODE_INVALID_METADATA_LABEL, loc,
+				"metadata key '%s' uses the reserved prefix 'opensandbox.io/'", key);
+	if (!label_key_valid(key))
+		return verr_set(e, 400, CODE_INVALID_METADATA_LABEL, loc,
+				"metadata key '%s' is not a valid label key: [prefix/]name, where name is at most 63 characters of [A-Za-z0-9-_.] beginning and ending with an alphanumeric, and prefix is a lowercase DNS subdomain of at most 253 characters",
+				key);
+	const char *s = json_string_value(v);
+	if (!label_value_valid(s))
+		return verr_set(e, 400, CODE_INVALID_METADATA_LABEL, loc,
+				"metadata value '%s' for key '%s' is not a valid label value: at most 63 characters of [A-Za-z0-9-_.] beginning and ending with an alphanumeric, or empty",
+				s, key);
+	return 0;
+}
+
+/* body[camel] or body[snake] (the reference server accepts both spellings). */
+static json_t *field_get(json_t *body, const char *camel, const char *snake)
+{
+	json_t *v = json_object_get(body, camel);
+	if (!v && snake)
+		v = json_object_get(body, snake);
+	return v;
+}
+
+/* A map string->string (null allowed when allow_null) or absent/null. Returns a new reference. */
+static int string_map(json_t *v, const char *field, bool allow_null, json_t **ret, struct verr *e)
+{
+	*ret = json_object();
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_object(v)) {
+		json_decref(*ret);
+		*ret = NULL;
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC(field),
+				"%s must be an object mapping strings to strings", field);
+	}
+	const char *k;
+	json_t *x;
+	json_object_foreach(v, k, x) {
+		if (json_is_null(x) && allow_null)
+			continue;
+		if (!json_is_string(x)) {
+			json_decref(*ret);
+			*ret = NULL;
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC(field, k),
+					"%s.%s must be a string%s", field, k,
+					allow_null ? " or null" : "");
+		}
+		json_object_set(*ret, k, x);
+	}
+	return 0;
+}
+
+static int resources_parse(json_t *map, const char *field, uint64_t *cpu, uint64_t *mem,
+			   uint64_t *pids, struct verr *e)
+{
+	json_t *v;
+	*cpu = *mem = *pids = 0;
+	if ((v = json_object_get(map, "cpu"))) {
+		int r = quantity_parse_cpu(json_string_value(v), cpu);
+		if (r < 0)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC(field, "cpu"),
+					"%s.cpu: '%s' is not a valid CPU quantity (cores such as '1' or '0.5', or millicores such as '500m'; must be positive)",
+					field, json_string_value(v));
+	}
+	if ((v = json_object_get(map, "memory"))) {
+		int r = quantity_parse_bytes(json_string_value(v), mem);
+		if (r < 0 || *mem == 0)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC(field, "memory"),
+					"%s.memory: '%s' is not a valid memory quantity (bytes with an optional suffix such as '512Mi', '2Gi' or '1G'; must be positive)",
+					field, json_string_value(v));
+	}
+	if ((v = json_object_get(map, "pids"))) {
+		const char *s = json_string_value(v);
+		char *end;
+		errno = 0;
+		unsigned long long n = s && *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
+		if (!s || errno || n == 0 || *end || n > 4194304)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC(field, "pids"),
+					"%s.pids: '%s' is not a valid process count (an integer from 1 to 4194304)",
+					field, s ? s : "");
+		*pids = n;
+	}
+	return 0;
+}
+
+void create_params_clear(struct create_params *p)
+{
+	if (!p)
+		return;
+	free(p->image_uri);
+	json_decref(p->entrypoint);
+	json_decref(p->env);
+	json_decref(p->metadata);
+	json_decref(p->limits);
+	json_decref(p->requests);
+	json_decref(p->extensions);
+	json_decref(p->platform);
+	memset(p, 0, sizeof(*p));
+}
+
+static int create_params_parse_into(json_t *body, struct create_params *p, struct verr *e)
+{
+	int r;
+	if (!json_is_object(body))
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, NULL,
+				"request body must be a JSON object (CreateSandboxRequest)");
+
+	/* Features this runtime does not have are refused rather than silently ignored. */
+	static const char *const unsupported[][2] = {
+		{"snapshotId", "snapshot_id"},
+		{"networkPolicy", "network_policy"},
+		{"volumes", NULL},
+		{"credentialProxy", "credential_proxy"},
+	};
+	for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
+		json_t *v = field_get(body, unsupported[i][0], unsupported[i][1]);
+		if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
+			return verr_set(e, 400, "SANDBOX::API_NOT_SUPPORTED", LOC(unsupported[i][0]),
+					"%s is not supported by this server (native runtime)",
+					unsupported[i][0]);
+	}
+	json_t *sa = field_get(body, "secureAccess", "secure_access");
+	if (sa && json_is_true(sa))
+		return verr_set(e, 400, "SANDBOX::API_NOT_SUPPORTED", LOC("secureAccess"),
+				"secureAccess is not supported by this server (native runtime)");
+
+	/* image.uri */
+	json_t *image = json_object_get(body, "image");
+	if (!image || json_is_null(image))
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("image"),
+				"image is required: an object {\"uri\": \"<image>\"}");
+	if (!json_is_object(image))
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("image"),
+				"image must be an object {\"uri\": \"<image>\"}");
+	json_t *uri = json_object_get(image, "uri");
+	if (uri && !json_is_null(uri) && !json_is_string(uri))
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("image", "uri"),
+				"image.uri must be a string");
+	const char *u = json_string_value(uri);
+	while (u && isspace((unsigned char)*u))
+		u++;
+	if (!u || !*u)
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("image", "uri"),
+				"image.uri is required and must not be blank");
+	p->image_uri = strdup(json_string_value(uri));
+	if (!p->image_uri)
+		return -ENOMEM;
+
+	/* entrypoint: required, array of strings, minItems 1. */
+	json_t *ep = json_object_get(body, "entrypoint");
+	if (!ep || json_is_null(ep))
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("entrypoint"),
+				"entrypoint is required: an array of at least one string, e.g. [\"tail\",\"-f\",\"/dev/null\"]");
+	if (!json_is_array(ep) || json_array_size(ep) == 0)
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("entrypoint"),
+				"entrypoint must be an array of at least one string");
+	if (json_array_size(ep) > 4096)
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("entrypoint"),
+				"entrypoint has more than 4096 items");
+	size_t i;
+	json_t *x;
+	json_array_foreach(ep, i, x) {
+		if (!json_is_string(x)) {
+			char idx[24];
+			snprintf(idx, sizeof(idx), "%zu", i);
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("entrypoint", idx),
+					"entrypoint[%zu] must be a string", i);
+		}
+	}
+	if (json_string_length(json_array_get(ep, 0)) == 0)
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("entrypoint", "0"),
+				"entrypoint[0] (the program) must not be empty");
+	p->entrypoint = json_incref(ep);
+
+	/*
+	 * timeout: seconds, or null/absent for manual cleanup. The reference server requires >= 60;
+	 * we deliberately accept any timeout >= 1 (short-lived rollouts and TTL tests want seconds).
+	 */
+	json_t *to = json_object_get(body, "timeout");
+	if (to && !json_is_null(to)) {
+		json_int_t t;
+		if (json_is_integer(to))
+			t = json_integer_value(to);
+		else if (json_is_real(to) && json_real_value(to) == (double)(json_int_t)json_real_value(to))
+			t = (json_int_t)json_real_value(to);
+		else
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("timeout"),
+					"timeout must be an integer number of seconds (>= 1) or null for manual cleanup");
+		if (t < 1 || t > CREATE_TIMEOUT_MAX_S)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("timeout"),
+					"timeout must be between 1 and %lld seconds, or null for manual cleanup; got %lld",
+					(long long)CREATE_TIMEOUT_MAX_S, (long long)t);
+		p->has_timeout = true;
+		p->timeout_s = t;
+	}
+
+	/* resourceLimits / resourceRequests */
+	r = string_map(field_get(body, "resourceLimits", "resource_limits"), "resourceLimits", false,
+		       &p->limits, e);
+	if (r < 0)
+		return r;
+	r = resources_parse(p->limits, "resourceLimits", &p->cpu_limit_millis,
+			    &p->memory_limit_bytes, &p->pids_max, e);
+	if (r < 0)
+		return r;
+	json_t *rq = field_get(body, "resourceRequests", "resource_requests");
+	if (rq && !json_is_null(rq)) {
+		r = string_map(rq, "resourceRequests", false, &p->requests, e);
+		if (r < 0)
+			return r;
+		uint64_t unused_pids;
+		r = resources_parse(p->requests, "resourceRequests", &p->cpu_request_millis,
+				    &p->memory_request_bytes, &unused_pids, e);
+		if (r < 0)
+			return r;
+		if (p->cpu_limit_millis && p->cpu_request_millis > p->cpu_limit_millis)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("resourceRequests", "cpu"),
+					"resourceRequests.cpu must not exceed resourceLimits.cpu");
+		if (p->memory_limit_bytes && p->memory_request_bytes > p->memory_limit_bytes)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER,
+					LOC("resourceRequests", "memory"),
+					"resourceRequests.memory must not exceed resourceLimits.memory");
+	} else {
+		p->requests = json_deep_copy(p->limits);
+		p->cpu_request_millis = p->cpu_limit_millis;
+		p->memory_request_bytes = p->memory_limit_bytes;
+	}
+
+	/* env: string values, null values dropped. */
+	r = string_map(json_object_get(body, "env"), "env", true, &p->env, e);
+	if (r < 0)
+		return r;
+	const char *k;
+	json_object_foreach(p->env, k, x) {
+		if (!*k || strchr(k, '='))
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("env", k),
+					"env key '%s' is not a valid variable name (non-empty, no '=')", k);
+	}
+
+	/* metadata: Kubernetes label rules, reserved prefix refused. */
+	json_t *md = json_object_get(body, "metadata");
+	if (md && !json_is_null(md) && !json_is_object(md))
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("metadata"),
+				"metadata must be an object mapping strings to strings");
+	p->metadata = json_object();
+	if (md && json_is_object(md)) {
+		json_object_foreach(md, k, x) {
+			if ((r = metadata_pair_check("metadata", k, x, e)) < 0)
+				return r;
+			json_object_set(p->metadata, k, x);
+		}
+	}
+
+	/* extensions: string map; "oomGroup": "true"|"false" is ours. */
+	r = string_map(json_object_get(body, "extensions"), "extensions", false, &p->extensions, e);
+	if (r < 0)
+		return r;
+	json_t *og = json_object_get(p->extensions, "oomGroup");
+	if (og) {
+		const char *s = json_string_value(og);
+		if (strcasecmp(s, "true") == 0)
+			p->oom_group = true;
+		else if (strcasecmp(s, "false") != 0)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("extensions", "oomGroup"),
+					"extensions.oomGroup must be \"true\" or \"false\", got '%s'", s);
+	}
+
+	/* platform: only linux on this host's architecture can be satisfied. */
+	json_t *pl = json_object_get(body, "platform");
+	if (pl && !json_is_null(pl)) {
+		if (!json_is_object(pl))
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("platform"),
+					"platform must be an object {\"os\",\"arch\"}");
+		const char *os = json_string_value(json_object_get(pl, "os"));
+		const char *arch = json_string_value(json_object_get(pl, "arch"));
+#if defined(__x86_64__)
+		const char *host_arch = "amd64";
+#elif defined(__aarch64__)
+		const char *host_arch = "arm64";
+#else
+		const char *host_arch = "unknown";
+#endif
+		if ((os && strcmp(os, "linux") != 0) || (arch && strcmp(arch, host_arch) != 0))
+			return verr_set(e, 400, CODE_INVALID_PARAMETER, LOC("platform"),
+					"platform %s/%s cannot be satisfied: this host runs linux/%s",
+					os ? os : "linux", arch ? arch : host_arch, host_arch);
+		p->platform = json_incref(pl);
+	}
+	return 0;
+}
+
+int create_params_parse(json_t *body, struct create_params *ret, struct verr *e)
+{
+	memset(ret, 0, sizeof(*ret));
+	int r = create_params_parse_into(body, ret, e);
+	if (r < 0)
+		create_params_clear(ret);
+	return r;
+}
+
+int metadata_merge_patch(json_t *current, json_t *patch, json_t **ret_new, struct verr *e)
+{
+	if (!json_is_object(patch))
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, NULL,
+				"request body must be a JSON merge-patch object: {\"key\": \"value\"} sets, {\"key\": null} deletes");
+	const char *k;
+	json_t *x;
+	json_object_foreach(patch, k, x) {
+		if (json_is_null(x))
+			continue;
+		int r = metadata_pair_check(NULL, k, x, e);
+		if (r < 0)
+			return r;
+	}
+	json_t *n = current ? json_copy(current) : json_object();
+	if (!n)
+		return -ENOMEM;
+	json_object_foreach(patch, k, x) {
+		if (json_is_null(x))
+			json_object_del(n, k);
+		else
+			json_object_set(n, k, x);
+	}
+	*ret_new = n;
+	return 0;
+}
+
+int renew_parse(json_t *body, int64_t *ret_ms, struct verr *e)
+{
+	if (!json_is_object(body))
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, NULL,
+				"request body must be a JSON object {\"expiresAt\": \"<RFC 3339 time>\"}");
+	json_t *v = field_get(body, "expiresAt", "expires_at");
+	if (!v || !json_is_string(v))
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("expiresAt"),
+				"expiresAt is required: an RFC 3339 timestamp such as \"2026-06-12T12:00:00Z\"");
+	if (time_parse_rfc3339(json_string_value(v), ret_ms) < 0)
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("expiresAt"),
+				"expiresAt '%s' is not an RFC 3339 timestamp (e.g. \"2026-06-12T12:00:00Z\")",
+				json_string_value(v));
+	return 0;
+}

@@ -1,0 +1,65 @@
+/*
+ * Validation of lifecycle request bodies, as pure functions over parsed JSON (unit-tested in
+ * tests/unit/test_corrald_validate.c). Every failure fills struct verr with the HTTP status, the
+ * error code, the field's location and a message that names the field and the rule; api.c turns it
+ * into {"code","message","detail":[{"loc":["body",...],"msg","type"}]}.
+ */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define VERR_LOC_MAX 3
+#define CODE_INVALID_PARAMETER "SANDBOX::INVALID_PARAMETER"
+#define CODE_INVALID_METADATA_LABEL "SANDBOX::INVALID_METADATA_LABEL"
+
+struct verr {
+	int status;       /* 422 for shape/type/range problems, 400 for label-rule violations */
+	const char *code; /* static string */
+	int nloc;
+	char loc[VERR_LOC_MAX][128]; /* field path below "body" */
+	char msg[768];
+};
+
+/* Kubernetes label rules: [prefix/]name, prefix a DNS subdomain <= 253, name <= 63 characters. */
+bool label_key_valid(const char *key);
+bool label_value_valid(const char *value);
+/* Keys under opensandbox.io/ belong to the system. */
+bool label_key_reserved(const char *key);
+
+/* What POST /sandboxes asked for, normalized. The json_t members are owned references. */
+struct create_params {
+	char *image_uri;
+	json_t *entrypoint;    /* array of strings, at least one */
+	json_t *env;           /* object string->string, null values dropped */
+	json_t *metadata;      /* object string->string, label rules checked */
+	json_t *limits;        /* object string->string as given */
+	json_t *requests;      /* object string->string; a copy of limits when absent */
+	json_t *extensions;    /* object string->string */
+	json_t *platform;      /* object or NULL */
+	bool has_timeout;      /* false = manual cleanup, no expiry */
+	int64_t timeout_s;
+	uint64_t cpu_limit_millis, memory_limit_bytes, pids_max;
+	uint64_t cpu_request_millis, memory_request_bytes;
+	bool oom_group;
+};
+
+/* Timeouts are capped at ten years so expiry arithmetic can never overflow. */
+#define CREATE_TIMEOUT_MAX_S (10LL * 366 * 24 * 3600)
+
+int create_params_parse(json_t *body, struct create_params *ret, struct verr *e);
+void create_params_clear(struct create_params *p);
+
+/*
+ * RFC 7396 merge patch of a flat string map: a string sets, null deletes, absent keys stay, {}
+ * changes nothing. The whole patch is checked before anything changes; *ret_new is a new object.
+ */
+int metadata_merge_patch(json_t *current, json_t *patch, json_t **ret_new, struct verr *e);
+
+/* {"expiresAt": RFC 3339} -> unix ms (the "in the future" check needs the clock: caller). */
+int renew_parse(json_t *body, int64_t *ret_ms, struct verr *e);
+
+/* Fill e; returns -EINVAL. loc is NULL-terminated list of path components. */
+int verr_set(struct verr *e, int status, const char *code, const char *const *loc, const char *fmt,
+	     ...) __attribute__((format(printf, 5, 6)));

@@ -1,0 +1,161 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "corrald/worker.h"
+
+static unsigned n_running;
+
+unsigned worker_count(void)
+{
+	return n_running;
+}
+
+int worker_running(const struct worker *w)
+{
+	return w->pid > 0;
+}
+
+static void close_all_but(int keep)
+{
+	/* close_range(2) exists since Linux 5.9; fall back to a loop on older kernels. */
+	if (keep > 3 && syscall(SYS_close_range, 3U, (unsigned)keep - 1, 0U) < 0 && errno == ENOSYS)
+		for (int fd = 3; fd < keep; fd++)
+			close(fd);
+	if (syscall(SYS_close_range, (unsigned)keep + 1, ~0U, 0U) < 0 && errno == ENOSYS)
+		for (int fd = keep + 1; fd < 65536; fd++)
+			close(fd);
+}
+
+static void child_run(struct worker *w, int wfd)
+{
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT};
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		signal(sigs[i], SIG_DFL);
+	sigset_t all;
+	sigemptyset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	setpgid(0, 0);
+	close_all_but(wfd);
+
+	struct worker_result res = {0};
+	w->fn(w->arg, &res);
+	const char *p = (const char *)&res;
+	size_t left = sizeof(res);
+	while (left > 0) {
+		ssize_t n = write(wfd, p, left);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		p += n;
+		left -= (size_t)n;
+	}
+	_exit(0);
+}
+
+/* Reap the worker and hand the result to the owner. */
+static void worker_finish(struct worker *w, int rc_if_short, const char *why)
+{
+	int status = 0;
+	pid_t pid = w->pid;
+	if (pid > 0 && RETRY_EINTR(waitpid(pid, &status, 0)) < 0)
+		status = 0;
+	w->pid = -1;
+	n_running--;
+	if (w->got < sizeof(w->res)) {
+		memset(&w->res, 0, sizeof(w->res));
+		w->res.rc = rc_if_short;
+		if (WIFSIGNALED(status))
+			snprintf(w->res.msg, sizeof(w->res.msg), "%s (worker %d killed by signal %d)",
+				 why, (int)pid, WTERMSIG(status));
+		else
+			snprintf(w->res.msg, sizeof(w->res.msg), "%s (worker %d exited with status %d)",
+				 why, (int)pid, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	}
+	worker_clear(w);
+	if (w->done)
+		w->done(w, &w->res, w->arg);
+}
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+	for (;;) {
+		ssize_t n = read(fd, (char *)&w->res + w->got, sizeof(w->res) - w->got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n > 0) {
+			w->got += (size_t)n;
+			if (w->got < sizeof(w->res))
+				continue;
+		}
+		/* Complete result, EOF, or a read error: either way the worker is done. */
+		worker_finish(w, -EPIPE, "worker exited without reporting a result");
+		return;
+	}
+}
+
+int worker_start(struct worker *w, struct event_base *base)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0)
+		return -errno;
+	/* The child writes with a blocking descriptor. */
+	w->got = 0;
+	memset(&w->res, 0, sizeof(w->res));
+	w->ev = event_new(base, p[0], EV_READ | EV_PERSIST, on_readable, w);
+	if (!w->ev) {
+		close(p[0]);
+		close(p[1]);
+		return -ENOMEM;
+	}
+	pid_t pid = fork();
+	if (pid < 0) {
+		int r = -errno;
+		event_free(w->ev);
+		w->ev = NULL;
+		close(p[0]);
+		close(p[1]);
+		return r;
+	}
+	if (pid == 0) {
+		int fl = fcntl(p[1], F_GETFL);
+		fcntl(p[1], F_SETFL, fl & ~O_NONBLOCK);
+		child_run(w, p[1]);
+	}
+	close(p[1]);
+	w->pid = pid;
+	w->fd = p[0];
+	n_running++;
+	event_add(w->ev, NULL);
+	return 0;
+}
+
+void worker_kill(struct worker *w)
+{
+	if (w->pid <= 0)
+		return;
+	kill(w->pid, SIGKILL);
+	w->got = 0;
+	worker_finish(w, -ECANCELED, "worker killed: deadline passed");
+}
+
+void worker_clear(struct worker *w)
+{
+	if (w->ev) {
+		event_free(w->ev);
+		w->ev = NULL;
+	}
+	if (w->fd >= 0) {
+		close(w->fd);
+		w->fd = -1;
+	}
+}

@@ -1,0 +1,56 @@
+/*
+ * Blocking work (runtime create/destroy) runs in a forked worker process so the event loop never
+ * blocks; the worker reports one fixed-size result over a pipe. The shape follows git's
+ * run-command: WORKER_INIT, worker_start(), worker_finish() (internal, when the result is in),
+ * worker_clear().
+ *
+ * corrald is single-threaded, so fork() is safe. The child closes every inherited descriptor but
+ * the result pipe and stdio (a long destroy must not keep the HTTP listener or client sockets
+ * open), restores default signal dispositions, and runs in its own process group so a terminal's
+ * Ctrl-C aimed at corrald does not kill a half-done create.
+ */
+#pragma once
+
+#include <event2/event.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "shared/error.h"
+
+struct worker_result {
+	int rc; /* 0 or a negative errno */
+	pid_t pid;
+	uint64_t starttime;
+	char msg[ERROR_MSG_MAX];
+};
+
+struct worker;
+/* Runs in the child; fills *ret. */
+typedef void (*worker_fn)(void *arg, struct worker_result *ret);
+/* Runs in the parent once the result is in (or the worker died without one: rc < 0). */
+typedef void (*worker_done_fn)(struct worker *w, const struct worker_result *res, void *arg);
+
+struct worker {
+	worker_fn fn;
+	worker_done_fn done;
+	void *arg;
+	/* private */
+	pid_t pid;
+	int fd;
+	struct event *ev;
+	struct worker_result res;
+	size_t got;
+};
+
+#define WORKER_INIT { .pid = -1, .fd = -1 }
+
+/* Fork and run w->fn in the child. 0 or -errno (fork/pipe failure: done is not called). */
+int worker_start(struct worker *w, struct event_base *base);
+/* True while a worker process is running and its result is not yet in. */
+int worker_running(const struct worker *w);
+/* SIGKILL a running worker; done is then called with rc -ECANCELED. */
+void worker_kill(struct worker *w);
+/* Release the event and the pipe. Does not kill the process. Safe on an idle worker. */
+void worker_clear(struct worker *w);
+/* How many workers are running (shutdown waits for them). */
+unsigned worker_count(void);
