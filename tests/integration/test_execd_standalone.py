@@ -1,0 +1,621 @@
+#!/usr/bin/env python3
+"""corral-execd on its own: started as an ordinary process on a unix socket in a temp dir (not
+PID 1, no sandbox) and driven over real HTTP/1.1 on that socket, with http.client's strict parser
+(a chunked body that is not properly terminated makes read() raise)."""
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+BUILD = os.environ.get("CORRAL_BUILD_DIR", os.path.join(os.path.dirname(__file__), "../../build"))
+EXECD = os.path.join(BUILD, "corral-execd")
+HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+class UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=30):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self.unix_path)
+        self.sock = s
+
+
+def parse_events(body):
+    """Strict parse of the stream: every event is compact JSON followed by exactly "\\n\\n"."""
+    text = body.decode()
+    assert text == "" or text.endswith("\n\n"), "stream does not end with a blank line: %r" % text[-40:]
+    events = []
+    for chunk in text.split("\n\n")[:-1]:
+        assert chunk and "\n" not in chunk, "bad framing: %r" % chunk
+        ev = json.loads(chunk)
+        assert json.dumps(ev, separators=(",", ":"), ensure_ascii=False) == chunk, "not compact: %r" % chunk
+        assert isinstance(ev.get("timestamp"), int), ev
+        events.append(ev)
+    return events
+
+
+def read_event(r):
+    """Read one event from a live streamed response (chunked decoding by http.client)."""
+    while True:
+        line = r.readline()
+        assert line, "stream ended"
+        if line.strip():
+            ev = json.loads(line)
+            assert r.readline() == b"\n"
+            return ev
+
+
+class Execd:
+    def __init__(self, entrypoint=None):
+        self.dir = tempfile.mkdtemp(prefix="execd-test-")
+        self.run = os.path.join(self.dir, "run")
+        os.mkdir(self.run)
+        self.sock = os.path.join(self.run, "execd.sock")
+        self.state = os.path.join(self.run, "execs")
+        self.log = open(os.path.join(self.dir, "execd.log"), "w+")
+        argv = [EXECD, "--socket", self.sock, "--state", self.state, "--log-level", "debug"]
+        if entrypoint:
+            argv += ["--"] + entrypoint
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if self.proc.poll() is not None and not entrypoint:
+                raise RuntimeError("execd exited: " + self.logtext())
+            try:
+                c = self.conn(timeout=2)
+                c.request("GET", "/ping")
+                r = c.getresponse()
+                r.read()
+                c.close()
+                if r.status == 200:
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                return
+            time.sleep(0.02)
+        raise RuntimeError("execd did not answer /ping: " + self.logtext())
+
+    def logtext(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def conn(self, timeout=30):
+        return UnixConnection(self.sock, timeout)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        subprocess.run(["rm", "-rf", self.dir])
+
+
+class ExecdTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.execd = Execd()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.execd.stop()
+
+    def request(self, method, path, body=None, conn=None, timeout=30):
+        c = conn or self.execd.conn(timeout)
+        headers = {}
+        if body is not None and not isinstance(body, (bytes, str)):
+            body = json.dumps(body)
+            headers["Content-Type"] = "application/json"
+        c.request(method, path, body=body, headers=headers)
+        r = c.getresponse()
+        data = r.read()  # strict: raises on a chunked body without its terminating chunk
+        if conn is None:
+            c.close()
+        return r, data
+
+    def run_cmd(self, body, conn=None, timeout=60):
+        r, data = self.request("POST", "/command", body, conn=conn, timeout=timeout)
+        self.assertEqual(r.status, 200, data)
+        self.assertEqual(r.getheader("Content-Type"), "text/event-stream")
+        return parse_events(data), data
+
+    def json_of(self, r, data, status):
+        self.assertEqual(r.status, status, data)
+        return json.loads(data)
+
+    def outputs(self, events, kind="stdout"):
+        return [e["text"] for e in events if e["type"] == kind]
+
+    # ----- basics -----
+
+    def test_ping(self):
+        r, data = self.request("GET", "/ping")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(data, b"")
+
+    def test_echo_byte_exact(self):
+        events, raw = self.run_cmd({"command": "echo hello"})
+        self.assertEqual([e["type"] for e in events], ["init", "stdout", "execution_complete"])
+        init, out, done = events
+        self.assertRegex(init["text"], HEX32)
+        self.assertEqual(out["text"], "hello")
+        self.assertIsInstance(done["execution_time"], int)
+        expected = (
+            '{"type":"init","text":"%s","timestamp":%d}\n\n'
+            '{"type":"stdout","text":"hello","timestamp":%d}\n\n'
+            '{"type":"execution_complete","execution_time":%d,"timestamp":%d}\n\n'
+            % (init["text"], init["timestamp"], out["timestamp"], done["execution_time"], done["timestamp"])
+        )
+        self.assertEqual(raw.decode(), expected)
+        now = int(time.time() * 1000)
+        self.assertLess(abs(now - done["timestamp"]), 60000)
+
+    def test_blank_line_framing(self):
+        events, _ = self.run_cmd({"command": r"printf 'a\n\nb\n\n\nc'"})
+        self.assertEqual(self.outputs(events), ["a", "\n", "b", "\n", "\n", "c"])
+        self.assertEqual(events[-1]["type"], "execution_complete")
+
+    def test_cr_and_crlf(self):
+        events, _ = self.run_cmd({"command": r"printf 'x\r\ny\rz\n'"})
+        self.assertEqual(self.outputs(events), ["x", "y", "z"])
+
+    def test_exit_code(self):
+        events, _ = self.run_cmd({"command": "echo before; exit 7"})
+        types = [e["type"] for e in events]
+        self.assertEqual(types, ["init", "stdout", "error"])
+        self.assertNotIn("execution_complete", types)
+        err = events[-1]["error"]
+        self.assertEqual(err, {"ename": "CommandExecError", "evalue": "7", "traceback": []})
+        r, data = self.request("GET", "/command/status/" + events[0]["text"])
+        st = self.json_of(r, data, 200)
+        self.assertEqual(st["exit_code"], 7)
+        self.assertFalse(st["running"])
+
+    def test_stderr(self):
+        events, _ = self.run_cmd({"command": "echo out; echo oops >&2"})
+        self.assertEqual(self.outputs(events, "stdout"), ["out"])
+        self.assertEqual(self.outputs(events, "stderr"), ["oops"])
+
+    def test_invalid_utf8_is_replaced(self):
+        events, _ = self.run_cmd({"command": r"printf 'ok\377\n'"})
+        self.assertEqual(self.outputs(events), ["ok\ufffd"])
+
+    def test_cwd_and_envs(self):
+        d = tempfile.mkdtemp(dir=self.execd.dir)
+        os.mkdir(os.path.join(d, "sub"))
+        events, _ = self.run_cmd({"command": 'pwd; echo "$FOO"', "cwd": d, "envs": {"FOO": "bar baz"}})
+        self.assertEqual(self.outputs(events), [d, "bar baz"])
+        # $VAR expansion in cwd (from the merged environment) and ~ (execd's HOME).
+        events, _ = self.run_cmd({"command": "pwd", "cwd": "${D}/sub", "envs": {"D": d}})
+        self.assertEqual(self.outputs(events), [os.path.join(d, "sub")])
+        events, _ = self.run_cmd({"command": "pwd", "cwd": "~"})
+        self.assertEqual(self.outputs(events), [os.path.realpath(os.environ.get("HOME", "/"))])
+        # The environment is execd's, with envs merged over it.
+        events, _ = self.run_cmd({"command": 'echo "$PATH"', "envs": {"PATH": "/bin:/usr/bin"}})
+        self.assertEqual(self.outputs(events), ["/bin:/usr/bin"])
+
+    def test_bad_cwd(self):
+        r, data = self.request("POST", "/command", {"command": "true", "cwd": "/no/such/dir"})
+        body = self.json_of(r, data, 400)
+        self.assertEqual(body["code"], "INVALID_REQUEST_BODY")
+        self.assertIn("cwd", body["message"])
+
+    def test_child_environment(self):
+        # stdin is /dev/null, own process group, default signals, oom_score_adj 0, no extra fds.
+        events, _ = self.run_cmd({"command": "exec sh -c 'cat; grep -E \"SigIgn|SigBlk\" /proc/self/status; "
+                                             "cat /proc/self/oom_score_adj; ls /proc/self/fd'"})
+        out = self.outputs(events)
+        self.assertEqual(sorted(out[:2]), ["SigBlk:\t0000000000000000", "SigIgn:\t0000000000000000"])
+        self.assertEqual(out[2], "0")
+        self.assertEqual(sorted(out[3:]), ["0", "1", "2", "3"])  # 3 = ls's own directory fd
+        events, _ = self.run_cmd({"command": "echo $$; cut -d' ' -f5 /proc/$$/stat"})
+        pid, pgid = self.outputs(events)
+        self.assertEqual(pid, pgid)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root")
+    def test_uid_gid(self):
+        events, _ = self.run_cmd({"command": "id -u; id -g", "uid": 65534})
+        out = self.outputs(events)
+        self.assertEqual(out[0], "65534")
+        events, _ = self.run_cmd({"command": "id -u; id -g", "uid": 65534, "gid": 1234})
+        self.assertEqual(self.outputs(events), ["65534", "1234"])
+
+    # ----- background, status, logs -----
+
+    def test_background_status_logs(self):
+        events, _ = self.run_cmd({"command": "echo one; sleep 0.5; echo two >&2", "background": True})
+        self.assertEqual([e["type"] for e in events], ["init", "execution_complete"])
+        cid = events[0]["text"]
+        self.assertRegex(cid, HEX32)
+        # First line: poll the logs until it shows up.
+        deadline = time.time() + 5
+        while True:
+            r, data = self.request("GET", "/command/%s/logs?cursor=0" % cid)
+            self.assertEqual(r.status, 200)
+            if data or time.time() > deadline:
+                break
+            time.sleep(0.02)
+        self.assertEqual(data, b"one\n")
+        self.assertEqual(r.getheader("EXECD-COMMANDS-TAIL-CURSOR"), "4")
+        self.assertTrue(r.getheader("Content-Type").startswith("text/plain"))
+        r, data = self.request("GET", "/command/status/" + cid)
+        st = self.json_of(r, data, 200)
+        self.assertTrue(st["running"])
+        self.assertEqual(st["id"], cid)
+        self.assertEqual(st["content"], "echo one; sleep 0.5; echo two >&2")
+        self.assertNotIn("exit_code", st)
+        self.assertNotIn("finished_at", st)
+        self.assertRegex(st["started_at"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
+        # Long-poll until it ends.
+        r, data = self.request("GET", "/command/status/%s?wait=10" % cid)
+        st = self.json_of(r, data, 200)
+        self.assertFalse(st["running"])
+        self.assertEqual(st["exit_code"], 0)
+        self.assertIn("finished_at", st)
+        r, data = self.request("GET", "/command/%s/logs?cursor=4" % cid)
+        self.assertEqual(data, b"two\n")
+        self.assertEqual(r.getheader("EXECD-COMMANDS-TAIL-CURSOR"), "8")
+        r, data = self.request("GET", "/command/%s/logs?cursor=8" % cid)
+        self.assertEqual(data, b"")
+        self.assertEqual(r.getheader("EXECD-COMMANDS-TAIL-CURSOR"), "8")
+        # Missing or invalid cursor = 0.
+        for q in ("", "?cursor=abc", "?cursor=-5"):
+            r, data = self.request("GET", "/command/%s/logs%s" % (cid, q))
+            self.assertEqual(data, b"one\ntwo\n", q)
+            self.assertEqual(r.getheader("EXECD-COMMANDS-TAIL-CURSOR"), "8")
+        # Output files on disk.
+        with open(os.path.join(self.execd.state, cid, "output"), "rb") as f:
+            self.assertEqual(f.read(), b"one\ntwo\n")
+        with open(os.path.join(self.execd.state, cid, "status.json")) as f:
+            self.assertEqual(json.load(f)["exit_code"], 0)
+
+    def test_background_exit_code(self):
+        events, _ = self.run_cmd({"command": "exit 3", "background": True})
+        cid = events[0]["text"]
+        r, data = self.request("GET", "/command/status/%s?wait=10" % cid)
+        st = self.json_of(r, data, 200)
+        self.assertEqual(st["exit_code"], 3)
+
+    def test_status_long_poll_is_prompt(self):
+        events, _ = self.run_cmd({"command": "sleep 0.3", "background": True})
+        cid = events[0]["text"]
+        t0 = time.time()
+        r, data = self.request("GET", "/command/status/%s?wait=20" % cid)
+        elapsed = time.time() - t0
+        st = self.json_of(r, data, 200)
+        self.assertFalse(st["running"])
+        self.assertLess(elapsed, 2.0)
+        # A wait that elapses returns the running status.
+        events, _ = self.run_cmd({"command": "sleep 5", "background": True})
+        t0 = time.time()
+        r, data = self.request("GET", "/command/status/%s?wait=0.3" % events[0]["text"])
+        self.assertTrue(self.json_of(r, data, 200)["running"])
+        self.assertGreaterEqual(time.time() - t0, 0.25)
+        r, data = self.request("GET", "/command/status/%s?wait=abc" % events[0]["text"])
+        self.json_of(r, data, 400)
+
+    def test_foreground_status_and_logs(self):
+        events, _ = self.run_cmd({"command": "echo fg"})
+        cid = events[0]["text"]
+        r, data = self.request("GET", "/command/status/" + cid)
+        st = self.json_of(r, data, 200)
+        self.assertEqual((st["running"], st["exit_code"], st["content"]), (False, 0, "echo fg"))
+        # Logs are for background commands only (reference: 400).
+        r, data = self.request("GET", "/command/%s/logs" % cid)
+        self.assertEqual(self.json_of(r, data, 400)["code"], "INVALID_REQUEST_BODY")
+        for name, want in (("stdout", b"fg\n"), ("stderr", b""), ("output", b"fg\n")):
+            with open(os.path.join(self.execd.state, cid, name), "rb") as f:
+                self.assertEqual(f.read(), want, name)
+
+    def test_unknown_ids(self):
+        unknown = "0" * 32
+        r, data = self.request("GET", "/command/status/" + unknown)
+        self.assertEqual(self.json_of(r, data, 404)["code"], "INVALID_REQUEST_BODY")
+        r, data = self.request("GET", "/command/status/not-an-id")
+        self.json_of(r, data, 404)
+        r, data = self.request("GET", "/command/%s/logs?cursor=0" % unknown)
+        self.json_of(r, data, 400)
+
+    # ----- timeouts, interrupts, disconnects -----
+
+    def test_timeout_kills_group(self):
+        pidfile = os.path.join(self.execd.dir, "bgpid")
+        t0 = time.time()
+        events, _ = self.run_cmd({"command": "sleep 30 & echo $! > %s; echo started; wait" % pidfile,
+                                  "timeout": 500})
+        self.assertLess(time.time() - t0, 5)
+        self.assertEqual(self.outputs(events), ["started"])
+        self.assertEqual(events[-1]["type"], "error")
+        self.assertEqual(events[-1]["error"]["evalue"], "137")  # 128 + SIGKILL
+        with open(pidfile) as f:
+            pid = int(f.read())
+        deadline = time.time() + 5
+        while os.path.exists("/proc/%d" % pid) and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertFalse(os.path.exists("/proc/%d" % pid), "the group's other process survived")
+
+    def test_interrupt(self):
+        c = self.execd.conn()
+        c.request("POST", "/command", json.dumps({"command": "sleep 30"}))
+        r = c.getresponse()
+        self.assertEqual(r.status, 200)
+        init = read_event(r)
+        cid = init["text"]
+        self.assertRegex(cid, HEX32)
+        t0 = time.time()
+        rr, data = self.request("DELETE", "/command?id=" + cid)
+        self.assertEqual(rr.status, 200, data)
+        rest = r.read()
+        self.assertLess(time.time() - t0, 5)
+        events = [json.loads(x) for x in rest.decode().split("\n\n") if x.strip().startswith("{")]
+        self.assertEqual(events[-1]["type"], "error")
+        self.assertEqual(events[-1]["error"]["evalue"], "143")  # 128 + SIGTERM
+        c.close()
+        # Interrupting something that is no longer running.
+        rr, data = self.request("DELETE", "/command?id=" + cid)
+        self.assertEqual(self.json_of(rr, data, 500)["code"], "RUNTIME_ERROR")
+        rr, data = self.request("DELETE", "/command")
+        self.assertEqual(self.json_of(rr, data, 400)["code"], "MISSING_QUERY")
+
+    def test_interrupt_escalates_to_sigkill(self):
+        c = self.execd.conn()
+        c.request("POST", "/command", json.dumps({"command": "trap '' TERM; sleep 30"}))
+        r = c.getresponse()
+        cid = read_event(r)["text"]
+        time.sleep(0.2)
+        t0 = time.time()
+        rr, data = self.request("DELETE", "/command?id=" + cid)
+        self.assertEqual(rr.status, 200, data)
+        rest = r.read()
+        self.assertLess(time.time() - t0, 6)
+        events = [json.loads(x) for x in rest.decode().split("\n\n") if x.strip().startswith("{")]
+        self.assertEqual(events[-1]["error"]["evalue"], "137")
+        c.close()
+
+    def test_disconnect_then_readable(self):
+        c = self.execd.conn()
+        c.request("POST", "/command", json.dumps({"command": "echo first; sleep 1; echo second; exit 4"}))
+        r = c.getresponse()
+        cid = read_event(r)["text"]
+        c.sock.shutdown(socket.SHUT_RDWR)
+        c.close()
+        r, data = self.request("GET", "/command/status/%s?wait=15" % cid)
+        st = self.json_of(r, data, 200)
+        self.assertFalse(st["running"])
+        self.assertEqual(st["exit_code"], 4)
+        with open(os.path.join(self.execd.state, cid, "output"), "rb") as f:
+            self.assertEqual(f.read(), b"first\nsecond\n")
+        # Re-attach by id replays the whole stream.
+        events, _ = self.run_cmd({"command": "ignored", "id": cid})
+        self.assertEqual(events[0], {"type": "init", "text": cid, "timestamp": events[0]["timestamp"]})
+        self.assertEqual(self.outputs(events), ["first", "second"])
+        self.assertEqual(events[-1]["error"]["evalue"], "4")
+        r, data = self.request("GET", "/ping")
+        self.assertEqual(r.status, 200)
+
+    def test_client_id_exactly_once(self):
+        cid = os.urandom(16).hex()
+        counter = os.path.join(self.execd.dir, "runs-" + cid)
+        cmd = "echo run >> %s; echo start; sleep 1; echo end" % counter
+        # First submit: disconnect right after init.
+        c = self.execd.conn()
+        c.request("POST", "/command", json.dumps({"command": cmd, "id": cid}))
+        r = c.getresponse()
+        self.assertEqual(read_event(r)["text"], cid)
+        c.close()
+        # Retry while it runs: re-attaches, sees the whole output, ends when it ends.
+        events, _ = self.run_cmd({"command": cmd, "id": cid})
+        self.assertEqual(events[0]["text"], cid)
+        self.assertEqual(self.outputs(events), ["start", "end"])
+        self.assertEqual(events[-1]["type"], "execution_complete")
+        # Retry after it finished, and as a background submit.
+        events, _ = self.run_cmd({"command": cmd, "id": cid})
+        self.assertEqual(self.outputs(events), ["start", "end"])
+        events, _ = self.run_cmd({"command": cmd, "id": cid, "background": True})
+        self.assertEqual([e["type"] for e in events], ["init", "execution_complete"])
+        self.assertEqual(events[0]["text"], cid)
+        with open(counter) as f:
+            self.assertEqual(f.read(), "run\n")
+        r, data = self.request("GET", "/command/status/" + cid)
+        self.assertEqual(self.json_of(r, data, 200)["id"], cid)
+        # A new background id gets status and logs under that id.
+        bid = os.urandom(16).hex()
+        events, _ = self.run_cmd({"command": "echo x", "id": bid, "background": True})
+        self.assertEqual(events[0]["text"], bid)
+        r, data = self.request("GET", "/command/status/%s?wait=10" % bid)
+        self.assertEqual(self.json_of(r, data, 200)["exit_code"], 0)
+
+    def test_ping_events(self):
+        t0 = time.time()
+        events, _ = self.run_cmd({"command": "sleep 3.5; echo late"})
+        self.assertGreaterEqual(time.time() - t0, 3.4)
+        pings = [e for e in events if e["type"] == "ping"]
+        self.assertGreaterEqual(len(pings), 1)
+        self.assertEqual(set(pings[0].keys()), {"type", "text", "timestamp"})
+        self.assertEqual(pings[0]["text"], "pong")
+        self.assertEqual(events[0]["type"], "init")
+        self.assertEqual(events[-1]["type"], "execution_complete")
+
+    def test_stream_is_live(self):
+        # Events arrive as they happen, not when the command ends.
+        c = self.execd.conn()
+        c.request("POST", "/command", json.dumps({"command": "echo now; sleep 2; echo later"}))
+        r = c.getresponse()
+        t0 = time.time()
+        got = b""
+        while b'"now"' not in got:
+            got += r.readline()
+        self.assertLess(time.time() - t0, 1.0)
+        r.read()
+        c.close()
+
+    # ----- keep-alive, framing, validation -----
+
+    def test_keepalive_many_commands(self):
+        c = self.execd.conn()
+        for i in range(20):
+            events, _ = self.run_cmd({"command": "echo %d" % i}, conn=c)
+            self.assertEqual(self.outputs(events), [str(i)])
+            r, data = self.request("GET", "/ping", conn=c)
+            self.assertEqual(r.status, 200)
+        c.close()
+
+    def test_large_output(self):
+        events, _ = self.run_cmd({"command": "seq 1 20000; head -c 200000 /dev/zero | tr '\\0' x"})
+        out = self.outputs(events)
+        self.assertEqual(out[:20000], [str(i) for i in range(1, 20001)])
+        self.assertEqual("".join(out[20000:]), "x" * 200000)  # a long line comes in pieces
+        self.assertEqual(events[-1]["type"], "execution_complete")
+
+    def test_validation(self):
+        cases = [
+            (b"{not json", "JSON"),
+            (b"", "empty"),
+            (b"[]", "object"),
+            ({}, "command"),
+            ({"command": ""}, "command"),
+            ({"command": 5}, "command"),
+            ({"command": "true", "id": "XYZ"}, "id"),
+            ({"command": "true", "id": "A" * 32}, "id"),
+            ({"command": "true", "timeout": -1}, "timeout"),
+            ({"command": "true", "timeout": "5"}, "timeout"),
+            ({"command": "true", "background": "yes"}, "background"),
+            ({"command": "true", "gid": 5}, "gid"),
+            ({"command": "true", "uid": -1}, "uid"),
+            ({"command": "true", "envs": {"A": 1}}, "envs"),
+            ({"command": "true", "envs": ["A"]}, "envs"),
+            ({"command": "true", "cwd": 7}, "cwd"),
+        ]
+        for body, word in cases:
+            r, data = self.request("POST", "/command", body)
+            self.assertEqual(r.status, 400, (body, data))
+            err = json.loads(data)
+            self.assertEqual(err["code"], "INVALID_REQUEST_BODY", body)
+            self.assertIn(word, err["message"], body)
+
+    def test_body_limit(self):
+        r, data = self.request("POST", "/command", {"command": "echo " + "x" * (2 << 20)})
+        self.assertEqual(r.status, 413, data[:200])
+
+    def test_unknown_route(self):
+        r, data = self.request("GET", "/nope")
+        self.assertEqual(r.status, 404)
+        self.assertIn("code", json.loads(data))
+        r, data = self.request("PUT", "/command")
+        self.assertIn(r.status, (404, 405))
+        self.assertIn("code", json.loads(data))
+
+    def test_concurrent_streams(self):
+        results = {}
+
+        def worker(i):
+            events, _ = self.run_cmd({"command": "sleep 0.3; echo w%d" % i})
+            results[i] = self.outputs(events)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(20)]
+        t0 = time.time()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertLess(time.time() - t0, 5)
+        self.assertEqual(results, {i: ["w%d" % i] for i in range(20)})
+
+
+class EntrypointTest(unittest.TestCase):
+    def test_entrypoint_exit_writes_exit_json(self):
+        e = Execd(entrypoint=["sh", "-c", "sleep 0.5; exit 3"])
+        try:
+            self.assertEqual(e.proc.wait(10), 3)
+            with open(os.path.join(e.run, "exit.json")) as f:
+                ex = json.load(f)
+            self.assertEqual(ex["reason"], "EntrypointExited")
+            self.assertEqual(ex["exitCode"], 3)
+            self.assertIsInstance(ex["message"], str)
+        finally:
+            e.stop()
+
+    def test_sigterm_is_forwarded_to_entrypoint(self):
+        e = Execd(entrypoint=["sleep", "30"])
+        try:
+            e.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(e.proc.wait(10), 128 + signal.SIGTERM)
+            with open(os.path.join(e.run, "exit.json")) as f:
+                ex = json.load(f)
+            self.assertEqual((ex["reason"], ex["exitCode"]), ("EntrypointExited", 143))
+        finally:
+            e.stop()
+
+    def test_sigterm_without_entrypoint(self):
+        e = Execd()
+        try:
+            # A running command is killed when execd goes away.
+            r = e.conn()
+            r.request("POST", "/command", json.dumps({"command": "sleep 30", "background": True}))
+            resp = r.getresponse()
+            cid = parse_events(resp.read())[0]["text"]
+            r.close()
+            e.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(e.proc.wait(10), 0)
+            with open(os.path.join(e.run, "exit.json")) as f:
+                ex = json.load(f)
+            self.assertEqual(ex["reason"], "ExecdExited")
+            self.assertTrue(os.path.exists(os.path.join(e.state, cid, "status.json")))
+        finally:
+            e.stop()
+
+    def test_stale_socket_and_mode(self):
+        e = Execd()
+        try:
+            mode = os.stat(e.sock).st_mode & 0o777
+            self.assertEqual(mode, 0o600)
+            e.proc.kill()
+            e.proc.wait()
+            self.assertTrue(os.path.exists(e.sock))  # stale
+            e2 = subprocess.Popen([EXECD, "--socket", e.sock, "--state", e.state], stderr=subprocess.DEVNULL)
+            try:
+                deadline = time.time() + 5
+                ok = False
+                while time.time() < deadline and not ok:
+                    try:
+                        c = UnixConnection(e.sock, 2)
+                        c.request("GET", "/ping")
+                        ok = c.getresponse().status == 200
+                        c.close()
+                    except OSError:
+                        time.sleep(0.02)
+                self.assertTrue(ok)
+            finally:
+                e2.terminate()
+                e2.wait()
+        finally:
+            e.stop()
+
+    def test_help(self):
+        out = subprocess.run([EXECD, "--help"], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0)
+        self.assertIn("--socket", out.stdout)
+        out = subprocess.run([EXECD], capture_output=True, text=True)
+        self.assertNotEqual(out.returncode, 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
