@@ -202,22 +202,27 @@ static int remove_inside(int dfd, dev_t dev, uint64_t mnt)
 	return ret;
 }
 
-int fs_remove_tree(const char *path)
+int fs_remove_tree_at(int dirfd, const char *name)
 {
 	struct stat st;
-	if (lstat(path, &st) < 0)
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno;
 	if (!S_ISDIR(st.st_mode))
-		return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
+		return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
 	uint64_t mnt = 0;
-	mount_id_of(AT_FDCWD, path, &mnt);
-	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	mount_id_of(dirfd, name, &mnt);
+	int dfd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0)
 		return errno == ENOENT ? 0 : -errno;
 	int r = remove_inside(dfd, st.st_dev, mnt);
 	if (r < 0)
 		return r;
-	if (rmdir(path) < 0 && errno != ENOENT)
+	if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
 		return -errno;
 	return 0;
+}
+
+int fs_remove_tree(const char *path)
+{
+	return fs_remove_tree_at(AT_FDCWD, path);
 }

@@ -20,3 +20,5 @@ int fs_mkdir_p(const char *path, mode_t mode);
  * bind mount of the host's /usr can never be recursed into). A missing path is success.
  */
 int fs_remove_tree(const char *path);
+/* The same for name relative to dirfd (which may be an O_PATH fd); name itself is not followed. */
+int fs_remove_tree_at(int dirfd, const char *name);
