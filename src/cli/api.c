@@ -17,8 +17,12 @@
 static volatile sig_atomic_t interrupted_by;
 static volatile sig_atomic_t interrupt_held;
 
+
 static void on_signal(int sig)
 {
+	static const char msg[] = "corral: finishing a request so nothing is left behind...\n";
+	if (interrupt_held && !interrupted_by)
+		(void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
 	interrupted_by = sig;
 }
 
@@ -143,6 +147,9 @@ int api_request(const struct cli *cli, const char *method, const char *path, jso
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
 
 	CURLcode cc = curl_easy_perform(c);
+	curl_off_t connect_us = 0;
+	curl_easy_getinfo(c, CURLINFO_CONNECT_TIME_T, &connect_us);
+	r->connected = connect_us > 0;
 	int ret = 0;
 	if (cc == CURLE_OK) {
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
@@ -192,8 +199,9 @@ int api_report(const struct cli *cli, const char *what, const struct api_reply *
 			fprintf(stderr, "corral: %sinterrupted\n", prefix);
 			return EXIT_INTERRUPTED;
 		}
-		fprintf(stderr, "corral: %scannot reach %s: %s (request id %s)\n", prefix,
-			cli->server, r->transport_error, r->request_id);
+		fprintf(stderr, "corral: %s%s %s: %s (request id %s)\n", prefix,
+			r->connected ? "no complete answer from" : "cannot reach", cli->server,
+			r->transport_error, r->request_id);
 		return EXIT_CONNECT;
 	}
 	const char *code = NULL, *message = NULL;

@@ -91,6 +91,7 @@ struct api_reply {
 	json_t *json;      /* body parsed as JSON, or NULL */
 	char request_id[HEXID_LEN];
 	char transport_error[256]; /* set when status == 0 */
+	bool connected;            /* the TCP connection was made (the failure came later) */
 };
 
 /*

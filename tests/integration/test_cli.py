@@ -9,11 +9,13 @@ import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 import unittest
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import UUID_RE, CorralTestCase, binary, free_port, log, main  # noqa: E402
@@ -333,10 +335,19 @@ class ScriptedExecd(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    made = {}  # sandboxes "created" by a create whose answer was dropped
+
     def do_POST(self):
         n = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(n))
         ScriptedExecd.requests.append(("POST", self.path, body, self.headers.get("X-Request-ID")))
+        if self.path == "/sandboxes":
+            # Make the sandbox, then lose the answer (a server that died mid-reply).
+            sid = "lost-%d" % len(ScriptedExecd.made)
+            ScriptedExecd.made[sid] = body["metadata"]
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
         script = SCRIPTS.get(body["command"].split()[-1])
         if script is None:
             b = json.dumps({"code": "SANDBOX::NOT_FOUND", "message": "no such sandbox"}).encode()
@@ -358,6 +369,19 @@ class ScriptedExecd(http.server.BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
         self.close_connection = True
+
+    def do_GET(self):
+        # Only the label query corral run makes after a lost create.
+        q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+        want = dict(urllib.parse.parse_qsl(q["metadata"][0]))
+        items = [{"id": sid} for sid, meta in ScriptedExecd.made.items()
+                 if all(meta.get(k) == v for k, v in want.items())]
+        b = json.dumps({"items": items, "pagination": {"hasNextPage": False}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
 
     def do_DELETE(self):
         ScriptedExecd.requests.append(("DELETE", self.path, None, self.headers.get("X-Request-ID")))
@@ -426,6 +450,18 @@ class CliStream(unittest.TestCase):
         self.assertEqual(rc, 125)
         self.assertIn("corral: exec in sandbox sb1: SANDBOX::NOT_FOUND: no such sandbox", err)
         self.assertRegex(err, r"request id [0-9a-f]{32}")
+
+    def test_run_deletes_the_sandbox_of_a_lost_create(self):
+        ScriptedExecd.requests.clear()
+        p = subprocess.run([binary("corral"), "--server", self.url, "run", "--", "true"],
+                           capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        self.assertEqual(p.returncode, 125, p.stderr)
+        create = next(r for r in ScriptedExecd.requests if r[0] == "POST")
+        self.assertRegex(create[2]["metadata"]["corral-run"], r"^[0-9a-f]{32}$")
+        deletes = [r[1] for r in ScriptedExecd.requests if r[0] == "DELETE"]
+        self.assertEqual(len(deletes), 1, ScriptedExecd.requests)
+        self.assertRegex(deletes[0], r"^/sandboxes/lost-\d+$")
+        self.assertIn(b"made by the lost create", p.stderr)
 
     def test_interrupt_stops_the_remote_command(self):
         ScriptedExecd.requests.clear()
