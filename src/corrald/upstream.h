@@ -41,3 +41,28 @@ void upstream_proxy(struct event_base *base, const char *sock_path, struct evhtt
  */
 int upstream_ping(struct event_base *base, const char *sock_path, int timeout_ms,
 		  void (*cb)(int result, void *arg), void *arg);
+
+/*
+ * Additions by the upstream work (all optional; defaults apply without any call).
+ *
+ * Tunables. Zero fields keep their defaults. client_timeout_s must be the value corrald passes to
+ * evhttp_set_timeout (0 when it sets none): while a response streams, the client connection's
+ * read timeout is suspended (a client that only listens to a long command must not be cut off)
+ * and it is restored from this value afterwards.
+ */
+struct upstream_options {
+	int connect_timeout_ms;       /* default 5000 */
+	int io_timeout_ms;            /* execd silent (or not reading) this long mid-exchange; 180000 */
+	int idle_timeout_ms;          /* pooled keep-alive connections are closed after this; 3000 */
+	unsigned max_idle_per_socket; /* default 8 */
+	unsigned max_idle_total;      /* default 1024 */
+	size_t client_buffer_max;     /* stop reading execd above this much unsent output; 4 MiB */
+	int client_timeout_s;         /* see above; default 0 */
+};
+void upstream_configure(const struct upstream_options *opts);
+
+/* Close every pooled idle connection; call before event_base_free() of their base. */
+void upstream_shutdown(void);
+
+/* Pool introspection for tests and metrics. */
+unsigned upstream_pool_idle(void);
