@@ -11,6 +11,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,10 +35,11 @@ static const char exec_help[] =
 	"  corral exec $ID -- uname -a\n"
 	"  corral exec $ID --cwd /tmp -e A=1 -- sh -c 'echo $A > f; exit 7'; echo $?   # prints 7\n"
 	"\n"
-	"Exit status: the command's own exit status (0-255; a command killed by its timeout gives\n"
-	"255); 125 corral failed before the command ran (usage error, unknown sandbox, server\n"
-	"unreachable: the reason is on stderr); 255 the stream ended without the command's result;\n"
-	"130 interrupted (Ctrl-C also stops the remote command).\n";
+	"Exit status: the command's own exit status (0-255; 128+N when a signal N killed it, so\n"
+	"137 after --timeout); 125 corral failed before the command ran (usage error, unknown\n"
+	"sandbox, server unreachable: the reason is on stderr); 255 the stream ended without the\n"
+	"command's result; 130 interrupted (Ctrl-C also stops the remote command); 141 corral's\n"
+	"stdout was closed (| head), which also stops the remote command.\n";
 
 #define STREAM_MAX_EVENT (16u << 20) /* one event larger than this is a protocol error */
 
@@ -53,6 +55,7 @@ struct stream {
 	int exit_code;        /* -1 until execution_complete or error arrives */
 	bool done;
 	bool broken;          /* protocol error: reason already printed */
+	bool stdout_closed;   /* EPIPE on our stdout */
 	unsigned events;
 	char exec_id[128];
 };
@@ -224,7 +227,11 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *p)
 	}
 	memmove(s->pending, s->pending + start, s->plen - start);
 	s->plen -= start;
-	fflush(stdout);
+	if (fflush(stdout) == EOF && errno == EPIPE) {
+		/* Our reader went away (| head): stop, and stop the command, like a shell pipeline. */
+		s->stdout_closed = true;
+		return 0;
+	}
 	fflush(stderr);
 	/* The result is in: stop reading now instead of waiting for the server to close. */
 	return s->done ? 0 : len;
@@ -295,6 +302,10 @@ int exec_in_sandbox(const struct cli *cli, const char *id, const struct exec_opt
 	int ret;
 	if (s.done) {
 		ret = s.exit_code; /* CURLE_WRITE_ERROR here is us hanging up after the result */
+	} else if (s.stdout_closed) {
+		if (*s.exec_id)
+			interrupt_remote(cli, id, s.exec_id);
+		ret = 128 + SIGPIPE;
 	} else if (cc == CURLE_ABORTED_BY_CALLBACK || cli_interrupted()) {
 		if (*s.exec_id)
 			interrupt_remote(cli, id, s.exec_id);

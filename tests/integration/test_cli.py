@@ -451,6 +451,17 @@ class CliStream(unittest.TestCase):
         self.assertIn("corral: exec in sandbox sb1: SANDBOX::NOT_FOUND: no such sandbox", err)
         self.assertRegex(err, r"request id [0-9a-f]{32}")
 
+    def test_closed_stdout_stops_the_remote_command(self):
+        ScriptedExecd.requests.clear()
+        with subprocess.Popen([binary("corral"), "--server", self.url, "exec", "sb1", "--",
+                               "mode", "slow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+            self.assertEqual(p.stdout.readline(), b"tick\n")
+            p.stdout.close()  # like `corral exec ... | head -1`
+            rc = p.wait(timeout=20)
+        self.assertEqual(rc, 141)
+        self.assertIn(("DELETE", "/sandboxes/sb1/proxy/44772/command?id=" + "cd" * 16),
+                      [r[:2] for r in ScriptedExecd.requests])
+
     def test_run_deletes_the_sandbox_of_a_lost_create(self):
         ScriptedExecd.requests.clear()
         p = subprocess.run([binary("corral"), "--server", self.url, "run", "--", "true"],
