@@ -66,6 +66,18 @@
 #define DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DEFAULT_HOME "HOME=/root"
 
+/* Phase timestamps for profiling create (build with -DRUNTIME_TRACE; off in normal builds). */
+#ifdef RUNTIME_TRACE
+uint64_t *runtime_trace;
+#define TRACE(i)                                                                                   \
+	do {                                                                                       \
+		if (runtime_trace)                                                                 \
+			runtime_trace[i] = time_mono_ns();                                         \
+	} while (0)
+#else
+#define TRACE(i) ((void)0)
+#endif
+
 /* ---- small helpers ------------------------------------------------------------------------ */
 
 static const struct cgroup_ops *cgroup_ops_cached(void)
@@ -165,6 +177,8 @@ struct child_ctx {
 	const struct cgroup_ops *cg;
 	const char *parent;
 	int sync_fd;
+	int read_fd;
+	char *pid1_stack;
 	int cap_last;
 	char rootfs[PATH_MAX];
 	char run[PATH_MAX];
@@ -416,12 +430,13 @@ static int drop_caps(const struct child_ctx *c, struct error *err)
 static int child_setup(struct child_ctx *c, struct error *err)
 {
 	int r;
-	/* Clean process state: nothing corrald ignored or blocked leaks into the sandbox. */
-	sigset_t all;
-	sigemptyset(&all);
-	sigprocmask(SIG_SETMASK, &all, NULL);
+	/* Clean process state: nothing corrald ignored or blocked leaks into the sandbox. Handlers
+	 * first: they are the caller's code, and signals are blocked until they are gone. */
 	for (int s = 1; s < NSIG; s++)
 		signal(s, SIG_DFL);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
 	setsid();
 	umask(022);
 	close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
@@ -434,10 +449,12 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	if (null > 2)
 		close(null);
 
+	TRACE(3);
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		return error_set_errno(err, errno, "make / rprivate");
 	if ((r = mount_overlay(c, err)) < 0)
 		return r;
+	TRACE(4);
 	static const char *const points[] = {"/.corral", "/proc", "/sys", "/dev", "/tmp"};
 	for (size_t i = 0; i < ARRAY_SIZE(points); i++)
 		if ((r = mount_point(c, points[i], err)) < 0)
@@ -446,13 +463,21 @@ static int child_setup(struct child_ctx *c, struct error *err)
 		return r;
 	if ((r = bind_ro(c->cfg->execd_path, R(c, SANDBOX_IN_EXECD), MS_NOSUID | MS_NODEV, err)) < 0)
 		return r;
-	if ((r = setup_proc(c, err)) < 0 || (r = setup_sys(c, err)) < 0 ||
-	    (r = setup_dev(c, err)) < 0)
+	TRACE(5);
+	if ((r = setup_proc(c, err)) < 0)
 		return r;
+	TRACE(6);
+	if ((r = setup_sys(c, err)) < 0)
+		return r;
+	TRACE(7);
+	if ((r = setup_dev(c, err)) < 0)
+		return r;
+	TRACE(8);
 	if ((r = do_mount("tmpfs", R(c, "/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", err)) <
 	    0)
 		return r;
 
+	TRACE(9);
 	if (chdir(c->rootfs) < 0)
 		return error_set_errno(err, errno, "chdir '%s'", c->rootfs);
 	if (syscall(SYS_pivot_root, ".", ".") < 0)
@@ -462,15 +487,18 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	if (chdir("/") < 0)
 		return error_set_errno(err, errno, "chdir /");
 
+	TRACE(10);
 	/* From here on every path resolves inside the sandbox (image symlinks cannot escape). */
 	if (c->spec->host_image && (r = mask_host(c, err)) < 0)
 		return r;
+	TRACE(18);
 	if (mkdir("/etc", 0755) < 0 && errno != EEXIST)
 		return error_set_errno(err, errno, "mkdir /etc");
 	if ((r = write_file("/etc/hostname", c->hostname, 0644, err)) < 0 ||
 	    (r = write_file("/etc/hosts", c->hosts, 0644, err)) < 0 ||
 	    (r = write_file("/etc/resolv.conf", c->resolv, 0644, err)) < 0)
 		return r;
+	TRACE(11);
 	if (sethostname(c->hostname, strlen(c->hostname)) < 0)
 		return error_set_errno(err, errno, "sethostname '%s'", c->hostname);
 	if ((r = loopback_up(err)) < 0)
@@ -481,21 +509,50 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	if (r < 0 && r != -EACCES && r != -EPERM)
 		return error_set_errno(err, -r, "set oom_score_adj");
 
+	TRACE(12);
 	if ((r = drop_caps(c, err)) < 0)
 		return r;
+	TRACE(13);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return error_set_errno(err, errno, "set no_new_privs");
 	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &c->seccomp, 0, 0) < 0)
 		return error_set_errno(err, errno, "load seccomp filter");
+	TRACE(14);
 	execve(SANDBOX_IN_EXECD, c->argv, c->envp);
 	return error_set_errno(err, errno, "execve %s", SANDBOX_IN_EXECD);
 }
 
-static _noreturn_ void child_main(struct child_ctx *c)
+static int pid1_main(void *arg)
 {
+	struct child_ctx *c = arg;
 	struct error e = {0};
 	child_setup(c, &e);
 	sync_fail(c->sync_fd, &e);
+}
+
+/* Joins the cgroup(s), makes the namespaces, starts PID 1 and, once PID 1 has exec'd (or died),
+ * reports its pid and exits so PID 1 is reparented away from the caller. */
+static int intermediate_main(void *arg)
+{
+	struct child_ctx *c = arg;
+	struct error e = {0};
+	close(c->read_fd);
+	if (c->cg->enter(c->parent, c->spec->id, 0, &e) < 0)
+		sync_fail(c->sync_fd, &e);
+	TRACE(15);
+	if (unshare(NS_FLAGS) < 0) {
+		error_set_errno(&e, errno, "unshare namespaces");
+		sync_fail(c->sync_fd, &e);
+	}
+	TRACE(2);
+	pid_t pid = clone(pid1_main, c->pid1_stack, CLONE_VM | CLONE_VFORK | SIGCHLD, c);
+	if (pid < 0) {
+		error_set_errno(&e, errno, "clone PID 1");
+		sync_fail(c->sync_fd, &e);
+	}
+	struct sync_msg m = {.kind = MSG_PID, .pid = pid};
+	ssize_t _unused_ w = write(c->sync_fd, &m, sizeof(m));
+	_exit(0);
 }
 
 /* ---- the seccomp filter, compiled once per process ----------------------------------------- */
@@ -770,8 +827,10 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 	}
 	close(mfd);
 
+	TRACE(0);
 	if ((r = cg->create(parent, spec->id, spec, err)) < 0)
 		goto fail_cgroup;
+	TRACE(1);
 
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0) {
@@ -779,37 +838,39 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 		goto fail_cgroup;
 	}
 	c.sync_fd = p[1];
-	pid_t mid = fork();
-	if (mid < 0) {
-		r = error_set_errno(err, errno, "fork");
+	c.read_fd = p[0];
+	/* Both children share our memory (vfork style, as posix_spawn does) and run one at a time
+	 * while we are suspended: no page tables are copied. Signals stay blocked until PID 1 has
+	 * reset every handler, so none of ours can run in a child. */
+	const size_t stack_size = 256 * 1024;
+	char *stacks = mmap(NULL, 2 * stack_size, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stacks == MAP_FAILED) {
+		r = error_set_errno(err, errno, "mmap child stacks");
 		close(p[0]);
 		close(p[1]);
 		goto fail_cgroup;
 	}
-	if (mid == 0) {
-		struct error e = {0};
+	c.pid1_stack = stacks + 2 * stack_size;
+	sigset_t all, old;
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &old);
+	pid_t mid = clone(intermediate_main, stacks + stack_size, CLONE_VM | CLONE_VFORK | SIGCHLD,
+			  &c);
+	int clone_errno = errno;
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	munmap(stacks, 2 * stack_size);
+	if (mid < 0) {
+		r = error_set_errno(err, clone_errno, "clone");
 		close(p[0]);
-		if (cg->enter(parent, spec->id, 0, &e) < 0)
-			sync_fail(p[1], &e);
-		if (unshare(NS_FLAGS) < 0) {
-			error_set_errno(&e, errno, "unshare namespaces");
-			sync_fail(p[1], &e);
-		}
-		pid_t pid = fork();
-		if (pid < 0) {
-			error_set_errno(&e, errno, "fork PID 1");
-			sync_fail(p[1], &e);
-		}
-		if (pid == 0)
-			child_main(&c);
-		struct sync_msg m = {.kind = MSG_PID, .pid = pid};
-		ssize_t _unused_ w = write(p[1], &m, sizeof(m));
-		_exit(0);
+		close(p[1]);
+		goto fail_cgroup;
 	}
 	close(p[1]);
 	pid_t pid = 0;
 	r = read_sync(p[0], &pid, err);
 	close(p[0]);
+	TRACE(16);
 	int status;
 	RETRY_EINTR(waitpid(mid, &status, 0));
 	if (r == 0 && pid <= 0)
@@ -821,6 +882,7 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 			      SANDBOX_IN_EXECD);
 	if (r == 0)
 		r = write_pid_file(cfg, spec->id, pid, start, err);
+	TRACE(17);
 	if (r < 0)
 		goto fail_cgroup;
 	child_ctx_clear(&c);
