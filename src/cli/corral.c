@@ -46,13 +46,15 @@ int cli_common_option(struct cli *cli, int c, const char *arg)
 	switch (c) {
 	case OPT_SERVER: {
 		/* Kept without trailing slashes so paths can be appended. */
-		char *s = strdup(arg);
-		if (!s)
-			abort();
-		size_t n = strlen(s);
-		while (n > 0 && s[n - 1] == '/')
-			s[--n] = '\0';
-		cli->server = s; /* lives until exit */
+		static char buf[2048];
+		if ((size_t)snprintf(buf, sizeof(buf), "%s", arg) >= sizeof(buf)) {
+			fprintf(stderr, "corral: --server: URL too long\n");
+			exit(EXIT_USAGE);
+		}
+		size_t n = strlen(buf);
+		while (n > 0 && buf[n - 1] == '/')
+			buf[--n] = '\0';
+		cli->server = buf;
 		return 1;
 	}
 	case OPT_API_KEY:
