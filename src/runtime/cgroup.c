@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -140,4 +141,61 @@ int cgroup_wait_empty(const struct cgroup_ops *ops, const char *parent, const ch
 		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
 	}
+}
+
+/* Per-mount flags of a mountinfo options field ("rw,nosuid,nodev,noexec,relatime"). */
+static unsigned long mount_flags_of(const char *opts)
+{
+	static const struct {
+		const char *name;
+		unsigned long flag;
+	} map[] = {
+		{"ro", MS_RDONLY},	   {"nosuid", MS_NOSUID},     {"nodev", MS_NODEV},
+		{"noexec", MS_NOEXEC},	   {"relatime", MS_RELATIME}, {"noatime", MS_NOATIME},
+		{"nodiratime", MS_NODIRATIME}, {"strictatime", MS_STRICTATIME},
+	};
+	unsigned long f = 0;
+	char buf[256];
+	snprintf(buf, sizeof(buf), "%s", opts);
+	char *save = NULL;
+	for (char *o = strtok_r(buf, ",", &save); o; o = strtok_r(NULL, ",", &save))
+		for (size_t i = 0; i < ARRAY_SIZE(map); i++)
+			if (strcmp(o, map[i].name) == 0)
+				f |= map[i].flag;
+	return f;
+}
+
+int cgroup_favor_dynmods(void)
+{
+	const char *env = getenv("CORRAL_CGROUP_FAVORDYNMODS");
+	if (!env || strcmp(env, "1") != 0 || getenv("CORRAL_CGROUP_ROOT"))
+		return 0;
+	_cleanup_free_ char *buf = NULL;
+	int r = fs_read_file("/proc/self/mountinfo", 1 << 24, &buf, NULL);
+	if (r < 0)
+		return r;
+	char *save = NULL;
+	for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		/* id parent maj:min root mountpoint mountopts [optional...] - fstype source superopts */
+		char mp[PATH_MAX], mopts[256], fstype[32], sopts[512];
+		char *sep = strstr(line, " - ");
+		if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s %255s", mp, mopts) != 2 ||
+		    sscanf(sep + 3, "%31s %*s %511s", fstype, sopts) != 2)
+			continue;
+		if (strcmp(fstype, "cgroup2") != 0)
+			continue;
+		if (strstr(sopts, "favordynmods"))
+			return 0;
+		/* Keep every superblock option (nsdelegate, memory_recursiveprot...): a remount
+		 * resets the ones it does not name. */
+		char data[600];
+		const char *rest = sopts;
+		if (strncmp(rest, "rw", 2) == 0 || strncmp(rest, "ro", 2) == 0)
+			rest += rest[2] == ',' ? 3 : 2;
+		snprintf(data, sizeof(data), "%s%sfavordynmods", rest, *rest ? "," : "");
+		if (mount(NULL, mp, NULL, MS_REMOUNT | mount_flags_of(mopts), data) < 0)
+			return -errno;
+		return 1;
+	}
+	return -ENOENT;
 }

@@ -788,6 +788,11 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 	if (!cg)
 		return error_set(err, ENOTSUP, "no usable cgroup hierarchy under '%s'", cgroup_root());
 	const char *parent = cgroup_parent(cfg);
+	static bool tuned;
+	if (!tuned) {
+		tuned = true;
+		(void)cgroup_favor_dynmods(); /* best effort: only speed depends on it */
+	}
 
 	struct child_ctx c = {.cfg = cfg, .spec = spec, .cg = cg, .parent = parent, .sync_fd = -1};
 	r = prepare_child(&c, cfg, spec, err);
