@@ -30,6 +30,7 @@
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <event2/http.h>
+#include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
 
 #include "shared/httputil.h"
@@ -688,6 +689,14 @@ static const char *reason_of(const struct http_resp *resp, char *buf, size_t len
 static void reply_start(struct exchange *ex)
 {
 	char rbuf[256];
+	/*
+	 * An HTTP/1.0 client cannot take chunks: without a length the body must end with the
+	 * connection, but evhttp would answer "Connection: keep-alive" with "Content-Length: 0".
+	 * Forgetting the client's keep-alive wish makes evhttp close instead.
+	 */
+	if (ex->req->major == 1 && ex->req->minor == 0 &&
+	    !evhttp_find_header(evhttp_request_get_output_headers(ex->req), "Content-Length"))
+		evhttp_remove_header(evhttp_request_get_input_headers(ex->req), "Connection");
 	evhttp_send_reply_start(ex->req, ex->resp.status, reason_of(&ex->resp, rbuf, sizeof(rbuf)));
 	ex->started = true;
 	/* A client that only listens to a long stream must not hit the server's read timeout. */

@@ -79,6 +79,7 @@ struct streamer {
 	struct evhttp_request *req;
 	struct event *ev;
 	int left;
+	int interval_us;
 	size_t piece;
 	bool closed;
 };
@@ -108,7 +109,7 @@ static void stream_tick(evutil_socket_t fd, short what, void *arg)
 		streamer_free(s);
 		return;
 	}
-	struct timeval tv = { 0, s->piece ? 2000 : 80000 };
+	struct timeval tv = { s->interval_us / 1000000, s->interval_us % 1000000 };
 	event_add(s->ev, &tv);
 }
 
@@ -131,11 +132,18 @@ static void up_handler(struct evhttp_request *req, void *arg)
 
 	if (!strcmp(uri, "/ping")) {
 		evhttp_send_reply(req, 200, "OK", NULL);
-	} else if (!strcmp(uri, "/stream") || !strcmp(uri, "/bigstream")) {
+	} else if (!strcmp(uri, "/stream") || !strcmp(uri, "/bigstream") ||
+		   !strcmp(uri, "/slowstream")) {
 		struct streamer *s = calloc(1, sizeof(*s));
 		s->req = req;
 		s->left = 5;
 		s->piece = !strcmp(uri, "/bigstream") ? 64 * 1024 : 0;
+		s->interval_us = s->piece ? 2000 : 80000;
+		if (!strcmp(uri, "/slowstream")) {
+			/* silent for longer than the front server's timeout */
+			s->interval_us = 1300000;
+			s->left = 2;
+		}
 		s->ev = evtimer_new(base, stream_tick, s);
 		evhttp_add_header(oh, "Content-Type", "text/event-stream");
 		evhttp_send_reply_start(req, 200, "OK");
@@ -471,6 +479,44 @@ static void test_streaming(void)
 	printf("stream: first event after %.1f ms, upstream finished after %.1f ms\n",
 	       r.first_payload_ms - t0, stream_end_ms - t0);
 	response_clear(&r);
+
+	/* Silences longer than the front server's 1 s timeout, with a client that only listens. */
+	request(fd, "GET", "/ok/slowstream", NULL, NULL, 0, &r);
+	CHECK_INT(r.status, 200);
+	CHECK(r.complete);
+	CHECK(body_has(&r, "\"chunk 4\"}"));
+	response_clear(&r);
+	/* The connection is still good afterwards (and its timeout restored, see below). */
+	request(fd, "GET", "/ok/ping", NULL, NULL, 0, &r);
+	CHECK_INT(r.status, 200);
+	response_clear(&r);
+	close(fd);
+
+	/* An HTTP/1.0 keep-alive client gets a body delimited by the connection's end. */
+	fd = front_connect();
+	const char *req10 = "GET /ok/stream HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+	send_all(fd, req10, strlen(req10));
+	read_response(fd, false, 0, &r);
+	CHECK_INT(r.status, 200);
+	CHECK(r.complete);
+	CHECK(r.eof);
+	CHECK(!head_has(&r, "Content-Length"));
+	CHECK(!head_has(&r, "chunked"));
+	CHECK(body_has(&r, "\"chunk 0\"}\n\n"));
+	CHECK(body_has(&r, "\"chunk 4\"}\n\n"));
+	response_clear(&r);
+	close(fd);
+
+	/* After a stream the server's idle timeout applies again: an idle client is closed. */
+	fd = front_connect();
+	request(fd, "GET", "/ok/stream", NULL, NULL, 0, &r);
+	CHECK(r.complete);
+	response_clear(&r);
+	double t1 = now_ms();
+	char c;
+	ssize_t n = recv(fd, &c, 1, 0);
+	CHECK_INT(n, 0);
+	CHECK(now_ms() - t1 < 3000);
 	close(fd);
 }
 
