@@ -38,10 +38,12 @@ static const char exec_help[] =
 	"Exit status: the command's own exit status (0-255; 128+N when a signal N killed it, so\n"
 	"137 after --timeout); 125 corral failed before the command ran (usage error, unknown\n"
 	"sandbox, server unreachable: the reason is on stderr); 255 the stream ended without the\n"
-	"command's result; 130 interrupted (Ctrl-C also stops the remote command); 141 corral's\n"
-	"stdout was closed (| head), which also stops the remote command.\n";
+	"command's result, or stayed silent for 90 s (execd pings every 3 s, so the path is dead);\n"
+	"130 interrupted (Ctrl-C also stops the remote command); 141 corral's stdout was closed\n"
+	"(| head), which also stops the remote command.\n";
 
 #define STREAM_MAX_EVENT (16u << 20) /* one event larger than this is a protocol error */
+#define EXEC_SILENCE_S 90L            /* a running command's stream is never silent this long */
 
 struct stream {
 	CURL *curl;
@@ -284,7 +286,13 @@ int exec_in_sandbox(const struct cli *cli, const char *id, const struct exec_opt
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-	/* No overall limit (commands may run for hours), unless the command itself has one. */
+	/*
+	 * No overall limit (commands may run for hours), unless the command itself has one. But
+	 * execd sends a ping event every 3 s while a command runs, so a stream that stays silent
+	 * for much longer than that is a dead path, not a quiet command: give up instead of hanging.
+	 */
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, EXEC_SILENCE_S);
 	if (o->timeout_ms > 0)
 		curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)MIN(o->timeout_ms + 60000, (long long)LONG_MAX));
 
@@ -323,6 +331,12 @@ int exec_in_sandbox(const struct cli *cli, const char *id, const struct exec_opt
 		json_decref(r.json);
 		ret = EXIT_EXEC_FAILED;
 	} else if (s.broken) {
+		ret = EXIT_NO_RESULT;
+	} else if (cc == CURLE_OPERATION_TIMEDOUT && strstr(errbuf, "too slow")) {
+		fprintf(stderr,
+			"corral: nothing from %s for %ld s (not even the pings execd sends every 3 s); "
+			"giving up on the command's result (request id %s)\n",
+			cli->server, EXEC_SILENCE_S, request_id);
 		ret = EXIT_NO_RESULT;
 	} else if (cc != CURLE_OK) {
 		bool started = s.events > 0;
