@@ -237,6 +237,13 @@ class Cli(CorralTestCase):
         rc, out, err = self.corral("exec", sid, "--", "seq", "1", "5000", check=0, timeout=120)
         self.assertEqual(out, "".join("%d\n" % i for i in range(1, 5001)))
 
+    def test_exec_quiet_command_is_not_a_dead_stream(self):
+        # Longer than execd's ping interval without output: the stream stays alive.
+        sid = self.create()
+        rc, out, err = self.corral("exec", sid, "--", "sh", "-c", "sleep 7; echo done",
+                                   check=0, timeout=60)
+        self.assertEqual((out, err), ("done\n", ""))
+
     def test_exec_timeout(self):
         sid = self.create()
         t0 = time.monotonic()
