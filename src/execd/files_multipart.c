@@ -337,7 +337,9 @@ static int data_feed(struct multipart_parser *p, const char *d, size_t n, size_t
 		if (memcmp(d, p->delim + p->held, k) == 0) {
 			if (k == need) {
 				*used = k;
-				return delimiter_found(p);
+				p->held = 0;
+				p->state = MP_DELIM_PEEK;
+				return 0;
 			}
 			p->held += k;
 			*used = n;
@@ -359,7 +361,8 @@ static int data_feed(struct multipart_parser *p, const char *d, size_t n, size_t
 		if (r)
 			return r;
 		*used = (size_t)(hit - d) + dl;
-		return delimiter_found(p);
+		p->state = MP_DELIM_PEEK;
+		return 0;
 	}
 	/* Hold back a tail that may be the start of a delimiter completed by the next piece. */
 	size_t j = n;
@@ -481,6 +484,38 @@ int multipart_feed(struct multipart_parser *p, const char *data, size_t len)
 			i += used;
 			break;
 		}
+		case MP_DELIM_PEEK: {
+			/* Decide on the next byte, which is left for the state it leads to. */
+			char c = data[i];
+			if (c == '-') {
+				i++;
+				p->state = MP_DELIM_PEEK_DASH;
+			} else if (is_lwsp(c) || c == '\r' || c == '\n') {
+				r = delimiter_found(p);
+			} else {
+				p->state = MP_DATA;
+				r = emit(p, p->delim, p->dlen);
+			}
+			if (r)
+				return r;
+			break;
+		}
+		case MP_DELIM_PEEK_DASH:
+			if (data[i] == '-') {
+				i++;
+				r = delimiter_found(p);
+				if (r)
+					return r;
+				p->state = MP_EPILOGUE;
+			} else {
+				p->state = MP_DATA;
+				r = emit(p, p->delim, p->dlen);
+				if (r == 0)
+					r = emit(p, "-", 1);
+				if (r)
+					return r;
+			}
+			break;
 		case MP_AFTER_DELIM:
 		case MP_AFTER_PAD: {
 			char c = data[i++];
@@ -537,7 +572,9 @@ int multipart_finish(struct multipart_parser *p)
 	case MP_HEADERS:
 		return fail(p, "body ends inside the headers of part %u", p->nparts);
 	case MP_DATA:
+	case MP_DELIM_PEEK_DASH:
 		return fail(p, "body ends inside part %u (no closing boundary)", p->part.index);
+	case MP_DELIM_PEEK:
 	case MP_AFTER_DASH:
 	case MP_AFTER_DELIM:
 	case MP_AFTER_PAD:

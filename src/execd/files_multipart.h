@@ -4,7 +4,8 @@
  * It is fed the body in pieces of any size (evhttp hands over the body as a chain of buffers, and
  * a boundary may straddle two of them) and never copies part data: part_data() receives pointers
  * into the caller's pieces. Like Go's mime/multipart, the line ending of the first boundary line
- * ("\r\n" or a bare "\n") is the one every later delimiter must use. Every internal buffer is
+ * ("\r\n" or a bare "\n") is the one every later delimiter must use, and a delimiter only counts
+ * when "--", a space, a tab or a newline follows it ("\r\n--boundaryX" is data). Every internal buffer is
  * bounded: boundary length, header bytes per part, number of parts. A body that ends before the
  * closing "--boundary--" is an error in multipart_finish(), never a silently short last part.
  */
@@ -43,6 +44,8 @@ enum multipart_state {
 	MP_PREAMBLE_SKIP, /* a preamble line too long to be a boundary */
 	MP_HEADERS,
 	MP_DATA,
+	MP_DELIM_PEEK,      /* delimiter matched: is it followed by "--", LWSP or a newline? */
+	MP_DELIM_PEEK_DASH, /* ... it was followed by one '-' */
 	MP_AFTER_DELIM,
 	MP_AFTER_DASH,
 	MP_AFTER_PAD,
