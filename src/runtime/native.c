@@ -46,6 +46,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/pidfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -340,10 +341,12 @@ static int mount_overlay(struct child_ctx *c, struct error *err)
 	/* "volatile" (5.10+): no syncs on the upper layer; the layer dies with the sandbox. */
 	size_t n = strlen(c->overlay_opts);
 	snprintf(c->overlay_opts + n, sizeof(c->overlay_opts) - n, ",volatile");
-	if (mount("overlay", c->rootfs, "overlay", MS_NOSUID, c->overlay_opts) == 0)
+	/* nodev: a device node in an image must not open a host device (/dev is its own mount). */
+	const unsigned long flags = MS_NOSUID | MS_NODEV;
+	if (mount("overlay", c->rootfs, "overlay", flags, c->overlay_opts) == 0)
 		return 0;
 	c->overlay_opts[n] = '\0';
-	return do_mount("overlay", c->rootfs, "overlay", MS_NOSUID, c->overlay_opts, err);
+	return do_mount("overlay", c->rootfs, "overlay", flags, c->overlay_opts, err);
 }
 
 static int write_file(const char *path, const char *data, mode_t mode, struct error *err)
@@ -952,6 +955,26 @@ static int remove_files(const struct runtime_config *cfg, const char *id, struct
 	return ret;
 }
 
+/* A pidfd on the sandbox's PID 1 from its pid file, or -1 (no file, or PID 1 already gone). */
+static int open_pid1(const struct runtime_config *cfg, const char *id)
+{
+	char path[PATH_MAX], buf[64];
+	if (sb_path(path, sizeof(path), cfg, id, "pid") < 0 ||
+	    fs_read_small(path, buf, sizeof(buf)) < 0)
+		return -1;
+	int pid = 0;
+	uint64_t start = 0, now = 0;
+	if (sscanf(buf, "%d %" SCNu64, &pid, &start) != 2 || pid <= 1)
+		return -1;
+	int fd = pidfd_open(pid, 0);
+	/* Checked after opening: the pidfd pins the process, so a match cannot go stale. */
+	if (fd >= 0 && (runtime_pid_starttime(pid, &now) < 0 || now != start)) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
 static int native_destroy(const struct runtime_config *cfg, const char *id, struct error *err)
 {
 	int r;
@@ -959,9 +982,19 @@ static int native_destroy(const struct runtime_config *cfg, const char *id, stru
 		return r;
 	const struct cgroup_ops *cg = cgroup_ops_cached();
 	const char *parent = cgroup_parent(cfg);
+	TRACE(20);
 	if (cg) {
+		/* PID 1 exits last (the kernel kills and reaps the rest of its pid namespace first),
+		 * so its pidfd turning readable is the moment to look again, instead of polling. */
+		_cleanup_close_ int pfd = open_pid1(cfg, id);
+		bool empty = false;
+		if (pfd >= 0 && cg->kill(parent, id, &empty, NULL) == 0 && !empty) {
+			struct pollfd pl = {.fd = pfd, .events = POLLIN};
+			RETRY_EINTR(poll(&pl, 1, DESTROY_TIMEOUT_MS));
+		}
 		if ((r = cgroup_wait_empty(cg, parent, id, DESTROY_TIMEOUT_MS, err)) < 0)
 			return error_prefix(err, "destroy sandbox %s", id);
+		TRACE(21);
 		/* An emptied cgroup can stay busy for a moment while the kernel finishes exits. */
 		int64_t deadline = time_mono_ms() + DESTROY_TIMEOUT_MS;
 		while ((r = cg->remove(parent, id, err)) == -EBUSY && time_mono_ms() < deadline)
@@ -972,9 +1005,13 @@ static int native_destroy(const struct runtime_config *cfg, const char *id, stru
 	char dir[PATH_MAX];
 	if (sb_path(dir, sizeof(dir), cfg, id, NULL) < 0)
 		return error_set(err, ENAMETOOLONG, "state dir path too long");
+	TRACE(22);
 	if (detach_leftover_mounts(dir) > 0)
 		return error_set(err, EBUSY, "mounts below '%s' could not be detached", dir);
-	return remove_files(cfg, id, err);
+	TRACE(23);
+	r = remove_files(cfg, id, err);
+	TRACE(24);
+	return r;
 }
 
 static int native_pause(const struct runtime_config *cfg, const char *id, struct error *err)
