@@ -277,7 +277,8 @@ test("pause makes execd unreachable, resume brings it back", async () => {
         await mgr2.close();
       }
     } finally {
-      await resumed.close();
+      // resume() hands back a Sandbox sharing this one's transport: kill through it, then close.
+      await destroy(resumed);
     }
   } finally {
     await destroy(sbx);

@@ -38,8 +38,8 @@ command -v node >/dev/null || die "node (>= 20) is required"
 NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
 [ "$NODE_MAJOR" -ge 20 ] || die "node >= 20 is required (found $(node --version))"
 command -v curl >/dev/null || die "curl is required"
-CORRALD="$BUILD/src/corrald/corrald"
-[ -x "$CORRALD" ] || CORRALD="$BUILD/corrald"
+# $BUILD/corrald sits next to $BUILD/corral-execd (corrald's default --execd).
+CORRALD="$BUILD/corrald"
 [ -x "$CORRALD" ] || die "corrald not found under $BUILD (build first: ninja -C $BUILD)"
 [ "$(id -u)" -eq 0 ] || die "must run as root (corrald creates namespaces, cgroups and mounts)"
 
