@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "corrald/corrald.h"
+#include "corrald/upstream.h"
 #include "shared/fsutil.h"
 #include "shared/log.h"
 
@@ -262,6 +263,10 @@ int main(int argc, char **argv)
 	d->rt_cfg.execd_path = execd;
 	d->rt_cfg.cgroup_name = cgroup_name;
 
+	/* upstream suspends a client's read timeout while a response streams, then restores it. */
+	struct upstream_options uopts = {.client_timeout_s = d->idle_timeout_s};
+	upstream_configure(&uopts);
+
 	signal(SIGPIPE, SIG_IGN);
 	d->base = event_base_new();
 	if (!d->base || api_init(d) < 0) {
@@ -285,6 +290,7 @@ int main(int argc, char **argv)
 	log_info("listening on %s (state %s, execd %s, cgroup %s, auth %s)", listen, d->state_dir,
 		 execd, cgroup_name, d->api_key ? "on" : "off (loopback only)");
 	event_base_dispatch(d->base);
+	upstream_shutdown();
 	log_info("stopped");
 	return 0;
 }

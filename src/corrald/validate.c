@@ -305,9 +305,12 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 		p->timeout_s = t;
 	}
 
-	/* resourceLimits / resourceRequests */
-	r = string_map(field_get(body, "resourceLimits", "resource_limits"), "resourceLimits", false,
-		       &p->limits, e);
+	/* resourceLimits (required, as in the reference) / resourceRequests (optional). */
+	json_t *rl = field_get(body, "resourceLimits", "resource_limits");
+	if (!rl || json_is_null(rl))
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("resourceLimits"),
+				"resourceLimits is required: an object such as {\"cpu\": \"1\", \"memory\": \"2Gi\"} (unknown keys are ignored)");
+	r = string_map(rl, "resourceLimits", false, &p->limits, e);
 	if (r < 0)
 		return r;
 	r = resources_parse(p->limits, "resourceLimits", &p->cpu_limit_millis,

@@ -1,0 +1,255 @@
+/* corrald's request validation: label rules, CreateSandboxRequest, metadata merge patch, renew. */
+#include <errno.h>
+#include <string.h>
+
+#include "check.h"
+#include "corrald/validate.h"
+
+static json_t *J(const char *s)
+{
+	json_error_t e;
+	json_t *j = json_loads(s, 0, &e);
+	if (!j)
+		fprintf(stderr, "bad test JSON %s: %s\n", s, e.text);
+	return j;
+}
+
+static void test_labels(void)
+{
+	CHECK(label_key_valid("team"));
+	CHECK(label_key_valid("a"));
+	CHECK(label_key_valid("app.kubernetes.io/name"));
+	CHECK(label_key_valid("A-b_c.D9"));
+	CHECK(label_key_valid("example.com/X_y"));
+	CHECK(!label_key_valid(""));
+	CHECK(!label_key_valid("bad key"));
+	CHECK(!label_key_valid("-lead"));
+	CHECK(!label_key_valid("trail-"));
+	CHECK(!label_key_valid("a/b/c"));
+	CHECK(!label_key_valid("/name"));
+	CHECK(!label_key_valid("prefix/"));
+	CHECK(!label_key_valid("UPPER.com/name"));
+	CHECK(!label_key_valid("exa..mple.com/name"));
+	char long_name[70];
+	memset(long_name, 'a', 64);
+	long_name[64] = '\0';
+	CHECK(!label_key_valid(long_name));
+	long_name[63] = '\0';
+	CHECK(label_key_valid(long_name));
+
+	CHECK(label_value_valid(""));
+	CHECK(label_value_valid("v1.2-x_y"));
+	CHECK(!label_value_valid("has space"));
+	CHECK(!label_value_valid("a/b"));
+	CHECK(!label_value_valid("-x"));
+	memset(long_name, 'a', 64);
+	long_name[64] = '\0';
+	CHECK(!label_value_valid(long_name));
+
+	CHECK(label_key_reserved("opensandbox.io/id"));
+	CHECK(label_key_reserved("OpenSandbox.io/x"));
+	CHECK(!label_key_reserved("x.opensandbox.io/x"));
+	CHECK(!label_key_reserved("team"));
+}
+
+#define GOOD_BASE "\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"sleep\",\"infinity\"],\"resourceLimits\":{\"cpu\":\"500m\",\"memory\":\"512Mi\"}"
+
+/* Parse and expect failure with status and the first loc component. */
+static void expect_bad(const char *body, int status, const char *loc0)
+{
+	json_t *j = J(body);
+	struct create_params p;
+	struct verr e;
+	int r = create_params_parse(j, &p, &e);
+	CHECK_INT(r, -EINVAL);
+	if (r == -EINVAL) {
+		CHECK_INT(e.status, status);
+		if (loc0) {
+			CHECK(e.nloc >= 1);
+			CHECK_STR(e.loc[0], loc0);
+			CHECK(strstr(e.msg, loc0) != NULL); /* the message names the field */
+		}
+	} else {
+		fprintf(stderr, "  (accepted: %s)\n", body);
+		create_params_clear(&p);
+	}
+	json_decref(j);
+}
+
+static void test_create_ok(void)
+{
+	json_t *j = J("{" GOOD_BASE ",\"timeout\":600,\"env\":{\"A\":\"1\",\"B\":null},"
+		      "\"metadata\":{\"team\":\"x\"},\"extensions\":{\"oomGroup\":\"true\"}}");
+	struct create_params p;
+	struct verr e;
+	CHECK_INT(create_params_parse(j, &p, &e), 0);
+	CHECK_STR(p.image_uri, "host");
+	CHECK_INT(json_array_size(p.entrypoint), 2);
+	CHECK(p.has_timeout);
+	CHECK_INT(p.timeout_s, 600);
+	CHECK_U64(p.cpu_limit_millis, 500);
+	CHECK_U64(p.memory_limit_bytes, 512ULL << 20);
+	/* requests default to the limits */
+	CHECK_U64(p.cpu_request_millis, 500);
+	CHECK_U64(p.memory_request_bytes, 512ULL << 20);
+	CHECK_STR(json_string_value(json_object_get(p.requests, "memory")), "512Mi");
+	/* null env values are dropped */
+	CHECK_INT(json_object_size(p.env), 1);
+	CHECK(json_object_get(p.env, "B") == NULL);
+	CHECK(p.oom_group);
+	CHECK_STR(json_string_value(json_object_get(p.metadata, "team")), "x");
+	create_params_clear(&p);
+	json_decref(j);
+
+	/* null timeout = manual cleanup; snake_case names accepted; separate requests; pids */
+	j = J("{\"image\":{\"uri\":\"img\"},\"entrypoint\":[\"x\"],\"timeout\":null,"
+	      "\"resource_limits\":{\"cpu\":\"2\",\"memory\":\"1Gi\",\"pids\":\"64\",\"gpu\":\"1\"},"
+	      "\"resourceRequests\":{\"cpu\":\"250m\"}}");
+	CHECK_INT(create_params_parse(j, &p, &e), 0);
+	CHECK(!p.has_timeout);
+	CHECK_U64(p.cpu_limit_millis, 2000);
+	CHECK_U64(p.pids_max, 64);
+	CHECK_U64(p.cpu_request_millis, 250);
+	CHECK_U64(p.memory_request_bytes, 0);
+	CHECK_INT(json_object_size(p.metadata), 0);
+	create_params_clear(&p);
+	json_decref(j);
+
+	/* timeout 1 is accepted (deliberate relaxation of the reference's >= 60) */
+	j = J("{" GOOD_BASE ",\"timeout\":1}");
+	CHECK_INT(create_params_parse(j, &p, &e), 0);
+	create_params_clear(&p);
+	json_decref(j);
+}
+
+static void test_create_bad(void)
+{
+	expect_bad("[]", 422, NULL);
+	expect_bad("{\"entrypoint\":[\"x\"],\"resourceLimits\":{}}", 422, "image");
+	expect_bad("{\"image\":{},\"entrypoint\":[\"x\"],\"resourceLimits\":{}}", 422, "image");
+	expect_bad("{\"image\":\"host\",\"entrypoint\":[\"x\"],\"resourceLimits\":{}}", 422, "image");
+	expect_bad("{\"image\":{\"uri\":5},\"entrypoint\":[\"x\"],\"resourceLimits\":{}}", 422, "image");
+	expect_bad("{\"image\":{\"uri\":\"  \"},\"entrypoint\":[\"x\"],\"resourceLimits\":{}}", 422,
+		   "image");
+	expect_bad("{\"image\":{\"uri\":\"host\"},\"resourceLimits\":{}}", 422, "entrypoint");
+	expect_bad("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[],\"resourceLimits\":{}}", 422,
+		   "entrypoint");
+	expect_bad("{\"image\":{\"uri\":\"host\"},\"entrypoint\":\"sleep 1\",\"resourceLimits\":{}}",
+		   422, "entrypoint");
+	expect_bad("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[1],\"resourceLimits\":{}}", 422,
+		   "entrypoint");
+	expect_bad("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"\"],\"resourceLimits\":{}}", 422,
+		   "entrypoint");
+	expect_bad("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"]}", 422, "resourceLimits");
+	expect_bad("{" GOOD_BASE ",\"timeout\":0}", 422, "timeout");
+	expect_bad("{" GOOD_BASE ",\"timeout\":-5}", 422, "timeout");
+	expect_bad("{" GOOD_BASE ",\"timeout\":1.5}", 422, "timeout");
+	expect_bad("{" GOOD_BASE ",\"timeout\":\"600\"}", 422, "timeout");
+	expect_bad("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],\"resourceLimits\":{\"memory\":\"12Qi\"}}",
+		   422, "resourceLimits");
+	expect_bad("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],\"resourceLimits\":{\"cpu\":\"0\"}}",
+		   422, "resourceLimits");
+	expect_bad("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],\"resourceLimits\":{\"cpu\":1}}",
+		   422, "resourceLimits");
+	expect_bad("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],\"resourceLimits\":{\"pids\":\"0\"}}",
+		   422, "resourceLimits");
+	expect_bad("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],\"resourceLimits\":{\"cpu\":\"1\"},"
+		   "\"resourceRequests\":{\"cpu\":\"2\"}}",
+		   422, "resourceRequests");
+	expect_bad("{" GOOD_BASE ",\"env\":{\"A\":1}}", 422, "env");
+	expect_bad("{" GOOD_BASE ",\"env\":[\"A=1\"]}", 422, "env");
+	expect_bad("{" GOOD_BASE ",\"env\":{\"A=B\":\"1\"}}", 422, "env");
+	expect_bad("{" GOOD_BASE ",\"metadata\":[]}", 422, "metadata");
+	expect_bad("{" GOOD_BASE ",\"metadata\":{\"bad key\":\"v\"}}", 400, "metadata");
+	expect_bad("{" GOOD_BASE ",\"metadata\":{\"opensandbox.io/id\":\"v\"}}", 400, "metadata");
+	expect_bad("{" GOOD_BASE ",\"metadata\":{\"k\":\"bad value\"}}", 400, "metadata");
+	expect_bad("{" GOOD_BASE ",\"metadata\":{\"k\":5}}", 400, "metadata");
+	expect_bad("{" GOOD_BASE ",\"extensions\":{\"oomGroup\":\"maybe\"}}", 422, "extensions");
+	expect_bad("{" GOOD_BASE ",\"extensions\":{\"x\":1}}", 422, "extensions");
+	expect_bad("{" GOOD_BASE ",\"networkPolicy\":{\"defaultAction\":\"deny\"}}", 400,
+		   "networkPolicy");
+	expect_bad("{" GOOD_BASE ",\"platform\":{\"os\":\"windows\"}}", 400, "platform");
+}
+
+static void test_merge_patch(void)
+{
+	json_t *cur = J("{\"a\":\"1\",\"b\":\"2\"}"), *n = NULL, *patch;
+	struct verr e;
+
+	patch = J("{\"a\":null,\"c\":\"3\",\"b\":\"22\"}");
+	CHECK_INT(metadata_merge_patch(cur, patch, &n, &e), 0);
+	CHECK(json_object_get(n, "a") == NULL);
+	CHECK_STR(json_string_value(json_object_get(n, "b")), "22");
+	CHECK_STR(json_string_value(json_object_get(n, "c")), "3");
+	CHECK_STR(json_string_value(json_object_get(cur, "a")), "1"); /* current untouched */
+	json_decref(n);
+	json_decref(patch);
+
+	patch = J("{}");
+	CHECK_INT(metadata_merge_patch(cur, patch, &n, &e), 0);
+	CHECK(json_equal(n, cur));
+	json_decref(n);
+	json_decref(patch);
+
+	/* deleting a missing key is fine */
+	patch = J("{\"zz\":null}");
+	CHECK_INT(metadata_merge_patch(cur, patch, &n, &e), 0);
+	CHECK_INT(json_object_size(n), 2);
+	json_decref(n);
+	json_decref(patch);
+
+	/* all-or-nothing: one bad entry rejects the patch */
+	patch = J("{\"ok\":\"v\",\"opensandbox.io/x\":\"v\"}");
+	n = NULL;
+	CHECK_INT(metadata_merge_patch(cur, patch, &n, &e), -EINVAL);
+	CHECK_INT(e.status, 400);
+	CHECK_STR(e.code, CODE_INVALID_METADATA_LABEL);
+	CHECK(n == NULL);
+	json_decref(patch);
+
+	patch = J("{\"k\":{\"nested\":\"x\"}}");
+	CHECK_INT(metadata_merge_patch(cur, patch, &n, &e), -EINVAL);
+	CHECK_INT(e.status, 400);
+	json_decref(patch);
+
+	patch = J("[1]");
+	CHECK_INT(metadata_merge_patch(cur, patch, &n, &e), -EINVAL);
+	CHECK_INT(e.status, 422);
+	json_decref(patch);
+	json_decref(cur);
+}
+
+static void test_renew(void)
+{
+	struct verr e;
+	int64_t t = 0;
+	json_t *j = J("{\"expiresAt\":\"2030-01-01T00:00:00Z\"}");
+	CHECK_INT(renew_parse(j, &t, &e), 0);
+	CHECK_INT(t, 1893456000000LL);
+	json_decref(j);
+	j = J("{\"expiresAt\":\"2030-01-01T00:00:00\"}"); /* naive = UTC */
+	CHECK_INT(renew_parse(j, &t, &e), 0);
+	CHECK_INT(t, 1893456000000LL);
+	json_decref(j);
+	j = J("{\"expiresAt\":\"tomorrow\"}");
+	CHECK_INT(renew_parse(j, &t, &e), -EINVAL);
+	CHECK_INT(e.status, 422);
+	CHECK_STR(e.loc[0], "expiresAt");
+	json_decref(j);
+	j = J("{}");
+	CHECK_INT(renew_parse(j, &t, &e), -EINVAL);
+	json_decref(j);
+	j = J("{\"expiresAt\":5}");
+	CHECK_INT(renew_parse(j, &t, &e), -EINVAL);
+	json_decref(j);
+}
+
+int main(void)
+{
+	test_labels();
+	test_create_ok();
+	test_create_bad();
+	test_merge_patch();
+	test_renew();
+	return check_summary("corrald_validate");
+}
