@@ -44,7 +44,6 @@ enum {
 struct cli {
 	const char *server;  /* base URL without a trailing slash */
 	const char *api_key; /* may be NULL */
-	const char *prog;    /* "corral" */
 };
 
 struct command {
@@ -63,7 +62,7 @@ int cmd_inspect(struct cli *cli, int argc, char **argv);
 /* ---- options (corral.c) ---- */
 
 /* Long options shared by every command; a command's getopt table starts with CLI_COMMON_OPTIONS. */
-enum { OPT_SERVER = 0x100, OPT_API_KEY, OPT_HELP, OPT_FIRST_COMMAND_OPTION };
+enum { OPT_SERVER = 0x100, OPT_API_KEY, OPT_FIRST_COMMAND_OPTION };
 #define CLI_COMMON_OPTIONS                                                                         \
 	{"server", required_argument, NULL, OPT_SERVER},                                           \
 		{"api-key", required_argument, NULL, OPT_API_KEY},                                 \
@@ -171,8 +170,15 @@ int create_take_entrypoint(const char *cmd, int *argc, char **argv, struct creat
 		{"env", required_argument, NULL, 'e'}, {"label", required_argument, NULL, 'l'},    \
 		{"ttl", required_argument, NULL, OPT_TTL},                                         \
 		{"entrypoint", required_argument, NULL, OPT_ENTRYPOINT}
-enum { OPT_IMAGE = OPT_FIRST_COMMAND_OPTION, OPT_CPU, OPT_MEMORY, OPT_TTL, OPT_ENTRYPOINT,
-       OPT_CWD, OPT_TIMEOUT, OPT_STATE, OPT_OUTPUT };
+enum {
+	OPT_IMAGE = OPT_FIRST_COMMAND_OPTION,
+	OPT_CPU,
+	OPT_MEMORY,
+	OPT_TTL,
+	OPT_ENTRYPOINT,
+	OPT_CWD,
+	OPT_TIMEOUT,
+};
 /* Handles one create option; returns 1 if handled, 0 if not c's, or -EXIT_USAGE on a bad value. */
 int create_option(const char *cmd, struct create_opts *o, int c, const char *arg);
 /* POSTs the sandbox; fills ret_id (caller frees) and, when ret_response, the whole answer. */

@@ -87,7 +87,6 @@ int main(int argc, char **argv)
 	struct cli cli = {
 		.server = CLI_DEFAULT_SERVER,
 		.api_key = getenv("CORRAL_API_KEY"),
-		.prog = "corral",
 	};
 	const char *env_server = getenv("CORRAL_SERVER");
 	if (env_server && *env_server)
