@@ -577,6 +577,9 @@ static int seccomp_build(struct sock_fprog *ret, struct error *err)
 		"adjtimex",	   "quotactl",	      "quotactl_fd",	 "lookup_dcookie", "fsopen",
 		"fsconfig",	   "fsmount",	      "move_mount",	 "open_tree",	   "fspick",
 		"mount_setattr",   "iopl",	      "ioperm",		 "uselib",	   "nfsservctl",
+		/* io_uring: a large, often-exploited kernel surface that Docker blocks too;
+		 * programs fall back to ordinary syscalls. */
+		"io_uring_setup",  "io_uring_enter",  "io_uring_register",
 	};
 	static const uint64_t ns_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   CLONE_NEWUSER,
 					    CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP};
@@ -584,6 +587,18 @@ static int seccomp_build(struct sock_fprog *ret, struct error *err)
 	if (!ctx)
 		return error_set(err, ENOMEM, "seccomp_init");
 	int r = 0;
+#ifdef __x86_64__
+	/* Same rules for 32-bit and x32 binaries (any other ABI is killed by the default). */
+	if ((r = seccomp_arch_add(ctx, SCMP_ARCH_X86)) < 0 && r != -EEXIST) {
+		seccomp_release(ctx);
+		return error_set_errno(err, -r, "seccomp: add x86");
+	}
+	if ((r = seccomp_arch_add(ctx, SCMP_ARCH_X32)) < 0 && r != -EEXIST) {
+		seccomp_release(ctx);
+		return error_set_errno(err, -r, "seccomp: add x32");
+	}
+	r = 0;
+#endif
 	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(denied); i++) {
 		int nr = seccomp_syscall_resolve_name(denied[i]);
 		if (nr != __NR_SCMP_ERROR)
@@ -695,6 +710,10 @@ static int prepare_child(struct child_ctx *c, const struct runtime_config *cfg,
 	if (h) {
 		if (strlen(h) > 63)
 			return error_set(err, EINVAL, "hostname '%s' is longer than 63 characters", h);
+		if (strspn(h, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") !=
+		    strlen(h))
+			return error_set(err, EINVAL,
+					 "hostname '%s' may only hold letters, digits, '.', '-', '_'", h);
 		snprintf(c->hostname, sizeof(c->hostname), "%s", h);
 	} else {
 		snprintf(c->hostname, sizeof(c->hostname), "%.12s", spec->id);

@@ -19,11 +19,23 @@
  *       execd.sock      corral-execd's HTTP/1.1 listener (OpenSandbox execd API)
  *       execs/          one entry per execution: output, status (execd owns it)
  *       exit.json       written by execd just before PID 1 exits: {"reason","exitCode","message"}
- *     pid               "<pid> <starttime-in-clock-ticks>\n" of the sandbox's PID 1 (runtime)
+ *       corral-execd    empty file: mount point of the host's execd binary (runtime)
+ *     pid               "<pid> <starttime-in-clock-ticks>\n" of the sandbox's PID 1 (runtime;
+ *                       written to pid.tmp and renamed, so a reader never sees half of it)
  *
  * Inside the sandbox, PID 1 is:  /.corral/corral-execd --socket /.corral/execd.sock
  *                                 --state /.corral/execs [-- ENTRYPOINT...]
- * with the spec's environment.
+ * with the spec's environment (plus PATH and HOME=/root when the spec has none), stdin/stdout/
+ * stderr on /dev/null, all signals at their defaults, in its own session.
+ *
+ * Native backend (runtime_native, src/runtime/native.c; cgroup managers in cgroup.h):
+ *  - cgroups: <root>/<cgroup_name>/<id> (v2), <root>/<ctrl>/<cgroup_name>/<id> for ctrl in cpu,
+ *    cpuacct, memory, pids, freezer (v1); <root> = /sys/fs/cgroup or $CORRAL_CGROUP_ROOT. The
+ *    parent cgroup is created on first use and never removed.
+ *  - $CORRAL_CGROUP_FAVORDYNMODS=1: opt-in remount of the host's cgroup2 mount with favordynmods
+ *    (see cgroup_favor_dynmods()).
+ *  - On v1 there is no group OOM kill in the kernel: with spec->oom_group, corrald calls kill()
+ *    when probe() shows oom_kills rising.
  */
 #pragma once
 

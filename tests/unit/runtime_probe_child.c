@@ -127,6 +127,15 @@ int main(int argc, char **argv)
 	fprintf(out, "clone3_errno=%d\n", err_of(syscall(SYS_clone3, args, sizeof(args))));
 	fprintf(out, "ptrace_errno=%d\n", err_of(syscall(SYS_ptrace, 0L, 0L, 0L, 0L)));
 	fprintf(out, "sethostname_errno=%d\n", err_of(sethostname("x", 1)));
+	fprintf(out, "io_uring_errno=%d\n", err_of(syscall(SYS_io_uring_setup, 1L, 0L)));
+#ifdef __x86_64__
+	/* The 32-bit ABI from a 64-bit process: i386 mount (21) and unshare (310). */
+	long r32;
+	__asm__ volatile("int $0x80" : "=a"(r32) : "a"(21L), "b"(0L), "c"(0L), "d"(0L) : "memory");
+	fprintf(out, "i386_mount=%ld\n", r32);
+	__asm__ volatile("int $0x80" : "=a"(r32) : "a"(310L), "b"((long)CLONE_NEWUSER) : "memory");
+	fprintf(out, "i386_unshare=%ld\n", r32);
+#endif
 
 	int fd = open("/proc/sys/kernel/hostname", O_WRONLY);
 	fprintf(out, "proc_sys_write_errno=%d\n", fd < 0 ? errno : 0);

@@ -183,6 +183,11 @@ static void test_host_image(void)
 	CHECK_STR(R("clone3_errno"), "38");
 	CHECK_STR(R("ptrace_errno"), "1");
 	CHECK_STR(R("sethostname_errno"), "1");
+	CHECK_STR(R("io_uring_errno"), "1");
+#ifdef __x86_64__
+	CHECK_STR(R("i386_mount"), "-1");
+	CHECK_STR(R("i386_unshare"), "-1");
+#endif
 	CHECK_STR(R("proc_sys_write_errno"), "30");
 	CHECK_STR(R("sys_mkdir_errno"), "30");
 	CHECK_STR(R("execd_write_errno"), "30");
