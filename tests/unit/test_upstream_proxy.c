@@ -35,7 +35,7 @@
 
 static struct event_base *base;
 static char dir[128], sock_ok[256], sock_missing[256], sock_garbage[256], sock_cut[256],
-	sock_ws[256], sock_silent[256];
+	sock_ws[256], sock_silent[256], sock_oneshot[256];
 static int front_port;
 static atomic_int client_done;
 
@@ -49,7 +49,7 @@ static double now_ms(void)
 /* ---------------- upstream "execd" (evhttp on a unix socket) ---------------- */
 
 static _Atomic double stream_end_ms; /* when /stream sent its last chunk */
-static atomic_int upstream_conns, upstream_conn_closes, bigstream_closed;
+static atomic_int upstream_conns, upstream_conn_closes, bigstream_closed, bigstream_backlog;
 static struct evhttp_connection *seen[64];
 
 static void up_conn_closed(struct evhttp_connection *evcon, void *arg)
@@ -95,7 +95,7 @@ static void stream_tick(evutil_socket_t fd, short what, void *arg)
 	struct streamer *s = arg;
 	struct evbuffer *b = evbuffer_new();
 	if (s->piece) {
-		static char blob[64 * 1024];
+		static char blob[256 * 1024];
 		memset(blob, 'z', sizeof(blob));
 		evbuffer_add(b, blob, MIN(s->piece, sizeof(blob)));
 	} else {
@@ -103,6 +103,15 @@ static void stream_tick(evutil_socket_t fd, short what, void *arg)
 	}
 	evhttp_send_reply_chunk(s->req, b);
 	evbuffer_free(b);
+	if (s->piece) {
+		struct evhttp_connection *evcon = evhttp_request_get_connection(s->req);
+		struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
+		bigstream_backlog = (int)evbuffer_get_length(bufferevent_get_output(bev));
+		if (bigstream_backlog > 64 << 20) {
+			/* enough: stop growing (the client is expected to hang up) */
+			return;
+		}
+	}
 	if (s->piece == 0 && --s->left == 0) {
 		stream_end_ms = now_ms();
 		evhttp_send_reply_end(s->req);
@@ -137,7 +146,7 @@ static void up_handler(struct evhttp_request *req, void *arg)
 		struct streamer *s = calloc(1, sizeof(*s));
 		s->req = req;
 		s->left = 5;
-		s->piece = !strcmp(uri, "/bigstream") ? 64 * 1024 : 0;
+		s->piece = !strcmp(uri, "/bigstream") ? 256 * 1024 : 0;
 		s->interval_us = s->piece ? 2000 : 80000;
 		if (!strcmp(uri, "/slowstream")) {
 			/* silent for longer than the front server's timeout */
@@ -193,35 +202,45 @@ static int unix_listen(const char *path)
 
 /* ---------------- raw misbehaving upstreams ---------------- */
 
-enum raw_mode { RAW_GARBAGE, RAW_CUT, RAW_WS };
+enum raw_mode { RAW_GARBAGE, RAW_CUT, RAW_WS, RAW_ONESHOT, RAW_COUNT };
+
+struct raw_conn {
+	enum raw_mode mode;
+	int requests;
+	bool shook;
+};
+
+static void raw_close(struct bufferevent *bev, struct raw_conn *rc)
+{
+	bufferevent_free(bev);
+	free(rc);
+}
 
 static void raw_event(struct bufferevent *bev, short what, void *arg)
 {
-	bufferevent_free(bev);
+	raw_close(bev, arg);
 }
 
 static void raw_write_then_close(struct bufferevent *bev, void *arg)
 {
 	if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-		bufferevent_free(bev);
+		raw_close(bev, arg);
 }
 
 static void raw_read(struct bufferevent *bev, void *arg)
 {
-	enum raw_mode mode = (enum raw_mode)(intptr_t)arg;
+	struct raw_conn *rc = arg;
 	struct evbuffer *in = bufferevent_get_input(bev);
 	struct evbuffer *out = bufferevent_get_output(bev);
 
-	if (mode == RAW_WS) {
+	if (rc->mode == RAW_WS) {
 		/* After the handshake: echo everything back, upper-cased. */
-		static bool shook[1024];
-		int fd = bufferevent_getfd(bev);
-		if (!shook[fd]) {
+		if (!rc->shook) {
 			struct evbuffer_ptr p = evbuffer_search(in, "\r\n\r\n", 4, NULL);
 			if (p.pos < 0)
 				return;
 			evbuffer_drain(in, (size_t)p.pos + 4);
-			shook[fd] = true;
+			rc->shook = true;
 			evbuffer_add_printf(out, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
 						 "Connection: Upgrade\r\nSec-WebSocket-Accept: xyz\r\n\r\n");
 		}
@@ -238,22 +257,36 @@ static void raw_read(struct bufferevent *bev, void *arg)
 		}
 		return;
 	}
-	if (evbuffer_search(in, "\r\n\r\n", 4, NULL).pos < 0)
+	struct evbuffer_ptr p = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+	if (p.pos < 0)
 		return;
+	evbuffer_drain(in, (size_t)p.pos + 4); /* the tests send no bodies here */
+	if (rc->mode == RAW_ONESHOT) {
+		/* Answer the first request with keep-alive, then hang up on the next one unanswered,
+		 * as an execd closing an idle connection just as a request arrives. */
+		if (rc->requests++ == 0) {
+			evbuffer_add_printf(out, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+			return;
+		}
+		raw_close(bev, rc);
+		return;
+	}
 	evbuffer_drain(in, evbuffer_get_length(in));
-	if (mode == RAW_GARBAGE)
+	if (rc->mode == RAW_GARBAGE)
 		evbuffer_add_printf(out, "SSH-2.0-OpenSSH_9.2\r\n");
 	else
 		evbuffer_add_printf(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
 					 "5\r\nhello\r\n");
-	bufferevent_setcb(bev, NULL, raw_write_then_close, raw_event, arg);
+	bufferevent_setcb(bev, NULL, raw_write_then_close, raw_event, rc);
 }
 
 static void raw_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,
 		       void *arg)
 {
+	struct raw_conn *rc = calloc(1, sizeof(*rc));
+	rc->mode = (enum raw_mode)(intptr_t)arg;
 	struct bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
-	bufferevent_setcb(bev, raw_read, NULL, raw_event, arg);
+	bufferevent_setcb(bev, raw_read, NULL, raw_event, rc);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
 }
 
@@ -295,6 +328,8 @@ static void front_handler(struct evhttp_request *req, void *arg)
 		sock = sock_cut;
 	else if (!strncmp(uri + 1, "ws", seglen))
 		sock = sock_ws;
+	else if (!strncmp(uri + 1, "oneshot", seglen))
+		sock = sock_oneshot;
 	upstream_proxy(base, sock, req, rest, fcb, NULL);
 }
 
@@ -623,17 +658,48 @@ static void test_pool(void)
 	close(fd);
 }
 
+static void test_stale_pooled(void)
+{
+	static struct response r;
+	int fd = front_connect();
+	/* The first answer leaves a pooled connection that execd will hang up on. */
+	request(fd, "GET", "/oneshot/a", NULL, NULL, 0, &r);
+	CHECK_INT(r.status, 200);
+	response_clear(&r);
+	/* Idempotent and bodiless: resent once on a fresh connection, the client never knows. */
+	request(fd, "GET", "/oneshot/b", NULL, NULL, 0, &r);
+	CHECK_INT(r.status, 200);
+	CHECK(body_has(&r, "ok"));
+	response_clear(&r);
+	/* A POST is never resent (it might run a command twice): a clear 502 instead. */
+	request(fd, "POST", "/oneshot/c", NULL, "", 0, &r);
+	CHECK_INT(r.status, 502);
+	CHECK(body_has(&r, "closed the connection without answering"));
+	response_clear(&r);
+	close(fd);
+}
+
 static void test_disconnect(void)
 {
 	static struct response r;
 	int fd = front_connect();
 	bigstream_closed = 0;
+	bigstream_backlog = 0;
 	const char *req = "GET /ok/bigstream HTTP/1.1\r\nHost: x\r\n\r\n";
 	send_all(fd, req, strlen(req));
-	/* Read a little of an endless stream, then hang up. */
-	read_response(fd, false, 256 * 1024, &r);
+	/* Do not read for a while: the proxy must stop reading execd (over 100 MiB/s) rather than
+	 * buffer for the client, so the unsent bytes pile up on the upstream side. */
+	usleep(1000 * 1000);
+	CHECK(bigstream_backlog > 8 << 20);
+	printf("backpressure: %d MiB held back at the upstream after 1 s\n", bigstream_backlog >> 20);
+	/* Read some of the endless stream, intact, then hang up. */
+	read_response(fd, false, 12 << 20, &r);
 	CHECK_INT(r.status, 200);
-	CHECK(r.body_len >= 256 * 1024);
+	CHECK(r.body_len >= 12 << 20);
+	bool all_z = true;
+	for (size_t i = 0; i < r.body_len && all_z; i++)
+		all_z = r.body[i] == 'z';
+	CHECK(all_z);
 	response_clear(&r);
 	close(fd);
 	/* The proxy must close its execd connection, which the upstream sees. */
@@ -740,6 +806,7 @@ static void *client_main(void *arg)
 	test_big_bodies();
 	test_headers();
 	test_pool();
+	test_stale_pooled();
 	test_disconnect();
 	test_failures();
 	test_websocket();
@@ -778,6 +845,7 @@ int main(void)
 	snprintf(sock_cut, sizeof(sock_cut), "%s/cut.sock", dir);
 	snprintf(sock_ws, sizeof(sock_ws), "%s/ws.sock", dir);
 	snprintf(sock_silent, sizeof(sock_silent), "%s/silent.sock", dir);
+	snprintf(sock_oneshot, sizeof(sock_oneshot), "%s/oneshot.sock", dir);
 
 	signal(SIGPIPE, SIG_IGN); /* as in corrald: peers hang up mid-write */
 	base = event_base_new();
@@ -787,9 +855,9 @@ int main(void)
 					       EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE);
 	evhttp_accept_socket(up, unix_listen(sock_ok));
 
-	struct evconnlistener *raw[3];
-	const char *raw_paths[] = { sock_garbage, sock_cut, sock_ws };
-	for (int i = 0; i < 3; i++)
+	struct evconnlistener *raw[RAW_COUNT];
+	const char *raw_paths[] = { sock_garbage, sock_cut, sock_ws, sock_oneshot };
+	for (int i = 0; i < RAW_COUNT; i++)
 		raw[i] = evconnlistener_new(base, raw_accept, (void *)(intptr_t)i,
 					    LEV_OPT_CLOSE_ON_FREE, -1, unix_listen(raw_paths[i]));
 	int silent = unix_listen(sock_silent); /* accepts nothing, answers nothing */
@@ -832,11 +900,11 @@ int main(void)
 	CHECK_INT(upstream_pool_idle(), 0);
 	evhttp_free(front);
 	evhttp_free(up);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < RAW_COUNT; i++)
 		evconnlistener_free(raw[i]);
 	close(silent);
 	event_base_free(base);
-	const char *paths[] = { sock_ok, sock_garbage, sock_cut, sock_ws, sock_silent };
+	const char *paths[] = { sock_ok, sock_garbage, sock_cut, sock_ws, sock_silent, sock_oneshot };
 	for (size_t i = 0; i < ARRAY_SIZE(paths); i++)
 		unlink(paths[i]);
 	rmdir(dir);
