@@ -66,6 +66,7 @@ struct sandbox {
 	int pidfd;
 	struct event *death_ev;
 	struct event *ttl_ev;
+	struct event *oom_ev; /* oom_group: polls for OOM kills (cgroup v1 has no group kill) */
 
 	bool deleting;         /* marked for teardown: invisible to the API, persisted */
 	bool delete_requested; /* DELETE arrived while Pending: roll back when the create ends */

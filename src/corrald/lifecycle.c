@@ -22,6 +22,7 @@
 #define PING_TIMEOUT_MS 1000
 #define PING_BACKOFF_MAX_MS 20
 #define TEARDOWN_RETRY_S 5
+#define OOM_POLL_MS 250
 
 struct create_ctx {
 	struct sandbox *sb; /* reference */
@@ -298,6 +299,39 @@ int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit,
 
 /* --- death watch -------------------------------------------------------------------------- */
 
+/*
+ * extensions.oomGroup: the first OOM kill ends the whole sandbox, as Kubernetes does. cgroup v2
+ * does that itself (memory.oom.group); v1 cannot, so corrald polls the OOM-kill counter of such
+ * sandboxes and kills them through the runtime. Only sandboxes that asked for it are polled.
+ */
+static void on_oom_poll(evutil_socket_t fd, short what, void *arg)
+{
+	struct sandbox *sb = arg;
+	struct corrald *d = sb->d;
+	if (sb->deleting || sandbox_ended(sb) || sb->pidfd < 0) {
+		event_del(sb->oom_ev);
+		return;
+	}
+	struct sandbox_probe pr = {0};
+	struct error err = {0};
+	if (d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) < 0 || !pr.oom_kills)
+		return;
+	log_info("sandbox %s: OOM kill with oomGroup set: killing the whole sandbox", sb->id);
+	event_del(sb->oom_ev);
+	if (d->rt->kill(&d->rt_cfg, sb->id, &err) < 0)
+		log_error("sandbox %s: group OOM kill failed: %s", sb->id, err.msg);
+}
+
+static void watch_oom(struct sandbox *sb)
+{
+	if (!sb->oom_group)
+		return;
+	if (!sb->oom_ev && !(sb->oom_ev = event_new(sb->d->base, -1, EV_PERSIST, on_oom_poll, sb)))
+		return;
+	struct timeval tv = {0, OOM_POLL_MS * 1000};
+	event_add(sb->oom_ev, &tv);
+}
+
 static void on_death_ev(evutil_socket_t fd, short what, void *arg)
 {
 	sandbox_died(arg);
@@ -305,6 +339,8 @@ static void on_death_ev(evutil_socket_t fd, short what, void *arg)
 
 static void unwatch_death(struct sandbox *sb)
 {
+	if (sb->oom_ev)
+		event_del(sb->oom_ev);
 	if (sb->death_ev) {
 		event_free(sb->death_ev);
 		sb->death_ev = NULL;
@@ -338,6 +374,7 @@ static void watch_death(struct sandbox *sb)
 	sb->pidfd = fd;
 	sb->death_ev = event_new(sb->d->base, fd, EV_READ, on_death_ev, sb);
 	event_add(sb->death_ev, NULL);
+	watch_oom(sb);
 }
 
 void lifecycle_check_alive(struct sandbox *sb)
@@ -602,17 +639,21 @@ static void recover_one(struct corrald *d, const char *id)
 	} else if (sb->state == SB_PENDING) {
 		lifecycle_teardown(sb, "its create was interrupted by a restart");
 	} else if (sb->state == SB_RUNNING || sb->state == SB_PAUSED || sb->state == SB_STOPPING) {
+		/* Alive = same pid, same start time, not a zombie (the runtime's probe checks all). */
+		struct sandbox_probe pr = {0};
+		struct error err = {0};
 		uint64_t st = 0;
-		bool alive = sb->pid > 0 && runtime_pid_starttime(sb->pid, &st) >= 0 &&
-			     st == sb->starttime;
+		bool probed = sb->pid > 0 &&
+			      d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) >= 0;
+		bool alive = probed ? pr.alive
+				    : sb->pid > 0 && runtime_pid_starttime(sb->pid, &st) >= 0 &&
+					      st == sb->starttime;
 		if (alive) {
-			struct sandbox_probe pr = {0};
-			struct error err = {0};
-			if (d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) >= 0) {
-				if (pr.frozen && sb->state != SB_PAUSED)
-					sandbox_set_status(sb, SB_PAUSED, "Paused", NULL);
-				else if (!pr.frozen && sb->state == SB_PAUSED)
-					sandbox_set_status(sb, SB_RUNNING, "Resumed", NULL);
+			enum sb_state want = !probed ? sb->state : pr.frozen ? SB_PAUSED : SB_RUNNING;
+			if (want != sb->state) {
+				sandbox_set_status(sb, want, want == SB_PAUSED ? "Paused" : "Resumed",
+						   NULL);
+				sandbox_save(sb);
 			}
 			watch_death(sb);
 			if (sb->state == SB_RUNNING &&

@@ -70,6 +70,8 @@ static void sandbox_free(struct sandbox *sb)
 		event_free(sb->ttl_ev);
 	if (sb->retry_ev)
 		event_free(sb->retry_ev);
+	if (sb->oom_ev)
+		event_free(sb->oom_ev);
 	if (sb->pidfd >= 0)
 		close(sb->pidfd);
 	worker_clear(&sb->teardown);
