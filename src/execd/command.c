@@ -83,6 +83,14 @@ static void stream_pump(struct stream_client *sc)
 	while (sc->offset < ex->events_len) {
 		if (stream_queued(sc) > STREAM_HIGH_WATER)
 			return; /* on_drained resumes */
+		if (sc->offset < ex->init_event.len) {
+			/* The init event, from memory: the files may not exist yet. */
+			stream_send(sc, ex->init_event.data + sc->offset, ex->init_event.len - sc->offset);
+			sc->offset = ex->init_event.len;
+			continue;
+		}
+		if (!ex->files_ready)
+			return; /* the rest is still in memory; ensure_files notifies */
 		if (sc->fd < 0) {
 			char path[PATH_MAX];
 			exec_path(ex, "events", path, sizeof(path));

@@ -20,6 +20,9 @@ extern char **environ;
 #define HASH_BUCKETS 4096
 #define READ_CHUNK 65536
 #define DRAIN_MAX (4u << 20) /* bytes read from the pipes after the process exited */
+#define EARLY_MAX (1u << 20) /* bytes held in memory before the files exist */
+
+enum { F_STDOUT, F_STDERR, F_OUTPUT, F_EVENTS };
 
 static struct {
 	struct event_base *base;
@@ -142,6 +145,9 @@ static void exec_free(struct execution *ex)
 	free(ex->split_out);
 	free(ex->split_err);
 	sbuf_clear(&ex->pending);
+	sbuf_clear(&ex->init_event);
+	for (size_t i = 0; i < ARRAY_SIZE(ex->early); i++)
+		sbuf_clear(&ex->early[i]);
 	free(ex->command);
 	free(ex->error);
 	free(ex);
@@ -248,6 +254,7 @@ static struct execution *load_from_disk(const char *id)
 		json_decref(j);
 		return NULL;
 	}
+	ex->files_ready = true;
 	const char *content = json_string_value(json_object_get(j, "content"));
 	ex->command = strdup(content ? content : "");
 	ex->background = json_is_true(json_object_get(j, "background"));
@@ -338,12 +345,136 @@ static void write_all(int fd, const void *p, size_t n, const struct execution *e
 	}
 }
 
+static int open_out(struct execution *ex, const char *name, int flags);
+static void write_status(struct execution *ex);
+
+static void notify_all(struct execution *ex);
+
+static int *file_fd(struct execution *ex, int which)
+{
+	switch (which) {
+	case F_STDOUT: return &ex->fd_stdout;
+	case F_STDERR: return &ex->fd_stderr;
+	case F_OUTPUT: return &ex->fd_output;
+	default: return &ex->fd_events;
+	}
+}
+
+static const char *const file_names[] = {"stdout", "stderr", "output", "events"};
+
+/*
+ * Create the execution's directory and files (once): the events file starts with init, then
+ * whatever was held in memory meanwhile. A finished execution's files are closed again. With
+ * notify, watchers hear about it (a reader that was waiting for the file can go on).
+ */
+static void ensure_files_ex(struct execution *ex, bool notify)
+{
+	if (ex->files_ready)
+		return;
+	ex->files_ready = true;
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s/%s", X.state_dir, ex->id);
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		log_warn("execution %s: create %s: %m", ex->id, dir);
+	for (int i = 0; i < 4; i++) {
+		if ((i == F_STDOUT || i == F_STDERR) && ex->background)
+			continue;
+		int *fd = file_fd(ex, i);
+		if (*fd < 0)
+			*fd = open_out(ex, file_names[i], O_WRONLY);
+		if (*fd < 0)
+			log_warn("execution %s: create %s/%s: %m", ex->id, dir, file_names[i]);
+	}
+	write_all(ex->fd_events, ex->init_event.data, ex->init_event.len, ex, "events");
+	for (int i = 0; i < 4; i++) {
+		write_all(*file_fd(ex, i), ex->early[i].data, ex->early[i].len, ex, file_names[i]);
+		sbuf_clear(&ex->early[i]);
+	}
+	if (!ex->running) {
+		closefd(&ex->fd_stdout);
+		closefd(&ex->fd_stderr);
+		closefd(&ex->fd_output);
+		closefd(&ex->fd_events);
+	}
+	write_status(ex);
+	if (notify && !LIST_EMPTY(&ex->watchers)) {
+		ex->pending.len = 0;
+		notify_all(ex);
+	}
+}
+
+static void ensure_files(struct execution *ex)
+{
+	ensure_files_ex(ex, true);
+}
+
+/* Append to one of the execution's files, or hold the bytes until the files exist. */
+static void file_append(struct execution *ex, int which, const void *p, size_t n)
+{
+	if (!ex->files_ready) {
+		size_t held = 0;
+		for (int i = 0; i < 4; i++)
+			held += ex->early[i].len;
+		if (held + n <= EARLY_MAX && sbuf_add(&ex->early[which], p, n) == 0)
+			return;
+		ensure_files_ex(ex, false);
+	}
+	write_all(*file_fd(ex, which), p, n, ex, file_names[which]);
+}
+
+/* At the end: the status file, or all the files when they do not exist yet. */
+static void finish_files(struct execution *ex)
+{
+	if (ex->files_ready)
+		write_status(ex);
+	else
+		ensure_files(ex);
+}
+
+struct deferred {
+	struct execution *ex;
+	void (*fn)(struct execution *ex);
+	struct event *ev;
+};
+
+static void deferred_run(evutil_socket_t fd, short what, void *arg)
+{
+	struct deferred *d = arg;
+	d->fn(d->ex);
+	exec_unref(d->ex);
+	event_free(d->ev);
+	free(d);
+}
+
+/*
+ * Run fn(ex) soon, after the I/O the current loop turn made ready (the reply bytes) went out:
+ * a timer is only looked at after the next poll, and at EXEC_PRIO_BACKGROUND it runs after
+ * the sockets that poll found ready. (Not event_base_once with a zero timeout: libevent
+ * activates that at once, in the current turn.)
+ */
+static void defer(struct execution *ex, void (*fn)(struct execution *ex))
+{
+	static const struct timeval soon = {0, 1};
+	struct deferred *d = calloc(1, sizeof(*d));
+	if (d)
+		d->ev = evtimer_new(X.base, deferred_run, d);
+	if (!d || !d->ev) {
+		free(d);
+		fn(ex);
+		return;
+	}
+	d->ex = exec_ref(ex);
+	d->fn = fn;
+	event_priority_set(d->ev, EXEC_PRIO_BACKGROUND);
+	evtimer_add(d->ev, &soon);
+}
+
 /* Move the encoded events in ex->pending to the events file and tell the watchers. */
 static void flush_pending(struct execution *ex)
 {
 	if (ex->pending.len == 0)
 		return;
-	write_all(ex->fd_events, ex->pending.data, ex->pending.len, ex, "events");
+	file_append(ex, F_EVENTS, ex->pending.data, ex->pending.len);
 	ex->events_len += ex->pending.len;
 	notify_all(ex);
 	ex->pending.len = 0;
@@ -372,9 +503,8 @@ static ssize_t pipe_read_once(struct execution *ex, bool is_err)
 		return errno == EAGAIN ? -1 : 0;
 	if (n == 0)
 		return 0;
-	write_all(is_err ? ex->fd_stderr : ex->fd_stdout, buf, (size_t)n, ex,
-		  is_err ? "stderr" : "stdout");
-	write_all(ex->fd_output, buf, (size_t)n, ex, "output");
+	file_append(ex, is_err ? F_STDERR : F_STDOUT, buf, (size_t)n);
+	file_append(ex, F_OUTPUT, buf, (size_t)n);
 	struct line_ctx c = {ex, is_err ? "stderr" : "stdout", time_now_ms()};
 	line_splitter_feed(is_err ? ex->split_err : ex->split_out, buf, (size_t)n, on_line, &c);
 	return n;
@@ -451,7 +581,7 @@ static void exec_finish(struct execution *ex, int code, const char *error)
 	free(ex->split_err);
 	ex->split_out = ex->split_err = NULL;
 	sbuf_clear(&ex->pending);
-	write_status(ex);
+	defer(ex, finish_files);
 	add_finished(ex);
 }
 
@@ -654,7 +784,10 @@ static void start_failed(struct execution *ex, const char *msg)
 	ex->error = strdup(msg);
 	char v[8] = "255";
 	ex->pending.len = 0;
-	stream_event_text(&ex->pending, "init", ex->id, strlen(ex->id), ex->started_ms);
+	if (ex->init_event.len == 0)
+		stream_event_text(&ex->init_event, "init", ex->id, strlen(ex->id), ex->started_ms);
+	ex->events_len = ex->init_event.len;
+	ensure_files_ex(ex, false);
 	stream_event_error(&ex->pending, "CommandExecError", v, ex->finished_ms);
 	write_all(ex->fd_events, ex->pending.data, ex->pending.len, ex, "events");
 	ex->events_len += ex->pending.len;
@@ -664,7 +797,6 @@ static void start_failed(struct execution *ex, const char *msg)
 	closefd(&ex->fd_stdout);
 	closefd(&ex->fd_stderr);
 	write_status(ex);
-	hash_put(ex);
 	add_finished(ex);
 }
 
@@ -711,21 +843,16 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 		sp.cwd = cwd;
 	}
 
-	/* Claim the id: mkdir is atomic, so an id is never run twice, not even across restarts. */
+	/*
+	 * Claim the id. Ids in memory were checked above; an id whose directory exists is an
+	 * evicted or unreadable record and is never started again.
+	 */
 	char dir[PATH_MAX];
 	snprintf(dir, sizeof(dir), "%s/%s", X.state_dir, id);
-	if (mkdir(dir, 0700) < 0) {
-		int e = errno;
+	struct stat dst;
+	if (r->id && lstat(dir, &dst) == 0) {
 		strv_free(envp);
-		if (e == EEXIST) {
-			struct execution *old = exec_find(id);
-			if (old) {
-				*ret = old;
-				return -EEXIST;
-			}
-			return error_set(err, EEXIST, "execution %s exists but its status is unreadable", id);
-		}
-		return error_set_errno(err, e, "create '%s'", dir);
+		return error_set(err, EEXIST, "execution %s exists but its status is unreadable", id);
 	}
 
 	struct execution *ex = exec_new(id);
@@ -739,27 +866,29 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 	ex->started_ms = time_now_ms();
 	ex->started_ns = time_mono_ns();
 	ex->running = true;
+	hash_put(ex);
 
 	int rc = 0;
 	int out_w = -1, err_w = -1;
-	ex->fd_output = open_out(ex, "output", O_WRONLY);
-	ex->fd_events = open_out(ex, "events", O_WRONLY);
-	if (ex->fd_output < 0 || ex->fd_events < 0) {
-		rc = error_set_errno(err, errno, "create output files in '%s'", dir);
-		goto fail;
-	}
 	if (r->background) {
 		/* The process writes the combined file itself, so ordering is exact and the output
-		 * does not depend on execd reading it. */
+		 * does not depend on execd reading it. So the file must exist first. */
+		if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+			rc = error_set_errno(err, errno, "create '%s'", dir);
+			goto fail;
+		}
+		ex->fd_output = open_out(ex, "output", O_WRONLY);
+		if (ex->fd_output < 0) {
+			rc = error_set_errno(err, errno, "create output file in '%s'", dir);
+			goto fail;
+		}
 		sp.stdout_fd = sp.stderr_fd = ex->fd_output;
 	} else {
 		int po[2], pe[2];
-		ex->fd_stdout = open_out(ex, "stdout", O_WRONLY);
-		ex->fd_stderr = open_out(ex, "stderr", O_WRONLY);
 		ex->split_out = malloc(sizeof(*ex->split_out));
 		ex->split_err = malloc(sizeof(*ex->split_err));
-		if (ex->fd_stdout < 0 || ex->fd_stderr < 0 || !ex->split_out || !ex->split_err) {
-			rc = error_set_errno(err, errno ? errno : ENOMEM, "create output files in '%s'", dir);
+		if (!ex->split_out || !ex->split_err) {
+			rc = error_set(err, ENOMEM, "out of memory");
 			goto fail;
 		}
 		line_splitter_init(ex->split_out);
@@ -801,15 +930,20 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 	ex->pid = pid;
 	LIST_INSERT_HEAD(&X.running, ex, live);
 	X.n_running++;
-	hash_put(ex);
 
 	if (!r->background) {
 		ex->ev_out = event_new(X.base, ex->pipe_out, EV_READ | EV_PERSIST, on_pipe, ex);
 		ex->ev_err = event_new(X.base, ex->pipe_err, EV_READ | EV_PERSIST, on_pipe, ex);
-		if (ex->ev_out)
+		/* Below HTTP I/O: an init or output event already queued goes out before more
+		 * output is read (and before the files are created). */
+		if (ex->ev_out) {
+			event_priority_set(ex->ev_out, EXEC_PRIO_BACKGROUND);
 			event_add(ex->ev_out, NULL);
-		if (ex->ev_err)
+		}
+		if (ex->ev_err) {
+			event_priority_set(ex->ev_err, EXEC_PRIO_BACKGROUND);
 			event_add(ex->ev_err, NULL);
+		}
 	}
 	if (r->timeout_ms > 0) {
 		ex->ev_timeout = evtimer_new(X.base, on_timeout, ex);
@@ -818,11 +952,9 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 			evtimer_add(ex->ev_timeout, &tv);
 	}
 	/* The init event goes first in the transcript: the process has started. */
-	stream_event_text(&ex->pending, "init", ex->id, strlen(ex->id), time_now_ms());
-	write_all(ex->fd_events, ex->pending.data, ex->pending.len, ex, "events");
-	ex->events_len += ex->pending.len;
-	ex->pending.len = 0;
-	write_status(ex);
+	stream_event_text(&ex->init_event, "init", ex->id, strlen(ex->id), time_now_ms());
+	ex->events_len = ex->init_event.len;
+	defer(ex, ensure_files);
 	*ret = exec_ref(ex);
 	return 0;
 

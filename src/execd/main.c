@@ -212,6 +212,8 @@ int main(int argc, char **argv)
 		log_error("cannot create the event loop");
 		execd_exit("ExecdExited", 1, "cannot create the event loop");
 	}
+	if (event_base_priority_init(execd_base, EXEC_PRIORITIES) < 0)
+		execd_exit("ExecdExited", 1, "cannot set up event priorities");
 	struct error err = {0};
 	if (exec_init(execd_base, M.state_dir, &err) < 0) {
 		log_error("%s", err.msg);

@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -51,10 +52,12 @@ static int child_setup_fd(int fd, int target)
 
 static _noreturn_ void child_run(const struct spawn *sp, int errfd)
 {
-	/* Signals: default dispositions, empty mask (execd ignores SIGPIPE and catches others). */
+	/* Signals: default dispositions, empty mask (execd ignores SIGPIPE and catches others).
+	 * All signals are blocked until here, so none of execd's handlers can run in the child. */
+	struct sigaction dfl = {.sa_handler = SIG_DFL};
 	for (int s = 1; s < NSIG; s++)
 		if (s != SIGKILL && s != SIGSTOP)
-			signal(s, SIG_DFL);
+			sigaction(s, &dfl, NULL);
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
@@ -106,9 +109,33 @@ static _noreturn_ void child_run(const struct spawn *sp, int errfd)
 		}
 		child_fail(errfd, "exec /bin/bash (and /bin/sh)");
 	}
+	/* argv: only the entrypoint, started with fork (execvp may allocate). */
 	environ = (char **)envp;
 	execvp(sp->argv[0], sp->argv);
 	child_fail(errfd, "exec");
+}
+
+struct clone_arg {
+	const struct spawn *sp;
+	int errfd;
+};
+
+static int clone_child(void *p)
+{
+	struct clone_arg *a = p;
+	child_run(a->sp, a->errfd);
+}
+
+/*
+ * Commands start the way posix_spawn does: clone(CLONE_VM | CLONE_VFORK) on a separate stack, so
+ * no page tables are copied and execd is suspended only until the child has exec'd. The child
+ * shares execd's memory, so child_run touches nothing but its stack and syscalls (no malloc).
+ */
+static pid_t clone_vfork(const struct spawn *sp, int errfd)
+{
+	static char stack[64 * 1024] __attribute__((aligned(16)));
+	struct clone_arg a = {sp, errfd};
+	return clone(clone_child, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
 }
 
 int spawn_start(const struct spawn *sp, pid_t *ret_pid, struct error *err)
@@ -116,16 +143,26 @@ int spawn_start(const struct spawn *sp, pid_t *ret_pid, struct error *err)
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return error_set_errno(err, errno, "pipe");
-	pid_t pid = fork();
+	/* Blocked across the clone: execd's handlers must never run in the child. */
+	sigset_t all, old;
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &old);
+	pid_t pid;
+	if (sp->command) {
+		pid = clone_vfork(sp, p[1]);
+	} else {
+		pid = fork();
+		if (pid == 0) {
+			close(p[0]);
+			child_run(sp, p[1]);
+		}
+	}
+	int e = errno;
+	sigprocmask(SIG_SETMASK, &old, NULL);
 	if (pid < 0) {
-		int e = errno;
 		close(p[0]);
 		close(p[1]);
-		return error_set_errno(err, e, "fork");
-	}
-	if (pid == 0) {
-		close(p[0]);
-		child_run(sp, p[1]);
+		return error_set_errno(err, e, "start process");
 	}
 	close(p[1]);
 	/* Also from the parent, so kill(-pid) works even before the child ran (EACCES after exec is fine). */

@@ -284,8 +284,15 @@ class ExecdTest(unittest.TestCase):
         # Output files on disk.
         with open(os.path.join(self.execd.state, cid, "output"), "rb") as f:
             self.assertEqual(f.read(), b"one\ntwo\n")
-        with open(os.path.join(self.execd.state, cid, "status.json")) as f:
-            self.assertEqual(json.load(f)["exit_code"], 0)
+        # status.json's final version is written right after the reply (off the critical path).
+        deadline = time.time() + 5
+        while True:
+            with open(os.path.join(self.execd.state, cid, "status.json")) as f:
+                st = json.load(f)
+            if "exit_code" in st or time.time() > deadline:
+                break
+            time.sleep(0.01)
+        self.assertEqual((st["exit_code"], st["running"], st["background"]), (0, False, True))
 
     def test_background_exit_code(self):
         events, _ = self.run_cmd({"command": "exit 3", "background": True})
@@ -322,7 +329,11 @@ class ExecdTest(unittest.TestCase):
         r, data = self.request("GET", "/command/%s/logs" % cid)
         self.assertEqual(self.json_of(r, data, 400)["code"], "INVALID_REQUEST_BODY")
         for name, want in (("stdout", b"fg\n"), ("stderr", b""), ("output", b"fg\n")):
-            with open(os.path.join(self.execd.state, cid, name), "rb") as f:
+            path = os.path.join(self.execd.state, cid, name)
+            deadline = time.time() + 5  # the files are written just off the critical path
+            while not os.path.exists(path) and time.time() < deadline:
+                time.sleep(0.01)
+            with open(path, "rb") as f:
                 self.assertEqual(f.read(), want, name)
 
     def test_unknown_ids(self):
