@@ -270,3 +270,80 @@ test("timeoutSeconds kills a foreground command", async () => {
   });
 });
 
+
+test("output streams while the command runs (not buffered to the end)", async () => {
+  await withSandbox({ metadata: { case: "run-streaming" } }, async (sbx) => {
+    const seen = [];
+    const t0 = Date.now();
+    const ex = await sbx.commands.run("for i in 1 2 3; do echo tick-$i; sleep 1; done", undefined, {
+      onStdout: (m) => {
+        seen.push({ text: m.text, at: Date.now() - t0 });
+      },
+    });
+    const total = Date.now() - t0;
+    assert.equal(ex.exitCode, 0);
+    assert.deepEqual(seen.map((x) => x.text), ["tick-1", "tick-2", "tick-3"]);
+    assert.ok(total >= 2_900, `ran about 3 s (${total} ms)`);
+    assert.ok(seen[0].at < total - 1_500, `first line arrived at ${seen[0].at} ms, the run ended at ${total} ms`);
+    assert.ok(seen[1].at - seen[0].at > 500, "lines arrive about a second apart");
+  });
+});
+
+test("large output: 20000 lines arrive complete and in order", async () => {
+  await withSandbox({ metadata: { case: "run-large" } }, async (sbx) => {
+    const ex = await sbx.commands.run("seq 1 20000; seq 1 300 >&2");
+    assert.equal(ex.exitCode, 0);
+    const lines = stdoutLines(ex);
+    assert.equal(lines.length, 20000, "line count");
+    for (let i = 0; i < lines.length; i++) {
+      if (lines[i] !== String(i + 1)) assert.fail(`line ${i + 1} is ${JSON.stringify(lines[i])}`);
+    }
+    assert.equal(ex.logs.stderr.length, 300);
+    assert.equal(ex.logs.stderr[299].text, "300");
+  });
+});
+
+test("concurrent commands in one sandbox each get their own output", async () => {
+  await withSandbox({ metadata: { case: "run-concurrent" } }, async (sbx) => {
+    const N = 6;
+    const runs = [];
+    for (let i = 0; i < N; i++) {
+      runs.push(sbx.commands.run(`sleep 0.$((RANDOM % 5)); echo job-${i}; echo job-${i}-b; exit ${i}`));
+    }
+    const results = await Promise.all(runs);
+    const ids = new Set();
+    results.forEach((ex, i) => {
+      assert.deepEqual(stdoutLines(ex), [`job-${i}`, `job-${i}-b`], `job ${i} output`);
+      assert.equal(ex.exitCode, i, `job ${i} exit code`);
+      ids.add(ex.id);
+    });
+    assert.equal(ids.size, N, "distinct command ids");
+  });
+});
+
+test("background: interrupt stops it; timeoutSeconds kills it", async () => {
+  await withSandbox({ metadata: { case: "run-bg-stop" } }, async (sbx) => {
+    const bg = await sbx.commands.run("echo bg-started; sleep 30", { background: true });
+    assert.ok(bg.id);
+    await poll(async () => (await sbx.commands.getBackgroundCommandLogs(bg.id, 0)).content.includes("bg-started"), { timeoutMs: 5_000 });
+    assert.equal((await sbx.commands.getCommandStatus(bg.id)).running, true, "running before interrupt");
+    const t0 = Date.now();
+    await sbx.commands.interrupt(bg.id);
+    const st = await poll(async () => {
+      const s = await sbx.commands.getCommandStatus(bg.id);
+      return s.running === false ? s : null;
+    }, { timeoutMs: 8_000 });
+    assert.ok(st, "interrupted background command stops");
+    assert.ok(Date.now() - t0 < 8_000);
+    assert.notEqual(st.exitCode, 0, `exit code after interrupt: ${st.exitCode}`);
+    assert.ok(st.finishedAt instanceof Date);
+
+    const timed = await sbx.commands.run("sleep 30", { background: true, timeoutSeconds: 1 });
+    const st2 = await poll(async () => {
+      const s = await sbx.commands.getCommandStatus(timed.id);
+      return s.running === false ? s : null;
+    }, { timeoutMs: 8_000 });
+    assert.ok(st2, "background command with timeoutSeconds 1 is killed");
+    assert.notEqual(st2.exitCode, 0);
+  });
+});

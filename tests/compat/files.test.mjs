@@ -122,6 +122,31 @@ test("download errors: missing file 404, unsatisfiable range 416; info of missin
   });
 });
 
+test("paths with spaces, unicode and shell metacharacters", async () => {
+  await withSandbox({ metadata: { case: "files-names" } }, async (sbx) => {
+    const root = `${base()}/dir with space/ünïcødé`;
+    const names = ["a b.txt", "naïve – ✓.txt", "quote'd \"x\".txt", "semi;colon&amp$(x).txt", "percent%20plus+.txt"];
+    await sbx.files.writeFiles(names.map((n, i) => ({ path: `${root}/${n}`, data: `content-${i}` })));
+    for (let i = 0; i < names.length; i++) {
+      const p = `${root}/${names[i]}`;
+      assert.equal(await sbx.files.readFile(p), `content-${i}`, `read back ${JSON.stringify(names[i])}`);
+      const info = await sbx.files.getFileInfo([p]);
+      assert.equal(info[p]?.size, `content-${i}`.length, `info of ${JSON.stringify(names[i])}`);
+      assert.equal(info[p].path, p);
+    }
+    const found = await sbx.files.search({ path: root, pattern: "*.txt" });
+    assert.deepEqual(found.map((f) => f.path).sort(), names.map((n) => `${root}/${n}`).sort());
+    const listed = await sbx.files.listDirectory({ path: root });
+    assert.deepEqual(listed.map((f) => f.path).sort(), names.map((n) => `${root}/${n}`).sort());
+    const moved = `${root}/moved ✓.txt`;
+    await sbx.files.moveFiles([{ src: `${root}/${names[1]}`, dest: moved }]);
+    assert.equal(await sbx.files.readFile(moved), "content-1");
+    await sbx.files.deleteFiles([moved, `${root}/${names[0]}`]);
+    const left = await sbx.files.search({ path: root, pattern: "*" });
+    assert.equal(left.length, names.length - 2);
+  });
+});
+
 test("search *.txt finds regular files by base name, recursively", async () => {
   await withSandbox({ metadata: { case: "files-search" } }, async (sbx) => {
     const root = base();

@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { randomUUID, randomBytes } from "node:crypto";
 
 import {
+  API_KEY,
   DOMAIN,
   RUN_ID,
   Sandbox,
@@ -142,6 +143,10 @@ test("SandboxManager lists by metadata and state", async () => {
     assert.equal(paged.items.length, 1);
     assert.equal(paged.pagination.totalPages, 2);
     assert.equal(paged.pagination.hasNextPage, true);
+    const both = await mgr.listSandboxInfos({ metadata: { tag, case: "list" } });
+    assert.equal(both.items.length, 2, "two metadata pairs are ANDed");
+    const mismatch = await mgr.listSandboxInfos({ metadata: { tag, case: "other" } });
+    assert.equal(mismatch.items.length, 0, "a non-matching pair excludes them");
     const none = await mgr.listSandboxInfos({ metadata: { tag }, states: ["Paused"] });
     assert.equal(none.items.length, 0);
     const one = await mgr.getSandboxInfo(a.id);
@@ -150,6 +155,65 @@ test("SandboxManager lists by metadata and state", async () => {
     await destroy(a);
     await destroy(b);
     await mgr.close();
+  }
+});
+
+test("renew into the past is rejected (400) and leaves the expiry alone", async () => {
+  await withSandbox({ metadata: { case: "renew-past" } }, async (sbx) => {
+    const before = await sbx.getInfo();
+    await rejectsWithStatus(sbx.renew(-120), 400, "renew to a time in the past");
+    const after = await sbx.getInfo();
+    assert.equal(after.expiresAt.getTime(), before.expiresAt.getTime(), "expiry unchanged");
+  });
+});
+
+test("create with an unknown image fails with a 4xx and leaves no sandbox", async () => {
+  const mgr = SandboxManager.create({ connectionConfig: connOpts() });
+  try {
+    let err;
+    try {
+      const sbx = await createSandbox({ image: `compat-no-such-image-${RUN_ID}`, metadata: { case: "bad-image" } });
+      await destroy(sbx);
+    } catch (e) {
+      err = e;
+    }
+    assert.ok(err, "create with an unknown image must fail");
+    assert.equal(err.name, "SandboxApiException", `${err.name}: ${err.message}`);
+    assert.ok(err.statusCode >= 400 && err.statusCode < 500, `status ${err.statusCode} is a client error`);
+    assert.equal(typeof err.error.code, "string");
+    assert.ok(err.error.code.length > 0);
+    assert.ok(err.requestId, "error carries a request id");
+    const listed = await mgr.listSandboxInfos({ metadata: { run: RUN_ID, case: "bad-image" } });
+    assert.equal(listed.items.length, 0, "no sandbox record left behind");
+  } finally {
+    await mgr.close();
+  }
+});
+
+test("API key: wrong key -> 401 INVALID_API_KEY, missing key -> 401 MISSING_API_KEY", { skip: !API_KEY && "corrald runs without an API key" }, async () => {
+  const rid = `compat-auth-${randomBytes(4).toString("hex")}`;
+  const wrong = SandboxManager.create({ connectionConfig: connOpts({ apiKey: "definitely-wrong", headers: { "X-Request-ID": rid } }) });
+  try {
+    const err = await rejectsWithStatus(wrong.listSandboxInfos({}), 401, "list with a wrong key");
+    assert.equal(err.error.code, "INVALID_API_KEY");
+    assert.equal(err.requestId, rid, "401 carries the X-Request-ID");
+  } finally {
+    await wrong.close();
+  }
+  // The SDK falls back to OPEN_SANDBOX_API_KEY when no key is given: hide it while constructing.
+  const saved = process.env.OPEN_SANDBOX_API_KEY;
+  delete process.env.OPEN_SANDBOX_API_KEY;
+  let none;
+  try {
+    none = SandboxManager.create({ connectionConfig: { domain: DOMAIN, protocol: "http" } });
+  } finally {
+    process.env.OPEN_SANDBOX_API_KEY = saved;
+  }
+  try {
+    const err = await rejectsWithStatus(none.listSandboxInfos({}), 401, "list without a key");
+    assert.equal(err.error.code, "MISSING_API_KEY");
+  } finally {
+    await none.close();
   }
 });
 
