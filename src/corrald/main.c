@@ -263,10 +263,6 @@ int main(int argc, char **argv)
 	d->rt_cfg.execd_path = execd;
 	d->rt_cfg.cgroup_name = cgroup_name;
 
-	/* upstream suspends a client's read timeout while a response streams, then restores it. */
-	struct upstream_options uopts = {.client_timeout_s = d->idle_timeout_s};
-	upstream_configure(&uopts);
-
 	signal(SIGPIPE, SIG_IGN);
 	d->base = event_base_new();
 	if (!d->base || api_init(d) < 0) {
