@@ -27,6 +27,7 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_struct.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <event2/http.h>
@@ -53,7 +54,6 @@ static struct upstream_options opts = {
 	.max_idle_per_socket = 8,
 	.max_idle_total = 1024,
 	.client_buffer_max = 4u << 20,
-	.client_timeout_s = 0,
 };
 
 void upstream_configure(const struct upstream_options *o)
@@ -70,8 +70,6 @@ void upstream_configure(const struct upstream_options *o)
 		opts.max_idle_total = o->max_idle_total;
 	if (o->client_buffer_max > 0)
 		opts.client_buffer_max = o->client_buffer_max;
-	if (o->client_timeout_s > 0)
-		opts.client_timeout_s = o->client_timeout_s;
 }
 
 static struct timeval ms_tv(int ms)
@@ -258,6 +256,8 @@ struct exchange {
 	bool paused;      /* not reading execd until the client drains */
 	bool upgrade;     /* the client asked for Connection: Upgrade */
 	bool timeouts_changed;
+	struct timeval client_read_tv, client_write_tv; /* the client's timeouts, to restore */
+	bool watching; /* watching the client socket for a hang-up before the reply starts */
 	unsigned interim;
 	int connect_tries;
 	struct timeval connect_deadline;
@@ -337,18 +337,61 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg);
 static void client_closed(struct evhttp_connection *evcon, void *arg);
 static int exchange_connect(struct exchange *ex);
 
+/*
+ * Until the reply starts evhttp does not read the client socket, so it would not notice a client
+ * that gave up (on a long-poll, say). We watch it meanwhile with callbacks of our own, which
+ * evhttp replaces with its own when the reply is sent. Bytes the client sends early (a pipelined
+ * request) stay buffered for evhttp, at most CLIENT_EARLY_MAX of them.
+ */
+#define CLIENT_EARLY_MAX (64 * 1024)
+
+static void watch_event_cb(struct bufferevent *bev, short what, void *arg);
+
+/* Set the client socket's timeouts, remembering evhttp's (zero: none) to restore them later. */
+static void client_set_timeouts(struct exchange *ex, bool read, bool write)
+{
+	struct bufferevent *cbev = evhttp_connection_get_bufferevent(ex->evcon);
+	if (!ex->timeouts_changed) {
+		ex->client_read_tv = cbev->timeout_read;
+		ex->client_write_tv = cbev->timeout_write;
+		ex->timeouts_changed = true;
+	}
+	bufferevent_set_timeouts(cbev,
+				 read && timerisset(&ex->client_read_tv) ? &ex->client_read_tv : NULL,
+				 write && timerisset(&ex->client_write_tv) ? &ex->client_write_tv
+									   : NULL);
+}
+
+static void watch_client(struct exchange *ex)
+{
+	struct bufferevent *cbev = evhttp_connection_get_bufferevent(ex->evcon);
+	bufferevent_setcb(cbev, NULL, NULL, watch_event_cb, ex);
+	bufferevent_setwatermark(cbev, EV_READ, 0, CLIENT_EARLY_MAX);
+	client_set_timeouts(ex, false, false); /* waiting on execd is not the client's idleness */
+	bufferevent_enable(cbev, EV_READ);
+	ex->watching = true;
+}
+
+static void unwatch_client(struct exchange *ex)
+{
+	if (!ex->watching)
+		return;
+	struct bufferevent *cbev = evhttp_connection_get_bufferevent(ex->evcon);
+	bufferevent_disable(cbev, EV_READ);
+	bufferevent_setwatermark(cbev, EV_READ, 0, 0);
+	bufferevent_setcb(cbev, NULL, NULL, NULL, NULL);
+	ex->watching = false;
+}
+
 /* Detach from the client connection: its closecb and our timeout changes. */
 static void client_detach(struct exchange *ex)
 {
 	if (!ex->evcon)
 		return;
+	unwatch_client(ex);
 	evhttp_connection_set_closecb(ex->evcon, NULL, NULL);
 	if (ex->timeouts_changed) {
-		if (opts.client_timeout_s > 0)
-			evhttp_connection_set_timeout(ex->evcon, opts.client_timeout_s);
-		else
-			bufferevent_set_timeouts(evhttp_connection_get_bufferevent(ex->evcon), NULL,
-						 NULL);
+		client_set_timeouts(ex, true, true);
 		ex->timeouts_changed = false;
 	}
 }
@@ -389,6 +432,18 @@ static void client_abort(struct evhttp_connection *evcon)
 		evhttp_connection_free(evcon);
 	else
 		bufferevent_enable(bev, EV_WRITE);
+}
+
+/* The client hung up before its reply started: drop the exchange and the client connection. */
+static void watch_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct exchange *ex = arg;
+	if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+		return;
+	struct evhttp_connection *evcon = ex->evcon;
+	client_detach(ex);
+	exchange_free(ex); /* closes the execd connection: its answer would have nowhere to go */
+	evhttp_connection_free(evcon); /* frees the request */
 }
 
 /*
@@ -689,6 +744,7 @@ static const char *reason_of(const struct http_resp *resp, char *buf, size_t len
 static void reply_start(struct exchange *ex)
 {
 	char rbuf[256];
+	unwatch_client(ex);
 	/*
 	 * An HTTP/1.0 client cannot take chunks: without a length the body must end with the
 	 * connection, but evhttp would answer "Connection: keep-alive" with "Content-Length: 0".
@@ -700,10 +756,7 @@ static void reply_start(struct exchange *ex)
 	evhttp_send_reply_start(ex->req, ex->resp.status, reason_of(&ex->resp, rbuf, sizeof(rbuf)));
 	ex->started = true;
 	/* A client that only listens to a long stream must not hit the server's read timeout. */
-	struct bufferevent *cbev = evhttp_connection_get_bufferevent(ex->evcon);
-	struct timeval wt = { .tv_sec = opts.client_timeout_s };
-	bufferevent_set_timeouts(cbev, NULL, opts.client_timeout_s > 0 ? &wt : NULL);
-	ex->timeouts_changed = true;
+	client_set_timeouts(ex, false, true);
 }
 
 /* Hand ex->chunk to the client; pause reading execd when the client falls behind. */
@@ -995,6 +1048,7 @@ static bool start_splice(struct exchange *ex, size_t head_len)
 	const struct http_header *upg = http_resp_header(&ex->resp, "Upgrade");
 	const struct http_header *conn = http_resp_header(&ex->resp, "Connection");
 
+	unwatch_client(ex);
 	/* evhttp has no API for a 101; write it raw and take the client socket over. */
 	evbuffer_add_printf(out, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n");
 	if (upg)
@@ -1073,8 +1127,10 @@ void upstream_proxy(struct event_base *base, const char *sock_path, struct evhtt
 	ex->retry_ok = body_len == 0 && !ex->upgrade &&
 		       (cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD || cmd == EVHTTP_REQ_OPTIONS ||
 			cmd == EVHTTP_REQ_DELETE || cmd == EVHTTP_REQ_PUT);
-	if (ex->evcon)
+	if (ex->evcon) {
 		evhttp_connection_set_closecb(ex->evcon, client_closed, ex);
+		watch_client(ex);
+	}
 	exchange_connect(ex);
 }
 

@@ -45,10 +45,7 @@ int upstream_ping(struct event_base *base, const char *sock_path, int timeout_ms
 /*
  * Additions by the upstream work (all optional; defaults apply without any call).
  *
- * Tunables. Zero fields keep their defaults. client_timeout_s must be the value corrald passes to
- * evhttp_set_timeout (0 when it sets none): while a response streams, the client connection's
- * read timeout is suspended (a client that only listens to a long command must not be cut off)
- * and it is restored from this value afterwards.
+ * Tunables. Zero fields keep their defaults.
  */
 struct upstream_options {
 	int connect_timeout_ms;       /* default 5000 */
@@ -57,7 +54,12 @@ struct upstream_options {
 	unsigned max_idle_per_socket; /* default 8 */
 	unsigned max_idle_total;      /* default 1024 */
 	size_t client_buffer_max;     /* stop reading execd above this much unsent output; 4 MiB */
-	int client_timeout_s;         /* see above; default 0 */
+	/*
+	 * Ignored, kept so existing callers build: the client socket's own timeouts are now saved
+	 * when the proxy suspends them (while waiting on execd, and the read timeout while a
+	 * response streams) and restored exactly afterwards.
+	 */
+	int client_timeout_s;
 };
 void upstream_configure(const struct upstream_options *opts);
 

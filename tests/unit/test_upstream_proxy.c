@@ -35,7 +35,7 @@
 
 static struct event_base *base;
 static char dir[128], sock_ok[256], sock_missing[256], sock_garbage[256], sock_cut[256],
-	sock_ws[256], sock_silent[256], sock_oneshot[256];
+	sock_ws[256], sock_silent[256], sock_oneshot[256], sock_hang[256];
 static int front_port;
 static atomic_int client_done;
 
@@ -202,7 +202,9 @@ static int unix_listen(const char *path)
 
 /* ---------------- raw misbehaving upstreams ---------------- */
 
-enum raw_mode { RAW_GARBAGE, RAW_CUT, RAW_WS, RAW_ONESHOT, RAW_COUNT };
+enum raw_mode { RAW_GARBAGE, RAW_CUT, RAW_WS, RAW_ONESHOT, RAW_HANG, RAW_COUNT };
+
+static atomic_int hang_requests, hang_closed;
 
 struct raw_conn {
 	enum raw_mode mode;
@@ -218,6 +220,9 @@ static void raw_close(struct bufferevent *bev, struct raw_conn *rc)
 
 static void raw_event(struct bufferevent *bev, short what, void *arg)
 {
+	struct raw_conn *rc = arg;
+	if (rc->mode == RAW_HANG)
+		hang_closed++;
 	raw_close(bev, arg);
 }
 
@@ -261,6 +266,10 @@ static void raw_read(struct bufferevent *bev, void *arg)
 	if (p.pos < 0)
 		return;
 	evbuffer_drain(in, (size_t)p.pos + 4); /* the tests send no bodies here */
+	if (rc->mode == RAW_HANG) {
+		hang_requests++; /* and never answer, like a long-poll that waits */
+		return;
+	}
 	if (rc->mode == RAW_ONESHOT) {
 		/* Answer the first request with keep-alive, then hang up on the next one unanswered,
 		 * as an execd closing an idle connection just as a request arrives. */
@@ -330,6 +339,8 @@ static void front_handler(struct evhttp_request *req, void *arg)
 		sock = sock_ws;
 	else if (!strncmp(uri + 1, "oneshot", seglen))
 		sock = sock_oneshot;
+	else if (!strncmp(uri + 1, "hang", seglen))
+		sock = sock_hang;
 	upstream_proxy(base, sock, req, rest, fcb, NULL);
 }
 
@@ -707,6 +718,23 @@ static void test_disconnect(void)
 	CHECK(bigstream_closed);
 }
 
+static void test_early_hangup(void)
+{
+	int fd = front_connect();
+	const char *req = "GET /hang/command/status/x?wait=60 HTTP/1.1\r\nHost: x\r\n\r\n";
+	hang_requests = hang_closed = 0;
+	send_all(fd, req, strlen(req));
+	wait_for(&hang_requests, 3000);
+	CHECK_INT(hang_requests, 1);
+	/* Longer than the front's 1 s timeout: waiting on execd is not the client idling. */
+	usleep(1300 * 1000);
+	CHECK_INT(hang_closed, 0);
+	/* The client gives up before any answer: the proxy lets go of execd too. */
+	close(fd);
+	wait_for(&hang_closed, 3000);
+	CHECK_INT(hang_closed, 1);
+}
+
 static void test_failures(void)
 {
 	static struct response r;
@@ -808,6 +836,7 @@ static void *client_main(void *arg)
 	test_pool();
 	test_stale_pooled();
 	test_disconnect();
+	test_early_hangup();
 	test_failures();
 	test_websocket();
 	measure_latency();
@@ -846,6 +875,7 @@ int main(void)
 	snprintf(sock_ws, sizeof(sock_ws), "%s/ws.sock", dir);
 	snprintf(sock_silent, sizeof(sock_silent), "%s/silent.sock", dir);
 	snprintf(sock_oneshot, sizeof(sock_oneshot), "%s/oneshot.sock", dir);
+	snprintf(sock_hang, sizeof(sock_hang), "%s/hang.sock", dir);
 
 	signal(SIGPIPE, SIG_IGN); /* as in corrald: peers hang up mid-write */
 	base = event_base_new();
@@ -856,7 +886,7 @@ int main(void)
 	evhttp_accept_socket(up, unix_listen(sock_ok));
 
 	struct evconnlistener *raw[RAW_COUNT];
-	const char *raw_paths[] = { sock_garbage, sock_cut, sock_ws, sock_oneshot };
+	const char *raw_paths[] = { sock_garbage, sock_cut, sock_ws, sock_oneshot, sock_hang };
 	for (int i = 0; i < RAW_COUNT; i++)
 		raw[i] = evconnlistener_new(base, raw_accept, (void *)(intptr_t)i,
 					    LEV_OPT_CLOSE_ON_FREE, -1, unix_listen(raw_paths[i]));
@@ -867,7 +897,6 @@ int main(void)
 	evhttp_set_allowed_methods(front, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
 						  EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE);
 	evhttp_set_timeout(front, 1); /* streams outlive it: the proxy suspends the read timeout */
-	upstream_configure(&(struct upstream_options){ .client_timeout_s = 1 });
 	struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(front, "127.0.0.1", 0);
 	struct sockaddr_in sa;
 	socklen_t slen = sizeof(sa);
@@ -904,7 +933,8 @@ int main(void)
 		evconnlistener_free(raw[i]);
 	close(silent);
 	event_base_free(base);
-	const char *paths[] = { sock_ok, sock_garbage, sock_cut, sock_ws, sock_silent, sock_oneshot };
+	const char *paths[] = { sock_ok, sock_garbage, sock_cut, sock_ws, sock_silent, sock_oneshot,
+				sock_hang };
 	for (size_t i = 0; i < ARRAY_SIZE(paths); i++)
 		unlink(paths[i]);
 	rmdir(dir);
