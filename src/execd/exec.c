@@ -653,6 +653,20 @@ void exec_kill_all(void)
 void exec_shutdown(void)
 {
 	exec_kill_all();
+	/* Whatever is still only in memory goes to disk; running executions die with execd. */
+	for (unsigned h = 0; h < HASH_BUCKETS; h++)
+		for (struct execution *ex = X.hash[h]; ex; ex = ex->hash_next) {
+			ensure_files_ex(ex, false);
+			if (ex->running) {
+				ex->running = false;
+				ex->has_exit_code = true;
+				ex->exit_code = 128 + SIGKILL;
+				ex->finished_ms = time_now_ms();
+				if (!ex->error)
+					ex->error = strdup("killed: corral-execd exited");
+				write_status(ex);
+			}
+		}
 }
 
 /* ----- environment and cwd ----- */

@@ -97,6 +97,8 @@ struct exec_request {
 };
 
 int exec_init(struct event_base *base, const char *state_dir, struct error *err);
+/* execd is exiting: SIGKILL what runs, write every file still held in memory, and record the
+ * running executions as killed (exit code 137). */
 void exec_shutdown(void);
 
 /*

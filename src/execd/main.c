@@ -54,7 +54,7 @@ static void write_exit_file(const char *reason, int code, const char *message)
 
 static void kill_everything(void)
 {
-	exec_kill_all();
+	exec_shutdown();
 	session_kill_all();
 	if (M.entry_pid > 0)
 		kill(-M.entry_pid, SIGKILL);
