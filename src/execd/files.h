@@ -16,6 +16,7 @@ bool files_dispatch(struct evhttp_request *req, const char *path);
 /*
  * Directory that client paths are resolved in (the sandbox's "/"). No symlink or ".." in a
  * request can reach outside it. Defaults to $CORRAL_EXECD_FILES_ROOT, else "/". Returns 0 or a
- * negative errno (the previous root stays in effect).
+ * negative errno (the previous root stays in effect). $CORRAL_EXECD_FILES_RESOLVE=fallback (tests)
+ * makes resolution use the user-space walk even where openat2 exists.
  */
 int files_set_root(const char *dir);

@@ -89,7 +89,7 @@ def parse_time(s):
 
 
 class Execd:
-    def __init__(self):
+    def __init__(self, resolve="auto"):
         self.dir = tempfile.mkdtemp(prefix="execd-files-test-")
         self.root = os.path.join(self.dir, "root")
         self.outside = os.path.join(self.dir, "outside")
@@ -99,7 +99,8 @@ class Execd:
         os.mkdir(run)
         self.sock = os.path.join(run, "execd.sock")
         self.log = open(os.path.join(self.dir, "execd.log"), "w+")
-        env = dict(os.environ, CORRAL_EXECD_FILES_ROOT=self.root, HOME="/home/tester")
+        env = dict(os.environ, CORRAL_EXECD_FILES_ROOT=self.root, HOME="/home/tester",
+                   CORRAL_EXECD_FILES_RESOLVE=resolve)
         self.proc = subprocess.Popen(
             [EXECD, "--socket", self.sock, "--state", os.path.join(run, "execs"), "--log-level", "debug"],
             stdout=self.log, stderr=self.log, env=env)
@@ -140,9 +141,11 @@ class Execd:
 
 
 class FilesTest(unittest.TestCase):
+    RESOLVE = "auto"  # openat2 on this kernel
+
     @classmethod
     def setUpClass(cls):
-        cls.execd = Execd()
+        cls.execd = Execd(cls.RESOLVE)
         cls.root = cls.execd.root
 
     @classmethod
@@ -151,6 +154,11 @@ class FilesTest(unittest.TestCase):
 
     def setUp(self):
         self.conn = UnixConnection(self.execd.sock)  # one keep-alive connection per test
+
+    def test_resolver_in_use(self):
+        self.info("/")
+        want = "the fallback walk" if self.RESOLVE == "fallback" else "openat2"
+        self.assertIn("with " + want, self.execd.logtext())
 
     def tearDown(self):
         self.conn.close()
@@ -516,6 +524,11 @@ class FilesTest(unittest.TestCase):
         self.assertEqual((stat.S_IMODE(st.st_mode), st.st_uid), (0o644, 0))
         self.assertFalse(os.path.exists("/etc/shadow.pwned"))
         self.assertFalse(os.path.exists(os.path.join(os.path.dirname(self.root), "made")))
+
+
+class FilesFallbackTest(FilesTest):
+    """Everything again with the user-space resolver that kernels without openat2 get."""
+    RESOLVE = "fallback"
 
 
 if __name__ == "__main__":
