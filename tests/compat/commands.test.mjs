@@ -347,3 +347,53 @@ test("background: interrupt stops it; timeoutSeconds kills it", async () => {
     assert.notEqual(st2.exitCode, 0);
   });
 });
+
+test("a very long line without newlines arrives intact", async () => {
+  await withSandbox({ metadata: { case: "run-long-line" } }, async (sbx) => {
+    const ex = await sbx.commands.run("head -c 200000 /dev/zero | tr '\\0' a; echo; echo after");
+    assert.equal(ex.exitCode, 0);
+    const lines = stdoutLines(ex);
+    assert.equal(lines[lines.length - 1], "after");
+    const joined = lines.slice(0, -1).join("");
+    assert.equal(joined.length, 200000, `long line length (split into ${lines.length - 1} events)`);
+    assert.ok(/^a+$/.test(joined));
+  });
+});
+
+test("a client that disconnects mid-stream leaves the sandbox healthy", async () => {
+  // The SDK cannot do this itself: the AbortSignal given to commands.run is only wired up until
+  // the response headers arrive (createTimedFetch removes its abort listener once fetch resolves),
+  // so a running stream cannot be cancelled through it. Use the endpoint the SDK resolved and drop
+  // the connection by hand after the first event.
+  await withSandbox({ metadata: { case: "run-disconnect" } }, async (sbx) => {
+    const url = await sbx.getEndpointUrl(44772);
+    const ac = new AbortController();
+    const res = await fetch(`${url}/command`, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "text/event-stream" },
+      body: JSON.stringify({ command: "echo started; sleep 2; echo finished > /tmp/after-disconnect" }),
+      signal: ac.signal,
+    });
+    assert.equal(res.status, 200);
+    const reader = res.body.getReader();
+    let buf = "";
+    while (!buf.includes("started")) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += new TextDecoder().decode(value);
+    }
+    const init = JSON.parse(buf.split("\n").find((l) => l.trim().startsWith("{")));
+    assert.equal(init.type, "init");
+    ac.abort();
+    await reader.cancel().catch(() => {});
+
+    const ok = await sbx.commands.run("echo after-disconnect");
+    assert.deepEqual(stdoutLines(ok), ["after-disconnect"], "new commands still run");
+    const st = await poll(async () => {
+      const s = await sbx.commands.getCommandStatus(init.text);
+      return s.running === false ? s : null;
+    }, { timeoutMs: 10_000, intervalMs: 200 });
+    assert.ok(st, "the disconnected command's status settles (finished or killed)");
+    assert.equal(await sbx.isHealthy(), true);
+  });
+});
