@@ -103,10 +103,13 @@ def oci_anchor(tool, tmp, n):
     res["run"] = runs
     b = make_bundle(tmp, ["/bin/sleep", "3600"])
     cid = name + "-exec"
-    r = subprocess.run([tool, "run", "-d", "--bundle", b, cid], stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    if r.returncode != 0:
-        raise RuntimeError("%s run -d: %s" % (tool, r.stderr.decode(errors="replace")[:300]))
+    # the detached container inherits stdio: never give it a pipe we wait on
+    with tempfile.TemporaryFile() as errf:
+        r = subprocess.run([tool, "run", "-d", "--bundle", b, cid], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=errf)
+        if r.returncode != 0:
+            errf.seek(0)
+            raise RuntimeError("%s run -d: %s" % (tool, errf.read().decode(errors="replace")[:300]))
     try:
         res["exec"] = time_cmd([tool, "exec", cid, "/bin/true"], n)
     finally:
