@@ -939,6 +939,58 @@ static void handle_rmdir(struct evhttp_request *req)
 
 /* ---- GET /files/download ---- */
 
+/*
+ * Byte range of lines [first, first + count) of fd (1-based, each with its newline; a last line
+ * without one counts), found by scanning with a small buffer.
+ */
+static int line_range(int fd, uint64_t size, uint64_t first, uint64_t count, uint64_t *ret_off,
+		      uint64_t *ret_len)
+{
+	char buf[65536];
+	uint64_t line = 1, pos = 0, start = first == 1 ? 0 : size, end = size;
+	uint64_t last = first + count - 1; /* the last line wanted */
+	while (pos < size) {
+		ssize_t n = pread(fd, buf, sizeof(buf), (off_t)pos);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		const char *p = buf, *e = buf + n;
+		while ((p = memchr(p, '\n', (size_t)(e - p)))) {
+			uint64_t after = pos + (uint64_t)(p - buf) + 1;
+			if (line == last) {
+				end = after;
+				goto done;
+			}
+			line++;
+			if (line == first)
+				start = after;
+			p++;
+		}
+		pos += (uint64_t)n;
+	}
+done:
+	*ret_off = MIN(start, size);
+	*ret_len = end > *ret_off ? end - *ret_off : 0;
+	return 0;
+}
+
+/* A positive decimal integer query parameter. */
+static bool parse_positive(const char *s, uint64_t *ret)
+{
+	char *end;
+	if (!s || *s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (*end || errno || v == 0 || v > INT64_MAX)
+		return false;
+	*ret = v;
+	return true;
+}
+
 static void handle_download(struct evhttp_request *req)
 {
 	_cleanup_query_ struct http_query *q = http_query_parse(req);
@@ -946,6 +998,29 @@ static void handle_download(struct evhttp_request *req)
 	if (!path || !*path) {
 		http_send_error(req, 400, CODE_MISSING_QUERY, "missing query parameter 'path'");
 		return;
+	}
+	/* Line-based reading (offset and limit, both or neither), as the reference's newer execd. */
+	const char *os_ = http_query_get(q, "offset"), *ls = http_query_get(q, "limit");
+	bool by_lines = (os_ && *os_) || (ls && *ls);
+	uint64_t first = 0, count = 0;
+	if (by_lines) {
+		if (!os_ || !*os_ || !ls || !*ls) {
+			http_send_error(req, 400, CODE_BAD_BODY,
+					"both offset and limit must be provided together for line-based "
+					"reading");
+			return;
+		}
+		if (!parse_positive(os_, &first)) {
+			http_send_error(req, 400, CODE_BAD_BODY,
+					"offset must be a positive integer (1-based)");
+			return;
+		}
+		if (!parse_positive(ls, &count)) {
+			http_send_error(req, 400, CODE_BAD_BODY, "limit must be a positive integer");
+			return;
+		}
+		if (count > INT64_MAX - first)
+			count = INT64_MAX - first;
 	}
 	char abs[PATH_MAX];
 	if (!normalize(req, path, abs, CODE_BAD_BODY))
@@ -967,8 +1042,14 @@ static void handle_download(struct evhttp_request *req)
 	uint64_t size = (uint64_t)st.st_size, off = 0, len = size;
 	int status = 200;
 	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-	const char *range = evhttp_find_header(in, "Range");
-	if (range) {
+	const char *range = by_lines ? NULL : evhttp_find_header(in, "Range");
+	if (by_lines) {
+		r = line_range(fd, size, first, count, &off, &len);
+		if (r < 0) {
+			reply_errno(req, r, CODE_BAD_BODY, "reading '%s'", path);
+			return;
+		}
+	} else if (range) {
 		struct files_range rg;
 		r = files_parse_range(range, size, &rg);
 		if (r < 0) {
@@ -1006,11 +1087,15 @@ static void handle_download(struct evhttp_request *req)
 	struct tm tm;
 	gmtime_r(&st.st_mtim.tv_sec, &tm);
 	strftime(lm, sizeof(lm), "%a, %d %b %Y %H:%M:%S GMT", &tm);
-	evhttp_add_header(out, "Content-Type", "application/octet-stream");
-	evhttp_add_header(out, "Content-Disposition", cd);
+	if (by_lines) {
+		evhttp_add_header(out, "Content-Type", "text/plain");
+	} else {
+		evhttp_add_header(out, "Content-Type", "application/octet-stream");
+		evhttp_add_header(out, "Content-Disposition", cd);
+		evhttp_add_header(out, "Accept-Ranges", "bytes");
+		evhttp_add_header(out, "Last-Modified", lm);
+	}
 	evhttp_add_header(out, "Content-Length", num);
-	evhttp_add_header(out, "Accept-Ranges", "bytes");
-	evhttp_add_header(out, "Last-Modified", lm);
 	if (status == 206) {
 		char cr[96];
 		snprintf(cr, sizeof(cr), "bytes %llu-%llu/%llu", (unsigned long long)off,

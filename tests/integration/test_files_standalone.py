@@ -399,6 +399,16 @@ class FilesTest(unittest.TestCase):
         self.err(400, "INVALID_REQUEST_BODY", "GET", "/files/download?" + q(path="/dl/fifo"))
         # the connection is still usable after errors (keep-alive)
         self.assertEqual(self.download("/dl/r\u00e9sum\u00e9.txt", {"Range": "bytes=0-0"})[1], b"0")
+        # line-based reading: offset (1-based) and limit, both or neither
+        self.upload_ok([({"path": "/dl/lines.txt"}, b"l1\nl2\nl3\nl4\nl5")])
+        for (off, lim), want in {(2, 2): b"l2\nl3\n", (1, 1): b"l1\n", (4, 10): b"l4\nl5",
+                                 (5, 1): b"l5", (6, 1): b"", (1, 99): b"l1\nl2\nl3\nl4\nl5"}.items():
+            r, data = self.req("GET", "/files/download?" + q(path="/dl/lines.txt", offset=off, limit=lim))
+            self.assertEqual((r.status, data), (200, want), (off, lim))
+            self.assertEqual(r.getheader("Content-Type"), "text/plain")
+        for bad in ({"offset": 1}, {"limit": 1}, {"offset": 0, "limit": 1}, {"offset": 1, "limit": "x"}):
+            self.err(400, "INVALID_REQUEST_BODY", "GET", "/files/download?" + q(path="/dl/lines.txt", **bad))
+        self.err(404, "FILE_NOT_FOUND", "GET", "/files/download?" + q(path="/dl/none", offset=1, limit=1))
         # ~ is execd's HOME inside the root
         self.upload_ok([({"path": "~/notes.txt"}, b"home")])
         self.assertEqual(slurp(self.host("/home/tester/notes.txt")), b"home")
