@@ -397,7 +397,7 @@ int main(int argc, char **argv)
 	snprintf(state, sizeof(state), "/var/tmp/corral-rt-XXXXXX");
 	if (!mkdtemp(state))
 		return 2;
-	snprintf(cgname, sizeof(cgname), "corral-test-%d", (int)getpid());
+	snprintf(cgname, sizeof(cgname), "corral-rt-test-%d", (int)getpid());
 	cfg = (struct runtime_config){.state_dir = state, .execd_path = argv[1], .cgroup_name = cgname};
 	printf("cgroup manager: %s\n", cgroup_detect() ? cgroup_detect()->name : "none");
 
