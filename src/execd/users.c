@@ -22,7 +22,18 @@ struct db {
 	off_t size;
 	struct timespec mtime;
 	bool loaded;
+	unsigned generation; /* bumped on every (re)load: invalidates the name caches */
 };
+
+/* id -> name answers (including "unknown"), so listing a big directory reads no files. */
+#define NAME_CACHE_SIZE 64
+struct name_cache {
+	unsigned generation; /* of the db it came from; 0 = empty */
+	uint32_t id;
+	int r;
+	char name[USERS_NAME_MAX];
+};
+static struct name_cache uid_cache[NAME_CACHE_SIZE], gid_cache[NAME_CACHE_SIZE];
 
 static struct db passwd_db = { .default_path = "/etc/passwd" };
 static struct db group_db = { .default_path = "/etc/group" };
@@ -33,6 +44,8 @@ static void db_reset(struct db *db, const char *path)
 	db->data = NULL;
 	db->len = 0;
 	db->loaded = false;
+	if (++db->generation == 0)
+		db->generation = 1;
 	snprintf(db->path, sizeof(db->path), "%s", path ? path : db->default_path);
 }
 
@@ -65,6 +78,8 @@ static int db_load(struct db *db)
 	db->size = st.st_size;
 	db->mtime = st.st_mtim;
 	db->loaded = true;
+	if (++db->generation == 0)
+		db->generation = 1;
 	return 0;
 }
 
@@ -195,15 +210,39 @@ int users_uid_by_name(const char *name, uid_t *ret_uid)
 	return 0;
 }
 
-int users_name_by_uid(uid_t uid, char *buf, size_t len)
+/* Cached id -> name: reload the db if it changed, then look in the cache before scanning. */
+static int cached_name(struct db *db, struct name_cache *cache, uint32_t id, char *buf, size_t len,
+		       int (*lookup)(uint32_t id, char *name, size_t namelen))
+{
+	int r = db_load(db);
+	if (r < 0)
+		return r;
+	struct name_cache *c = &cache[id % NAME_CACHE_SIZE];
+	if (c->generation != db->generation || c->id != id) {
+		c->r = lookup(id, c->name, sizeof(c->name));
+		c->id = id;
+		c->generation = db->generation;
+	}
+	if (c->r < 0)
+		return c->r;
+	if ((size_t)snprintf(buf, len, "%s", c->name) >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static int lookup_uid(uint32_t uid, char *name, size_t len)
 {
 	struct users_passwd pw;
 	int r = users_passwd_by_uid(uid, &pw);
 	if (r < 0)
 		return r;
-	if ((size_t)snprintf(buf, len, "%s", pw.name) >= len)
-		return -ENAMETOOLONG;
+	snprintf(name, len, "%s", pw.name); /* both USERS_NAME_MAX */
 	return 0;
+}
+
+int users_name_by_uid(uid_t uid, char *buf, size_t len)
+{
+	return cached_name(&passwd_db, uid_cache, uid, buf, len, lookup_uid);
 }
 
 struct gr_query {
@@ -248,13 +287,18 @@ int users_gid_by_name(const char *name, gid_t *ret_gid)
 	return 0;
 }
 
-int users_name_by_gid(gid_t gid, char *buf, size_t len)
+static int lookup_gid(uint32_t gid, char *name, size_t len)
 {
-	struct gr_query q = { .gid = gid, .buf = buf, .len = len };
+	struct gr_query q = { .gid = gid, .buf = name, .len = len };
 	int r = db_foreach(&group_db, 3, gr_match, &q);
 	if (r < 0)
 		return r;
 	return q.r;
+}
+
+int users_name_by_gid(gid_t gid, char *buf, size_t len)
+{
+	return cached_name(&group_db, gid_cache, gid, buf, len, lookup_gid);
 }
 
 struct groups_query {

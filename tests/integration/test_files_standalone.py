@@ -522,6 +522,11 @@ class FilesTest(unittest.TestCase):
         self.err(400, "INVALID_REQUEST_BODY", "GET", "/directories/list?" + q(path="/esc/abs"))
         listing = self.ok("GET", "/directories/list?" + q(path="/esc/up/../..", depth=1))
         self.assertNotIn("/canary", [e["path"] for e in listing])
+        # a file symlink to the host canary: writing through it writes the in-root twin
+        os.symlink(canary, self.host("/esc/flink"))
+        self.upload_ok([({"path": "/esc/flink", "mode": 777}, b"overwritten?")])
+        self.assertEqual(slurp(os.path.join(mirror, "canary")), b"overwritten?")
+        self.assertEqual(self.download("/esc/flink")[1], b"overwritten?")
         # rm -rf through a link removes the link, never the host directory
         self.ok("DELETE", "/directories?" + q(path=["/esc/abs", "/esc/rel"]))
         self.assertFalse(os.path.lexists(self.host("/esc/abs")))

@@ -275,10 +275,17 @@ static void test_users(void)
 	CHECK_INT(groups[0], 1001);
 	CHECK_INT(groups[1], 1002);
 	CHECK_INT(users_groups_of("root", groups, 4), 0);
-	/* A changed file is re-read. */
+	/* A changed file is re-read, and cached names of the old one are forgotten. */
+	CHECK_INT(users_name_by_uid(1000, name, sizeof(name)), 0);
+	CHECK_INT(users_name_by_uid(7, name, sizeof(name)), -ENOENT);
 	put(pw, "carol:x:7:7::/:/bin/sh\n");
 	CHECK_INT(users_uid_by_name("carol", &u), 0);
 	CHECK_INT(u, 7);
+	CHECK_INT(users_name_by_uid(1000, name, sizeof(name)), -ENOENT);
+	CHECK_INT(users_name_by_uid(7, name, sizeof(name)), 0);
+	CHECK_STR(name, "carol");
+	CHECK_INT(users_name_by_uid(7, name, sizeof(name)), 0); /* from the cache */
+	CHECK_STR(name, "carol");
 	users_set_files(NULL, NULL);
 	CHECK_INT(users_uid_by_name("root", &u), 0);
 	CHECK_INT(u, 0);
