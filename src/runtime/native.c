@@ -236,8 +236,18 @@ static int mask_path(const char *path, const char *devnull, struct error *err)
 	struct stat st;
 	if (lstat(path, &st) < 0)
 		return errno == ENOENT || errno == ENOTDIR ? 0 : error_set_errno(err, errno, "stat '%s'", path);
-	if (S_ISLNK(st.st_mode))
-		return 0; /* a link leads to something else this list or the mounts already cover */
+	if (S_ISLNK(st.st_mode)) {
+		/* Only called with symlinks after pivot_root (in /proc nothing on the lists is a
+		 * link), so the target resolves inside the sandbox: hide what it points to (a host
+		 * with /home -> /var/home). A link to "/" or a dangling one hides nothing. */
+		char target[PATH_MAX];
+		if (!realpath(path, target) || strcmp(target, "/") == 0)
+			return 0;
+		if (lstat(target, &st) < 0 || S_ISLNK(st.st_mode))
+			return 0;
+		path = target;
+		return mask_path(path, devnull, err);
+	}
 	if (S_ISDIR(st.st_mode))
 		return do_mount("tmpfs", path, "tmpfs",
 				MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=4k", err);

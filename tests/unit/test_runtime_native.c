@@ -340,6 +340,35 @@ static void test_image_dir(void)
 	CHECK_INT(rmdir(image), 0);
 }
 
+/* Host image with the state dir given through a symlink: the mask follows the link. */
+static void test_symlinked_state_dir(void)
+{
+	char link[PATH_MAX + 8], hidden[PATH_MAX + 16];
+	snprintf(link, sizeof(link), "%s-link", state);
+	CHECK_INT(symlink(state, link), 0);
+	struct runtime_config lcfg = cfg;
+	lcfg.state_dir = link;
+	struct sandbox_spec spec = {.host_image = true, .rootfs = "/"};
+	CHECK_INT(id_uuid4(spec.id), 0);
+	snprintf(hidden, sizeof(hidden), "hidden=%s", state);
+	char *entry[] = {hidden, NULL};
+	spec.entrypoint = entry;
+	pid_t pid;
+	uint64_t start;
+	struct error err = {0};
+	CHECK_INT(runtime_native.create(&lcfg, &spec, &pid, &start, &err), 0);
+	if (err.code == 0) {
+		CHECK_INT(wait_report(spec.id), 0);
+		CHECK_STR(R("hidden_entries"), "0");
+		CHECK_INT(runtime_native.destroy(&lcfg, spec.id, &err), 0);
+		CHECK(!cgroup_exists(spec.id));
+		CHECK_INT(rmdir(S(spec.id, "")), 0);
+	} else {
+		fprintf(stderr, "create: %s\n", err.msg);
+	}
+	CHECK_INT(unlink(link), 0);
+}
+
 /* A failing create reports a precise message and rolls itself back. */
 static void test_failed_create(void)
 {
@@ -403,6 +432,7 @@ int main(int argc, char **argv)
 
 	test_host_image();
 	test_image_dir();
+	test_symlinked_state_dir();
 	test_failed_create();
 
 	remove_parent_cgroups();
