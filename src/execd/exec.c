@@ -669,6 +669,58 @@ void exec_shutdown(void)
 		}
 }
 
+struct execution *exec_new_external(const char *command, const char *init_text, struct error *err)
+{
+	char id[HEXID_LEN];
+	if (id_hex32(id) < 0) {
+		error_set_errno(err, errno, "generate an execution id");
+		return NULL;
+	}
+	struct execution *ex = exec_new(id);
+	if (!ex || !(ex->command = strdup(command)) || !(ex->split_out = malloc(sizeof(*ex->split_out))) ||
+	    !(ex->split_err = malloc(sizeof(*ex->split_err)))) {
+		if (ex)
+			exec_free(ex);
+		error_set(err, ENOMEM, "out of memory");
+		return NULL;
+	}
+	line_splitter_init(ex->split_out);
+	line_splitter_init(ex->split_err);
+	ex->started_ms = time_now_ms();
+	ex->started_ns = time_mono_ns();
+	ex->running = true;
+	hash_put(ex);
+	stream_event_text(&ex->init_event, "init", init_text, strlen(init_text), ex->started_ms);
+	ex->events_len = ex->init_event.len;
+	defer(ex, ensure_files);
+	return exec_ref(ex);
+}
+
+void exec_external_output(struct execution *ex, bool is_err, const char *buf, size_t n)
+{
+	if (!ex->running || n == 0)
+		return;
+	file_append(ex, is_err ? F_STDERR : F_STDOUT, buf, n);
+	file_append(ex, F_OUTPUT, buf, n);
+	struct line_ctx c = {ex, is_err ? "stderr" : "stdout", time_now_ms()};
+	line_splitter_feed(is_err ? ex->split_err : ex->split_out, buf, n, on_line, &c);
+	flush_pending(ex);
+}
+
+void exec_external_finish(struct execution *ex, int code, const char *error)
+{
+	if (!ex->running)
+		return;
+	int64_t now = time_now_ms();
+	struct line_ctx c = {ex, "stdout", now};
+	line_splitter_flush(ex->split_out, on_line, &c);
+	c.type = "stderr";
+	line_splitter_flush(ex->split_err, on_line, &c);
+	exec_ref(ex);
+	exec_finish(ex, code, error);
+	exec_unref(ex);
+}
+
 /* ----- environment and cwd ----- */
 
 static void strv_free(char **v)
@@ -777,6 +829,18 @@ static int expand_cwd(const char *in, char **envp, const char *home, char *out, 
 	}
 #undef PUT
 	out[o] = '\0';
+	return 0;
+}
+
+int exec_resolve_cwd(const char *in, char *out, size_t len, struct error *err)
+{
+	struct stat st;
+	if (expand_cwd(in, environ, NULL, out, len) < 0)
+		return error_set(err, EINVAL, "field 'cwd': cannot expand '%s'", in);
+	if (stat(out, &st) < 0)
+		return error_set(err, EINVAL, "field 'cwd': '%s': %s", out, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return error_set(err, EINVAL, "field 'cwd': '%s' is not a directory", out);
 	return 0;
 }
 

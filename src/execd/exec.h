@@ -121,6 +121,18 @@ bool exec_child_exited(pid_t pid, int status);
 /* SIGKILL every running execution's process group (execd is going down). */
 void exec_kill_all(void);
 
+/*
+ * Executions driven by someone else (a bash session's shell): the output is fed in and the end is
+ * reported; records, files, the event stream and status work as for any execution. init_text is
+ * the init event's text (the session id, as the reference has it).
+ */
+struct execution *exec_new_external(const char *command, const char *init_text, struct error *err);
+void exec_external_output(struct execution *ex, bool is_err, const char *buf, size_t n);
+void exec_external_finish(struct execution *ex, int code, const char *error);
+
+/* Expand ~ and $VAR in a client's cwd (execd's environment) and check it is a directory. */
+int exec_resolve_cwd(const char *in, char *out, size_t len, struct error *err);
+
 void exec_watch_add(struct execution *ex, struct exec_watch *w);
 void exec_watch_remove(struct execution *ex, struct exec_watch *w);
 

@@ -219,7 +219,7 @@ int main(int argc, char **argv)
 		log_error("%s", err.msg);
 		execd_exit("ExecdExited", 1, err.msg);
 	}
-	session_init(execd_base);
+	session_init(execd_base, M.state_dir);
 	struct event *ev_chld = evsignal_new(execd_base, SIGCHLD, on_sigchld, NULL);
 	struct event *ev_term = evsignal_new(execd_base, SIGTERM, on_term, NULL);
 	struct event *ev_int = evsignal_new(execd_base, SIGINT, on_term, NULL);

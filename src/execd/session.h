@@ -8,7 +8,8 @@
 
 #define SESSION_MAX 64
 
-void session_init(struct event_base *base);
+/* Sessions keep their command files under <state_dir>/sessions/<id>/. */
+void session_init(struct event_base *base, const char *state_dir);
 void session_create(struct evhttp_request *req);             /* POST /session */
 void session_run(struct evhttp_request *req, const char *id); /* POST /session/{id}/run */
 void session_delete(struct evhttp_request *req, const char *id);

@@ -551,6 +551,78 @@ class ExecdTest(unittest.TestCase):
         self.assertEqual(results, {i: ["w%d" % i] for i in range(20)})
 
 
+    # ----- bash sessions and metrics -----
+
+    def new_session(self, body=None):
+        r, data = self.request("POST", "/session", body if body is not None else b"")
+        sid = self.json_of(r, data, 200)["session_id"]
+        self.assertRegex(sid, HEX32)
+        return sid
+
+    def session_run(self, sid, body):
+        r, data = self.request("POST", "/session/%s/run" % sid, body)
+        self.assertEqual(r.status, 200, data)
+        events = parse_events(data)
+        self.assertEqual(events[0], {"type": "init", "text": sid, "timestamp": events[0]["timestamp"]})
+        return events
+
+    def test_session_state_persists(self):
+        d = tempfile.mkdtemp(dir=self.execd.dir)
+        sid = self.new_session({"cwd": d})
+        ev = self.session_run(sid, {"command": "pwd; export CORRAL_X=42; mkdir -p sub; cd sub; printf tail"})
+        self.assertEqual(self.outputs(ev), [d, "tail"])
+        self.assertEqual(ev[-1]["type"], "execution_complete")
+        ev = self.session_run(sid, {"command": 'pwd; echo "x=$CORRAL_X"; echo bad >&2; false'})
+        self.assertEqual(self.outputs(ev), [os.path.join(d, "sub"), "x=42"])
+        self.assertEqual(self.outputs(ev, "stderr"), ["bad"])
+        self.assertEqual(ev[-1]["error"]["evalue"], "1")
+        # A per-run cwd applies to that run.
+        ev = self.session_run(sid, {"command": "pwd", "cwd": "/"})
+        self.assertEqual(self.outputs(ev), ["/"])
+        # Commands cannot read the session's control pipe.
+        ev = self.session_run(sid, {"command": "cat; echo after"})
+        self.assertEqual(self.outputs(ev), ["after"])
+        r, data = self.request("DELETE", "/session/" + sid)
+        self.assertEqual(r.status, 200)
+        r, data = self.request("POST", "/session/%s/run" % sid, {"command": "true"})
+        self.assertEqual(self.json_of(r, data, 404)["code"], "CONTEXT_NOT_FOUND")
+        r, data = self.request("DELETE", "/session/" + sid)
+        self.assertEqual(self.json_of(r, data, 404)["code"], "CONTEXT_NOT_FOUND")
+
+    def test_session_exit_and_timeout(self):
+        sid = self.new_session()
+        ev = self.session_run(sid, {"command": "echo bye; exit 3"})
+        self.assertEqual(self.outputs(ev), ["bye"])
+        self.assertEqual(ev[-1]["error"]["evalue"], "3")
+        r, data = self.request("POST", "/session/%s/run" % sid, {"command": "true"})
+        self.json_of(r, data, 404)
+        sid = self.new_session()
+        t0 = time.time()
+        ev = self.session_run(sid, {"command": "sleep 30", "timeout": 300})
+        self.assertLess(time.time() - t0, 5)
+        self.assertEqual(ev[-1]["error"]["evalue"], "137")
+        r, data = self.request("POST", "/session/%s/run" % sid, {})
+        self.assertIn(r.status, (400, 404))
+
+    def test_session_validation(self):
+        sid = self.new_session()
+        for body in (b"nope", {}, {"command": ""}, {"command": "true", "timeout": "x"}):
+            r, data = self.request("POST", "/session/%s/run" % sid, body)
+            self.assertEqual(self.json_of(r, data, 400)["code"], "INVALID_REQUEST_BODY", body)
+        r, data = self.request("POST", "/session", {"cwd": "/no/such/dir"})
+        self.json_of(r, data, 400)
+        self.request("DELETE", "/session/" + sid)
+
+    def test_metrics(self):
+        r, data = self.request("GET", "/metrics")
+        m = self.json_of(r, data, 200)
+        self.assertEqual(set(m), {"cpu_count", "cpu_used_pct", "mem_total_mib", "mem_used_mib", "timestamp"})
+        self.assertGreater(m["cpu_count"], 0)
+        self.assertTrue(0 <= m["cpu_used_pct"] <= 100)
+        self.assertTrue(0 <= m["mem_used_mib"] <= m["mem_total_mib"])
+        self.assertLess(abs(m["timestamp"] - time.time() * 1000), 120000)
+
+
 class EntrypointTest(unittest.TestCase):
     def test_entrypoint_exit_writes_exit_json(self):
         e = Execd(entrypoint=["sh", "-c", "sleep 0.5; exit 3"])
