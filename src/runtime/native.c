@@ -355,6 +355,8 @@ static int mount_overlay(struct child_ctx *c, struct error *err)
 	const unsigned long flags = MS_NOSUID | MS_NODEV;
 	if (mount("overlay", c->rootfs, "overlay", flags, c->overlay_opts) == 0)
 		return 0;
+	if (errno != EINVAL) /* an unknown option is EINVAL; anything else is not about volatile */
+		return error_set_errno(err, errno, "mount overlay on '%s'", c->rootfs);
 	c->overlay_opts[n] = '\0';
 	return do_mount("overlay", c->rootfs, "overlay", flags, c->overlay_opts, err);
 }
