@@ -872,8 +872,14 @@ static bool process(struct exchange *ex)
 		return !done;
 	}
 	if (!ex->started) {
-		if (done && evbuffer_get_length(ex->chunk) <= ONE_SHOT_MAX) {
-			/* Complete already: one write, and evhttp sets Content-Length itself. */
+		/*
+		 * Complete already, and execd gave its length: one reply. A chunked answer stays
+		 * chunked even when it arrived whole, so clients see execd's framing (some, like
+		 * Python's http.client reading lines, only notice the end of a streamed body by
+		 * its last chunk).
+		 */
+		if (done && ex->resp.body != HTTP_BODY_CHUNKED &&
+		    evbuffer_get_length(ex->chunk) <= ONE_SHOT_MAX) {
 			char rbuf[256];
 			const char *reason = reason_of(&ex->resp, rbuf, sizeof(rbuf));
 			struct evhttp_request *req = ex->req;
