@@ -33,6 +33,8 @@ struct create_ctx {
 	struct event *deadline_ev;
 	struct event *retry_ev;
 	int64_t deadline_mono_ms;
+	int64_t start_mono_ms;   /* request accepted */
+	int64_t created_mono_ms; /* runtime create returned */
 	int backoff_ms;
 	unsigned pings;
 	bool ping_in_flight;
@@ -85,8 +87,11 @@ static void create_finish(struct create_ctx *c, int status, const char *code, co
 		log_error("create sandbox %s: %s", sb->id, msg);
 		lifecycle_teardown(sb, "create failed");
 	} else {
-		log_info("sandbox %s: running (pid %d, ready after %u ping(s))", sb->id, (int)sb->pid,
-			 c->pings);
+		int64_t now = time_mono_ms();
+		log_info("sandbox %s: running (pid %d) after %lld ms: runtime %lld ms, execd ready %lld ms later (%u ping(s))",
+			 sb->id, (int)sb->pid, (long long)(now - c->start_mono_ms),
+			 (long long)(c->created_mono_ms - c->start_mono_ms),
+			 (long long)(now - c->created_mono_ms), c->pings);
 	}
 	c->done(sb, status, code, msg, c->arg);
 	create_ctx_maybe_free(c);
@@ -196,6 +201,7 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 		create_fail(c, 500, "SANDBOX::CREATE_FAILED", "runtime create failed: %s", res->msg);
 		return;
 	}
+	c->created_mono_ms = time_mono_ms();
 	sb->pid = res->pid;
 	sb->starttime = res->starttime;
 	sandbox_save(sb);
@@ -291,7 +297,8 @@ int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit,
 		return r;
 	}
 	sb->creating = c;
-	c->deadline_mono_ms = time_mono_ms() + (int64_t)d->create_timeout_s * 1000;
+	c->start_mono_ms = time_mono_ms();
+	c->deadline_mono_ms = c->start_mono_ms + (int64_t)d->create_timeout_s * 1000;
 	struct timeval tv = {d->create_timeout_s, 0};
 	evtimer_add(c->deadline_ev, &tv);
 	return 0;
