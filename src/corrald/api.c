@@ -118,6 +118,11 @@ static void on_created(struct sandbox *sb, int status, const char *code, const c
 static void h_create(struct corrald *d, struct evhttp_request *req)
 {
 	json_t *body = NULL;
+	if (d->shutting_down) {
+		http_send_error(req, 503, "SANDBOX::SHUTTING_DOWN",
+				"corrald is shutting down; retry once it has restarted");
+		return;
+	}
 	if (!body_json(req, false, &body))
 		return;
 	struct create_params p;
