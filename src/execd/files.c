@@ -33,12 +33,12 @@
 #include "shared/macro.h"
 #include "users.h"
 
-#define FILES_QUERY_PATHS_MAX 1024        /* path= parameters in one request */
-#define FILES_LIST_MAX 100000             /* entries returned by list or search */
-#define FILES_WALK_DEPTH_MAX 256          /* directory levels list and search descend */
-#define FILES_REPLACE_MAX (64u << 20)     /* size of a file /files/replace reads */
+#define FILES_QUERY_PATHS_MAX 1024	   /* path= parameters in one request */
+#define FILES_LIST_MAX 100000		   /* entries returned by list or search */
+#define FILES_WALK_DEPTH_MAX 256	   /* directory levels list and search descend */
+#define FILES_REPLACE_MAX (64u << 20)	   /* size of a file /files/replace reads */
 #define FILES_REPLACE_OUT_MAX (256u << 20) /* size of a file /files/replace writes */
-#define FILES_METADATA_MAX (64u << 10)    /* one upload metadata part */
+#define FILES_METADATA_MAX (64u << 10)	   /* one upload metadata part */
 
 #define CODE_BAD_BODY "INVALID_REQUEST_BODY"
 #define CODE_MISSING_QUERY "MISSING_QUERY"
@@ -152,13 +152,14 @@ static json_t *file_info(const char *path, const struct stat *st)
 	files_time_nano(&st->st_mtim, mtime, sizeof(mtime));
 	/* The reference reports ctime as the creation time. */
 	files_time_sec(st->st_ctim.tv_sec, ctime_, sizeof(ctime_));
-	const char *type = S_ISLNK(st->st_mode) ? "symlink"
+	const char *type = S_ISLNK(st->st_mode)	  ? "symlink"
 			   : S_ISDIR(st->st_mode) ? "directory"
 			   : S_ISREG(st->st_mode) ? "file"
 						  : "other";
 	return json_pack("{s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:i}", "path", path, "type", type,
-			 "size", (json_int_t)st->st_size, "modified_at", mtime, "created_at", ctime_,
-			 "owner", owner, "group", group, "mode", files_mode_encode(st->st_mode));
+			 "size", (json_int_t)st->st_size, "modified_at", mtime, "created_at",
+			 ctime_, "owner", owner, "group", group, "mode",
+			 files_mode_encode(st->st_mode));
 }
 
 static void join_path(char out[PATH_MAX], const char *dir, const char *name)
@@ -177,7 +178,7 @@ struct perm {
 
 static int perm_parse(const json_t *obj, struct perm *p, char *err, size_t errlen)
 {
-	*p = (struct perm){ .uid = (uid_t)-1, .gid = (gid_t)-1 };
+	*p = (struct perm){.uid = (uid_t)-1, .gid = (gid_t)-1};
 	if (!json_is_object(obj)) {
 		snprintf(err, errlen, "expected an object with mode, owner and group");
 		return -EINVAL;
@@ -187,12 +188,11 @@ static int perm_parse(const json_t *obj, struct perm *p, char *err, size_t errle
 		if (!json_is_integer(mode) ||
 		    files_mode_decode((long long)json_integer_value(mode), &p->mode) < 0) {
 			snprintf(err, errlen,
-				 "mode must be an integer of octal digits between 0 and 7777 (644 means "
-				 "rw-r--r--)");
+				 "mode must be octal digits 0..7777 (644 is rw-r--r--)");
 			return -EINVAL;
 		}
 	}
-	static const char *const keys[] = { "owner", "group" };
+	static const char *const keys[] = {"owner", "group"};
 	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
 		json_t *v = json_object_get(obj, keys[i]);
 		if (!v || json_is_null(v))
@@ -204,9 +204,11 @@ static int perm_parse(const json_t *obj, struct perm *p, char *err, size_t errle
 		const char *name = json_string_value(v);
 		if (!*name)
 			continue;
-		int r = i == 0 ? users_uid_by_name(name, &p->uid) : users_gid_by_name(name, &p->gid);
+		int r =
+		    i == 0 ? users_uid_by_name(name, &p->uid) : users_gid_by_name(name, &p->gid);
 		if (r < 0) {
-			snprintf(err, errlen, "unknown %s '%.200s'", i == 0 ? "user" : "group", name);
+			snprintf(err, errlen, "unknown %s '%.200s'", i == 0 ? "user" : "group",
+				 name);
 			return -EINVAL;
 		}
 		p->has_owner = true;
@@ -258,8 +260,7 @@ static bool is_array(const json_t *j)
 }
 
 /* Repeated path= parameters; replies and returns -1 when there are too many. */
-static int query_paths(struct evhttp_request *req, const struct http_query *q,
-		       const char **out)
+static int query_paths(struct evhttp_request *req, const struct http_query *q, const char **out)
 {
 	size_t n = http_query_get_all(q, "path", out, FILES_QUERY_PATHS_MAX + 1);
 	if (n > FILES_QUERY_PATHS_MAX) {
@@ -353,21 +354,24 @@ static void handle_delete_files(struct evhttp_request *req)
 
 static void handle_permissions(struct evhttp_request *req)
 {
-	_cleanup_json_ json_t *body = body_json(req, is_object, "an object {path: {mode, owner, group}}");
+	_cleanup_json_ json_t *body =
+	    body_json(req, is_object, "an object {path: {mode, owner, group}}");
 	if (!body)
 		return;
 	const char *key;
 	json_t *val;
 	char err[512];
 	/* Validate everything before changing anything. */
-	json_object_foreach(body, key, val) {
+	json_object_foreach(body, key, val)
+	{
 		struct perm p;
 		if (perm_parse(val, &p, err, sizeof(err)) < 0) {
 			http_send_error(req, 400, CODE_BAD_BODY, "'%s': %s", key, err);
 			return;
 		}
 	}
-	json_object_foreach(body, key, val) {
+	json_object_foreach(body, key, val)
+	{
 		struct perm p;
 		char abs[PATH_MAX];
 		perm_parse(val, &p, err, sizeof(err));
@@ -394,7 +398,8 @@ static void handle_mv(struct evhttp_request *req)
 		return;
 	size_t i;
 	json_t *item;
-	json_array_foreach(body, i, item) {
+	json_array_foreach(body, i, item)
+	{
 		const char *src = json_string_value(json_object_get(item, "src"));
 		const char *dest = json_string_value(json_object_get(item, "dest"));
 		if (!json_is_object(item) || !src || !*src || !dest || !*dest) {
@@ -403,7 +408,8 @@ static void handle_mv(struct evhttp_request *req)
 			return;
 		}
 	}
-	json_array_foreach(body, i, item) {
+	json_array_foreach(body, i, item)
+	{
 		const char *src = json_string_value(json_object_get(item, "src"));
 		const char *dest = json_string_value(json_object_get(item, "dest"));
 		char asrc[PATH_MAX], adest[PATH_MAX];
@@ -437,8 +443,8 @@ static void handle_mv(struct evhttp_request *req)
 			return;
 		}
 		if (fstatat(dfd, dname, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-			http_send_error(req, 409, CODE_BAD_BODY, "destination path already exists: %s",
-					dest);
+			http_send_error(req, 409, CODE_BAD_BODY,
+					"destination path already exists: %s", dest);
 			return;
 		}
 		r = renameat2(sfd, sname, dfd, dname, RENAME_NOREPLACE);
@@ -463,8 +469,8 @@ struct walk {
 	json_t *out;
 	size_t count;
 	const char *pattern; /* search: glob on base names; NULL for list */
-	int max_depth;       /* list: levels to descend (1 = children only) */
-	int err;             /* negative errno */
+	int max_depth;	     /* list: levels to descend (1 = children only) */
+	int err;	     /* negative errno */
 	char where[PATH_MAX];
 };
 
@@ -549,9 +555,9 @@ static int walk_dir(struct walk *w, int dfd, const char *dir, int depth)
 			snprintf(w->where, sizeof(w->where), "%s", child);
 			break;
 		}
-		bool take = w->pattern ? S_ISREG(st.st_mode) &&
-						 files_glob_match(w->pattern, names[i]) == 1
-				       : true;
+		bool take = w->pattern
+				? S_ISREG(st.st_mode) && files_glob_match(w->pattern, names[i]) == 1
+				: true;
 		if (take) {
 			if (w->count >= FILES_LIST_MAX) {
 				r = -E2BIG;
@@ -563,8 +569,8 @@ static int walk_dir(struct walk *w, int dfd, const char *dir, int depth)
 		bool descend = S_ISDIR(st.st_mode) && depth + 1 < FILES_WALK_DEPTH_MAX &&
 			       (w->pattern || depth + 1 < w->max_depth);
 		if (descend) {
-			int cfd = openat(self, names[i],
-					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			int cfd =
+			    openat(self, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (cfd < 0) {
 				if (errno == ENOENT)
 					continue;
@@ -618,7 +624,7 @@ static void handle_search(struct evhttp_request *req)
 		reply_errno(req, r, CODE_BAD_BODY, "'%s'", path);
 		return;
 	}
-	struct walk w = { .out = json_array(), .pattern = pattern };
+	struct walk w = {.out = json_array(), .pattern = pattern};
 	if (S_ISDIR(st.st_mode)) {
 		/* A symlinked root is followed (like the reference's os.Stat); nothing below is. */
 		int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -679,7 +685,7 @@ static void handle_list(struct evhttp_request *req)
 		http_send_error(req, 400, CODE_BAD_BODY, "path is not a directory: %s", abs);
 		return;
 	}
-	struct walk w = { .out = json_array(), .max_depth = (int)MIN(depth, FILES_WALK_DEPTH_MAX) };
+	struct walk w = {.out = json_array(), .max_depth = (int)MIN(depth, FILES_WALK_DEPTH_MAX)};
 	if (depth > 0) {
 		int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		r = dfd < 0 ? -errno : walk_dir(&w, dfd, abs, 0);
@@ -765,7 +771,8 @@ static int replace_in_fd(int fd, const char *old, size_t oldn, const char *new, 
 		return 0;
 	uint64_t outn = (uint64_t)size - (uint64_t)count * oldn + (uint64_t)count * newn;
 	if (outn > FILES_REPLACE_OUT_MAX) {
-		snprintf(err, errlen, "result would be larger than %u MiB", FILES_REPLACE_OUT_MAX >> 20);
+		snprintf(err, errlen, "result would be larger than %u MiB",
+			 FILES_REPLACE_OUT_MAX >> 20);
 		return -EFBIG;
 	}
 	_cleanup_free_ char *out = malloc(outn + 1);
@@ -797,7 +804,8 @@ static void handle_replace(struct evhttp_request *req)
 		return;
 	const char *key;
 	json_t *val;
-	json_object_foreach(body, key, val) {
+	json_object_foreach(body, key, val)
+	{
 		json_t *old = json_object_get(val, "old"), *new = json_object_get(val, "new");
 		if (!json_is_object(val) || !json_is_string(old) ||
 		    (new && !json_is_null(new) && !json_is_string(new))) {
@@ -806,13 +814,14 @@ static void handle_replace(struct evhttp_request *req)
 			return;
 		}
 		if (json_string_length(old) == 0) {
-			http_send_error(req, 400, CODE_BAD_BODY, "'%s': old content must not be empty",
-					key);
+			http_send_error(req, 400, CODE_BAD_BODY,
+					"'%s': old content must not be empty", key);
 			return;
 		}
 	}
 	_cleanup_json_ json_t *results = json_object();
-	json_object_foreach(body, key, val) {
+	json_object_foreach(body, key, val)
+	{
 		json_t *old = json_object_get(val, "old"), *new = json_object_get(val, "new");
 		char abs[PATH_MAX], err[128] = "";
 		if (!normalize(req, key, abs, CODE_BAD_BODY))
@@ -823,8 +832,8 @@ static void handle_replace(struct evhttp_request *req)
 		if (r == 0)
 			r = replace_in_fd(fd, json_string_value(old), json_string_length(old),
 					  json_is_string(new) ? json_string_value(new) : "",
-					  json_is_string(new) ? json_string_length(new) : 0, &count, err,
-					  sizeof(err));
+					  json_is_string(new) ? json_string_length(new) : 0, &count,
+					  err, sizeof(err));
 		if (r < 0 && err[0]) {
 			http_send_error(req, 400, CODE_BAD_BODY, "'%s': %s", key, err);
 			return;
@@ -833,7 +842,8 @@ static void handle_replace(struct evhttp_request *req)
 			reply_errno(req, r, CODE_BAD_BODY, "replacing in '%s'", key);
 			return;
 		}
-		json_object_set_new(results, key, json_pack("{s:I}", "replacedCount", (json_int_t)count));
+		json_object_set_new(results, key,
+				    json_pack("{s:I}", "replacedCount", (json_int_t)count));
 	}
 	if (verbose)
 		http_send_json(req, 200, TAKE_PTR(results));
@@ -846,20 +856,22 @@ static void handle_replace(struct evhttp_request *req)
 static void handle_mkdir(struct evhttp_request *req)
 {
 	_cleanup_json_ json_t *body =
-		body_json(req, is_object, "an object {path: {mode, owner, group}}");
+	    body_json(req, is_object, "an object {path: {mode, owner, group}}");
 	if (!body)
 		return;
 	const char *key;
 	json_t *val;
 	char err[512];
-	json_object_foreach(body, key, val) {
+	json_object_foreach(body, key, val)
+	{
 		struct perm p;
 		if (perm_parse(val, &p, err, sizeof(err)) < 0) {
 			http_send_error(req, 400, CODE_BAD_BODY, "'%s': %s", key, err);
 			return;
 		}
 	}
-	json_object_foreach(body, key, val) {
+	json_object_foreach(body, key, val)
+	{
 		struct perm p;
 		char abs[PATH_MAX];
 		perm_parse(val, &p, err, sizeof(err));
@@ -900,7 +912,8 @@ static void handle_rmdir(struct evhttp_request *req)
 		if (!normalize(req, paths[i], abs, CODE_BAD_BODY))
 			return;
 		if (strcmp(abs, "/") == 0) {
-			http_send_error(req, 400, CODE_BAD_BODY, "refusing to remove the root directory");
+			http_send_error(req, 400, CODE_BAD_BODY,
+					"refusing to remove the root directory");
 			return;
 		}
 		_cleanup_close_ int dfd = -1;
@@ -923,10 +936,8 @@ static void handle_rmdir(struct evhttp_request *req)
 				r = fs_remove_tree_at(dfd, name);
 		}
 		if (r == -EBUSY) {
-			http_send_error(req, 409, CODE_RUNTIME,
-					"'%s' is or contains a mount point; it was not removed "
-					"(entries outside mount points may have been)",
-					paths[i]);
+			const char *msg = "is or contains a mount point, which is never removed";
+			http_send_error(req, 409, CODE_RUNTIME, "'%s' %s", paths[i], msg);
 			return;
 		}
 		if (r < 0) {
@@ -999,15 +1010,16 @@ static void handle_download(struct evhttp_request *req)
 		http_send_error(req, 400, CODE_MISSING_QUERY, "missing query parameter 'path'");
 		return;
 	}
-	/* Line-based reading (offset and limit, both or neither), as the reference's newer execd. */
+	/* Line-based reading (offset and limit, both or neither), as the reference's newer execd.
+	 */
 	const char *os_ = http_query_get(q, "offset"), *ls = http_query_get(q, "limit");
 	bool by_lines = (os_ && *os_) || (ls && *ls);
 	uint64_t first = 0, count = 0;
 	if (by_lines) {
 		if (!os_ || !*os_ || !ls || !*ls) {
-			http_send_error(req, 400, CODE_BAD_BODY,
-					"both offset and limit must be provided together for line-based "
-					"reading");
+			const char *msg =
+			    "both offset and limit must be given for line-based reading";
+			http_send_error(req, 400, CODE_BAD_BODY, "%s", msg);
 			return;
 		}
 		if (!parse_positive(os_, &first)) {
@@ -1016,7 +1028,8 @@ static void handle_download(struct evhttp_request *req)
 			return;
 		}
 		if (!parse_positive(ls, &count)) {
-			http_send_error(req, 400, CODE_BAD_BODY, "limit must be a positive integer");
+			http_send_error(req, 400, CODE_BAD_BODY,
+					"limit must be a positive integer");
 			return;
 		}
 		if (count > INT64_MAX - first)
@@ -1055,7 +1068,8 @@ static void handle_download(struct evhttp_request *req)
 		if (r < 0) {
 			char cr[64];
 			snprintf(cr, sizeof(cr), "bytes */%llu", (unsigned long long)size);
-			evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Range", cr);
+			evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Range",
+					  cr);
 			http_send_error(req, 416, CODE_UNKNOWN, "%s range '%.100s' for %llu bytes",
 					r == -ERANGE ? "unsatisfiable" : "invalid", range,
 					(unsigned long long)size);
@@ -1113,7 +1127,8 @@ static void handle_download(struct evhttp_request *req)
 	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
 	if (seg) {
 		if (bev)
-			evbuffer_add_file_segment(bufferevent_get_output(bev), seg, 0, (ev_off_t)len);
+			evbuffer_add_file_segment(bufferevent_get_output(bev), seg, 0,
+						  (ev_off_t)len);
 		evbuffer_file_segment_free(seg);
 	}
 	evhttp_send_reply_end(req);
@@ -1148,7 +1163,7 @@ static int up_begin(void *ud, const struct multipart_part *part)
 		u->cap = cap;
 	}
 	struct up_part *p = &u->parts[u->n++];
-	*p = (struct up_part){ .start = part->data_start, .end = part->data_start };
+	*p = (struct up_part){.start = part->data_start, .end = part->data_start};
 	/* Like Go's form.File: only parts with a filename count. */
 	if (part->has_filename && strcmp(part->name, "metadata") == 0)
 		p->kind = UP_METADATA;
@@ -1185,9 +1200,9 @@ static int up_end(void *ud, uint64_t end)
 }
 
 static const struct multipart_callbacks up_callbacks = {
-	.part_begin = up_begin,
-	.part_data = up_data,
-	.part_end = up_end,
+    .part_begin = up_begin,
+    .part_data = up_data,
+    .part_end = up_end,
 };
 
 static void upload_clear(struct upload *u)
@@ -1203,8 +1218,7 @@ struct up_meta {
 };
 
 /* Write body bytes [start, end) (offsets over the iovecs) to fd. */
-static int write_range(int fd, const struct evbuffer_iovec *v, int nv, uint64_t start,
-		       uint64_t end)
+static int write_range(int fd, const struct evbuffer_iovec *v, int nv, uint64_t start, uint64_t end)
 {
 	uint64_t pos = 0;
 	for (int i = 0; i < nv && pos < end; i++) {
@@ -1279,7 +1293,7 @@ static void handle_upload(struct evhttp_request *req)
 	_cleanup_free_ struct evbuffer_iovec *v = calloc((size_t)MAX(nv, 1), sizeof(*v));
 	_cleanup_free_ struct multipart_parser *mp = malloc(sizeof(*mp));
 	_cleanup_free_ struct up_meta *metas = NULL;
-	struct upload u = { 0 };
+	struct upload u = {0};
 	if (!v || !mp) {
 		http_send_error(req, 500, CODE_RUNTIME, "out of memory");
 		return;
@@ -1295,10 +1309,11 @@ static void handle_upload(struct evhttp_request *req)
 	if (r < 0) {
 		if (u.meta_too_big)
 			http_send_error(req, 400, CODE_INVALID_METADATA,
-					"metadata part is larger than %u bytes", FILES_METADATA_MAX);
+					"metadata part is larger than %u bytes",
+					FILES_METADATA_MAX);
 		else
-			http_send_error(req, 400, CODE_INVALID_FILE, "multipart form is invalid: %s",
-					mp->err);
+			http_send_error(req, 400, CODE_INVALID_FILE,
+					"multipart form is invalid: %s", mp->err);
 		upload_clear(&u);
 		return;
 	}
@@ -1334,12 +1349,11 @@ static void handle_upload(struct evhttp_request *req)
 			continue;
 		json_error_t jerr;
 		_cleanup_json_ json_t *j =
-			p->meta ? json_loadb(p->meta, p->metalen, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+		    p->meta ? json_loadb(p->meta, p->metalen, JSON_REJECT_DUPLICATES, &jerr) : NULL;
 		if (!json_is_object(j)) {
+			const char *msg = "expected a JSON object {path, owner, group, mode}";
 			http_send_error(req, 400, CODE_INVALID_METADATA,
-					"invalid metadata format in pair %zu: expected a JSON object "
-					"{path, owner, group, mode}",
-					k);
+					"invalid metadata format in pair %zu: %s", k, msg);
 			goto out;
 		}
 		json_t *path = json_object_get(j, "path");
@@ -1361,8 +1375,8 @@ static void handle_upload(struct evhttp_request *req)
 		if (!normalize(req, ps, metas[k].abs, CODE_INVALID_METADATA))
 			goto out;
 		if (strcmp(metas[k].abs, "/") == 0) {
-			http_send_error(req, 400, CODE_INVALID_METADATA, "metadata path '%s' is a directory",
-					ps);
+			http_send_error(req, 400, CODE_INVALID_METADATA,
+					"metadata path '%s' is a directory", ps);
 			goto out;
 		}
 		k++;
@@ -1391,18 +1405,18 @@ struct route {
 };
 
 static const struct route routes[] = {
-	{ "/files/info", EVHTTP_REQ_GET, handle_info },
-	{ "/files", EVHTTP_REQ_DELETE, handle_delete_files },
-	{ "/files/permissions", EVHTTP_REQ_POST, handle_permissions },
-	{ "/files/mv", EVHTTP_REQ_POST, handle_mv },
-	{ "/files/search", EVHTTP_REQ_GET, handle_search },
-	{ "/files/replace", EVHTTP_REQ_POST, handle_replace },
-	{ "/files/upload", EVHTTP_REQ_POST, handle_upload },
-	{ "/files/download", EVHTTP_REQ_GET, handle_download },
-	{ "/files/download", EVHTTP_REQ_HEAD, handle_download },
-	{ "/directories/list", EVHTTP_REQ_GET, handle_list },
-	{ "/directories", EVHTTP_REQ_POST, handle_mkdir },
-	{ "/directories", EVHTTP_REQ_DELETE, handle_rmdir },
+    {"/files/info", EVHTTP_REQ_GET, handle_info},
+    {"/files", EVHTTP_REQ_DELETE, handle_delete_files},
+    {"/files/permissions", EVHTTP_REQ_POST, handle_permissions},
+    {"/files/mv", EVHTTP_REQ_POST, handle_mv},
+    {"/files/search", EVHTTP_REQ_GET, handle_search},
+    {"/files/replace", EVHTTP_REQ_POST, handle_replace},
+    {"/files/upload", EVHTTP_REQ_POST, handle_upload},
+    {"/files/download", EVHTTP_REQ_GET, handle_download},
+    {"/files/download", EVHTTP_REQ_HEAD, handle_download},
+    {"/directories/list", EVHTTP_REQ_GET, handle_list},
+    {"/directories", EVHTTP_REQ_POST, handle_mkdir},
+    {"/directories", EVHTTP_REQ_DELETE, handle_rmdir},
 };
 
 bool files_dispatch(struct evhttp_request *req, const char *path)

@@ -51,8 +51,8 @@ typedef int (*param_cb)(void *ud, const char *key, const char *value);
  * Parse a header value of the form `type *( ";" key "=" (token | quoted-string) )` (RFC 2045),
  * storing the lower-cased type and calling cb for every parameter with its decoded value.
  */
-static int parse_params(const char *s, char *type, size_t typelen, param_cb cb, void *ud,
-			char *err, size_t errlen)
+static int parse_params(const char *s, char *type, size_t typelen, param_cb cb, void *ud, char *err,
+			size_t errlen)
 {
 	size_t n = 0;
 	while (is_lwsp(*s))
@@ -110,7 +110,8 @@ static int parse_params(const char *s, char *type, size_t typelen, param_cb cb, 
 				val[vn++] = *s++;
 			}
 			if (*s != '"') {
-				snprintf(err, errlen, "unterminated quoted value of parameter '%s'", key);
+				snprintf(err, errlen, "unterminated quoted value of parameter '%s'",
+					 key);
 				return -EINVAL;
 			}
 			s++;
@@ -158,7 +159,8 @@ int multipart_boundary(const char *content_type, char *out, size_t outlen, char 
 {
 	char type[128], b[MULTIPART_BOUNDARY_MAX + 1] = "";
 	if (!content_type || !*content_type) {
-		snprintf(err, errlen, "Content-Type must be multipart/form-data; the header is missing");
+		snprintf(err, errlen,
+			 "Content-Type must be multipart/form-data; the header is missing");
 		return -EINVAL;
 	}
 	int r = parse_params(content_type, type, sizeof(type), boundary_cb, b, err, errlen);
@@ -259,9 +261,10 @@ static int header_line(struct multipart_parser *p, char *line)
 		value[--vn] = '\0';
 	if (strcasecmp(line, "Content-Disposition") == 0) {
 		char type[64], err[160];
-		struct multipart_part tmp = { 0 };
-		struct disp d = { .part = &tmp };
-		if (parse_params(value, type, sizeof(type), disposition_cb, &d, err, sizeof(err)) < 0)
+		struct multipart_part tmp = {0};
+		struct disp d = {.part = &tmp};
+		if (parse_params(value, type, sizeof(type), disposition_cb, &d, err, sizeof(err)) <
+		    0)
 			return fail(p, "part %u: bad Content-Disposition: %s", p->nparts, err);
 		/* Like Go's Part.FormName: only form-data parts have a form name. */
 		if (strcmp(type, "form-data") == 0)
@@ -346,8 +349,9 @@ static int data_feed(struct multipart_parser *p, const char *d, size_t n, size_t
 			return 0;
 		}
 		/*
-		 * Not a delimiter after all: the held bytes are data. The delimiter's first byte (CR or
-		 * LF) occurs nowhere else in it, so no later delimiter can start inside them.
+		 * Not a delimiter after all: the held bytes are data. The delimiter's first byte
+		 * (CR or LF) occurs nowhere else in it, so no later delimiter can start inside
+		 * them.
 		 */
 		size_t h = p->held;
 		p->held = 0;

@@ -5,9 +5,10 @@
  * a boundary may straddle two of them) and never copies part data: part_data() receives pointers
  * into the caller's pieces. Like Go's mime/multipart, the line ending of the first boundary line
  * ("\r\n" or a bare "\n") is the one every later delimiter must use, and a delimiter only counts
- * when "--", a space, a tab or a newline follows it ("\r\n--boundaryX" is data). Every internal buffer is
- * bounded: boundary length, header bytes per part, number of parts. A body that ends before the
- * closing "--boundary--" is an error in multipart_finish(), never a silently short last part.
+ * when "--", a space, a tab or a newline follows it ("\r\n--boundaryX" is data). Every internal
+ * buffer is bounded: boundary length, header bytes per part, number of parts. A body that ends
+ * before the closing "--boundary--" is an error in multipart_finish(), never a silently short last
+ * part.
  */
 #pragma once
 
@@ -19,15 +20,15 @@
 #define MULTIPART_HEADER_MAX 16384 /* header bytes of one part */
 #define MULTIPART_PARTS_MAX 10000
 #define MULTIPART_PARAM_MAX 1024 /* one decoded header parameter (name, filename) */
-#define MULTIPART_PAD_MAX 256    /* spaces and tabs after a boundary */
+#define MULTIPART_PAD_MAX 256	 /* spaces and tabs after a boundary */
 
 struct multipart_part {
-	char name[MULTIPART_PARAM_MAX];     /* form field name ("" when absent or not form-data) */
+	char name[MULTIPART_PARAM_MAX];	    /* form field name ("" when absent or not form-data) */
 	char filename[MULTIPART_PARAM_MAX]; /* decoded filename or filename* ("" when absent) */
-	bool has_filename;                  /* a non-empty filename: a "file" part in Go's terms */
+	bool has_filename;		    /* a non-empty filename: a "file" part in Go's terms */
 	char content_type[MULTIPART_PARAM_MAX];
 	uint64_t data_start; /* body offset of the part's first data byte */
-	unsigned index;      /* 0-based position among all parts */
+	unsigned index;	     /* 0-based position among all parts */
 };
 
 struct multipart_callbacks {
@@ -44,7 +45,7 @@ enum multipart_state {
 	MP_PREAMBLE_SKIP, /* a preamble line too long to be a boundary */
 	MP_HEADERS,
 	MP_DATA,
-	MP_DELIM_PEEK,      /* delimiter matched: is it followed by "--", LWSP or a newline? */
+	MP_DELIM_PEEK,	    /* delimiter matched: is it followed by "--", LWSP or a newline? */
 	MP_DELIM_PEEK_DASH, /* ... it was followed by one '-' */
 	MP_AFTER_DELIM,
 	MP_AFTER_DASH,
@@ -79,7 +80,8 @@ struct multipart_parser {
  * parameter (quoted or not) of 1..MULTIPART_BOUNDARY_MAX characters without control characters.
  * Returns 0, or -EINVAL with a reason in err.
  */
-int multipart_boundary(const char *content_type, char *out, size_t outlen, char *err, size_t errlen);
+int multipart_boundary(const char *content_type, char *out, size_t outlen, char *err,
+		       size_t errlen);
 
 /* -EINVAL (reason in p->err) when the boundary is empty, too long or has control characters. */
 int multipart_init(struct multipart_parser *p, const char *boundary,

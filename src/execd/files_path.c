@@ -32,8 +32,8 @@ static bool probe_openat2(void)
 {
 	if (openat2_works < 0) {
 		struct open_how how = {
-			.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
-			.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+		    .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+		    .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
 		};
 		int fd = (int)syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof(how));
 		/* ENOSYS on old kernels; EPERM or ENOSYS when a seccomp filter hides it. */
@@ -106,9 +106,9 @@ int fpath_normalize(const char *in, const char *home, char *out, size_t outlen)
 static int open_openat2(int rootfd, const char *path, int flags, mode_t mode, int *ret_fd)
 {
 	struct open_how how = {
-		.flags = (uint64_t)(flags | O_CLOEXEC),
-		.mode = (flags & O_CREAT) ? mode : 0,
-		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+	    .flags = (uint64_t)(flags | O_CLOEXEC),
+	    .mode = (flags & O_CREAT) ? mode : 0,
+	    .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
 	};
 	/* RESOLVE_IN_ROOT returns EAGAIN when a concurrent rename could have let ".." escape. */
 	for (int i = 0; i < 32; i++) {
@@ -310,7 +310,8 @@ static int walk(int rootfd, int *pcur, const char *path, int flags, mode_t mode,
 			close(fd);
 			if ((flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL))
 				return -EEXIST;
-			/* O_NOFOLLOW: if it was swapped for a symlink since, fail rather than follow. */
+			/* O_NOFOLLOW: if it was swapped for a symlink since, fail rather than
+			 * follow. */
 			int nfd = openat(*pcur, name, flags | O_NOFOLLOW | O_CLOEXEC, mode);
 			if (nfd < 0)
 				return -errno;
@@ -422,7 +423,8 @@ int fpath_mkdir_p(int rootfd, const char *path, mode_t mode, uid_t uid, gid_t gi
 		if (!saved)
 			break;
 	}
-	/* A dangling symlink on the way makes mkdirat say EEXIST: check the result is a directory. */
+	/* A dangling symlink on the way makes mkdirat say EEXIST: check the result is a directory.
+	 */
 	r = fpath_open(rootfd, path, O_PATH | O_DIRECTORY, 0, &fd);
 	if (r < 0)
 		return r;

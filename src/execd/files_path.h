@@ -21,8 +21,8 @@
 #define FPATH_MAX_LINKS 40
 
 enum fpath_mode {
-	FPATH_AUTO,     /* openat2 when the kernel has it, else the walk */
-	FPATH_OPENAT2,  /* always openat2 (fails with -ENOSYS where missing) */
+	FPATH_AUTO,	/* openat2 when the kernel has it, else the walk */
+	FPATH_OPENAT2,	/* always openat2 (fails with -ENOSYS where missing) */
 	FPATH_FALLBACK, /* always the user-space walk */
 };
 

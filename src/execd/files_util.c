@@ -312,7 +312,8 @@ static int expand(const char *pat, struct alts *a)
 		else if (*p == '}' && p != close)
 			depth--;
 		if (p == close || (*p == ',' && depth == 0)) {
-			size_t pre = (size_t)(open - pat), mid = (size_t)(p - s), post = strlen(close + 1);
+			size_t pre = (size_t)(open - pat), mid = (size_t)(p - s),
+			       post = strlen(close + 1);
 			if (pre + mid + post + 1 > GLOB_LEN_MAX)
 				return -E2BIG;
 			char buf[GLOB_LEN_MAX];
@@ -365,7 +366,7 @@ static bool strip_doublestar(char *pat)
 
 int files_glob_check(const char *pattern)
 {
-	struct alts a = { .n = 0 };
+	struct alts a = {.n = 0};
 	if (strlen(pattern) >= GLOB_LEN_MAX)
 		return -EINVAL;
 	int r = expand(pattern, &a);
@@ -375,7 +376,7 @@ int files_glob_check(const char *pattern)
 
 int files_glob_match(const char *pattern, const char *name)
 {
-	struct alts a = { .n = 0 };
+	struct alts a = {.n = 0};
 	if (strlen(pattern) >= GLOB_LEN_MAX)
 		return -EINVAL;
 	int r = expand(pattern, &a);
@@ -406,8 +407,8 @@ void files_content_disposition(const char *base, char *out, size_t len)
 	char enc[3 * 256 + 1];
 	size_t n = 0;
 	for (const unsigned char *p = (const unsigned char *)base; *p && n + 4 < sizeof(enc); p++) {
-		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-		    (*p && strchr(safe, *p)))
+		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		    (*p >= '0' && *p <= '9') || (*p && strchr(safe, *p)))
 			enc[n++] = (char)*p;
 		else
 			n += (size_t)snprintf(enc + n, sizeof(enc) - n, "%%%02X", *p);
@@ -434,6 +435,6 @@ void files_time_nano(const struct timespec *ts, char *out, size_t len)
 
 void files_time_sec(time_t t, char *out, size_t len)
 {
-	struct timespec ts = { .tv_sec = t };
+	struct timespec ts = {.tv_sec = t};
 	files_time_nano(&ts, out, len);
 }

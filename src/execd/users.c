@@ -35,8 +35,8 @@ struct name_cache {
 };
 static struct name_cache uid_cache[NAME_CACHE_SIZE], gid_cache[NAME_CACHE_SIZE];
 
-static struct db passwd_db = { .default_path = "/etc/passwd" };
-static struct db group_db = { .default_path = "/etc/group" };
+static struct db passwd_db = {.default_path = "/etc/passwd"};
+static struct db group_db = {.default_path = "/etc/group"};
 
 static void db_reset(struct db *db, const char *path)
 {
@@ -176,7 +176,7 @@ static int pw_match(char **f, int nf, void *ud)
 
 int users_passwd_by_uid(uid_t uid, struct users_passwd *ret)
 {
-	struct pw_query q = { .uid = uid, .ret = ret };
+	struct pw_query q = {.uid = uid, .ret = ret};
 	return db_foreach(&passwd_db, 4, pw_match, &q);
 }
 
@@ -184,7 +184,7 @@ int users_passwd_by_name(const char *name, struct users_passwd *ret)
 {
 	if (!name || !*name)
 		return -EINVAL;
-	struct pw_query q = { .name = name, .ret = ret };
+	struct pw_query q = {.name = name, .ret = ret};
 	int r = db_foreach(&passwd_db, 4, pw_match, &q);
 	uint32_t id;
 	if (r == -ENOENT && parse_id(name, &id) == 0)
@@ -272,7 +272,7 @@ int users_gid_by_name(const char *name, gid_t *ret_gid)
 {
 	if (!name || !*name)
 		return -EINVAL;
-	struct gr_query q = { .name = name };
+	struct gr_query q = {.name = name};
 	int r = db_foreach(&group_db, 3, gr_match, &q);
 	if (r == -ENOENT) {
 		uint32_t id;
@@ -289,7 +289,7 @@ int users_gid_by_name(const char *name, gid_t *ret_gid)
 
 static int lookup_gid(uint32_t gid, char *name, size_t len)
 {
-	struct gr_query q = { .gid = gid, .buf = name, .len = len };
+	struct gr_query q = {.gid = gid, .buf = name, .len = len};
 	int r = db_foreach(&group_db, 3, gr_match, &q);
 	if (r < 0)
 		return r;
@@ -330,7 +330,7 @@ int users_groups_of(const char *name, gid_t *out, size_t max)
 {
 	if (!name || !*name)
 		return -EINVAL;
-	struct groups_query q = { .name = name, .out = out, .max = max };
+	struct groups_query q = {.name = name, .out = out, .max = max};
 	int r = db_foreach(&group_db, 3, groups_match, &q);
 	if (r < 0 && r != -ENOENT)
 		return r;

@@ -19,9 +19,9 @@ struct run {
 	const uint8_t *body;
 	size_t body_len;
 	unsigned parts;
-	uint64_t sum;     /* checksum of all data bytes, in order */
-	uint64_t bytes;   /* data bytes seen */
-	uint64_t start;   /* current part */
+	uint64_t sum;	  /* checksum of all data bytes, in order */
+	uint64_t bytes;	  /* data bytes seen */
+	uint64_t start;	  /* current part */
 	uint64_t in_part; /* bytes of the current part */
 	uint64_t offsets; /* checksum of (start, end) pairs */
 };
@@ -62,7 +62,7 @@ static int on_end(void *ud, uint64_t end)
 	return 0;
 }
 
-static const struct multipart_callbacks cbs = { on_begin, on_data, on_end };
+static const struct multipart_callbacks cbs = {on_begin, on_data, on_end};
 
 static int parse(const char *boundary, const uint8_t *body, size_t len, const uint8_t *sizes,
 		 size_t nsizes, struct run *r, struct multipart_parser *p)

@@ -59,7 +59,7 @@ static int on_end(void *ud, uint64_t end)
 	return 0;
 }
 
-static const struct multipart_callbacks cbs = { on_begin, on_data, on_end };
+static const struct multipart_callbacks cbs = {on_begin, on_data, on_end};
 
 /* Parse body cut at the given points (sorted offsets, ncuts of them). */
 static int parse_cuts(const char *boundary, const char *body, size_t len, const size_t *cuts,
@@ -89,18 +89,19 @@ static int parse(const char *boundary, const char *body, struct got *g)
 	return parse_cuts(boundary, body, strlen(body), NULL, 0, g, &parser);
 }
 
-static const char body1[] = "preamble line\r\n"
-			    "--XyZ\r\n"
-			    "Content-Disposition: form-data; name=\"metadata\"; filename=\"metadata\"\r\n"
-			    "Content-Type: application/json\r\n"
-			    "\r\n"
-			    "{\"path\":\"/tmp/a\"}\r\n"
-			    "--XyZ\r\n"
-			    "Content-Disposition: form-data; name=\"file\"; filename=\"a.bin\"\r\n"
-			    "\r\n"
-			    "line1\r\n--XyZnot-a-delimiter\r\n-\r\n--Xy\r\n"
-			    "--XyZ--\r\n"
-			    "epilogue --XyZ garbage";
+static const char body1[] =
+    "preamble line\r\n"
+    "--XyZ\r\n"
+    "Content-Disposition: form-data; name=\"metadata\"; filename=\"metadata\"\r\n"
+    "Content-Type: application/json\r\n"
+    "\r\n"
+    "{\"path\":\"/tmp/a\"}\r\n"
+    "--XyZ\r\n"
+    "Content-Disposition: form-data; name=\"file\"; filename=\"a.bin\"\r\n"
+    "\r\n"
+    "line1\r\n--XyZnot-a-delimiter\r\n-\r\n--Xy\r\n"
+    "--XyZ--\r\n"
+    "epilogue --XyZ garbage";
 
 static void check_body1(const struct got *g)
 {
@@ -133,7 +134,7 @@ static void test_every_split(void)
 	/* One cut anywhere, then two cuts anywhere: every delimiter byte is split once. */
 	unsigned bad = 0;
 	for (size_t a = 1; a < len; a++) {
-		size_t cuts[1] = { a };
+		size_t cuts[1] = {a};
 		if (parse_cuts("XyZ", body1, len, cuts, 1, &g, &parser) != 0 || g.n != 2 ||
 		    g.len[1] != strlen("line1\r\n--XyZnot-a-delimiter\r\n-\r\n--Xy"))
 			bad++;
@@ -143,7 +144,7 @@ static void test_every_split(void)
 	CHECK_INT(bad, 0);
 	for (size_t a = 1; a < len; a += 3)
 		for (size_t b = a + 1; b < len; b += 2) {
-			size_t cuts[2] = { a, b };
+			size_t cuts[2] = {a, b};
 			if (parse_cuts("XyZ", body1, len, cuts, 2, &g, &parser) != 0)
 				bad++;
 			else
@@ -162,9 +163,9 @@ static void test_every_split(void)
 static void test_boundary_param(void)
 {
 	char b[MULTIPART_BOUNDARY_MAX + 1], err[256];
-	CHECK_INT(multipart_boundary("multipart/form-data; boundary=abc", b, sizeof(b), err,
-				     sizeof(err)),
-		  0);
+	CHECK_INT(
+	    multipart_boundary("multipart/form-data; boundary=abc", b, sizeof(b), err, sizeof(err)),
+	    0);
 	CHECK_STR(b, "abc");
 	CHECK_INT(multipart_boundary("Multipart/Form-Data;boundary=\"a b;c\"", b, sizeof(b), err,
 				     sizeof(err)),
@@ -179,9 +180,11 @@ static void test_boundary_param(void)
 		  0);
 	CHECK_STR(b, "q\"x");
 	CHECK_INT(multipart_boundary("application/json", b, sizeof(b), err, sizeof(err)), -EINVAL);
-	CHECK_INT(multipart_boundary("multipart/form-data", b, sizeof(b), err, sizeof(err)), -EINVAL);
-	CHECK_INT(multipart_boundary("multipart/form-data; boundary=", b, sizeof(b), err, sizeof(err)),
+	CHECK_INT(multipart_boundary("multipart/form-data", b, sizeof(b), err, sizeof(err)),
 		  -EINVAL);
+	CHECK_INT(
+	    multipart_boundary("multipart/form-data; boundary=", b, sizeof(b), err, sizeof(err)),
+	    -EINVAL);
 	CHECK_INT(multipart_boundary("multipart/form-data; boundary=\"abc", b, sizeof(b), err,
 				     sizeof(err)),
 		  -EINVAL);
@@ -241,20 +244,23 @@ static void test_edges(void)
 	CHECK_INT(g.len[0], 5);
 	CHECK(memcmp(g.data[0], "\r\r\n\r\n", 5) == 0);
 	/* filename* (RFC 5987) and a Content-Disposition that is not form-data. */
-	CHECK_INT(parse("b",
-			"--b\r\nContent-Disposition: form-data; name=\"f\"; "
-			"filename*=UTF-8''%E2%82%AC.txt\r\n\r\n\r\n--b\r\n"
-			"Content-Disposition: attachment; name=\"g\"; filename=\"y\"\r\n\r\n\r\n--b--",
-			&g),
-		  0);
+	CHECK_INT(
+	    parse("b",
+		  "--b\r\nContent-Disposition: form-data; name=\"f\"; "
+		  "filename*=UTF-8''%E2%82%AC.txt\r\n\r\n\r\n--b\r\n"
+		  "Content-Disposition: attachment; name=\"g\"; filename=\"y\"\r\n\r\n\r\n--b--",
+		  &g),
+	    0);
 	CHECK_INT(g.n, 2);
 	CHECK_STR(g.filename[0], "\xe2\x82\xac.txt");
 	CHECK_STR(g.name[1], "");
 	CHECK(g.has_filename[1]);
 	/* Header names are case-insensitive; an empty filename is not a file part. */
-	CHECK_INT(parse("b", "--b\r\ncontent-disposition: FORM-DATA; NAME=m; filename=\"\"\r\n\r\n\r\n--b--",
-			&g),
-		  0);
+	CHECK_INT(
+	    parse("b",
+		  "--b\r\ncontent-disposition: FORM-DATA; NAME=m; filename=\"\"\r\n\r\n\r\n--b--",
+		  &g),
+	    0);
 	CHECK_STR(g.name[0], "m");
 	CHECK(!g.has_filename[0]);
 }
@@ -319,8 +325,9 @@ static void test_errors(void)
 static void test_large(void)
 {
 	size_t dlen = 3u << 20;
-	const char *head = "--0123456789abcdef\r\n"
-			   "Content-Disposition: form-data; name=\"file\"; filename=\"big\"\r\n\r\n";
+	const char *head =
+	    "--0123456789abcdef\r\n"
+	    "Content-Disposition: form-data; name=\"file\"; filename=\"big\"\r\n\r\n";
 	const char *tail = "\r\n--0123456789abcdef--\r\n";
 	size_t hl = strlen(head), tl = strlen(tail), len = hl + dlen + tl;
 	char *body = malloc(len);
@@ -333,7 +340,7 @@ static void test_large(void)
 	uint64_t start = 0, end = 0, seen = 0;
 	struct got g;
 	memset(&g, 0, sizeof(g));
-	struct multipart_callbacks c = { on_begin, NULL, on_end };
+	struct multipart_callbacks c = {on_begin, NULL, on_end};
 	CHECK_INT(multipart_init(p, "0123456789abcdef", &c, &g), 0);
 	size_t off = 0, step = 1;
 	int r = 0;

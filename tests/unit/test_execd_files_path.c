@@ -58,15 +58,15 @@ static void setup(void)
 	mkdir(R("d"), 0755);
 	mkdir(R("d/sub"), 0755);
 	put(R("d/sub/f"), "deep");
-	link_("/etc", "abs_etc");                       /* absolute: must mean <root>/etc */
-	link_(outside, "abs_out");                      /* absolute path of a host dir */
+	link_("/etc", "abs_etc");			 /* absolute: must mean <root>/etc */
+	link_(outside, "abs_out");			 /* absolute path of a host dir */
 	link_("../../../../../../../outside", "dotdot"); /* climbs past the root */
 	link_("../../../../outside/secret", "d/sub/chain");
 	link_("../../..", "d/up");
 	link_("loop2", "loop1");
 	link_("loop1", "loop2");
 	link_("self", "self");
-	link_("d", "linkdir");                          /* a symlinked parent directory */
+	link_("d", "linkdir"); /* a symlinked parent directory */
 	link_("..", "escape_parent");
 	link_("/newfile", "dangle");
 	link_("/tmp", "abs_tmp");
@@ -187,7 +187,8 @@ static void test_resolution(const char *mode_name)
 	snprintf(inroot, sizeof(inroot), "/abs_tmp/fpath-created-%d", (int)getpid());
 	CHECK_INT(fpath_open(rootfd, inroot, O_WRONLY | O_CREAT, 0600, &fd), -ENOENT);
 	CHECK(!exists(hostpath));
-	CHECK_INT(fpath_open(rootfd, "/etc/passwd", O_WRONLY | O_CREAT | O_EXCL, 0600, &fd), -EEXIST);
+	CHECK_INT(fpath_open(rootfd, "/etc/passwd", O_WRONLY | O_CREAT | O_EXCL, 0600, &fd),
+		  -EEXIST);
 
 	/* Parents. */
 	const char *name = NULL;
@@ -211,7 +212,8 @@ static void test_resolution(const char *mode_name)
 	CHECK_INT(fpath_mkdir_p(rootfd, "/escape_parent/zz", 0755, (uid_t)-1, (gid_t)-1, NULL), 0);
 	CHECK(exists(R("zz")));
 	CHECK(!exists(R("../zz")));
-	CHECK_INT(fpath_mkdir_p(rootfd, "/etc/passwd/x", 0755, (uid_t)-1, (gid_t)-1, NULL), -ENOTDIR);
+	CHECK_INT(fpath_mkdir_p(rootfd, "/etc/passwd/x", 0755, (uid_t)-1, (gid_t)-1, NULL),
+		  -ENOTDIR);
 	CHECK_INT(fpath_mkdir_p(rootfd, "/loop1/x", 0755, (uid_t)-1, (gid_t)-1, NULL), -ELOOP);
 	CHECK_INT(fpath_mkdir_p(rootfd, "/", 0755, (uid_t)-1, (gid_t)-1, NULL), 0);
 	fs_remove_tree(R("etc/m1"));
@@ -239,9 +241,10 @@ static void test_users(void)
 	char pw[PATH_MAX], gr[PATH_MAX], name[64];
 	snprintf(pw, sizeof(pw), "%s/passwd", top);
 	snprintf(gr, sizeof(gr), "%s/group", top);
-	put(pw, "root:x:0:0:root:/root:/bin/bash\n# comment\n\nbroken line\n"
-		"alice:x:1000:1001:Alice:/home/alice:/bin/sh\r\n"
-		"bad:x:notanumber:1:x:/:/bin/sh\nnobody:x:65534:65534::/nonexistent:/usr/sbin/nologin");
+	put(pw,
+	    "root:x:0:0:root:/root:/bin/bash\n# comment\n\nbroken line\n"
+	    "alice:x:1000:1001:Alice:/home/alice:/bin/sh\r\n"
+	    "bad:x:notanumber:1:x:/:/bin/sh\nnobody:x:65534:65534::/nonexistent:/usr/sbin/nologin");
 	put(gr, "root:x:0:\nstaff:x:1001:alice,bob\ndev:x:1002:bob,alice\nnogroup:x:65534:\n");
 	users_set_files(pw, gr);
 	uid_t u;

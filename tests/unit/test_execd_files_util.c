@@ -93,7 +93,9 @@ static void test_glob(void)
 	CHECK_INT(files_glob_match("**/**/*.py", "x.py"), 1);
 	CHECK_INT(files_glob_match("src/*.c", "a.c"), 0);
 	CHECK_INT(files_glob_match("a?c", "abc"), 1);
-	CHECK_INT(files_glob_match("a?c", "a\xc3\xa9" "c"), 1); /* ? is one UTF-8 character */
+	CHECK_INT(files_glob_match("a?c", "a\xc3\xa9"
+					  "c"),
+		  1); /* ? is one UTF-8 character */
 	CHECK_INT(files_glob_match("a?c", "ac"), 0);
 	CHECK_INT(files_glob_match("[abc]x", "bx"), 1);
 	CHECK_INT(files_glob_match("[!abc]x", "bx"), 0);
@@ -106,7 +108,9 @@ static void test_glob(void)
 	CHECK_INT(files_glob_match("\\*", "*"), 1);
 	CHECK_INT(files_glob_match("\\*", "a"), 0);
 	CHECK_INT(files_glob_match("", ""), 1);
-	CHECK_INT(files_glob_match("a*b*c*d*e*f*g*h*i*j*k", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"), 0);
+	CHECK_INT(files_glob_match("a*b*c*d*e*f*g*h*i*j*k",
+				   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"),
+		  0);
 	CHECK_INT(files_glob_check("[abc"), -EINVAL);
 	CHECK_INT(files_glob_check("[]"), -EINVAL);
 	CHECK_INT(files_glob_check("{a,b"), -EINVAL);
@@ -135,7 +139,7 @@ static void test_disposition(void)
 static void test_times(void)
 {
 	char b[64];
-	struct timespec ts = { .tv_sec = 1700000000, .tv_nsec = 120000000 };
+	struct timespec ts = {.tv_sec = 1700000000, .tv_nsec = 120000000};
 	files_time_nano(&ts, b, sizeof(b));
 	CHECK_STR(b, "2023-11-14T22:13:20.12Z");
 	ts.tv_nsec = 1;
