@@ -8,7 +8,7 @@
 #
 # Environment: CORRAL_BUILD_DIR (default <repo>/build), CORRAL_COMPAT_JOBS (test files run at once,
 # default 2), CORRAL_COMPAT_DEBUG=1 (the SDK logs every request), CORRAL_COMPAT_KEEP=1 (keep the
-# temp dir with corrald's log).
+# temp dir with corrald's state and log; by default it is removed, the log's tail is printed on failure).
 #
 # Steps: install the SDK if needed (npm ci), start build/corrald on a free loopback port with a temp
 # --state-dir, a unique --cgroup-name and an API key, run `node --test`, delete whatever sandboxes
@@ -170,12 +170,16 @@ fi
 
 if [ "$FAIL" -ne 0 ]; then
 	say "FAILED; corrald log tail ($LOG):"
-	tail -n 40 "$LOG" >&2
-	say "temp dir kept: $TMP"
-	exit 1
+	tail -n 60 "$LOG" >&2
 fi
-if [ -z "$LEAKED_MNT" ] && [ "${CORRAL_COMPAT_KEEP:-0}" != 1 ]; then
+# Keep nothing behind unless asked to (or unless a mount is still there: never delete through it).
+if [ -n "$LEAKED_MNT" ] || [ "${CORRAL_COMPAT_KEEP:-0}" = 1 ]; then
+	say "temp dir kept: $TMP"
+else
 	rm -rf --one-file-system "$TMP"
+fi
+if [ "$FAIL" -ne 0 ]; then
+	exit 1
 fi
 say "OK"
 exit 0
