@@ -114,9 +114,11 @@ static int v2_create(const char *parent, const char *id, const struct sandbox_sp
 	}
 	if (spec->oom_group && (r = v2_set(dir, "memory.oom.group", "1", false, err)) < 0)
 		return r;
+	/* The default limit is best effort (a hierarchy without the pids controller has no
+	 * pids.max); an explicit one is not. */
 	snprintf(v, sizeof(v), "%" PRIu64,
 		 spec->pids_max ? spec->pids_max : (uint64_t)RUNTIME_DEFAULT_PIDS_MAX);
-	return v2_set(dir, "pids.max", v, false, err);
+	return v2_set(dir, "pids.max", v, spec->pids_max == 0, err);
 }
 
 static int v2_enter(const char *parent, const char *id, pid_t pid, struct error *err)
