@@ -837,12 +837,15 @@ class Corrald:
         """
         problems = []
         if self.proc is not None and self.proc.poll() is None:
+            c = self.client(timeout=10)
             try:
-                left = self.client(timeout=10).all_sandbox_ids()
+                left = c.all_sandbox_ids()
                 if left:
                     problems.append("sandboxes still listed at the end of the suite: %s" % left)
             except Exception as e:
                 problems.append("could not list sandboxes at the end: %r" % (e,))
+            finally:
+                c.close()
         leak = self.wait_no_leaks(30 if not problems else 5)
         rc = self.stop()
         if rc not in (0, None, -signal.SIGTERM):

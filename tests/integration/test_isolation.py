@@ -78,7 +78,8 @@ class Isolation(CorralTestCase):
         self.assertNotIn("corrald", cmds)
         # the host's PID 1 and this test runner are invisible
         self.assertNotIn(str(os.getpid()), [str(p) for p in procs if procs[p].startswith("python")])
-        host_comm1 = open("/proc/1/comm").read().strip()
+        with open("/proc/1/comm") as f:
+            host_comm1 = f.read().strip()
         self.assertNotEqual(host_comm1, "corral-execd")
         # ps agrees, where installed
         res = self.client.run(self.a, "command -v ps >/dev/null && ps -e -o pid=,comm=")
@@ -166,7 +167,8 @@ class Isolation(CorralTestCase):
         self.assertEqual(ifaces, ["lo"], out)
         flags = int(self.sh(self.a, "cat /sys/class/net/lo/flags"), 16)
         self.assertTrue(flags & 0x1, "lo is up inside (flags %#x)" % flags)
-        host_ifaces = [l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]]
+        with open("/proc/net/dev") as f:
+            host_ifaces = [l.split(":")[0].strip() for l in f.read().splitlines()[2:]]
         self.assertGreaterEqual(len(host_ifaces), 1)
         res = self.client.run(self.a, "command -v ip >/dev/null && ip -o link")
         if res.exit_code == 0:

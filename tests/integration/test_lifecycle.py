@@ -20,6 +20,11 @@ from harness import (HEX32_RE, UUID_RE, Corrald, CorralTestCase, binary, control
                      free_port, main, parse_time, rfc3339, safe_rmtree)
 
 
+def read_file(path):
+    with open(path) as f:
+        return f.read().strip()
+
+
 def now():
     return datetime.now(timezone.utc)
 
@@ -259,7 +264,7 @@ class Lifecycle(CorralTestCase):
                         msg="state Paused")
         fz = self.corrald.cgroup_file("freezer", sid, "freezer.state")
         if fz and os.path.exists(fz):
-            self.assertEqual(open(fz).read().strip(), "FROZEN")
+            self.assertEqual(read_file(fz), "FROZEN")
         r = self.client.post("/v1/sandboxes/%s/pause" % sid)
         self.assertEqual(r.status, 409, "double pause: %r" % r)
 
@@ -288,7 +293,7 @@ class Lifecycle(CorralTestCase):
         self.assertEqual(box["res"].stdout_lines, ["resumed-ok"])
         self.assertEqual(self.client.get_sandbox(sid).json()["status"]["state"], "Running")
         if fz and os.path.exists(fz):
-            self.assertEqual(open(fz).read().strip(), "THAWED")
+            self.assertEqual(read_file(fz), "THAWED")
         r = self.client.post("/v1/sandboxes/%s/resume" % sid)
         self.assertEqual(r.status, 409, "resume of a running sandbox: %r" % r)
         self.assertEqual(self.sh(sid, "echo again"), "again")
@@ -485,7 +490,9 @@ class ListenPolicy(unittest.TestCase):
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        return p.stdout.read().decode("utf-8", "replace")
+        out = p.stdout.read().decode("utf-8", "replace")
+        p.stdout.close()
+        return out
 
     def test_refuses_non_loopback_without_key(self):
         p, port = self._run([])

@@ -133,16 +133,34 @@ class Limits(CorralTestCase):
         self.assertEqual(read(self.host_file("pids", sid, "pids.max")), "32")
         path, content = self.inside_first(sid, ["/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max"])
         self.assertEqual(content, "32", path)
-        # fork 60 sleepers: some forks must fail inside; count how many started
-        script = ("n=0; for i in $(seq 1 60); do sleep 30 & if [ $? -eq 0 ]; then n=$((n+1)); fi; done "
-                  "2>/dev/null; c=$(ls -d /proc/[0-9]* | wc -l); echo $c; kill $(jobs -p) 2>/dev/null; "
-                  "wait 2>/dev/null; exit 0")
+        # fork 60 sleepers: the fork beyond the limit must fail with EAGAIN inside
+        script = """python3 - <<'EOF'
+import os, signal, time
+kids, err = [], None
+for i in range(60):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = e.errno
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    kids.append(pid)
+n = len([p for p in os.listdir('/proc') if p.isdigit()])
+print(len(kids), err, n)
+for k in kids:
+    os.kill(k, signal.SIGKILL)
+for k in kids:
+    os.waitpid(k, 0)
+EOF"""
         res = self.client.run(sid, script, read_timeout=60)
-        self.assertEqual(res.http_status, 200, res)
-        self.assertTrue(res.stdout_lines, res)
-        procs = int(res.stdout_lines[-1])
-        self.assertLessEqual(procs, 33, "more processes than pids.max inside: %d" % procs)
-        self.assertGreater(procs, 10, "the loop did fork: %d" % procs)
+        self.assertEqual(res.exit_code, 0, res)
+        forked, err, procs = res.stdout_lines[-1].split()
+        self.assertEqual(err, "11", "fork beyond pids.max fails with EAGAIN: %r" % res.stdout_lines)
+        self.assertGreater(int(forked), 10, "the loop did fork: %r" % res.stdout_lines)
+        self.assertLess(int(forked), 32)
+        self.assertLessEqual(int(procs), 32, "more processes than pids.max inside")
         cur = int(read(self.host_file("pids", sid, "pids.current")))
         self.assertLessEqual(cur, 32)
         # the host is fine and the sandbox recovers once the sleepers are gone
