@@ -1249,9 +1249,16 @@ static int upload_one(struct evhttp_request *req, const struct up_meta *m,
 		return r;
 	}
 	_cleanup_close_ int fd = -1;
-	r = fpath_open(root(), m->abs, O_WRONLY | O_CREAT | O_TRUNC, 0777, &fd);
+	/* O_NONBLOCK: a FIFO planted at the path must not hang the event loop (ENXIO instead). */
+	r = fpath_open(root(), m->abs, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK, 0777, &fd);
+	struct stat st;
+	if (r == 0 && fstat(fd, &st) < 0)
+		r = -errno;
+	if (r == 0 && !S_ISREG(st.st_mode))
+		r = -EINVAL;
 	if (r < 0) {
-		reply_errno(req, r, CODE_INVALID_FILE, "opening '%s'", m->abs);
+		reply_errno(req, r == -ENXIO ? -EINVAL : r, CODE_INVALID_FILE,
+			    "opening '%s' as a regular file", m->abs);
 		return r;
 	}
 	r = write_range(fd, v, nv, fp->start, fp->end);

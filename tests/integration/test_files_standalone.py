@@ -376,9 +376,12 @@ class FilesTest(unittest.TestCase):
         self.upload_ok(body)
         for i in range(3):
             self.assertEqual(slurp(self.host("/u/m%d" % i)), b"content %d" % i)
-        # an upload onto a directory fails clearly
+        # an upload onto a directory or a FIFO fails clearly (and never hangs execd)
         r, data = self.upload([({"path": "/u"}, b"1")])
-        self.assertEqual(r.status, 400, data)
+        self.assertEqual((r.status, json.loads(data)["code"]), (400, "INVALID_FILE"), data)
+        os.mkfifo(self.host("/u/fifo"))
+        r, data = self.upload([({"path": "/u/fifo"}, b"1")])
+        self.assertEqual((r.status, json.loads(data)["code"]), (400, "INVALID_FILE"), data)
 
     def test_download_errors_and_headers(self):
         self.upload_ok([({"path": "/dl/r\u00e9sum\u00e9.txt"}, b"0123456789")])
