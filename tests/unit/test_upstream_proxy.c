@@ -35,7 +35,8 @@
 
 static struct event_base *base;
 static char dir[128], sock_ok[256], sock_missing[256], sock_garbage[256], sock_cut[256],
-	sock_ws[256], sock_silent[256], sock_oneshot[256], sock_hang[256];
+	sock_ws[256], sock_silent[256], sock_oneshot[256], sock_hang[256],
+	sock_whole[256];
 static int front_port;
 static atomic_int client_done;
 
@@ -202,7 +203,7 @@ static int unix_listen(const char *path)
 
 /* ---------------- raw misbehaving upstreams ---------------- */
 
-enum raw_mode { RAW_GARBAGE, RAW_CUT, RAW_WS, RAW_ONESHOT, RAW_HANG, RAW_COUNT };
+enum raw_mode { RAW_GARBAGE, RAW_CUT, RAW_WS, RAW_ONESHOT, RAW_HANG, RAW_WHOLE, RAW_COUNT };
 
 static atomic_int hang_requests, hang_closed;
 
@@ -266,6 +267,12 @@ static void raw_read(struct bufferevent *bev, void *arg)
 	if (p.pos < 0)
 		return;
 	evbuffer_drain(in, (size_t)p.pos + 4); /* the tests send no bodies here */
+	if (rc->mode == RAW_WHOLE) {
+		/* A complete chunked answer in one write. */
+		evbuffer_add_printf(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+					 "11\r\n{\"type\":\"init\"}\n\n\r\n0\r\n\r\n");
+		return;
+	}
 	if (rc->mode == RAW_HANG) {
 		hang_requests++; /* and never answer, like a long-poll that waits */
 		return;
@@ -341,6 +348,8 @@ static void front_handler(struct evhttp_request *req, void *arg)
 		sock = sock_oneshot;
 	else if (!strncmp(uri + 1, "hang", seglen))
 		sock = sock_hang;
+	else if (!strncmp(uri + 1, "whole", seglen))
+		sock = sock_whole;
 	upstream_proxy(base, sock, req, rest, fcb, NULL);
 }
 
@@ -563,6 +572,26 @@ static void test_streaming(void)
 	ssize_t n = recv(fd, &c, 1, 0);
 	CHECK_INT(n, 0);
 	CHECK(now_ms() - t1 < 3000);
+	close(fd);
+}
+
+static void test_framing_kept(void)
+{
+	static struct response r;
+	int fd = front_connect();
+	/* Chunked stays chunked even when it arrives whole (Python's http.client needs it). */
+	request(fd, "GET", "/whole/x", NULL, NULL, 0, &r);
+	CHECK_INT(r.status, 200);
+	CHECK(r.complete);
+	CHECK(head_has(&r, "Transfer-Encoding: chunked"));
+	CHECK(body_has(&r, "{\"type\":\"init\"}\n\n"));
+	response_clear(&r);
+	/* Content-Length stays Content-Length. */
+	request(fd, "GET", "/ok/big?n=10", NULL, NULL, 0, &r);
+	CHECK(r.complete);
+	CHECK(head_has(&r, "Content-Length: 10"));
+	CHECK(!head_has(&r, "chunked"));
+	response_clear(&r);
 	close(fd);
 }
 
@@ -831,6 +860,7 @@ static void measure_latency(void)
 static void *client_main(void *arg)
 {
 	test_streaming();
+	test_framing_kept();
 	test_big_bodies();
 	test_headers();
 	test_pool();
@@ -876,6 +906,7 @@ int main(void)
 	snprintf(sock_silent, sizeof(sock_silent), "%s/silent.sock", dir);
 	snprintf(sock_oneshot, sizeof(sock_oneshot), "%s/oneshot.sock", dir);
 	snprintf(sock_hang, sizeof(sock_hang), "%s/hang.sock", dir);
+	snprintf(sock_whole, sizeof(sock_whole), "%s/whole.sock", dir);
 
 	signal(SIGPIPE, SIG_IGN); /* as in corrald: peers hang up mid-write */
 	base = event_base_new();
@@ -886,7 +917,8 @@ int main(void)
 	evhttp_accept_socket(up, unix_listen(sock_ok));
 
 	struct evconnlistener *raw[RAW_COUNT];
-	const char *raw_paths[] = { sock_garbage, sock_cut, sock_ws, sock_oneshot, sock_hang };
+	const char *raw_paths[] = { sock_garbage, sock_cut, sock_ws, sock_oneshot, sock_hang,
+				    sock_whole };
 	for (int i = 0; i < RAW_COUNT; i++)
 		raw[i] = evconnlistener_new(base, raw_accept, (void *)(intptr_t)i,
 					    LEV_OPT_CLOSE_ON_FREE, -1, unix_listen(raw_paths[i]));
@@ -934,7 +966,7 @@ int main(void)
 	close(silent);
 	event_base_free(base);
 	const char *paths[] = { sock_ok, sock_garbage, sock_cut, sock_ws, sock_silent, sock_oneshot,
-				sock_hang };
+				sock_hang, sock_whole };
 	for (size_t i = 0; i < ARRAY_SIZE(paths); i++)
 		unlink(paths[i]);
 	rmdir(dir);
