@@ -64,19 +64,25 @@ int files_set_root(const char *dir)
 
 static int root(void)
 {
-	if (root_fd < 0) {
+	static bool announced;
+	if (!announced) {
 		/* Tests force the fallback walk through execd; production leaves it on auto. */
 		const char *m = getenv("CORRAL_EXECD_FILES_RESOLVE");
 		if (m && strcmp(m, "fallback") == 0)
 			fpath_set_mode(FPATH_FALLBACK);
 		else if (m && strcmp(m, "openat2") == 0)
 			fpath_set_mode(FPATH_OPENAT2);
+	}
+	if (root_fd < 0) {
 		const char *e = getenv("CORRAL_EXECD_FILES_ROOT");
 		if (files_set_root(e && *e ? e : "/") < 0 && e && *e) {
 			log_error("files: cannot open root '%s'; using '/'", e);
 			files_set_root("/");
 		}
-		log_info("files: paths resolve inside '%s' with %s", e && *e ? e : "/",
+	}
+	if (!announced) {
+		announced = true;
+		log_info("files: paths resolve with %s",
 			 fpath_using_openat2() ? "openat2" : "the fallback walk");
 	}
 	return root_fd;
