@@ -184,6 +184,7 @@ struct child_ctx {
 	char rootfs[PATH_MAX];
 	char run[PATH_MAX];
 	char execd_mnt[PATH_MAX]; /* run/corral-execd: mount point of the execd binary */
+	char empty[PATH_MAX];     /* the sandbox's one empty read-only tmpfs, once mounted */
 	char overlay_opts[3 * PATH_MAX + 128];
 	char hostname[65];
 	char hosts[512];
@@ -230,8 +231,9 @@ static int bind_ro(const char *src, const char *target, unsigned long extra, str
 }
 
 /* Hide path: a directory behind an empty read-only tmpfs, anything else behind /dev/null. A path
- * that does not exist needs no mask. devnull is the /dev/null to bind from. */
-static int mask_path(const char *path, const char *devnull, struct error *err)
+ * that does not exist needs no mask. devnull is the /dev/null to bind from. Every directory mask of
+ * a sandbox is a bind of one tmpfs (one superblock per sandbox, not one per mask). */
+static int mask_path(struct child_ctx *c, const char *path, const char *devnull, struct error *err)
 {
 	struct stat st;
 	if (lstat(path, &st) < 0)
@@ -245,12 +247,20 @@ static int mask_path(const char *path, const char *devnull, struct error *err)
 			return 0;
 		if (lstat(target, &st) < 0 || S_ISLNK(st.st_mode))
 			return 0;
-		path = target;
-		return mask_path(path, devnull, err);
+		return mask_path(c, target, devnull, err);
 	}
-	if (S_ISDIR(st.st_mode))
-		return do_mount("tmpfs", path, "tmpfs",
-				MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=4k", err);
+	if (S_ISDIR(st.st_mode)) {
+		if (c->empty[0]) {
+			if (mount(c->empty, path, NULL, MS_BIND, NULL) < 0)
+				return error_set_errno(err, errno, "mask '%s'", path);
+			return 0;
+		}
+		int r = do_mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+				 "mode=755,size=4k", err);
+		if (r == 0)
+			snprintf(c->empty, sizeof(c->empty), "%s", path);
+		return r;
+	}
 	if (mount(devnull, path, NULL, MS_BIND, NULL) < 0)
 		return error_set_errno(err, errno, "mask '%s'", path);
 	return 0;
@@ -282,7 +292,7 @@ static int mount_point(const struct child_ctx *c, const char *rel, struct error 
 	return 0;
 }
 
-static int setup_proc(const struct child_ctx *c, struct error *err)
+static int setup_proc(struct child_ctx *c, struct error *err)
 {
 	static const char *const masked[] = {
 		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
@@ -292,22 +302,22 @@ static int setup_proc(const struct child_ctx *c, struct error *err)
 					       "/proc/sysrq-trigger"};
 	int r = do_mount("proc", R(c, "/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err);
 	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(masked); i++)
-		r = mask_path(R(c, masked[i]), "/dev/null", err);
+		r = mask_path(c, R(c, masked[i]), "/dev/null", err);
 	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(readonly); i++)
 		r = readonly_path(R(c, readonly[i]), err);
 	return r;
 }
 
-static int setup_sys(const struct child_ctx *c, struct error *err)
+static int setup_sys(struct child_ctx *c, struct error *err)
 {
 	int r = do_mount("sysfs", R(c, "/sys"), "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
 			 NULL, err);
 	if (r == 0)
 		r = c->cg->mount_ns(R(c, "/sys/fs/cgroup"), err);
 	if (r == 0)
-		r = mask_path(R(c, "/sys/firmware"), "/dev/null", err);
+		r = mask_path(c, R(c, "/sys/firmware"), "/dev/null", err);
 	if (r == 0)
-		r = mask_path(R(c, "/sys/devices/virtual/powercap"), "/dev/null", err);
+		r = mask_path(c, R(c, "/sys/devices/virtual/powercap"), "/dev/null", err);
 	return r;
 }
 
@@ -378,15 +388,15 @@ static int write_file(const char *path, const char *data, mode_t mode, struct er
 	return 0;
 }
 
-static int mask_host(const struct child_ctx *c, struct error *err)
+static int mask_host(struct child_ctx *c, struct error *err)
 {
 	static const char *const masked[] = {
 		"/var/lib/corral", "/home",	 "/work",	   "/etc/shadow",  "/etc/gshadow",
 		"/etc/shadow-",	   "/etc/gshadow-", "/var/backups", "/var/mail", "/var/spool/cron",
 	};
-	int r = mask_path(c->cfg->state_dir, "/dev/null", err);
+	int r = mask_path(c, c->cfg->state_dir, "/dev/null", err);
 	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(masked); i++)
-		r = mask_path(masked[i], "/dev/null", err);
+		r = mask_path(c, masked[i], "/dev/null", err);
 	struct stat st;
 	if (r == 0 && lstat("/root", &st) == 0 && S_ISDIR(st.st_mode))
 		r = do_mount("tmpfs", "/root", "tmpfs", MS_NOSUID | MS_NODEV, "mode=700", err);
@@ -501,6 +511,11 @@ static int child_setup(struct child_ctx *c, struct error *err)
 		return error_set_errno(err, errno, "detach the old root");
 	if (chdir("/") < 0)
 		return error_set_errno(err, errno, "chdir /");
+	size_t rl = strlen(c->rootfs);
+	if (c->empty[0] && strncmp(c->empty, c->rootfs, rl) == 0)
+		memmove(c->empty, c->empty + rl, strlen(c->empty + rl) + 1);
+	else
+		c->empty[0] = '\0';
 
 	TRACE(10);
 	/* From here on every path resolves inside the sandbox (image symlinks cannot escape). */
