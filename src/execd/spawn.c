@@ -131,7 +131,7 @@ static int clone_child(void *p)
  * no page tables are copied and execd is suspended only until the child has exec'd. The child
  * shares execd's memory, so child_run touches nothing but its stack and syscalls (no malloc).
  */
-static pid_t clone_vfork(const struct spawn *sp, int errfd)
+static _unused_ pid_t clone_vfork(const struct spawn *sp, int errfd)
 {
 	static char stack[64 * 1024] __attribute__((aligned(16)));
 	struct clone_arg a = {sp, errfd};
@@ -148,9 +148,14 @@ int spawn_start(const struct spawn *sp, pid_t *ret_pid, struct error *err)
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, &old);
 	pid_t pid;
+#ifndef __SANITIZE_ADDRESS__
 	if (sp->command) {
 		pid = clone_vfork(sp, p[1]);
-	} else {
+	} else
+#endif
+	{
+		/* The entrypoint (execvp may allocate), and sanitizer builds (ASan cannot follow a
+		 * child running on a stack of our own). */
 		pid = fork();
 		if (pid == 0) {
 			close(p[0]);
