@@ -309,6 +309,23 @@ class Client:
         self.timeout = timeout
         self.conn = CountingConnection(host, port, timeout=timeout)
         self.requests = 0
+        self.ka_timeout = None  # the server's advertised Keep-Alive: timeout=N
+        self.last_used = 0.0
+
+    def _expire_idle(self):
+        """Drop a pooled socket the server may be about to close (the client practice from
+        reference/seeds: expire before the server's advertised idle timeout)."""
+        if self.conn.sock is not None and self.ka_timeout:
+            if time.monotonic() - self.last_used > self.ka_timeout * 0.75:
+                self.conn.close()
+
+    def _note_response(self, headers):
+        self.last_used = time.monotonic()
+        ka = headers.get("Keep-Alive") if headers is not None else None
+        if ka:
+            m = re.search(r"timeout=(\d+)", ka)
+            if m:
+                self.ka_timeout = int(m.group(1))
 
     @property
     def connects(self):
@@ -336,6 +353,7 @@ class Client:
         if raw is not None and "Content-Type" not in h:
             h["Content-Type"] = "application/json"
         for attempt in (0, 1):
+            self._expire_idle()
             reused = self.conn.sock is not None
             try:
                 if timeout is not None:
@@ -347,6 +365,7 @@ class Client:
                 payload = resp.read()
                 self.requests += 1
                 r = Response(resp.status, resp.reason, resp.headers, payload)
+                self._note_response(resp.headers)
                 if resp.will_close:
                     self.conn.close()
                 return r
@@ -435,6 +454,7 @@ class Client:
         data = json.dumps(body).encode()
         h = self._headers(None, body)
         t0 = time.monotonic()
+        self._expire_idle()
         self.conn.timeout = read_timeout
         try:
             if self.conn.sock is not None:
@@ -443,6 +463,7 @@ class Client:
             resp = self.conn.getresponse()
             res = CommandResult.from_response(resp, t0)
             self.requests += 1
+            self._note_response(resp.headers)
             if resp.will_close or not res.clean_end:
                 self.conn.close()
             return res

@@ -398,6 +398,143 @@ class Lifecycle(CorralTestCase):
         self.assertEqual(g.status, 200, "renewed sandbox reaped at its old expiry")
         self.assertEqual(self.sh(sid, "echo still-here"), "still-here")
 
+    # --- endings -----------------------------------------------------------------------------
+
+    def wait_state(self, sid, states, timeout=15):
+        def st():
+            r = self.client.get_sandbox(sid)
+            return r.status == 200 and r.json()["status"]["state"] in states and r.json()["status"]
+        return self.wait_until(st, timeout, msg="%s to reach %s" % (sid, states))
+
+    def test_entrypoint_exit_ends_sandbox(self):
+        sid = self.create(entrypoint=["sh", "-c", "while [ ! -e /tmp/stop ]; do sleep 0.05; done; exit 3"])["id"]
+        self.assertEqual(self.sh(sid, "echo up"), "up")
+        self.run_ok(sid, "touch /tmp/stop")
+        st = self.wait_state(sid, ("Failed",))
+        self.assertEqual(st.get("reason"), "EntrypointExited", st)
+        self.assertIn("3", st.get("message", ""), st)
+        r = self.client.post("/sandboxes/%s/proxy/44772/command" % sid, {"command": "true"})
+        self.assertEqual(r.status, 410, r)
+        self.assertEqual(r.json().get("code"), "SANDBOX::ENDED", r.json())
+        # an ended sandbox is still listed until deleted, then torn down
+        self.assertIn(sid, self.client.all_sandbox_ids())
+        self.assertEqual(self.client.delete_sandbox(sid).status, 204)
+        self.wait_gone(sid)
+
+    def test_entrypoint_exit_zero_is_terminated(self):
+        sid = self.create(entrypoint=["sh", "-c", "while [ ! -e /tmp/stop ]; do sleep 0.05; done; exit 0"])["id"]
+        self.run_ok(sid, "touch /tmp/stop")
+        st = self.wait_state(sid, ("Terminated", "Failed"))
+        self.assertEqual(st["state"], "Terminated", st)
+
+    def test_pid1_killed_is_failed(self):
+        sid = self.create()["id"]
+        pid = self.corrald.pid1(sid)
+        os.kill(pid, 9)
+        st = self.wait_state(sid, ("Failed",), timeout=10)
+        self.assertTrue(st.get("reason"), st)
+        r = self.client.get("/sandboxes/%s/proxy/44772/ping" % sid)
+        self.assertEqual(r.status, 410, r)
+        self.assertEqual(self.client.delete_sandbox(sid).status, 204)
+        self.wait_gone(sid)
+
+    def test_delete_paused(self):
+        sid = self.create()["id"]
+        self.run_ok(sid, "sleep 1000 >/dev/null 2>&1 &")
+        self.assertEqual(self.client.post("/v1/sandboxes/%s/pause" % sid).status, 202)
+        self.wait_state(sid, ("Paused",))
+        r = self.client.delete_sandbox(sid)
+        self.assertEqual(r.status, 204, r)
+        self.wait_gone(sid, timeout=20)
+
+    def test_ttl_of_paused_sandbox(self):
+        sid = self.create(timeout=2)["id"]
+        self.assertEqual(self.client.post("/v1/sandboxes/%s/pause" % sid).status, 202)
+        self.wait_gone(sid, timeout=20)
+
+    def test_delete_during_stream(self):
+        from harness import CommandStream
+        sid = self.create()["id"]
+        s = CommandStream("127.0.0.1", self.corrald.port, sid, "echo x; sleep 60")
+        self.addCleanup(s.abort)
+        self.assertIsNotNone(s.wait_for("stdout"))
+        t0 = time.monotonic()
+        self.assertEqual(self.client.delete_sandbox(sid).status, 204)
+        box = {}
+        th = threading.Thread(target=lambda: box.setdefault("r", s.finish()), daemon=True)
+        th.start()
+        th.join(15)
+        self.assertFalse(th.is_alive(), "the stream of a deleted sandbox must end, not hang")
+        self.assertLess(time.monotonic() - t0, 15)
+        self.assertFalse(box["r"].complete, "a killed command does not complete")
+        self.wait_gone(sid)
+
+    def test_concurrent_deletes(self):
+        sid = self.create()["id"]
+        out = []
+
+        def d():
+            c = self.corrald.client()
+            out.append(c.delete_sandbox(sid).status)
+            c.close()
+        ths = [threading.Thread(target=d) for _ in range(5)]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join(30)
+        self.assertEqual(sorted(out), [204, 404, 404, 404, 404])
+        self.wait_gone(sid)
+
+    def test_pipelined_requests(self):
+        import socket
+        s = socket.create_connection(("127.0.0.1", self.corrald.port), timeout=10)
+        self.addCleanup(s.close)
+        req = (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Request-ID: p1\r\n\r\n"
+               b"GET /v1/sandboxes/00000000-0000-4000-8000-000000000000 HTTP/1.1\r\nHost: x\r\nX-Request-ID: p2\r\n\r\n"
+               b"GET /health HTTP/1.1\r\nHost: x\r\nX-Request-ID: p3\r\n\r\n")
+        s.sendall(req)
+        buf = b""
+        deadline = time.monotonic() + 10
+        while buf.count(b"HTTP/1.1 ") < 3 or not buf.rstrip().endswith(b"}"):
+            if time.monotonic() > deadline:
+                break
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        statuses = re.findall(rb"HTTP/1.1 (\d+)", buf)
+        rids = re.findall(rb"(?i)x-request-id: (\S+)", buf)
+        self.assertEqual(statuses, [b"200", b"404", b"200"], buf)
+        self.assertEqual(rids, [b"p1", b"p2", b"p3"], buf)
+
+
+class IdleTimeout(CorralTestCase):
+    corrald_kwargs = {"extra_args": ["--idle-timeout", "1"]}
+
+    def test_idle_connection_closed_after_timeout(self):
+        import socket
+        r = self.client.get("/health")
+        self.assertRegex(r.header("Keep-Alive") or "", r"timeout=1\b")
+        s = socket.create_connection(("127.0.0.1", self.corrald.port), timeout=10)
+        self.addCleanup(s.close)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = s.recv(65536)
+        self.assertIn(b"200", first.split(b"\r\n")[0])
+        t0 = time.monotonic()
+        rest = s.recv(65536)  # blocks until the server closes the idle connection
+        dt = time.monotonic() - t0
+        self.assertEqual(rest, b"", "the server closes cleanly")
+        self.assertGreater(dt, 0.5)
+        self.assertLess(dt, 5, "idle connection closed after ~1 s, not %.1f s" % dt)
+
+    def test_long_command_not_cut_by_idle_timeout(self):
+        sid = self.create()["id"]
+        res = self.client.run(sid, "sleep 2.5; echo survived")
+        self.assertEqual(res.stdout_lines, ["survived"], res)
+        res = self.client.run(sid, "sleep 2.5; echo bg", background=True)
+        st = self.client.wait_command(sid, res.init_id, timeout=10)
+        self.assertEqual(st.get("exit_code"), 0)
+
 
 class ApiKey(CorralTestCase):
     corrald_kwargs = {"api_key": "k-" + secrets.token_hex(8)}
