@@ -185,6 +185,7 @@ struct child_ctx {
 	char run[PATH_MAX];
 	char execd_mnt[PATH_MAX]; /* run/corral-execd: mount point of the execd binary */
 	char empty[PATH_MAX];     /* the sandbox's one empty read-only tmpfs, once mounted */
+	bool etc_in_upper;        /* /etc files already written into the upper layer */
 	char overlay_opts[3 * PATH_MAX + 128];
 	char hostname[65];
 	char hosts[512];
@@ -522,11 +523,11 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	if (c->spec->host_image && (r = mask_host(c, err)) < 0)
 		return r;
 	TRACE(18);
-	if (mkdir("/etc", 0755) < 0 && errno != EEXIST)
+	if (!c->etc_in_upper && mkdir("/etc", 0755) < 0 && errno != EEXIST)
 		return error_set_errno(err, errno, "mkdir /etc");
-	if ((r = write_file("/etc/hostname", c->hostname, 0644, err)) < 0 ||
+	if (!c->etc_in_upper && ((r = write_file("/etc/hostname", c->hostname, 0644, err)) < 0 ||
 	    (r = write_file("/etc/hosts", c->hosts, 0644, err)) < 0 ||
-	    (r = write_file("/etc/resolv.conf", c->resolv, 0644, err)) < 0)
+	    (r = write_file("/etc/resolv.conf", c->resolv, 0644, err)) < 0))
 		return r;
 	TRACE(11);
 	if (sethostname(c->hostname, strlen(c->hostname)) < 0)
@@ -824,6 +825,47 @@ static int write_pid_file(const struct runtime_config *cfg, const char *id, pid_
 
 static int remove_files(const struct runtime_config *cfg, const char *id, struct error *err);
 
+/*
+ * Write /etc/hostname, hosts and resolv.conf straight into the fresh upper layer, before the
+ * overlay exists: plain file creation instead of overlay copy-ups and whiteouts, and nothing of
+ * the image is followed (upper/etc is our own new directory). Only when the image's /etc is a real
+ * directory (or absent): an upper directory over a lower symlink would hide the image's /etc, so
+ * then PID 1 writes the files through the overlay after pivot_root. upper/etc takes the image's
+ * /etc mode and owner, because a merged directory shows its upper's.
+ */
+static int write_etc_upper(struct child_ctx *c, const char *lower, const char *upper,
+			   struct error *err)
+{
+	char path[PATH_MAX];
+	struct stat st = {.st_mode = S_IFDIR | 0755};
+	snprintf(path, sizeof(path), "%s/etc", strcmp(lower, "/") == 0 ? "" : lower);
+	if (lstat(path, &st) < 0 && errno != ENOENT)
+		return error_set_errno(err, errno, "stat image '%s'", path);
+	if (!S_ISDIR(st.st_mode))
+		return 0;
+	snprintf(path, sizeof(path), "%s/etc", upper);
+	if (mkdir(path, st.st_mode & 07777) < 0)
+		return error_set_errno(err, errno, "mkdir '%s'", path);
+	if ((st.st_uid || st.st_gid) && chown(path, st.st_uid, st.st_gid) < 0)
+		return error_set_errno(err, errno, "chown '%s'", path);
+	const char *const files[][2] = {
+		{"hostname", c->hostname}, {"hosts", c->hosts}, {"resolv.conf", c->resolv}};
+	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+		snprintf(path, sizeof(path), "%s/etc/%s", upper, files[i][0]);
+		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+		if (fd < 0)
+			return error_set_errno(err, errno, "create '%s'", path);
+		size_t len = strlen(files[i][1]);
+		ssize_t w = write(fd, files[i][1], len);
+		int e = errno;
+		close(fd);
+		if (w != (ssize_t)len)
+			return error_set_errno(err, w < 0 ? e : EIO, "write '%s'", path);
+	}
+	c->etc_in_upper = true;
+	return 0;
+}
+
 static int native_create(const struct runtime_config *cfg, const struct sandbox_spec *spec,
 			 pid_t *ret_pid, uint64_t *ret_starttime, struct error *err)
 {
@@ -880,6 +922,9 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 		goto fail_files;
 	}
 	close(mfd);
+	sb_path(path, sizeof(path), cfg, spec->id, "upper");
+	if ((r = write_etc_upper(&c, spec->host_image ? "/" : spec->rootfs, path, err)) < 0)
+		goto fail_files;
 
 	TRACE(0);
 	if ((r = cg->create(parent, spec->id, spec, err)) < 0)

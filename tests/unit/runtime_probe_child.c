@@ -99,6 +99,8 @@ int main(int argc, char **argv)
 	file_field("etc_hostname", "/etc/hostname");
 	file_field("etc_hosts", "/etc/hosts");
 	file_field("etc_shadow", "/etc/shadow");
+	file_field("etc_marker", "/etc/marker");
+	file_field("etc_passwd", "/etc/passwd");
 	file_field("proc_kcore", "/proc/kcore");
 	file_field("v1_memory_limit", "/sys/fs/cgroup/memory/memory.limit_in_bytes");
 	file_field("v1_pids_max", "/sys/fs/cgroup/pids/pids.max");

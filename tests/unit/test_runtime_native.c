@@ -206,6 +206,7 @@ static void test_host_image(void)
 	CHECK(strtol(R("home_entries"), NULL, 10) <= 0);
 	CHECK_STR(R("etc_hostname"), shortid);
 	CHECK(strstr(R("etc_hosts"), shortid) != NULL);
+	CHECK(strstr(R("etc_passwd"), "root:x:0:0:") != NULL); /* the rest of the host's /etc */
 	CHECK(strstr(R("netdev"), "lo:") != NULL);
 	CHECK(strstr(R("netdev"), "eth") == NULL);
 	/* Only lo: one "name:" after the two header lines, which hold no ':'. */
@@ -352,6 +353,49 @@ static void test_image_dir(void)
 	CHECK_INT(rmdir(image), 0);
 }
 
+/* An image whose /etc is a symlink (to usr/etc): the generated files go through the overlay into
+ * the link's target, and the image's own /etc content stays visible. */
+static void test_image_etc_symlink(void)
+{
+	char image[PATH_MAX], p[PATH_MAX + 32];
+	snprintf(image, sizeof(image), "%s/image2", state);
+	CHECK_INT(mkdir(image, 0755), 0);
+	snprintf(p, sizeof(p), "%s/usr", image);
+	CHECK_INT(mkdir(p, 0755), 0);
+	snprintf(p, sizeof(p), "%s/usr/etc", image);
+	CHECK_INT(mkdir(p, 0755), 0);
+	snprintf(p, sizeof(p), "%s/usr/etc/marker", image);
+	int fd = open(p, O_WRONLY | O_CREAT, 0644);
+	CHECK(fd >= 0 && write(fd, "image", 5) == 5);
+	close(fd);
+	snprintf(p, sizeof(p), "%s/etc", image);
+	CHECK_INT(symlink("usr/etc", p), 0);
+	struct sandbox_spec spec = {.rootfs = image, .hostname = "box2"};
+	CHECK_INT(id_uuid4(spec.id), 0);
+	pid_t pid;
+	uint64_t start;
+	struct error err = {0};
+	CHECK_INT(runtime_native.create(&cfg, &spec, &pid, &start, &err), 0);
+	if (err.code == 0) {
+		CHECK_INT(wait_report(spec.id), 0);
+		CHECK_STR(R("etc_marker"), "image");
+		CHECK_STR(R("etc_hostname"), "box2");
+		CHECK_INT(runtime_native.destroy(&cfg, spec.id, &err), 0);
+	} else {
+		fprintf(stderr, "create: %s\n", err.msg);
+	}
+	rmdir(S(spec.id, ""));
+	snprintf(p, sizeof(p), "%s/etc", image);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/usr/etc/marker", image);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/usr/etc", image);
+	rmdir(p);
+	snprintf(p, sizeof(p), "%s/usr", image);
+	rmdir(p);
+	CHECK_INT(rmdir(image), 0);
+}
+
 /* Host image with the state dir given through a symlink: the mask follows the link. */
 static void test_symlinked_state_dir(void)
 {
@@ -454,6 +498,7 @@ int main(int argc, char **argv)
 	test_host_image();
 	test_image_dir();
 	test_symlinked_state_dir();
+	test_image_etc_symlink();
 	test_failed_create();
 
 	remove_parent_cgroups();
