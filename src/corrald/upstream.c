@@ -171,6 +171,8 @@ static struct uconn *pool_take(struct event_base *base, const char *path, uint32
 	return NULL;
 }
 
+static void exchange_cache_clear(void);
+
 void upstream_shutdown(void)
 {
 	struct uconn *c;
@@ -178,6 +180,7 @@ void upstream_shutdown(void)
 		idle_remove(c);
 		uconn_free(c);
 	}
+	exchange_cache_clear();
 }
 
 unsigned upstream_pool_idle(void)
@@ -308,6 +311,18 @@ static struct exchange *exchange_new(struct event_base *base, const char *path)
 	ex->head = head;
 	ex->chunk = chunk;
 	return ex;
+}
+
+static void exchange_cache_clear(void)
+{
+	struct exchange *ex;
+	while ((ex = free_exchanges)) {
+		free_exchanges = ex->next_free;
+		evbuffer_free(ex->head);
+		evbuffer_free(ex->chunk);
+		free(ex);
+	}
+	n_free_exchanges = 0;
 }
 
 static void exchange_free(struct exchange *ex)

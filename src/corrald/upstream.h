@@ -63,7 +63,7 @@ struct upstream_options {
 };
 void upstream_configure(const struct upstream_options *opts);
 
-/* Close every pooled idle connection; call before event_base_free() of their base. */
+/* Close every pooled idle connection and free cached state; call before event_base_free(). */
 void upstream_shutdown(void);
 
 /* Pool introspection for tests and metrics. */
