@@ -195,8 +195,12 @@ int main(int argc, char **argv)
 		 "{\"reason\":\"ExecdExited\",\"exitCode\":255,\"message\":\"corral-execd crashed\"}");
 
 	M.pid1 = getpid() == 1;
-	if (M.pid1)
-		fs_write_string("/proc/self/oom_score_adj", "-1000");
+	if (M.pid1) {
+		/* The OOM killer must pick the allocating process, never PID 1 (children reset to 0). */
+		int r = fs_write_string("/proc/self/oom_score_adj", "-1000");
+		if (r < 0)
+			log_warn("cannot set oom_score_adj to -1000: %s", strerror(-r));
+	}
 	else
 		prctl(PR_SET_CHILD_SUBREAPER, 1); /* reap grandchildren on a host too */
 	signal(SIGPIPE, SIG_IGN);

@@ -345,6 +345,31 @@ class ExecdTest(unittest.TestCase):
         r, data = self.request("GET", "/command/%s/logs?cursor=0" % unknown)
         self.json_of(r, data, 400)
 
+    def test_orphans_are_reaped(self):
+        # The subshell exits at once; its sleep is re-parented to execd (PID 1 in a sandbox, a
+        # child subreaper on a host) and must not stay a zombie when it ends.
+        events, _ = self.run_cmd({"command": "( sleep 0.3 >/dev/null 2>&1 & echo $! )"})
+        pid = int(self.outputs(events)[0])
+        deadline = time.time() + 5
+        state = None
+        while time.time() < deadline:
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:
+                state = None
+                break
+            time.sleep(0.05)
+        self.assertIsNone(state, "orphan %d still exists (state %s)" % (pid, state))
+
+    def test_background_child_holding_stdout(self):
+        # The command ends when its shell ends, even if a child it left behind keeps stdout open.
+        t0 = time.time()
+        events, _ = self.run_cmd({"command": "echo a; sleep 5 & echo b"})
+        self.assertLess(time.time() - t0, 3)
+        self.assertEqual(self.outputs(events), ["a", "b"])
+        self.assertEqual(events[-1]["type"], "execution_complete")
+
     # ----- timeouts, interrupts, disconnects -----
 
     def test_timeout_kills_group(self):
