@@ -925,6 +925,12 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 	sb_path(path, sizeof(path), cfg, spec->id, "upper");
 	if ((r = write_etc_upper(&c, spec->host_image ? "/" : spec->rootfs, path, err)) < 0)
 		goto fail_files;
+	/* The /.corral mount point, made the same cheap way (no image has it). */
+	sb_path(path, sizeof(path), cfg, spec->id, "upper/.corral");
+	if (mkdir(path, 0755) < 0) {
+		r = error_set_errno(err, errno, "mkdir '%s'", path);
+		goto fail_files;
+	}
 
 	TRACE(0);
 	if ((r = cg->create(parent, spec->id, spec, err)) < 0)
