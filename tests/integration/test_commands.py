@@ -310,6 +310,28 @@ class Commands(CorralTestCase):
                 self.assertEqual(res.exit_code, i % 5 + 1)
         self.assertEqual(c.connects, 1, "every command reused the one keep-alive connection")
 
+    def test_parallel_commands_one_sandbox(self):
+        out = {}
+
+        def worker(i):
+            c = self.corrald.client()
+            try:
+                out[i] = c.run(self.sid, "sleep 0.%d; seq %d %d" % (i % 5, i * 1000, i * 1000 + 199))
+            finally:
+                c.close()
+        ths = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join(60)
+        self.assertEqual(len(out), 16)
+        ids = set()
+        for i, res in out.items():
+            self.assertEqual(res.exit_code, 0, res)
+            self.assertEqual(res.stdout_lines, [str(x) for x in range(i * 1000, i * 1000 + 200)])
+            ids.add(res.init_id)
+        self.assertEqual(len(ids), 16, "each execution has its own id")
+
     def test_both_prefixes(self):
         for prefix in ("", "/v1"):
             r = self.client.post("%s/sandboxes/%s/proxy/44772/command" % (prefix, self.sid),

@@ -77,6 +77,32 @@ class Limits(CorralTestCase):
         out = self.sh(sid, "python3 -c \"b = b'x' * (100 * 1024 * 1024); print(len(b))\"")
         self.assertEqual(out, str(100 * 1024 * 1024))
 
+    def wait_state(self, sid, states, timeout=15):
+        def st():
+            r = self.client.get_sandbox(sid)
+            return r.status == 200 and r.json()["status"]["state"] in states and r.json()["status"]
+        return self.wait_until(st, timeout, msg="%s to reach %s" % (sid, states))
+
+    def test_oom_group_ends_sandbox(self):
+        sid = self.create(resourceLimits={"cpu": "1", "memory": "64Mi"},
+                          extensions={"oomGroup": "true"})["id"]
+        res = self.client.run(sid, ALLOC_200M_PY, read_timeout=60)
+        self.assertNotEqual(res.exit_code, 0, res)
+        st = self.wait_state(sid, ("Failed",))
+        self.assertEqual(st.get("reason"), "OOMKilled", st)
+        r = self.client.post("/sandboxes/%s/proxy/44772/command" % sid, {"command": "true"})
+        self.assertEqual(r.status, 410, r)
+
+    def test_earlier_oom_does_not_mislabel_a_clean_exit(self):
+        """A command OOM-killed earlier must not make a later clean entrypoint exit 'OOMKilled'."""
+        sid = self.create(resourceLimits={"cpu": "1", "memory": "64Mi"},
+                          entrypoint=["sh", "-c", "while [ ! -e /tmp/stop ]; do sleep 0.05; done; exit 0"])["id"]
+        res = self.client.run(sid, ALLOC_200M_PY, read_timeout=60)
+        self.assertEqual(res.exit_code, 137, res)
+        self.run_ok(sid, "touch /tmp/stop")
+        st = self.wait_state(sid, ("Terminated", "Failed"))
+        self.assertEqual((st["state"], st.get("reason")), ("Terminated", "EntrypointExited"), st)
+
     # --- cpu ---------------------------------------------------------------------------------
 
     def test_cpu_quota(self):

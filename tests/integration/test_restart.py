@@ -141,6 +141,66 @@ class Restart(CorralTestCase):
         self.corrald.start()
         self.wait_gone(sid, timeout=20)
 
+    def test_kill9_during_creates(self):
+        """Creates in flight when corrald dies: after the restart every sandbox is either listed
+        (Running, or Failed with a reason) or fully rolled back; nothing half-made is left."""
+        import threading
+        from harness import cgroup_children, mounts_under, suite_cgroup_dirs
+        n = 10
+        got = [None] * n
+        started = threading.Event()
+
+        def worker(i):
+            c = self.corrald.client(timeout=30)
+            try:
+                started.set()
+                time.sleep(i * 0.03)  # staggered: some done, some in flight, some too late
+                got[i] = c.create_sandbox_raw(metadata={"inflight": "yes"})
+            except Exception as e:  # noqa: BLE001
+                got[i] = e
+            finally:
+                c.close()
+        ths = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n)]
+        for t in ths:
+            t.start()
+        started.wait(5)
+        time.sleep(0.16)
+        self.client.close()
+        self.corrald.kill9()
+        for t in ths:
+            t.join(35)
+        acknowledged = [g.json()["id"] for g in got if not isinstance(g, Exception) and g.status == 202]
+        self.corrald.start()
+
+        def settled():
+            items = self.client.list_sandboxes(metadata={"inflight": "yes"}, page_size=200).json()["items"]
+            if all(it["status"]["state"] in ("Running", "Failed") for it in items):
+                return (items,)
+            return None
+        items = self.wait_until(settled, 40, msg="no sandbox left Pending")[0]
+        ids = [it["id"] for it in items]
+        for sid in acknowledged:
+            self.assertIn(sid, ids, "a create acknowledged with 202 before the crash was lost")
+        for it in items:
+            if it["status"]["state"] == "Failed":
+                self.assertTrue(it["status"].get("reason"), it)
+            else:
+                self.assertEqual(self.sh(it["id"], "echo ok"), "ok")
+        for sid in ids:
+            self.assertEqual(self.client.delete_sandbox(sid).status, 204)
+        sbdir = os.path.join(self.corrald.state_dir, "sandboxes")
+
+        def clean():
+            kids = [(d, cgroup_children(d)) for d in suite_cgroup_dirs(self.corrald.cgroup_name)]
+            return (all(not k for _, k in kids) and not mounts_under(self.corrald.state_dir)
+                    and not os.listdir(sbdir))
+        self.wait_until(clean, 40, interval=0.2,
+                        msg="half-created sandboxes rolled back: cgroups %s, mounts %s, dirs %s" % (
+                            [(d, cgroup_children(d)) for d in suite_cgroup_dirs(self.corrald.cgroup_name)],
+                            mounts_under(self.corrald.state_dir), os.listdir(sbdir)))
+        print("\n  in-flight creates: %d acknowledged before the crash, %d listed after" %
+              (len(acknowledged), len(ids)), file=sys.stderr)
+
 
 if __name__ == "__main__":
     main()
