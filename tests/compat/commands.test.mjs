@@ -397,3 +397,34 @@ test("a client that disconnects mid-stream leaves the sandbox healthy", async ()
     assert.equal(await sbx.isHealthy(), true);
   });
 });
+
+test("runStream yields the raw execd events with the documented fields", async () => {
+  await withSandbox({ metadata: { case: "run-stream-raw" } }, async (sbx) => {
+    const events = [];
+    for await (const ev of sbx.commands.runStream("echo raw-1; echo raw-2 >&2")) events.push(ev);
+    const types = events.map((e) => e.type).filter((t) => t !== "ping");
+    assert.equal(types[0], "init", `first event ${JSON.stringify(events[0])}`);
+    assert.equal(types[types.length - 1], "execution_complete");
+    assert.deepEqual(types.slice(1, -1).sort(), ["stderr", "stdout"]);
+    for (const e of events) {
+      assert.equal(typeof e.timestamp, "number", `timestamp on ${JSON.stringify(e)}`);
+      assertRecentMs(e.timestamp, `${e.type} timestamp`);
+    }
+    const init = events.find((e) => e.type === "init");
+    assert.equal(typeof init.text, "string");
+    assert.ok(init.text.length > 0, "init.text is the command id");
+    assert.equal(events.find((e) => e.type === "stdout").text, "raw-1");
+    assert.equal(events.find((e) => e.type === "stderr").text, "raw-2");
+    const done = events.find((e) => e.type === "execution_complete");
+    assert.equal(typeof done.execution_time, "number", "execution_complete carries execution_time (ms)");
+    assert.equal(events.some((e) => "exit_code" in e), false, "no exit_code field in the stream");
+
+    const failed = [];
+    for await (const ev of sbx.commands.runStream("exit 3")) failed.push(ev);
+    const err = failed.find((e) => e.type === "error");
+    assert.ok(err, "a failing command ends with an error event");
+    assert.deepEqual({ ename: err.error.ename, evalue: err.error.evalue }, { ename: "CommandExecError", evalue: "3" });
+    assert.ok(Array.isArray(err.error.traceback), "traceback is an array");
+    assert.equal(failed.some((e) => e.type === "execution_complete"), false);
+  });
+});

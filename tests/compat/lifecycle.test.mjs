@@ -89,6 +89,25 @@ for (const useServerProxy of [true, false]) {
   });
 }
 
+test("Sandbox.create with only an image: config from the environment, SDK defaults", async () => {
+  // No connectionConfig at all: the SDK reads OPEN_SANDBOX_DOMAIN / OPEN_SANDBOX_API_KEY, and uses
+  // its defaults (timeout 600 s, resources cpu 1 / memory 2Gi, entrypoint tail -f /dev/null).
+  const sbx = await Sandbox.create({ image: "host" });
+  try {
+    assert.equal(sbx.connectionConfig.domain, DOMAIN);
+    const info = await sbx.getInfo();
+    assert.equal(info.status.state, "Running");
+    const ttl = (info.expiresAt - info.createdAt) / 1000;
+    assert.ok(Math.abs(ttl - 600) <= 5, `default timeout 600 s (got ${ttl})`);
+    assert.deepEqual(info.metadata ?? {}, {}, "no metadata");
+    assert.deepEqual(info.entrypoint, ["tail", "-f", "/dev/null"]);
+    const ex = await sbx.commands.run("echo env-config-ok");
+    assert.deepEqual(stdoutLines(ex), ["env-config-ok"]);
+  } finally {
+    await destroy(sbx);
+  }
+});
+
 test("renew moves expiresAt later and GET agrees", async () => {
   await withSandbox({ metadata: { case: "renew" }, timeoutSeconds: TIMEOUT_S }, async (sbx) => {
     const before = await sbx.getInfo();
