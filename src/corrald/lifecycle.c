@@ -83,8 +83,9 @@ static void create_finish(struct create_ctx *c, int status, const char *code, co
 	if (c->retry_ev)
 		event_del(c->retry_ev);
 	if (status != 202) {
-		/* The one log line for this failure; then roll back. */
-		log_error("create sandbox %s: %s", sb->id, msg);
+		/* The one log line for this failure (a client's mistake is not an error); roll back. */
+		log_msg(status >= 500 ? LOG_LVL_ERROR : LOG_LVL_INFO, "create sandbox %s: %d %s: %s",
+			sb->id, status, code, msg);
 		lifecycle_teardown(sb, "create failed");
 	} else {
 		int64_t now = time_mono_ms();
@@ -449,8 +450,18 @@ static void sandbox_died(struct sandbox *sb)
 	char reason[64], msg[768];
 	describe_death(sb, &state, reason, sizeof(reason), msg, sizeof(msg));
 	if (sb->creating) {
-		create_fail(sb->creating, 500, "SANDBOX::CREATE_FAILED",
-			    "sandbox exited during start-up: %s: %s", reason, msg);
+		/* The entrypoint or the memory limit is the client's to fix: a 4xx, not a retryable 5xx. */
+		if (strcmp(reason, "EntrypointExited") == 0)
+			create_fail(sb->creating, 422, "SANDBOX::ENTRYPOINT_EXITED",
+				    "entrypoint: the sandbox ended during start-up because its entrypoint exited (%s); an entrypoint must keep running, e.g. [\"sleep\",\"infinity\"]",
+				    msg);
+		else if (strcmp(reason, "OOMKilled") == 0)
+			create_fail(sb->creating, 422, "SANDBOX::OOM_KILLED",
+				    "resourceLimits.memory: the sandbox was killed for lack of memory during start-up: %s",
+				    msg);
+		else
+			create_fail(sb->creating, 500, "SANDBOX::CREATE_FAILED",
+				    "sandbox exited during start-up: %s: %s", reason, msg);
 		return;
 	}
 	sandbox_set_status(sb, state, reason, "%s", msg);
