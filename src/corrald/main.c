@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "corrald/corrald.h"
@@ -262,6 +263,15 @@ int main(int argc, char **argv)
 	d->rt_cfg.state_dir = d->state_dir;
 	d->rt_cfg.execd_path = execd;
 	d->rt_cfg.cgroup_name = cgroup_name;
+
+	/* One pidfd per live sandbox plus client and execd connections: 1024 is far too few. */
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			log_warn("raise the open-file limit to %llu: %s",
+				 (unsigned long long)rl.rlim_max, strerror(errno));
+	}
 
 	signal(SIGPIPE, SIG_IGN);
 	d->base = event_base_new();
