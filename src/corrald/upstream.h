@@ -31,6 +31,20 @@ typedef void (*upstream_fail_cb)(struct evhttp_request *req, enum upstream_failu
  * chunk by chunk as they arrive, so a long-running command's events reach the client live.
  * If the client goes away mid-response the upstream connection is closed (the command keeps
  * running inside the sandbox). Connection: Upgrade requests (WebSocket) are spliced both ways.
+ *
+ * Details (upstream.c):
+ *  - fail_cb may run before upstream_proxy returns (socket missing: -ENOENT at connect time).
+ *  - Answers execd framed with Content-Length go out in one reply when already complete; chunked
+ *    or close-delimited answers are streamed (chunked to HTTP/1.1 clients, connection-delimited to
+ *    HTTP/1.0 ones). execd's trailers are dropped (evhttp cannot send them).
+ *  - After the reply started, a failure drops the client connection once what was already relayed
+ *    is flushed: the body visibly ends short (no final chunk / fewer bytes than Content-Length).
+ *  - A client hanging up before the reply starts (a long-poll given up) is noticed too.
+ *  - Connections to each socket are kept alive in a pool. A pooled connection found dead before
+ *    any answer byte is retried once on a new connection, only for GET/HEAD/OPTIONS/DELETE/PUT
+ *    without a body; a POST (a command) is never sent twice.
+ *  - The client socket's read timeout is suspended while waiting on execd and while a response
+ *    streams, and restored afterwards. corrald must ignore SIGPIPE.
  */
 void upstream_proxy(struct event_base *base, const char *sock_path, struct evhttp_request *req,
 		    const char *target, upstream_fail_cb fail_cb, void *arg);
@@ -54,12 +68,6 @@ struct upstream_options {
 	unsigned max_idle_per_socket; /* default 8 */
 	unsigned max_idle_total;      /* default 1024 */
 	size_t client_buffer_max;     /* stop reading execd above this much unsent output; 4 MiB */
-	/*
-	 * Ignored, kept so existing callers build: the client socket's own timeouts are now saved
-	 * when the proxy suspends them (while waiting on execd, and the read timeout while a
-	 * response streams) and restored exactly afterwards.
-	 */
-	int client_timeout_s;
 };
 void upstream_configure(const struct upstream_options *opts);
 
