@@ -51,6 +51,8 @@ struct cgroup_ops {
 	 * own cgroup as the root. Async-signal-safe apart from what cgroup_prepare_child() prepared.
 	 */
 	int (*mount_ns)(const char *target, struct error *err);
+	/* Optional: load what the manager caches about the host (v1: the hierarchy layout). */
+	void (*init)(void);
 };
 
 extern const struct cgroup_ops cgroup_v1_ops;

@@ -315,4 +315,5 @@ const struct cgroup_ops cgroup_v1_ops = {
 	.remove = v1_remove,
 	.probe = v1_probe,
 	.mount_ns = v1_mount_ns,
+	.init = v1_load,
 };

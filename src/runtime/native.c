@@ -81,11 +81,13 @@ uint64_t *runtime_trace;
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
+static bool tuned; /* cgroup_favor_dynmods() done, here or in a parent that called prepare() */
+
 static const struct cgroup_ops *cgroup_ops_cached(void)
 {
 	static const struct cgroup_ops *ops;
-	if (!ops)
-		ops = cgroup_detect();
+	if (!ops && (ops = cgroup_detect()) && ops->init)
+		ops->init();
 	return ops;
 }
 
@@ -879,7 +881,6 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 	if (!cg)
 		return error_set(err, ENOTSUP, "no usable cgroup hierarchy under '%s'", cgroup_root());
 	const char *parent = cgroup_parent(cfg);
-	static bool tuned;
 	if (!tuned) {
 		tuned = true;
 		(void)cgroup_favor_dynmods(); /* best effort: only speed depends on it */
@@ -1168,6 +1169,21 @@ static int native_probe(const struct runtime_config *cfg, const char *id, pid_t 
 	return r;
 }
 
+static int native_prepare(const struct runtime_config *cfg, struct error *err)
+{
+	int r = check_config(cfg, err);
+	if (r < 0)
+		return r;
+	if (!cgroup_ops_cached())
+		return error_set(err, ENOTSUP, "no usable cgroup hierarchy under '%s'", cgroup_root());
+	if (!tuned) {
+		tuned = true;
+		(void)cgroup_favor_dynmods();
+	}
+	struct sock_fprog prog;
+	return seccomp_build(&prog, err);
+}
+
 const struct runtime_ops runtime_native = {
 	.name = "native",
 	.create = native_create,
@@ -1176,4 +1192,5 @@ const struct runtime_ops runtime_native = {
 	.resume = native_resume,
 	.kill = native_kill,
 	.probe = native_probe,
+	.prepare = native_prepare,
 };

@@ -103,6 +103,11 @@ struct runtime_ops {
 	int (*kill)(const struct runtime_config *cfg, const char *id, struct error *err);
 	int (*probe)(const struct runtime_config *cfg, const char *id, pid_t pid,
 		     uint64_t starttime, struct sandbox_probe *ret, struct error *err);
+	/* Optional (may be NULL). Call once in the long-lived process that forks the create workers,
+	 * before the first fork: the per-process work of a create (compiling the seccomp filter,
+	 * finding the cgroup layout) is then done once and inherited by every worker instead of
+	 * being redone in each (~1 ms per create). Quick; fine on the event loop at start-up. */
+	int (*prepare)(const struct runtime_config *cfg, struct error *err);
 };
 
 extern const struct runtime_ops runtime_native;

@@ -495,6 +495,8 @@ int main(int argc, char **argv)
 			printf("no cpu/memory/pids controllers here: limits not tested\n");
 	}
 
+	struct error perr = {0};
+	CHECK_INT(runtime_native.prepare(&cfg, &perr), 0);
 	test_host_image();
 	test_image_dir();
 	test_symlinked_state_dir();
