@@ -3,6 +3,7 @@
 background + status + logs, interrupt, timeout, client disconnect, pings, big outputs,
 keep-alive."""
 
+import json
 import os
 import secrets
 import sys
@@ -331,6 +332,62 @@ class Commands(CorralTestCase):
             self.assertEqual(res.stdout_lines, [str(x) for x in range(i * 1000, i * 1000 + 200)])
             ids.add(res.init_id)
         self.assertEqual(len(ids), 16, "each execution has its own id")
+
+    # --- the proxy route, beyond /command ----------------------------------------------------
+
+    def test_proxy_large_bodies_both_ways(self):
+        """A 24 MiB upload and download through corrald's proxy (files API), byte-exact."""
+        import hashlib
+        data = os.urandom(1024 * 1024) * 24
+        boundary = "----corralIntegration" + secrets.token_hex(6)
+        meta = json.dumps({"path": "/tmp/big-%s.bin" % boundary[-6:], "mode": 644}).encode()
+        body = b"".join([
+            b"--" + boundary.encode() + b"\r\n",
+            b'Content-Disposition: form-data; name="metadata"; filename="metadata"\r\n',
+            b"Content-Type: application/json\r\n\r\n", meta, b"\r\n",
+            b"--" + boundary.encode() + b"\r\n",
+            b'Content-Disposition: form-data; name="file"; filename="blob"\r\n',
+            b"Content-Type: application/octet-stream\r\n\r\n", data, b"\r\n",
+            b"--" + boundary.encode() + b"--\r\n"])
+        path = json.loads(meta)["path"]
+        r = self.client.request("POST", self.client.execd_path(self.sid, "/files/upload"), raw=body,
+                                headers={"Content-Type": "multipart/form-data; boundary=" + boundary},
+                                timeout=120)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.sh(self.sid, "sha256sum %s | cut -d' ' -f1" % path), hashlib.sha256(data).hexdigest())
+        r = self.client.request("GET", self.client.execd_path(self.sid, "/files/download?path=" + path), timeout=120)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(len(r.body), len(data))
+        self.assertTrue(r.body == data, "download differs from upload")
+        self.run_ok(self.sid, "rm -f %s" % path)
+
+    def test_proxy_to_another_port(self):
+        """/sandboxes/{id}/proxy/{port}/... reaches a server listening inside the sandbox."""
+        port = 8000 + secrets.randbelow(900)
+        tok = secrets.token_hex(4)
+        self.run_ok(self.sid, "mkdir -p /tmp/www-%s && echo hello-%s > /tmp/www-%s/index.txt" % (tok, tok, tok))
+        bg = self.client.run(self.sid, "cd /tmp/www-%s && exec python3 -m http.server %d --bind 127.0.0.1"
+                             % (tok, port), background=True)
+        self.addCleanup(self.client.interrupt, self.sid, bg.init_id)
+
+        def fetch():
+            r = self.client.get("/sandboxes/%s/proxy/%d/index.txt" % (self.sid, port))
+            return r if r.status == 200 else None
+        r = self.wait_until(fetch, 10, interval=0.2, msg="the in-sandbox server through the proxy")
+        self.assertEqual(r.text, "hello-%s\n" % tok)
+        r = self.client.get("/sandboxes/%s/proxy/%d/missing.txt?x=1" % (self.sid, port))
+        self.assertEqual(r.status, 404, r)
+        # nothing listens on this port: a clear error, not a hang or 200
+        r = self.client.get("/sandboxes/%s/proxy/%d/" % (self.sid, port + 1))
+        self.assertGreaterEqual(r.status, 500, r)
+
+    def test_pid1_reaps_orphans(self):
+        """Orphans re-parented to PID 1 (corral-execd) are reaped: no zombies pile up."""
+        self.run_ok(self.sid, "for i in $(seq 1 20); do (sleep 0.2 &) ; done")
+        time.sleep(1.0)
+        out = self.sh(self.sid, "for s in /proc/[0-9]*/stat; do cut -d' ' -f1-3 $s; done")
+        zombies = [l for l in out.splitlines() if l.split()[-1] == "Z"]
+        self.assertEqual(zombies, [], out)
 
     def test_both_prefixes(self):
         for prefix in ("", "/v1"):

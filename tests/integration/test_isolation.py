@@ -294,5 +294,83 @@ class Isolation(CorralTestCase):
         self.assertNotEqual(res.exit_code, 0, res)
 
 
+
+def make_busybox_image(root):
+    """A minimal image: busybox-static and its applets, the usual empty top-level dirs."""
+    import shutil
+    import subprocess
+    bb = shutil.which("busybox") or "/bin/busybox"
+    os.makedirs(os.path.join(root, "bin"))
+    shutil.copy(bb, os.path.join(root, "bin", "busybox"))
+    applets = subprocess.run([bb, "--list"], stdout=subprocess.PIPE, check=True).stdout.decode().split()
+    for a in applets:
+        if a != "busybox":
+            os.symlink("busybox", os.path.join(root, "bin", a))
+    for d in ("proc", "sys", "dev", "tmp", "etc", "root", "usr", "var"):
+        os.makedirs(os.path.join(root, d), exist_ok=True)
+    with open(os.path.join(root, "etc", "image-marker"), "w") as f:
+        f.write("busybox-image\n")
+
+
+class ImageDir(CorralTestCase):
+    """Images from --image-dir: each subdirectory is a rootfs used read-only under an overlay."""
+
+    @classmethod
+    def setUpClass(cls):
+        import shutil
+        import tempfile
+        if not (shutil.which("busybox") or os.path.exists("/bin/busybox")):
+            raise unittest.SkipTest("busybox is not installed (apt-get install busybox-static)")
+        cls.images = tempfile.mkdtemp(prefix="corral-test-images-")
+        make_busybox_image(os.path.join(cls.images, "bb"))
+        cls.corrald_kwargs = {"image_dir": cls.images}
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            from harness import safe_rmtree
+            safe_rmtree(cls.images)
+
+    def test_busybox_image(self):
+        sid = self.create(image={"uri": "bb"}, entrypoint=["sleep", "100000"])["id"]
+        g = self.client.get_sandbox(sid).json()
+        self.assertEqual(g.get("image", {}).get("uri", "bb"), "bb")
+        self.assertEqual(self.sh(sid, "cat /etc/image-marker"), "busybox-image")
+        self.assertEqual(self.sh(sid, "echo hi from busybox"), "hi from busybox")
+        res = self.client.run(sid, "test -e /usr/bin/python3")
+        self.assertEqual(res.exit_code, 1, "the host's userland is not in a non-host image")
+        self.assertEqual(self.sh(sid, "cat /proc/1/comm"), "corral-execd")
+        self.assertIn("sleep 100000", self.sh(sid, "cat /proc/*/cmdline | tr '\\0' ' '"))
+        self.assertEqual(self.client.run(sid, "exit 9").exit_code, 9)
+        # writes land in the sandbox's layer, never in the image
+        self.run_ok(sid, "echo changed > /etc/image-marker && echo new > /bin/new-file && rm /bin/ls")
+        self.assertEqual(self.sh(sid, "cat /etc/image-marker"), "changed")
+        with open(os.path.join(self.images, "bb", "etc", "image-marker")) as f:
+            self.assertEqual(f.read(), "busybox-image\n")
+        self.assertFalse(os.path.exists(os.path.join(self.images, "bb", "bin", "new-file")))
+        self.assertTrue(os.path.lexists(os.path.join(self.images, "bb", "bin", "ls")))
+        sid2 = self.create(image={"uri": "bb"}, entrypoint=["sleep", "100000"])["id"]
+        self.assertEqual(self.sh(sid2, "cat /etc/image-marker"), "busybox-image")
+        self.assertEqual(self.sh(sid2, "hostname"), sid2[:12])
+
+    def test_unknown_image_lists_images(self):
+        r = self.client.create_sandbox_raw(image={"uri": "nope"})
+        if r.status == 202:
+            self.addCleanup(self._cleanup_sandbox, r.json()["id"])
+        self.assertGreaterEqual(r.status, 400, r)
+        self.assertLess(r.status, 500, r)
+        msg = r.text
+        self.assertIn("nope", msg)
+        self.assertIn("bb", msg)
+        self.assertIn("host", msg)
+
+    def test_host_image_still_default(self):
+        sid = self.create()["id"]
+        self.assertEqual(self.client.run(sid, "test -e /usr/bin/python3").exit_code, 0)
+
+
 if __name__ == "__main__":
     main()
