@@ -141,6 +141,53 @@ class Restart(CorralTestCase):
         self.corrald.start()
         self.wait_gone(sid, timeout=20)
 
+    def test_state_changes_survive_restart(self):
+        """Renew, metadata PATCH and pause are durable (OpenSandbox #1200: a restart brought back
+        the stale expiry)."""
+        from datetime import datetime, timedelta, timezone
+        from harness import rfc3339
+        a = self.create(timeout=60, metadata={"k": "v"})["id"]
+        p = self.create()["id"]
+        target = datetime.now(timezone.utc) + timedelta(seconds=3600)
+        r = self.client.post("/v1/sandboxes/%s/renew-expiration" % a, {"expiresAt": rfc3339(target.timestamp())})
+        self.assertEqual(r.status, 200, r)
+        r = self.client.patch("/v1/sandboxes/%s/metadata" % a, {"k": None, "new": "x"})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.client.post("/v1/sandboxes/%s/pause" % p).status, 202)
+        self.wait_until(lambda: self.state(p)["state"] == "Paused", 10, msg="Paused")
+        self.client.close()
+        self.corrald.kill9()
+        self.corrald.start()
+        g = self.client.get_sandbox(a).json()
+        self.assertLess(abs((parse_time(g["expiresAt"]) - target).total_seconds()), 1.0,
+                        "the renewed expiry survives a restart: %r" % g)
+        self.assertEqual(g["metadata"], {"new": "x"})
+        self.assertEqual(self.state(p)["state"], "Paused", "pause survives a restart")
+        self.assertEqual(self.client.post("/v1/sandboxes/%s/resume" % p).status, 202)
+        self.assertEqual(self.sh(p, "echo thawed"), "thawed")
+        self.assertEqual(self.state(p)["state"], "Running")
+
+    def test_no_fd_leak_across_create_run_delete(self):
+        def nfds():
+            return len(os.listdir("/proc/%d/fd" % self.corrald.proc.pid))
+        # warm up (lazily opened files, pools)
+        for _ in range(3):
+            sid = self.create()["id"]
+            self.client.run(sid, "true")
+            self.client.delete_sandbox(sid)
+        time.sleep(1)
+        base = nfds()
+        for i in range(20):
+            sid = self.create()["id"]
+            self.assertEqual(self.client.run(sid, "echo %d" % i).stdout_lines, [str(i)])
+            s = CommandStream("127.0.0.1", self.corrald.port, sid, "sleep 5")
+            s.wait_for("init")
+            s.abort()
+            self.assertEqual(self.client.delete_sandbox(sid).status, 204)
+        self.wait_until(lambda: self.client.all_sandbox_ids() == [], 20, msg="all deleted")
+        self.wait_until(lambda: nfds() <= base + 3, 20, interval=0.2,
+                        msg="corrald's open fds back to ~%d (now %d)" % (base, nfds()))
+
     def test_kill9_during_creates(self):
         """Creates in flight when corrald dies: after the restart every sandbox is either listed
         (Running, or Failed with a reason) or fully rolled back; nothing half-made is left."""
