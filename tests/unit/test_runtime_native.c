@@ -443,6 +443,27 @@ static void test_failed_create(void)
 	CHECK(!cgroup_exists(spec.id));
 	rmdir(S(spec.id, ""));
 
+	/* A failure inside PID 1's setup, after the overlay and cgroup exist: rolled back too. */
+	char image[PATH_MAX], proc[PATH_MAX + 8];
+	snprintf(image, sizeof(image), "%s/badimage", state);
+	CHECK_INT(mkdir(image, 0755), 0);
+	snprintf(proc, sizeof(proc), "%s/proc", image);
+	int fd = open(proc, O_WRONLY | O_CREAT, 0644);
+	CHECK(fd >= 0);
+	close(fd);
+	struct sandbox_spec bs = {.rootfs = image};
+	CHECK_INT(id_uuid4(bs.id), 0);
+	error_clear(&err);
+	CHECK_INT(runtime_native.create(&cfg, &bs, &pid, &start, &err), -ENOTDIR);
+	CHECK_STR(err.msg, "image path '/proc' is not a directory");
+	CHECK(!exists(S(bs.id, "upper")));
+	CHECK(!exists(S(bs.id, "run")));
+	CHECK(!cgroup_exists(bs.id));
+	CHECK_INT(count_mounts() > 0, 1);
+	rmdir(S(bs.id, ""));
+	unlink(proc);
+	CHECK_INT(rmdir(image), 0);
+
 	struct runtime_config bad = cfg;
 	bad.execd_path = "/nonexistent/corral-execd";
 	error_clear(&err);
