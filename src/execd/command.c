@@ -13,6 +13,7 @@
 
 #include "command.h"
 #include "exec.h"
+#include "session.h"
 #include "shared/log.h"
 #include "shared/timeutil.h"
 
@@ -343,7 +344,14 @@ void command_interrupt(struct evhttp_request *req, struct http_query *q)
 	}
 	struct execution *ex = exec_find(id);
 	if (!ex) {
-		http_send_error(req, 500, "RUNTIME_ERROR", "no execution with id '%s'", id);
+		/* The reference also takes a bash session's id here. */
+		int r = session_interrupt(id);
+		if (r == 0)
+			http_send_empty(req, 200);
+		else if (r == -ESRCH)
+			http_send_error(req, 500, "RUNTIME_ERROR", "bash session %s is not running a command", id);
+		else
+			http_send_error(req, 500, "RUNTIME_ERROR", "no execution or bash session with id '%s'", id);
 		return;
 	}
 	int r = exec_interrupt(ex);

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -471,6 +472,27 @@ void session_run(struct evhttp_request *req, const char *id)
 			evtimer_add(s->ev_timeout, &tv);
 	}
 	command_stream(req, ex);
+}
+
+static void on_kill_grace(evutil_socket_t fd, short what, void *arg)
+{
+	pid_t pid = (pid_t)(intptr_t)arg;
+	for (int i = 0; i < SESSION_MAX; i++)
+		if (S.s[i] && S.s[i]->pid == pid)
+			kill(-pid, SIGKILL);
+}
+
+int session_interrupt(const char *id)
+{
+	struct session *s = session_get(id);
+	if (!s)
+		return -ENOENT;
+	if (!s->cur)
+		return -ESRCH;
+	kill(-s->pid, SIGTERM);
+	struct timeval tv = {3, 0};
+	event_base_once(S.base, -1, EV_TIMEOUT, on_kill_grace, (void *)(intptr_t)s->pid, &tv);
+	return 0;
 }
 
 /* ----- DELETE /session/{id} ----- */

@@ -629,6 +629,20 @@ class ExecdTest(unittest.TestCase):
         r, data = self.request("POST", "/session/%s/run" % sid, {})
         self.assertIn(r.status, (400, 404))
 
+    def test_session_interrupt_via_command_delete(self):
+        sid = self.new_session()
+        c = self.execd.conn()
+        c.request("POST", "/session/%s/run" % sid, json.dumps({"command": "sleep 30"}))
+        r = c.getresponse()
+        self.assertEqual(read_event(r)["text"], sid)
+        time.sleep(0.1)
+        rr, data = self.request("DELETE", "/command?id=" + sid)
+        self.assertEqual(rr.status, 200, data)
+        rest = r.read()
+        events = [json.loads(x) for x in rest.decode().split("\n\n") if x.strip().startswith("{")]
+        self.assertEqual(events[-1]["type"], "error")
+        c.close()
+
     def test_session_validation(self):
         sid = self.new_session()
         for body in (b"nope", {}, {"command": ""}, {"command": "true", "timeout": "x"}):
