@@ -467,7 +467,9 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	setsid();
 	umask(022);
-	close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+	if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) /* before Linux 5.11 */
+		for (int fd = 3; fd < 4096; fd++)
+			fcntl(fd, F_SETFD, FD_CLOEXEC);
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (null < 0)
 		return error_set_errno(err, errno, "open /dev/null");
