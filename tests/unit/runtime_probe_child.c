@@ -79,11 +79,13 @@ static int err_of(long r)
 
 int main(int argc, char **argv)
 {
+	int fds = count_entries("/proc/self/fd"); /* 0, 1, 2 and the directory's own fd */
 	out = fopen("/.corral/report.tmp", "w");
 	if (!out)
 		return 1;
 	char host[128] = "";
 	gethostname(host, sizeof(host));
+	fprintf(out, "fds=%d\n", fds);
 	fprintf(out, "pid=%d\nppid=%d\nuid=%d\nhostname=%s\n", getpid(), getppid(), getuid(), host);
 	for (int i = 0; i < argc; i++)
 		fprintf(out, "argv%d=%s\n", i, argv[i]);

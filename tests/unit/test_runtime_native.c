@@ -126,6 +126,7 @@ static void test_host_image(void)
 	spec.env = env;
 
 	int mounts_before = count_mounts();
+	int leak = open("/dev/null", O_RDONLY); /* not close-on-exec: must not reach the sandbox */
 	pid_t pid = 0;
 	uint64_t start = 0;
 	struct error err = {0};
@@ -158,6 +159,8 @@ static void test_host_image(void)
 	char shortid[13];
 	snprintf(shortid, sizeof(shortid), "%.12s", spec.id);
 	CHECK_STR(R("pid"), "1");
+	CHECK_STR(R("fds"), "4");
+	close(leak);
 	CHECK_STR(R("ppid"), "0");
 	CHECK_STR(R("uid"), "0");
 	CHECK_STR(R("hostname"), shortid);
