@@ -316,7 +316,7 @@ static void on_oom_poll(evutil_socket_t fd, short what, void *arg)
 {
 	struct sandbox *sb = arg;
 	struct corrald *d = sb->d;
-	if (sb->deleting || sandbox_ended(sb) || sb->pidfd < 0) {
+	if (sb->deleting || sandbox_ended(sb) || !sb->death_ev) {
 		event_del(sb->oom_ev);
 		return;
 	}
@@ -367,12 +367,39 @@ static void on_died_later(evutil_socket_t fd, short what, void *arg)
 	sandbox_unref(sb);
 }
 
+/* PID 1 still runs: same start time, not a zombie. */
+static bool pid1_alive(const struct sandbox *sb)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)sb->pid);
+	if (sb->pid <= 0 || fs_read_small(path, buf, sizeof(buf)) < 0)
+		return false;
+	const char *p = strrchr(buf, ')');
+	uint64_t st = 0;
+	return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X' &&
+	       runtime_pid_starttime(sb->pid, &st) >= 0 && st == sb->starttime;
+}
+
+/* Without pidfd_open (old kernels, valgrind) PID 1 is polled instead. */
+static void on_death_poll(evutil_socket_t fd, short what, void *arg)
+{
+	struct sandbox *sb = arg;
+	if (!pid1_alive(sb))
+		sandbox_died(sb);
+}
+
 static void watch_death(struct sandbox *sb)
 {
 	unwatch_death(sb);
 	int fd = (int)syscall(SYS_pidfd_open, sb->pid, 0);
-	uint64_t st = 0;
-	if (fd < 0 || runtime_pid_starttime(sb->pid, &st) < 0 || st != sb->starttime) {
+	if (fd < 0 && errno != ESRCH && pid1_alive(sb)) {
+		sb->death_ev = event_new(sb->d->base, -1, EV_PERSIST, on_death_poll, sb);
+		struct timeval tv = {0, 200 * 1000};
+		event_add(sb->death_ev, &tv);
+		watch_oom(sb);
+		return;
+	}
+	if (fd < 0 || !pid1_alive(sb)) {
 		/* Already gone (or the pid was recycled): report it from the loop, not from here. */
 		if (fd >= 0)
 			close(fd);
@@ -387,10 +414,10 @@ static void watch_death(struct sandbox *sb)
 
 void lifecycle_check_alive(struct sandbox *sb)
 {
-	if (sb->pidfd < 0 || sandbox_ended(sb))
+	if (!sb->death_ev || sandbox_ended(sb))
 		return;
 	struct pollfd p = {.fd = sb->pidfd, .events = POLLIN};
-	if (poll(&p, 1, 0) > 0)
+	if (sb->pidfd >= 0 ? poll(&p, 1, 0) > 0 : !pid1_alive(sb))
 		sandbox_died(sb);
 }
 
