@@ -118,8 +118,9 @@ export OPEN_SANDBOX_DOMAIN="127.0.0.1:$PORT"
 export OPEN_SANDBOX_API_KEY="$API_KEY"
 export CORRAL_COMPAT_RUN_ID="$RUN_ID"
 say "node --test ${FILES[*]}"
-node --test --test-reporter=spec --test-concurrency="$JOBS" --test-timeout=180000 "${FILES[@]}"
-TEST_RC=$?
+node --test --test-reporter=spec --test-concurrency="$JOBS" --test-timeout=180000 "${FILES[@]}" 2>&1 |
+	tee "$TMP/node.out"
+TEST_RC=${PIPESTATUS[0]}
 FAIL=0
 [ "$TEST_RC" -eq 0 ] || { say "node --test failed (exit $TEST_RC)"; FAIL=1; }
 
@@ -169,8 +170,14 @@ if [ -n "$LEAKED_MNT" ]; then
 fi
 
 if [ "$FAIL" -ne 0 ]; then
-	say "FAILED; corrald log tail ($LOG):"
-	tail -n 60 "$LOG" >&2
+	say "corrald log tail ($LOG):"
+	tail -n 30 "$LOG" >&2
+	# Last, so it survives log truncation (meson shows only the end): which tests failed.
+	if grep -q '^✖' "$TMP/node.out" 2>/dev/null; then
+		say "failing tests:"
+		grep '^✖' "$TMP/node.out" | grep -v 'failing tests:' | sed 's/ ([0-9.]*ms)$//' | sort -u | sed 's/^/  /' >&2
+	fi
+	say "FAILED"
 fi
 # Keep nothing behind unless asked to (or unless a mount is still there: never delete through it).
 if [ -n "$LEAKED_MNT" ] || [ "${CORRAL_COMPAT_KEEP:-0}" = 1 ]; then
