@@ -81,6 +81,11 @@ int cgroup_write_u64(const char *path, uint64_t v)
 	return fs_write_string(path, buf);
 }
 
+uint64_t cgroup_cpu_quota_us(uint64_t millis)
+{
+	return MAX(millis * CGROUP_CPU_PERIOD_US / 1000, 1000);
+}
+
 uint64_t cgroup_cpu_shares(uint64_t millis)
 {
 	uint64_t s = millis * 1024 / 1000;

@@ -68,6 +68,9 @@ int cgroup_read_u64(const char *path, uint64_t *ret);
 /* Find "key value" in a flat-keyed file (cpu.stat, memory.events, ...). -ENOENT if absent. */
 int cgroup_read_keyed(const char *path, const char *key, uint64_t *ret);
 int cgroup_write_u64(const char *path, uint64_t v);
+/* CPU quota per CGROUP_CPU_PERIOD_US for a limit in millicores; at least the kernel's 1 ms
+ * minimum (Kubernetes clamps the same way). */
+uint64_t cgroup_cpu_quota_us(uint64_t millis);
 /* The cpu.shares value Kubernetes derives from a CPU request (2..262144). */
 uint64_t cgroup_cpu_shares(uint64_t millis);
 /* The cpu.weight runc maps shares onto (1..10000). */

@@ -103,7 +103,7 @@ static int v1_create(const char *parent, const char *id, const struct sandbox_sp
 		if ((r = v1_set(V1_CPU, parent, id, "cpu.cfs_period_us", CGROUP_CPU_PERIOD_US, false,
 				err)) < 0 ||
 		    (r = v1_set(V1_CPU, parent, id, "cpu.cfs_quota_us",
-				spec->cpu_limit_millis * CGROUP_CPU_PERIOD_US / 1000, false, err)) < 0)
+				cgroup_cpu_quota_us(spec->cpu_limit_millis), false, err)) < 0)
 			return r;
 	}
 	uint64_t req = spec->cpu_request_millis ? spec->cpu_request_millis : spec->cpu_limit_millis;

@@ -89,7 +89,7 @@ static int v2_create(const char *parent, const char *id, const struct sandbox_sp
 
 	if (spec->cpu_limit_millis) {
 		snprintf(v, sizeof(v), "%" PRIu64 " %d",
-			 spec->cpu_limit_millis * CGROUP_CPU_PERIOD_US / 1000, CGROUP_CPU_PERIOD_US);
+			 cgroup_cpu_quota_us(spec->cpu_limit_millis), CGROUP_CPU_PERIOD_US);
 		if ((r = v2_set(dir, "cpu.max", v, false, err)) < 0)
 			return r;
 	}

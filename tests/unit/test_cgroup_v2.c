@@ -254,6 +254,8 @@ static void test_v1(void)
 int main(void)
 {
 	CHECK_U64(cgroup_cpu_shares(1000), 1024);
+	CHECK_U64(cgroup_cpu_quota_us(1500), 150000);
+	CHECK_U64(cgroup_cpu_quota_us(1), 1000); /* the kernel refuses less than 1 ms */
 	CHECK_U64(cgroup_cpu_shares(1), 2);
 	CHECK_U64(cgroup_cpu_weight(1024), 39);
 	CHECK_U64(cgroup_cpu_weight(2), 1);
