@@ -141,8 +141,8 @@ int cgroup_wait_empty(const struct cgroup_ops *ops, const char *parent, const ch
 		}
 		if (time_mono_ms() >= deadline)
 			return error_set(err, ETIMEDOUT,
-					 "processes of cgroup %s/%s still alive after %d ms", parent,
-					 id, timeout_ms);
+					 "processes of cgroup %s/%s still alive after %d ms",
+					 parent, id, timeout_ms);
 		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
 	}
@@ -155,9 +155,14 @@ static unsigned long mount_flags_of(const char *opts)
 		const char *name;
 		unsigned long flag;
 	} map[] = {
-		{"ro", MS_RDONLY},	   {"nosuid", MS_NOSUID},     {"nodev", MS_NODEV},
-		{"noexec", MS_NOEXEC},	   {"relatime", MS_RELATIME}, {"noatime", MS_NOATIME},
-		{"nodiratime", MS_NODIRATIME}, {"strictatime", MS_STRICTATIME},
+	    {"ro", MS_RDONLY},
+	    {"nosuid", MS_NOSUID},
+	    {"nodev", MS_NODEV},
+	    {"noexec", MS_NOEXEC},
+	    {"relatime", MS_RELATIME},
+	    {"noatime", MS_NOATIME},
+	    {"nodiratime", MS_NODIRATIME},
+	    {"strictatime", MS_STRICTATIME},
 	};
 	unsigned long f = 0;
 	char buf[256];
@@ -181,7 +186,8 @@ int cgroup_favor_dynmods(void)
 		return r;
 	char *save = NULL;
 	for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		/* id parent maj:min root mountpoint mountopts [optional...] - fstype source superopts */
+		/* id parent maj:min root mountpoint mountopts [optional...] - fstype source
+		 * superopts */
 		char mp[PATH_MAX], mopts[256], fstype[32], sopts[512];
 		char *sep = strstr(line, " - ");
 		if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s %255s", mp, mopts) != 2 ||

@@ -8,8 +8,8 @@
  *                                             (co-mounted hierarchies such as "cpu,cpuacct" work)
  *
  * <root> is /sys/fs/cgroup, or $CORRAL_CGROUP_ROOT when set (unit tests point it at a fake tree).
- * The root holds "cgroup.controllers" exactly when it is a cgroup2 mount: that is the detection rule
- * (a hybrid host's /sys/fs/cgroup is a tmpfs of v1 mounts and is managed as v1).
+ * The root holds "cgroup.controllers" exactly when it is a cgroup2 mount: that is the detection
+ * rule (a hybrid host's /sys/fs/cgroup is a tmpfs of v1 mounts and is managed as v1).
  *
  * Every operation but create() and remove() is quick and never waits: it may run on corrald's event
  * loop.
@@ -27,16 +27,16 @@
 
 struct cgroup_ops {
 	const char *name; /* "v1" or "v2" */
-	/* Make <parent>/<id> (enabling controllers on the way on v2) and apply the spec's limits. An
-	 * existing cgroup of that name is reused and its limits rewritten. */
+	/* Make <parent>/<id> (enabling controllers on the way on v2) and apply the spec's limits.
+	 * An existing cgroup of that name is reused and its limits rewritten. */
 	int (*create)(const char *parent, const char *id, const struct sandbox_spec *spec,
 		      struct error *err);
 	/* Move pid (0 = the calling process) into the sandbox's cgroup(s). */
 	int (*enter)(const char *parent, const char *id, pid_t pid, struct error *err);
 	int (*freeze)(const char *parent, const char *id, bool frozen, struct error *err);
-	/* One non-blocking pass that SIGKILLs every process in the cgroup (v2 cgroup.kill; v1 freeze,
-	 * kill each pid, thaw). Sets *ret_empty when no process was left to kill. A missing cgroup is
-	 * success and empty. */
+	/* One non-blocking pass that SIGKILLs every process in the cgroup (v2 cgroup.kill; v1
+	 * freeze, kill each pid, thaw). Sets *ret_empty when no process was left to kill. A missing
+	 * cgroup is success and empty. */
 	int (*kill)(const char *parent, const char *id, bool *ret_empty, struct error *err);
 	/* True when no process is left in the cgroup (or it does not exist). */
 	int (*is_empty)(const char *parent, const char *id, bool *ret_empty, struct error *err);
@@ -47,8 +47,9 @@ struct cgroup_ops {
 		     struct error *err);
 	/*
 	 * Called inside the sandbox (new mount and cgroup namespaces, before pivot_root): mount the
-	 * cgroup hierarchies read-only at target (the sandbox's /sys/fs/cgroup), so the sandbox sees its
-	 * own cgroup as the root. Async-signal-safe apart from what cgroup_prepare_child() prepared.
+	 * cgroup hierarchies read-only at target (the sandbox's /sys/fs/cgroup), so the sandbox
+	 * sees its own cgroup as the root. Async-signal-safe apart from what cgroup_prepare_child()
+	 * prepared.
 	 */
 	int (*mount_ns)(const char *target, struct error *err);
 	/* Optional: load what the manager caches about the host (v1: the hierarchy layout). */

@@ -26,9 +26,9 @@ static struct {
 	char root[PATH_MAX];
 	bool loaded;
 	bool present[V1_N];
-	bool dup[V1_N]; /* same hierarchy as an earlier controller */
+	bool dup[V1_N];		   /* same hierarchy as an earlier controller */
 	char hier[V1_N][PATH_MAX]; /* real path of the hierarchy's mount */
-	char opts[V1_N][64];       /* its mount options, i.e. the real dir's name ("cpu,cpuacct") */
+	char opts[V1_N][64];	   /* its mount options, i.e. the real dir's name ("cpu,cpuacct") */
 } v1;
 
 static void v1_load(void)
@@ -68,7 +68,8 @@ static int v1_set(int ctrl, const char *parent, const char *id, const char *file
 	if (!v1.present[ctrl]) {
 		if (optional)
 			return 0;
-		return error_set(err, ENOTSUP, "cgroup v1 controller '%s' is not mounted under '%s'",
+		return error_set(err, ENOTSUP,
+				 "cgroup v1 controller '%s' is not mounted under '%s'",
 				 v1_names[ctrl], v1.root);
 	}
 	if (v1_path(path, sizeof(path), ctrl, parent, id, file) < 0)
@@ -100,15 +101,15 @@ static int v1_create(const char *parent, const char *id, const struct sandbox_sp
 			return error_set_errno(err, errno, "mkdir '%s'", path);
 	}
 	if (spec->cpu_limit_millis) {
-		if ((r = v1_set(V1_CPU, parent, id, "cpu.cfs_period_us", CGROUP_CPU_PERIOD_US, false,
-				err)) < 0 ||
+		if ((r = v1_set(V1_CPU, parent, id, "cpu.cfs_period_us", CGROUP_CPU_PERIOD_US,
+				false, err)) < 0 ||
 		    (r = v1_set(V1_CPU, parent, id, "cpu.cfs_quota_us",
 				cgroup_cpu_quota_us(spec->cpu_limit_millis), false, err)) < 0)
 			return r;
 	}
 	uint64_t req = spec->cpu_request_millis ? spec->cpu_request_millis : spec->cpu_limit_millis;
-	if (req && (r = v1_set(V1_CPU, parent, id, "cpu.shares", cgroup_cpu_shares(req), false,
-			       err)) < 0)
+	if (req &&
+	    (r = v1_set(V1_CPU, parent, id, "cpu.shares", cgroup_cpu_shares(req), false, err)) < 0)
 		return r;
 	if (spec->memory_limit_bytes) {
 		/* memsw after the plain limit (the kernel wants memsw >= limit); equal values mean
@@ -241,8 +242,8 @@ static int v1_probe(const char *parent, const char *id, struct sandbox_probe *re
 	int c = v1_procs_ctrl();
 	if (c < 0 || access(F(c, NULL), F_OK) < 0)
 		return error_set_errno(err, c < 0 ? ENOENT : errno, "cgroup '%s/%s'", parent, id);
-	if (v1.present[V1_FREEZER] && fs_read_small(F(V1_FREEZER, "freezer.state"), buf,
-						    sizeof(buf)) == 0)
+	if (v1.present[V1_FREEZER] &&
+	    fs_read_small(F(V1_FREEZER, "freezer.state"), buf, sizeof(buf)) == 0)
 		ret->frozen = strcmp(buf, "FROZEN") == 0;
 	if (v1.present[V1_MEMORY]) {
 		if (cgroup_read_keyed(F(V1_MEMORY, "memory.oom_control"), "oom_kill", &v) == 0)
@@ -306,14 +307,14 @@ static int v1_mount_ns(const char *target, struct error *err)
 }
 
 const struct cgroup_ops cgroup_v1_ops = {
-	.name = "v1",
-	.create = v1_create,
-	.enter = v1_enter,
-	.freeze = v1_freeze,
-	.kill = v1_kill,
-	.is_empty = v1_is_empty,
-	.remove = v1_remove,
-	.probe = v1_probe,
-	.mount_ns = v1_mount_ns,
-	.init = v1_load,
+    .name = "v1",
+    .create = v1_create,
+    .enter = v1_enter,
+    .freeze = v1_freeze,
+    .kill = v1_kill,
+    .is_empty = v1_is_empty,
+    .remove = v1_remove,
+    .probe = v1_probe,
+    .mount_ns = v1_mount_ns,
+    .init = v1_load,
 };

@@ -249,13 +249,13 @@ static int v2_mount_ns(const char *target, struct error *err)
 }
 
 const struct cgroup_ops cgroup_v2_ops = {
-	.name = "v2",
-	.create = v2_create,
-	.enter = v2_enter,
-	.freeze = v2_freeze,
-	.kill = v2_kill,
-	.is_empty = v2_is_empty,
-	.remove = v2_remove,
-	.probe = v2_probe,
-	.mount_ns = v2_mount_ns,
+    .name = "v2",
+    .create = v2_create,
+    .enter = v2_enter,
+    .freeze = v2_freeze,
+    .kill = v2_kill,
+    .is_empty = v2_is_empty,
+    .remove = v2_remove,
+    .probe = v2_probe,
+    .mount_ns = v2_mount_ns,
 };

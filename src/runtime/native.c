@@ -3,15 +3,18 @@
  *
  * create() runs in a corrald worker (or any single-threaded process):
  *
- *   caller ── makes dirs + cgroup, pipe(CLOEXEC) ── fork ─▶ intermediate
- *                                                            joins the sandbox cgroup(s)
- *                                                            unshare(mnt,pid,uts,ipc,net,cgroup)
- *                                                            fork ─▶ PID 1 (sandbox setup, execve)
- *                                                            reports PID 1's pid, _exit(0)
+ *   caller: dirs, upper/etc files, cgroup + limits, pipe(CLOEXEC)
+ *     clone(VM|VFORK) -> intermediate: joins the sandbox cgroup(s)
+ *                                      unshare(mnt, pid, uts, ipc, net, cgroup)
+ *                                      clone(VM|VFORK) -> PID 1: mounts, pivot_root, caps,
+ *                                                         seccomp, execve corral-execd
+ *                                      reports PID 1's pid, _exit(0)
  *
- * The intermediate exits at once, so PID 1 is reparented to the host's init (or subreaper), never
- * kept by corrald. PID 1 reports any setup failure on the sync pipe with a precise message; EOF
- * with no message means execve succeeded (the pipe is close-on-exec).
+ * Both children borrow the caller's memory, posix_spawn style (no page tables copied), and each
+ * parent sleeps until its child has exec'd or exited. The intermediate exits right then, so PID 1 is
+ * reparented to the host's init (or subreaper), never kept by corrald. PID 1 reports any setup
+ * failure on the sync pipe with a precise message; EOF with no message means execve succeeded
+ * (the pipe is close-on-exec).
  *
  * Every mount is made inside the sandbox's own mount namespace after "/" is made rprivate, so none
  * propagates to the host and all vanish with the sandbox's last process. destroy() still checks
@@ -61,7 +64,8 @@
 #include "shared/macro.h"
 #include "shared/timeutil.h"
 
-#define NS_FLAGS (CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWCGROUP)
+#define NS_FLAGS                                                                                   \
+	(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWCGROUP)
 #define CREATE_TIMEOUT_MS 30000
 #define DESTROY_TIMEOUT_MS 10000
 #define DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -102,8 +106,9 @@ static int check_id(const char *id, struct error *err)
 	if (n == 0 || n >= UUID_STR_LEN || id[0] == '.')
 		return error_set(err, EINVAL, "invalid sandbox id '%s'", id ? id : "");
 	for (size_t i = 0; i < n; i++)
-		if (!(id[i] == '-' || id[i] == '_' || id[i] == '.' || (id[i] >= '0' && id[i] <= '9') ||
-		      (id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z')))
+		if (!(id[i] == '-' || id[i] == '_' || id[i] == '.' ||
+		      (id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'z') ||
+		      (id[i] >= 'A' && id[i] <= 'Z')))
 			return error_set(err, EINVAL, "invalid sandbox id '%s'", id);
 	return 0;
 }
@@ -186,8 +191,8 @@ struct child_ctx {
 	char rootfs[PATH_MAX];
 	char run[PATH_MAX];
 	char execd_mnt[PATH_MAX]; /* run/corral-execd: mount point of the execd binary */
-	char empty[PATH_MAX];     /* the sandbox's one empty read-only tmpfs, once mounted */
-	bool etc_in_upper;        /* /etc files already written into the upper layer */
+	char empty[PATH_MAX];	  /* the sandbox's one empty read-only tmpfs, once mounted */
+	bool etc_in_upper;	  /* /etc files already written into the upper layer */
 	char overlay_opts[3 * PATH_MAX + 128];
 	char hostname[65];
 	char hosts[512];
@@ -240,7 +245,9 @@ static int mask_path(struct child_ctx *c, const char *path, const char *devnull,
 {
 	struct stat st;
 	if (lstat(path, &st) < 0)
-		return errno == ENOENT || errno == ENOTDIR ? 0 : error_set_errno(err, errno, "stat '%s'", path);
+		return errno == ENOENT || errno == ENOTDIR
+			   ? 0
+			   : error_set_errno(err, errno, "stat '%s'", path);
 	if (S_ISLNK(st.st_mode)) {
 		/* Only called with symlinks after pivot_root (in /proc nothing on the lists is a
 		 * link), so the target resolves inside the sandbox: hide what it points to (a host
@@ -258,8 +265,9 @@ static int mask_path(struct child_ctx *c, const char *path, const char *devnull,
 				return error_set_errno(err, errno, "mask '%s'", path);
 			return 0;
 		}
-		int r = do_mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-				 "mode=755,size=4k", err);
+		int r =
+		    do_mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+			     "mode=755,size=4k", err);
 		if (r == 0)
 			snprintf(c->empty, sizeof(c->empty), "%s", path);
 		return r;
@@ -298,12 +306,14 @@ static int mount_point(const struct child_ctx *c, const char *rel, struct error 
 static int setup_proc(struct child_ctx *c, struct error *err)
 {
 	static const char *const masked[] = {
-		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+	    "/proc/acpi",	 "/proc/asound",	"/proc/kcore",
+	    "/proc/keys",	 "/proc/latency_stats", "/proc/timer_list",
+	    "/proc/timer_stats", "/proc/sched_debug",	"/proc/scsi",
 	};
 	static const char *const readonly[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
 					       "/proc/sysrq-trigger"};
-	int r = do_mount("proc", R(c, "/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err);
+	int r =
+	    do_mount("proc", R(c, "/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err);
 	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(masked); i++)
 		r = mask_path(c, R(c, masked[i]), "/dev/null", err);
 	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(readonly); i++)
@@ -313,8 +323,8 @@ static int setup_proc(struct child_ctx *c, struct error *err)
 
 static int setup_sys(struct child_ctx *c, struct error *err)
 {
-	int r = do_mount("sysfs", R(c, "/sys"), "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-			 NULL, err);
+	int r = do_mount("sysfs", R(c, "/sys"), "sysfs",
+			 MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err);
 	if (r == 0)
 		r = c->cg->mount_ns(R(c, "/sys/fs/cgroup"), err);
 	if (r == 0)
@@ -328,9 +338,9 @@ static int setup_dev(const struct child_ctx *c, struct error *err)
 {
 	static const char *const devs[] = {"null", "zero", "full", "random", "urandom", "tty"};
 	static const char *const links[][2] = {
-		{"/proc/self/fd", "/dev/fd"},	      {"/proc/self/fd/0", "/dev/stdin"},
-		{"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"},
-		{"pts/ptmx", "/dev/ptmx"},
+	    {"/proc/self/fd", "/dev/fd"},	{"/proc/self/fd/0", "/dev/stdin"},
+	    {"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"},
+	    {"pts/ptmx", "/dev/ptmx"},
 	};
 	char src[64];
 	int r = do_mount("tmpfs", R(c, "/dev"), "tmpfs", MS_NOSUID | MS_NOEXEC | MS_STRICTATIME,
@@ -394,8 +404,8 @@ static int write_file(const char *path, const char *data, mode_t mode, struct er
 static int mask_host(struct child_ctx *c, struct error *err)
 {
 	static const char *const masked[] = {
-		"/var/lib/corral", "/home",	 "/work",	   "/etc/shadow",  "/etc/gshadow",
-		"/etc/shadow-",	   "/etc/gshadow-", "/var/backups", "/var/mail", "/var/spool/cron",
+	    "/var/lib/corral", "/home",		"/work",	"/etc/shadow", "/etc/gshadow",
+	    "/etc/shadow-",    "/etc/gshadow-", "/var/backups", "/var/mail",   "/var/spool/cron",
 	};
 	int r = mask_path(c, c->cfg->state_dir, "/dev/null", err);
 	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(masked); i++)
@@ -423,9 +433,9 @@ static int loopback_up(struct error *err)
 
 /* Docker's default capability set. */
 static const int keep_caps[] = {
-	CAP_CHOWN,  CAP_DAC_OVERRIDE,	  CAP_FOWNER,	  CAP_FSETID,	   CAP_KILL,
-	CAP_SETGID, CAP_SETUID,		  CAP_SETPCAP,	  CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT,
-	CAP_AUDIT_WRITE, CAP_SETFCAP,
+    CAP_CHOWN,	     CAP_DAC_OVERRIDE, CAP_FOWNER,  CAP_FSETID,		  CAP_KILL,
+    CAP_SETGID,	     CAP_SETUID,       CAP_SETPCAP, CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT,
+    CAP_AUDIT_WRITE, CAP_SETFCAP,
 };
 
 static int drop_caps(const struct child_ctx *c, struct error *err)
@@ -436,8 +446,8 @@ static int drop_caps(const struct child_ctx *c, struct error *err)
 	for (int cap = 0; cap <= c->cap_last; cap++)
 		if (!(keep & (UINT64_C(1) << cap)) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 &&
 		    errno != EINVAL)
-			return error_set_errno(err, errno, "drop capability %d from the bounding set",
-					       cap);
+			return error_set_errno(err, errno,
+					       "drop capability %d from the bounding set", cap);
 	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
 	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
 	struct __user_cap_data_struct d[2];
@@ -491,7 +501,8 @@ static int child_setup(struct child_ctx *c, struct error *err)
 			return r;
 	if ((r = do_mount(c->run, R(c, "/.corral"), NULL, MS_BIND, NULL, err)) < 0)
 		return r;
-	if ((r = bind_ro(c->cfg->execd_path, R(c, SANDBOX_IN_EXECD), MS_NOSUID | MS_NODEV, err)) < 0)
+	if ((r = bind_ro(c->cfg->execd_path, R(c, SANDBOX_IN_EXECD), MS_NOSUID | MS_NODEV, err)) <
+	    0)
 		return r;
 	TRACE(5);
 	if ((r = setup_proc(c, err)) < 0)
@@ -530,8 +541,8 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	if (!c->etc_in_upper && mkdir("/etc", 0755) < 0 && errno != EEXIST)
 		return error_set_errno(err, errno, "mkdir /etc");
 	if (!c->etc_in_upper && ((r = write_file("/etc/hostname", c->hostname, 0644, err)) < 0 ||
-	    (r = write_file("/etc/hosts", c->hosts, 0644, err)) < 0 ||
-	    (r = write_file("/etc/resolv.conf", c->resolv, 0644, err)) < 0))
+				 (r = write_file("/etc/hosts", c->hosts, 0644, err)) < 0 ||
+				 (r = write_file("/etc/resolv.conf", c->resolv, 0644, err)) < 0))
 		return r;
 	TRACE(11);
 	if (sethostname(c->hostname, strlen(c->hostname)) < 0)
@@ -600,21 +611,59 @@ static int seccomp_build(struct sock_fprog *ret, struct error *err)
 		return 0;
 	}
 	static const char *const denied[] = {
-		"mount",	   "umount",	      "umount2",	 "pivot_root",	   "kexec_load",
-		"kexec_file_load", "bpf",	      "init_module",	 "finit_module",   "delete_module",
-		"ptrace",	   "process_vm_readv", "process_vm_writev", "open_by_handle_at",
-		"name_to_handle_at", "keyctl",	      "add_key",	 "request_key",	   "perf_event_open",
-		"reboot",	   "swapon",	      "swapoff",	 "setns",	   "unshare",
-		"userfaultfd",	   "acct",	      "settimeofday",	 "clock_settime",  "clock_adjtime",
-		"adjtimex",	   "quotactl",	      "quotactl_fd",	 "lookup_dcookie", "fsopen",
-		"fsconfig",	   "fsmount",	      "move_mount",	 "open_tree",	   "fspick",
-		"mount_setattr",   "iopl",	      "ioperm",		 "uselib",	   "nfsservctl",
-		/* io_uring: a large, often-exploited kernel surface that Docker blocks too;
-		 * programs fall back to ordinary syscalls. */
-		"io_uring_setup",  "io_uring_enter",  "io_uring_register",
+	    "mount",
+	    "umount",
+	    "umount2",
+	    "pivot_root",
+	    "kexec_load",
+	    "kexec_file_load",
+	    "bpf",
+	    "init_module",
+	    "finit_module",
+	    "delete_module",
+	    "ptrace",
+	    "process_vm_readv",
+	    "process_vm_writev",
+	    "open_by_handle_at",
+	    "name_to_handle_at",
+	    "keyctl",
+	    "add_key",
+	    "request_key",
+	    "perf_event_open",
+	    "reboot",
+	    "swapon",
+	    "swapoff",
+	    "setns",
+	    "unshare",
+	    "userfaultfd",
+	    "acct",
+	    "settimeofday",
+	    "clock_settime",
+	    "clock_adjtime",
+	    "adjtimex",
+	    "quotactl",
+	    "quotactl_fd",
+	    "lookup_dcookie",
+	    "fsopen",
+	    "fsconfig",
+	    "fsmount",
+	    "move_mount",
+	    "open_tree",
+	    "fspick",
+	    "mount_setattr",
+	    "iopl",
+	    "ioperm",
+	    "uselib",
+	    "nfsservctl",
+	    /* io_uring: a large, often-exploited kernel surface that Docker blocks too;
+	     * programs fall back to ordinary syscalls. */
+	    "io_uring_setup",
+	    "io_uring_enter",
+	    "io_uring_register",
 	};
-	static const uint64_t ns_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   CLONE_NEWUSER,
-					    CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP};
+	static const uint64_t ns_flags[] = {CLONE_NEWNS,    CLONE_NEWUTS, CLONE_NEWIPC,
+					    CLONE_NEWUSER,  CLONE_NEWPID, CLONE_NEWNET,
+					    CLONE_NEWCGROUP};
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
 	if (!ctx)
 		return error_set(err, ENOMEM, "seccomp_init");
@@ -698,8 +747,8 @@ static int build_env(const struct sandbox_spec *spec, char ***ret)
 
 static int build_argv(const struct sandbox_spec *spec, char ***ret)
 {
-	static const char *const head[] = {SANDBOX_IN_EXECD, "--socket", SANDBOX_IN_SOCKET, "--state",
-					   SANDBOX_IN_EXECS};
+	static const char *const head[] = {SANDBOX_IN_EXECD, "--socket", SANDBOX_IN_SOCKET,
+					   "--state", SANDBOX_IN_EXECS};
 	size_t n = 0;
 	for (char *const *a = spec->entrypoint; a && *a; a++)
 		n++;
@@ -724,7 +773,8 @@ static int prepare_child(struct child_ctx *c, const struct runtime_config *cfg,
 	char upper[PATH_MAX], work[PATH_MAX];
 	const char *lower = spec->host_image ? "/" : spec->rootfs;
 	if (!lower || lower[0] != '/' || strpbrk(lower, ",:\\"))
-		return error_set(err, EINVAL, "image rootfs '%s' must be an absolute path without ',' ':' '\\'",
+		return error_set(err, EINVAL,
+				 "image rootfs '%s' must be an absolute path without ',' ':' '\\'",
 				 lower ? lower : "");
 	if (sb_path(c->rootfs, sizeof(c->rootfs), cfg, spec->id, "rootfs") < 0 ||
 	    sb_path(c->run, sizeof(c->run), cfg, spec->id, "run") < 0 ||
@@ -735,17 +785,20 @@ static int prepare_child(struct child_ctx *c, const struct runtime_config *cfg,
 	if (strpbrk(c->rootfs, ",:\\"))
 		return error_set(err, EINVAL, "state dir '%s' must not contain ',' ':' '\\'",
 				 cfg->state_dir);
-	snprintf(c->overlay_opts, sizeof(c->overlay_opts), "lowerdir=%s,upperdir=%s,workdir=%s", lower,
-		 upper, work);
+	snprintf(c->overlay_opts, sizeof(c->overlay_opts), "lowerdir=%s,upperdir=%s,workdir=%s",
+		 lower, upper, work);
 
 	const char *h = spec->hostname && *spec->hostname ? spec->hostname : NULL;
 	if (h) {
 		if (strlen(h) > 63)
-			return error_set(err, EINVAL, "hostname '%s' is longer than 63 characters", h);
-		if (strspn(h, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") !=
+			return error_set(err, EINVAL, "hostname '%s' is longer than 63 characters",
+					 h);
+		if (strspn(h,
+			   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") !=
 		    strlen(h))
-			return error_set(err, EINVAL,
-					 "hostname '%s' may only hold letters, digits, '.', '-', '_'", h);
+			return error_set(
+			    err, EINVAL,
+			    "hostname '%s' may only hold letters, digits, '.', '-', '_'", h);
 		snprintf(c->hostname, sizeof(c->hostname), "%s", h);
 	} else {
 		snprintf(c->hostname, sizeof(c->hostname), "%.12s", spec->id);
@@ -783,7 +836,9 @@ static int read_sync(int fd, pid_t *ret_pid, struct error *err)
 		struct pollfd p = {.fd = fd, .events = POLLIN};
 		int64_t left = deadline - time_mono_ms();
 		if (left <= 0)
-			return ret ? ret : error_set(err, ETIMEDOUT, "sandbox setup took over %d ms", CREATE_TIMEOUT_MS);
+			return ret ? ret
+				   : error_set(err, ETIMEDOUT, "sandbox setup took over %d ms",
+					       CREATE_TIMEOUT_MS);
 		int n = poll(&p, 1, (int)left);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -853,7 +908,7 @@ static int write_etc_upper(struct child_ctx *c, const char *lower, const char *u
 	if ((st.st_uid || st.st_gid) && chown(path, st.st_uid, st.st_gid) < 0)
 		return error_set_errno(err, errno, "chown '%s'", path);
 	const char *const files[][2] = {
-		{"hostname", c->hostname}, {"hosts", c->hosts}, {"resolv.conf", c->resolv}};
+	    {"hostname", c->hostname}, {"hosts", c->hosts}, {"resolv.conf", c->resolv}};
 	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
 		snprintf(path, sizeof(path), "%s/etc/%s", upper, files[i][0]);
 		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -881,7 +936,8 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 				       cfg->execd_path ? cfg->execd_path : "");
 	const struct cgroup_ops *cg = cgroup_ops_cached();
 	if (!cg)
-		return error_set(err, ENOTSUP, "no usable cgroup hierarchy under '%s'", cgroup_root());
+		return error_set(err, ENOTSUP, "no usable cgroup hierarchy under '%s'",
+				 cgroup_root());
 	const char *parent = cgroup_parent(cfg);
 	if (!tuned) {
 		tuned = true;
@@ -963,8 +1019,8 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 	sigset_t all, old;
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, &old);
-	pid_t mid = clone(intermediate_main, stacks + stack_size, CLONE_VM | CLONE_VFORK | SIGCHLD,
-			  &c);
+	pid_t mid =
+	    clone(intermediate_main, stacks + stack_size, CLONE_VM | CLONE_VFORK | SIGCHLD, &c);
 	int clone_errno = errno;
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	munmap(stacks, 2 * stack_size);
@@ -1084,8 +1140,9 @@ static int native_destroy(const struct runtime_config *cfg, const char *id, stru
 	const char *parent = cgroup_parent(cfg);
 	TRACE(20);
 	if (cg) {
-		/* PID 1 exits last (the kernel kills and reaps the rest of its pid namespace first),
-		 * so its pidfd turning readable is the moment to look again, instead of polling. */
+		/* PID 1 exits last (the kernel kills and reaps the rest of its pid namespace
+		 * first), so its pidfd turning readable is the moment to look again, instead of
+		 * polling. */
 		_cleanup_close_ int pfd = open_pid1(cfg, id);
 		bool empty = false;
 		if (pfd >= 0 && cg->kill(parent, id, &empty, NULL) == 0 && !empty) {
@@ -1177,7 +1234,8 @@ static int native_prepare(const struct runtime_config *cfg, struct error *err)
 	if (r < 0)
 		return r;
 	if (!cgroup_ops_cached())
-		return error_set(err, ENOTSUP, "no usable cgroup hierarchy under '%s'", cgroup_root());
+		return error_set(err, ENOTSUP, "no usable cgroup hierarchy under '%s'",
+				 cgroup_root());
 	if (!tuned) {
 		tuned = true;
 		(void)cgroup_favor_dynmods();
@@ -1187,12 +1245,12 @@ static int native_prepare(const struct runtime_config *cfg, struct error *err)
 }
 
 const struct runtime_ops runtime_native = {
-	.name = "native",
-	.create = native_create,
-	.destroy = native_destroy,
-	.pause = native_pause,
-	.resume = native_resume,
-	.kill = native_kill,
-	.probe = native_probe,
-	.prepare = native_prepare,
+    .name = "native",
+    .create = native_create,
+    .destroy = native_destroy,
+    .pause = native_pause,
+    .resume = native_resume,
+    .kill = native_kill,
+    .probe = native_probe,
+    .prepare = native_prepare,
 };

@@ -159,7 +159,8 @@ int main(int argc, char **argv)
 	struct ifreq ifr = {0};
 	int s = socket(AF_INET, SOCK_DGRAM, 0);
 	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
-	fprintf(out, "lo_up=%d\n", s >= 0 && ioctl(s, SIOCGIFFLAGS, &ifr) == 0 && (ifr.ifr_flags & IFF_UP));
+	fprintf(out, "lo_up=%d\n",
+		s >= 0 && ioctl(s, SIOCGIFFLAGS, &ifr) == 0 && (ifr.ifr_flags & IFF_UP));
 
 	for (int i = 1; i < argc; i++)
 		if (strncmp(argv[i], "hidden=", 7) == 0)

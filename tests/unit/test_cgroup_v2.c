@@ -64,8 +64,8 @@ static void test_v2(void)
 	put("corral/cgroup.subtree_control", "");
 	mkdir(P("corral/" ID), 0755);
 	static const char *const files[] = {
-		"cpu.max", "cpu.weight", "memory.max", "memory.swap.max", "memory.low",
-		"memory.oom.group", "pids.max", "cgroup.procs", "cgroup.freeze", "cgroup.kill",
+	    "cpu.max",		"cpu.weight", "memory.max",   "memory.swap.max", "memory.low",
+	    "memory.oom.group", "pids.max",   "cgroup.procs", "cgroup.freeze",	 "cgroup.kill",
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
 		char rel[128];
@@ -74,18 +74,18 @@ static void test_v2(void)
 	}
 
 	struct sandbox_spec spec = {
-		.id = ID,
-		.cpu_limit_millis = 1500,
-		.memory_limit_bytes = 512 << 20,
-		.memory_request_bytes = 256 << 20,
-		.cpu_request_millis = 250,
-		.oom_group = true,
+	    .id = ID,
+	    .cpu_limit_millis = 1500,
+	    .memory_limit_bytes = 512 << 20,
+	    .memory_request_bytes = 256 << 20,
+	    .cpu_request_millis = 250,
+	    .oom_group = true,
 	};
 	struct error err = {0};
 	CHECK_INT(cgroup_v2_ops.create("corral", ID, &spec, &err), 0);
 	CHECK_STR(err.msg, "");
 	CHECK_STR(get("cgroup.subtree_control"), "cpu memory pids"); /* untouched: all enabled */
-	CHECK_STR(get("corral/cgroup.subtree_control"), "+pids");     /* only what is offered */
+	CHECK_STR(get("corral/cgroup.subtree_control"), "+pids");    /* only what is offered */
 	CHECK_STR(get("corral/" ID "/cpu.max"), "150000 100000");
 	CHECK_STR(get("corral/" ID "/cpu.weight"), "10"); /* 250m -> 256 shares -> weight 10 */
 	CHECK_STR(get("corral/" ID "/memory.max"), "536870912");
@@ -189,7 +189,9 @@ static void test_v1(void)
 	put("pids/corral/" ID "/pids.max", "");
 	put("freezer/corral/" ID "/freezer.state", "");
 
-	struct sandbox_spec spec = {.id = ID, .cpu_limit_millis = 500, .memory_limit_bytes = 1 << 30,
+	struct sandbox_spec spec = {.id = ID,
+				    .cpu_limit_millis = 500,
+				    .memory_limit_bytes = 1 << 30,
 				    .memory_request_bytes = 1 << 20};
 	struct error err = {0};
 	/* memory.memsw.limit_in_bytes is absent (no swap accounting): optional. */
@@ -219,14 +221,16 @@ static void test_v1(void)
 	CHECK(empty);
 	CHECK_STR(get("freezer/corral/" ID "/freezer.state"), "THAWED");
 
-	put("memory/corral/" ID "/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
+	put("memory/corral/" ID "/memory.oom_control",
+	    "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
 	put("memory/corral/" ID "/memory.usage_in_bytes", "4096\n");
 	put("memory/corral/" ID "/memory.max_usage_in_bytes", "8192\n");
 	put("memory/corral/" ID "/memory.limit_in_bytes", "9223372036854771712\n");
 	put("pids/corral/" ID "/pids.current", "2\n");
 	put("pids/corral/" ID "/pids.max", "max\n");
 	put("cpu,cpuacct/corral/" ID "/cpuacct.usage", "123456\n");
-	put("cpu,cpuacct/corral/" ID "/cpu.stat", "nr_periods 7\nnr_throttled 1\nthrottled_time 99\n");
+	put("cpu,cpuacct/corral/" ID "/cpu.stat",
+	    "nr_periods 7\nnr_throttled 1\nthrottled_time 99\n");
 	put("freezer/corral/" ID "/freezer.state", "FROZEN\n");
 	struct sandbox_probe pr = {0};
 	CHECK_INT(cgroup_v1_ops.probe("corral", ID, &pr, &err), 0);

@@ -110,11 +110,11 @@ static const char *cg_file(const char *id, const char *v1ctrl, const char *file)
 static void test_host_image(void)
 {
 	struct sandbox_spec spec = {
-		.host_image = true,
-		.rootfs = "/",
-		.cpu_limit_millis = limits ? 500 : 0,
-		.memory_limit_bytes = limits ? 256 << 20 : 0,
-		.pids_max = limits ? 100 : 0,
+	    .host_image = true,
+	    .rootfs = "/",
+	    .cpu_limit_millis = limits ? 500 : 0,
+	    .memory_limit_bytes = limits ? 256 << 20 : 0,
+	    .pids_max = limits ? 100 : 0,
 	};
 	CHECK_INT(id_uuid4(spec.id), 0);
 	char hidden[PATH_MAX + 8];
@@ -202,7 +202,7 @@ static void test_host_image(void)
 	CHECK_STR(R("devnull_write"), "1");
 	CHECK_STR(R("dev_ptmx"), "1");
 	CHECK_STR(R("dev_shm_dir"), "1");
-	CHECK_STR(R("etc_shadow"), "");     /* /dev/null */
+	CHECK_STR(R("etc_shadow"), ""); /* /dev/null */
 	CHECK(strcmp(R("proc_kcore"), "") == 0 || strcmp(R("proc_kcore"), "<errno 2>") == 0);
 	CHECK_STR(R("hidden_entries"), "0"); /* the state dir, with this very sandbox in it */
 	CHECK_STR(R("root_entries"), "0");
@@ -240,17 +240,20 @@ static void test_host_image(void)
 	char v[64];
 	if (cgroup_detect() == &cgroup_v2_ops) {
 		if (limits) {
-			CHECK_INT(fs_read_small(cg_file(spec.id, NULL, "cpu.max"), v, sizeof(v)), 0);
+			CHECK_INT(fs_read_small(cg_file(spec.id, NULL, "cpu.max"), v, sizeof(v)),
+				  0);
 			CHECK_STR(v, "50000 100000");
 		}
 	} else {
 		CHECK_INT(fs_read_small(cg_file(spec.id, "memory", "memory.limit_in_bytes"), v,
-					sizeof(v)), 0);
+					sizeof(v)),
+			  0);
 		CHECK_STR(v, "268435456");
 		if (exists(cg_file(spec.id, "memory", "memory.memsw.limit_in_bytes"))) {
-			CHECK_INT(fs_read_small(cg_file(spec.id, "memory",
-							"memory.memsw.limit_in_bytes"),
-						v, sizeof(v)), 0);
+			CHECK_INT(
+			    fs_read_small(cg_file(spec.id, "memory", "memory.memsw.limit_in_bytes"),
+					  v, sizeof(v)),
+			    0);
 			CHECK_STR(v, "268435456");
 		}
 		CHECK_INT(fs_read_small(cg_file(spec.id, "cpu", "cpu.shares"), v, sizeof(v)), 0);
@@ -298,7 +301,7 @@ static void test_host_image(void)
 	CHECK_INT(runtime_native.probe(&cfg, spec.id, pid, start, &pr, &err), 0);
 	CHECK(!pr.alive);
 	CHECK_INT(runtime_native.destroy(&cfg, spec.id, &err), 0); /* idempotent */
-	CHECK_INT(rmdir(S(spec.id, "")), 0);                       /* corrald's part */
+	CHECK_INT(rmdir(S(spec.id, "")), 0);			   /* corrald's part */
 }
 
 /* An image directory (here: empty, the static stand-in needs nothing) and a chosen hostname. */
@@ -502,12 +505,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s PROBE-CHILD\n", argv[0]);
 		return 2;
 	}
-	/* Not under /tmp: every sandbox gets its own /tmp, which would hide the state dir anyway. */
+	/* Not under /tmp: every sandbox gets its own /tmp, which would hide the state dir anyway.
+	 */
 	snprintf(state, sizeof(state), "/var/tmp/corral-rt-XXXXXX");
 	if (!mkdtemp(state))
 		return 2;
 	snprintf(cgname, sizeof(cgname), "corral-rt-test-%d", (int)getpid());
-	cfg = (struct runtime_config){.state_dir = state, .execd_path = argv[1], .cgroup_name = cgname};
+	cfg = (struct runtime_config){
+	    .state_dir = state, .execd_path = argv[1], .cgroup_name = cgname};
 	printf("cgroup manager: %s at %s\n", cgroup_detect() ? cgroup_detect()->name : "none",
 	       cgroup_root());
 	if (cgroup_detect() == &cgroup_v2_ops) {
