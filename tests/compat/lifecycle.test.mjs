@@ -108,6 +108,28 @@ test("Sandbox.create with only an image: config from the environment, SDK defaul
   }
 });
 
+test("10 sandboxes created in parallel each run their own command", async () => {
+  const N = 10;
+  const settled = await Promise.allSettled(
+    Array.from({ length: N }, (_, i) => createSandbox({ metadata: { case: "parallel", idx: String(i) } })),
+  );
+  const boxes = settled.filter((r) => r.status === "fulfilled").map((r) => r.value);
+  try {
+    const failures = settled.filter((r) => r.status === "rejected").map((r) => String(r.reason?.message ?? r.reason));
+    assert.deepEqual(failures, [], "every parallel create succeeds");
+    assert.equal(new Set(boxes.map((b) => b.id)).size, N, "distinct ids");
+    const outs = await Promise.all(boxes.map((b, i) => b.commands.run(`echo box-${i}-$(hostname | wc -c)`)));
+    outs.forEach((ex, i) => {
+      assert.equal(ex.exitCode, 0);
+      assert.match(stdoutLines(ex)[0], new RegExp(`^box-${i}-\\d+$`));
+    });
+    const infos = await Promise.all(boxes.map((b) => b.getInfo()));
+    infos.forEach((info, i) => assert.equal(info.metadata.idx, String(i)));
+  } finally {
+    await Promise.all(boxes.map((b) => destroy(b)));
+  }
+});
+
 test("renew moves expiresAt later and GET agrees", async () => {
   await withSandbox({ metadata: { case: "renew" }, timeoutSeconds: TIMEOUT_S }, async (sbx) => {
     const before = await sbx.getInfo();
