@@ -47,6 +47,8 @@ class Commands(CorralTestCase):
         res = self.client.run(self.sid, "echo hello-corral")
         self.assertEqual(res.http_status, 200, res)
         self.assertIn("text/event-stream", res.headers.get("Content-Type", ""))
+        self.assertTrue(res.headers.get("X-Request-ID"), "X-Request-ID on proxied responses too")
+        self.assertRegex(res.headers.get("Keep-Alive") or "", r"timeout=\d+", "Keep-Alive on every response")
         inits = res.of_type("init")
         self.assertEqual(len(inits), 1, res)
         self.assertRegex(inits[0]["text"], HEX32_RE)
@@ -177,6 +179,13 @@ class Commands(CorralTestCase):
         self.assertEqual(r.text, text, "a missing cursor means 0")
         r = self.client.command_logs(self.sid, cid, 6)
         self.assertEqual(r.text, text[6:], "cursor mid-file")
+
+    def test_logs_of_foreground_and_unknown(self):
+        res = self.client.run(self.sid, "echo fg")
+        r = self.client.command_logs(self.sid, res.init_id, 0)
+        self.assertEqual(r.status, 400, "logs exist only for background commands: %r" % r)
+        r = self.client.command_logs(self.sid, "0" * 32, 0)
+        self.assertEqual(r.status, 400, "unknown id -> 400 like the reference: %r" % r)
 
     def test_status_unknown(self):
         r = self.client.command_status(self.sid, "0" * 32)

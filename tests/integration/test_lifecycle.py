@@ -105,6 +105,8 @@ class Lifecycle(CorralTestCase):
         self.assertEqual(set(self.ids_of(self.client.list_sandboxes(state=["Running", "Paused"],
                                                                    metadata=md))), {a, b})
         self.assertEqual(self.ids_of(self.client.list_sandboxes(state="Failed", metadata=md)), [])
+        self.assertEqual(set(self.ids_of(self.client.list_sandboxes(state="running", metadata=md))), {a},
+                         "state filter is case-insensitive")
         self.assertEqual(set(self.ids_of(self.client.list_sandboxes(metadata=md))), {a, b})
         # unfiltered list contains both, each item a full Sandbox
         items = self.client.list_sandboxes(page_size=200).json()["items"]
@@ -220,6 +222,22 @@ class Lifecycle(CorralTestCase):
         r = self.client.post("/v1/sandboxes/00000000-0000-4000-8000-000000000000/renew-expiration",
                              {"expiresAt": rfc3339(target.timestamp())})
         self.assertEqual(r.status, 404, r)
+
+    def test_renew_timestamp_forms(self):
+        sid = self.create(timeout=600)["id"]
+        year = now().year + 2
+        for given, want in (("%d-01-01T00:00:00" % year, "%d-01-01T00:00:00+00:00" % year),
+                            ("%d-01-01T02:00:00+02:00" % year, "%d-01-01T00:00:00+00:00" % year),
+                            ("%d-01-01T00:00:00.5Z" % year, "%d-01-01T00:00:00.5+00:00" % year)):
+            r = self.client.post("/v1/sandboxes/%s/renew-expiration" % sid, {"expiresAt": given})
+            self.assertEqual(r.status, 200, "%s -> %r" % (given, r))
+            self.assertEqual(parse_time(r.json()["expiresAt"]), datetime.fromisoformat(want), r.json())
+            self.assertTrue(r.json()["expiresAt"].endswith("Z") or r.json()["expiresAt"].endswith("+00:00"),
+                            "normalized to UTC: %r" % r.json())
+
+    def test_env_null_values_dropped(self):
+        sid = self.create(env={"KEEP": "1", "DROP": None})["id"]
+        self.assertEqual(self.sh(sid, "printf '%s|%s' \"${KEEP-unset}\" \"${DROP-unset}\""), "1|unset")
 
     def test_renew_without_ttl_is_409(self):
         sid = self.create()["id"]

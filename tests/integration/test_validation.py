@@ -137,8 +137,23 @@ class Validation(CorralTestCase):
         self.assert_error(r, 422, field="env")
         self.assert_no_sandbox_made()
 
+    def test_entrypoint_that_cannot_start(self):
+        for ep in (["/no/such/binary"], ["sh", "-c", "exit 4"]):
+            r = self.create_raw(dict(GOOD, entrypoint=ep))
+            self.assertGreaterEqual(r.status, 400, "%r -> %r" % (ep, r))
+            self.assertLess(r.status, 500, "%r -> %r" % (ep, r))
+            self.assertIn("entrypoint", r.text)
+        self.assert_no_sandbox_made()
+        self.assertEqual(self.corrald.wait_no_leaks(15), [], "a failed create is rolled back")
+
+    def test_bad_env(self):
+        for env in ({"A=B": "x"}, {"": "x"}, {"A": 5}, ["A=1"]):
+            r = self.create_raw(dict(GOOD, env=env))
+            self.assert_error(r, 422, field="env")
+        self.assert_no_sandbox_made()
+
     def test_bad_timeout(self):
-        for t in (0, -1, -60, "60", 1.5, True, [], {}):
+        for t in (0, -1, -60, "60", 1.5, True, [], {}, 10 ** 12):
             r = self.create_raw(dict(GOOD, timeout=t))
             self.assert_error(r, 422, field="timeout")
         self.assert_no_sandbox_made()
