@@ -499,7 +499,9 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	for (size_t i = 0; i < ARRAY_SIZE(points); i++)
 		if ((r = mount_point(c, points[i], err)) < 0)
 			return r;
-	if ((r = do_mount(c->run, R(c, "/.corral"), NULL, MS_BIND, NULL, err)) < 0)
+	if ((r = do_mount(c->run, R(c, "/.corral"), NULL, MS_BIND, NULL, err)) < 0 ||
+	    (r = do_mount(NULL, R(c, "/.corral"), NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV,
+			  NULL, err)) < 0)
 		return r;
 	if ((r = bind_ro(c->cfg->execd_path, R(c, SANDBOX_IN_EXECD), MS_NOSUID | MS_NODEV, err)) <
 	    0)
