@@ -131,6 +131,24 @@ class Restart(CorralTestCase):
         self.assertEqual(self.client.command_logs(sid, bg.init_id, 0).text, "later\n")
         self.assertEqual(self.sh(sid, "echo ok"), "ok")
 
+    def test_sigterm_with_streams_open(self):
+        """SIGTERM with a command stream open: corrald exits promptly, the command keeps running
+        in the sandbox and is readable after the restart."""
+        sid = self.create()["id"]
+        s = CommandStream("127.0.0.1", self.corrald.port, sid, "sleep 3; echo fin > /tmp/fin; echo fin")
+        self.addCleanup(s.abort)
+        cid = s.wait_for("init")["text"]
+        self.client.close()
+        t0 = time.monotonic()
+        rc = self.corrald.stop(timeout=20)
+        self.assertLess(time.monotonic() - t0, 5, "corrald waited for a client stream before exiting")
+        self.assertIn(rc, (0, -signal.SIGTERM))
+        s.finish()  # the stream ends (cut) rather than hanging
+        self.corrald.start()
+        st = self.client.wait_command(sid, cid, timeout=15)
+        self.assertEqual(st.get("exit_code"), 0, st)
+        self.assertEqual(self.sh(sid, "cat /tmp/fin"), "fin")
+
     def test_delete_while_down_then_restart(self):
         """A sandbox deleted just before a crash is torn down after the restart, not resurrected."""
         sid = self.create()["id"]
