@@ -532,6 +532,7 @@ static void dispatch(struct evhttp_request *req, void *arg)
 	struct corrald *d = arg;
 	add_common_headers(d, req);
 	enum evhttp_cmd_type m = evhttp_request_get_command(req);
+	log_debug("%s %s", method_name(m), evhttp_request_get_uri(req));
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
 	const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
 	if (!path || !*path)

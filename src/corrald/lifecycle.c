@@ -202,10 +202,10 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 		create_fail(c, 500, "SANDBOX::CREATE_FAILED", "runtime create failed: %s", res->msg);
 		return;
 	}
+	/* Not saved until Running: a restart tears a Pending sandbox down through its cgroup. */
 	c->created_mono_ms = time_mono_ms();
 	sb->pid = res->pid;
 	sb->starttime = res->starttime;
-	sandbox_save(sb);
 	watch_death(sb);
 	if (c->finished) /* died already */
 		return;
