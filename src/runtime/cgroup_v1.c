@@ -18,8 +18,25 @@
 #include "runtime/cgroup.h"
 #include "shared/fsutil.h"
 
-enum { V1_CPU, V1_CPUACCT, V1_MEMORY, V1_PIDS, V1_FREEZER, V1_N };
-static const char *const v1_names[V1_N] = {"cpu", "cpuacct", "memory", "pids", "freezer"};
+/*
+ * The controllers we use, then two membership-only hierarchies: systemd's own v1 tracking
+ * hierarchy (name=systemd) and the unified cgroup2 mount of a hybrid host. A sandbox joins those
+ * too, so it is no longer inside corrald's service unit: stopping or restarting corrald under
+ * systemd (KillMode=control-group) must not kill the sandboxes, which outlive corrald.
+ */
+enum {
+	V1_CPU,
+	V1_CPUACCT,
+	V1_MEMORY,
+	V1_PIDS,
+	V1_FREEZER,
+	V1_NCTRL,
+	V1_SYSTEMD = V1_NCTRL,
+	V1_UNIFIED,
+	V1_N
+};
+static const char *const v1_names[V1_N] = {"cpu",     "cpuacct", "memory", "pids",
+					   "freezer", "systemd", "unified"};
 
 /* Resolved once per cgroup root; read (never written) in the sandbox child after fork. */
 static struct {
@@ -284,7 +301,7 @@ static int v1_mount_ns(const char *target, struct error *err)
 	const unsigned long fl = MS_NOSUID | MS_NODEV | MS_NOEXEC;
 	if (mount("tmpfs", target, "tmpfs", fl, "mode=755,size=64k") < 0)
 		return error_set_errno(err, errno, "mount tmpfs on '%s'", target);
-	for (int i = 0; i < V1_N; i++) {
+	for (int i = 0; i < V1_NCTRL; i++) {
 		if (!v1.present[i] || v1.dup[i])
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", target, v1.opts[i]);
@@ -294,7 +311,7 @@ static int v1_mount_ns(const char *target, struct error *err)
 			return error_set_errno(err, errno, "mount cgroup '%s' on '%s'", v1.opts[i],
 					       path);
 	}
-	for (int i = 0; i < V1_N; i++) {
+	for (int i = 0; i < V1_NCTRL; i++) {
 		if (!v1.present[i] || strcmp(v1.opts[i], v1_names[i]) == 0)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", target, v1_names[i]);

@@ -152,6 +152,25 @@ static void test_host_image(void)
 	int ppid = 0;
 	sscanf(strrchr(statbuf, ')') + 2, "%*c %d", &ppid);
 	CHECK(ppid != getpid());
+	/* Every hierarchy it is in, membership-only ones included, is the sandbox's own cgroup (so
+	 * PID 1 is no longer in the creator's service unit). */
+	char cgpath[64], cgs[2048], want_cg[128];
+	snprintf(cgpath, sizeof(cgpath), "/proc/%d/cgroup", (int)pid);
+	snprintf(want_cg, sizeof(want_cg), ":/%s/%s", cgname, spec.id);
+	CHECK_INT(fs_read_small(cgpath, cgs, sizeof(cgs)), 0);
+	if (cgroup_detect() == &cgroup_v1_ops) {
+		for (char *line = strtok(cgs, "\n"); line; line = strtok(NULL, "\n")) {
+			bool ours = strstr(line, want_cg) != NULL;
+			bool expected =
+			    strstr(line, ":cpu:") || strstr(line, ":memory:") ||
+			    strstr(line, ":pids:") || strstr(line, ":freezer:") ||
+			    (strstr(line, "name=systemd") && exists("/sys/fs/cgroup/systemd")) ||
+			    (strncmp(line, "0::", 3) == 0 && exists("/sys/fs/cgroup/unified"));
+			if (expected && !ours)
+				fprintf(stderr, "PID 1 not in its cgroup: %s\n", line);
+			CHECK(!expected || ours);
+		}
+	}
 	/* No sandbox mount is visible on the host. */
 	CHECK_INT(count_mounts(), mounts_before);
 
@@ -482,7 +501,8 @@ static void test_failed_create(void)
 
 static void remove_parent_cgroups(void)
 {
-	static const char *const v1[] = {"cpu", "cpuacct", "memory", "pids", "freezer"};
+	static const char *const v1[] = {"cpu",	    "cpuacct", "memory", "pids",
+					 "freezer", "systemd", "unified"};
 	char p[PATH_MAX];
 	if (cgroup_detect() == &cgroup_v2_ops) {
 		snprintf(p, sizeof(p), "%s/%s", cgroup_root(), cgname);
