@@ -377,7 +377,8 @@ static void ensure_files_ex(struct execution *ex, bool notify)
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 		log_warn("execution %s: create %s: %m", ex->id, dir);
 	for (int i = 0; i < 4; i++) {
-		if ((i == F_STDOUT || i == F_STDERR) && ex->background)
+		/* A background process writes its output file itself. */
+		if (i != F_EVENTS && ex->background)
 			continue;
 		int *fd = file_fd(ex, i);
 		if (*fd < 0)
@@ -390,7 +391,9 @@ static void ensure_files_ex(struct execution *ex, bool notify)
 		write_all(*file_fd(ex, i), ex->early[i].data, ex->early[i].len, ex, file_names[i]);
 		sbuf_clear(&ex->early[i]);
 	}
-	if (!ex->running) {
+	/* A background execution holds no fd while it runs (1024 of them may run); its final
+	 * event reopens the events file. */
+	if (!ex->running || ex->background) {
 		closefd(&ex->fd_stdout);
 		closefd(&ex->fd_stderr);
 		closefd(&ex->fd_output);
@@ -419,7 +422,10 @@ static void file_append(struct execution *ex, int which, const void *p, size_t n
 			return;
 		ensure_files_ex(ex, false);
 	}
-	write_all(*file_fd(ex, which), p, n, ex, file_names[which]);
+	int *fd = file_fd(ex, which);
+	if (*fd < 0)
+		*fd = open_out(ex, file_names[which], O_WRONLY);
+	write_all(*fd, p, n, ex, file_names[which]);
 }
 
 /* At the end: the status file, or all the files when they do not exist yet. */
@@ -995,6 +1001,8 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 	sp.envp = envp;
 	pid_t pid;
 	rc = spawn_start(&sp, &pid, err);
+	if (r->background)
+		closefd(&ex->fd_output); /* the process has its own */
 	if (out_w >= 0)
 		close(out_w);
 	if (err_w >= 0)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -204,6 +205,16 @@ int main(int argc, char **argv)
 	else
 		prctl(PR_SET_CHILD_SUBREAPER, 1); /* reap grandchildren on a host too */
 	signal(SIGPIPE, SIG_IGN);
+	/* Each running execution holds a few fds: use the hard limit, children get the usual one. */
+	struct rlimit nofile;
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+		spawn_set_child_nofile(&nofile);
+		struct rlimit raised = {nofile.rlim_max, nofile.rlim_max};
+		if (raised.rlim_cur > (1u << 20))
+			raised.rlim_cur = 1u << 20;
+		if (raised.rlim_cur > nofile.rlim_cur)
+			setrlimit(RLIMIT_NOFILE, &raised);
+	}
 	struct sigaction sa = {.sa_handler = on_crash, .sa_flags = SA_RESETHAND};
 	sigaction(SIGSEGV, &sa, NULL);
 	sigaction(SIGBUS, &sa, NULL);

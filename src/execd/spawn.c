@@ -13,6 +13,15 @@
 
 extern char **environ;
 
+static struct rlimit child_nofile;
+static bool child_nofile_set;
+
+void spawn_set_child_nofile(const struct rlimit *rl)
+{
+	child_nofile = *rl;
+	child_nofile_set = true;
+}
+
 struct child_failure {
 	int err;       /* errno */
 	char what[48]; /* the step that failed */
@@ -90,6 +99,8 @@ static _noreturn_ void child_run(const struct spawn *sp, int errfd)
 	}
 	if (sp->cwd && chdir(sp->cwd) < 0)
 		child_fail(errfd, "chdir");
+	if (child_nofile_set)
+		setrlimit(RLIMIT_NOFILE, &child_nofile);
 
 	/* Every other fd goes at exec (errfd stays usable until then). */
 	if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include "shared/error.h"
@@ -31,6 +32,9 @@ struct spawn {
 
 #define SPAWN_INIT                                                                                 \
 	{ .stdin_fd = SPAWN_FD_NULL, .stdout_fd = SPAWN_FD_NULL, .stderr_fd = SPAWN_FD_NULL }
+
+/* The RLIMIT_NOFILE children get (execd raises its own; children keep the usual one). */
+void spawn_set_child_nofile(const struct rlimit *rl);
 
 /* Fork and exec. On success *ret_pid is the child (leader of its own process group). */
 int spawn_start(const struct spawn *sp, pid_t *ret_pid, struct error *err);
