@@ -318,6 +318,21 @@ class Lifecycle(CorralTestCase):
         r = self.client.post("/v1/sandboxes/00000000-0000-4000-8000-000000000000/pause")
         self.assertEqual(r.status, 404, r)
 
+    def test_stream_survives_pause(self):
+        """A command streaming when the sandbox is paused continues after resume, losing nothing."""
+        from harness import CommandStream
+        sid = self.create()["id"]
+        s = CommandStream("127.0.0.1", self.corrald.port, sid,
+                          "for i in 1 2 3 4 5 6; do echo line$i; sleep 0.3; done")
+        self.addCleanup(s.abort)
+        self.assertEqual(s.wait_for("stdout")["text"], "line1")
+        self.assertEqual(self.client.post("/v1/sandboxes/%s/pause" % sid).status, 202)
+        time.sleep(2.5)
+        self.assertEqual(self.client.post("/v1/sandboxes/%s/resume" % sid).status, 202)
+        res = s.finish()
+        self.assertEqual(res.stdout_lines, ["line%d" % i for i in range(1, 7)], res)
+        self.assertTrue(res.complete, res)
+
     # --- endpoints ---------------------------------------------------------------------------
 
     def test_endpoints(self):
