@@ -59,7 +59,7 @@ def read_event(r):
 
 
 class Execd:
-    def __init__(self, entrypoint=None):
+    def __init__(self, entrypoint=None, preexec_fn=None):
         self.dir = tempfile.mkdtemp(prefix="execd-test-")
         self.run = os.path.join(self.dir, "run")
         os.mkdir(self.run)
@@ -69,7 +69,7 @@ class Execd:
         argv = [EXECD, "--socket", self.sock, "--state", self.state, "--log-level", "debug"]
         if entrypoint:
             argv += ["--"] + entrypoint
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log)
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log, preexec_fn=preexec_fn)
         deadline = time.time() + 10
         while time.time() < deadline:
             if self.proc.poll() is not None and not entrypoint:
@@ -730,6 +730,35 @@ class EntrypointTest(unittest.TestCase):
                 e2.wait()
         finally:
             e.stop()
+
+    def test_running_limit_under_low_fd_limit(self):
+        import resource
+
+        def low_nofile():
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (256, max(hard, 4096)))
+
+        e = Execd(preexec_fn=low_nofile)
+        try:
+            c = e.conn(60)
+            c.request("POST", "/command", json.dumps({"command": "ulimit -Sn"}))
+            events = parse_events(c.getresponse().read())
+            self.assertEqual([x["text"] for x in events if x["type"] == "stdout"], ["256"])
+            codes = {}
+            for i in range(1030):
+                c.request("POST", "/command", json.dumps({"command": "sleep 60", "background": True}))
+                r = c.getresponse()
+                body = r.read()
+                codes[r.status] = codes.get(r.status, 0) + 1
+                if r.status != 200:
+                    self.assertEqual(r.status, 429)
+                    self.assertEqual(json.loads(body)["code"], "RUNTIME_ERROR")
+            self.assertEqual(codes, {200: 1024, 429: 6})
+            c.request("GET", "/ping")
+            self.assertEqual(c.getresponse().status, 200)
+            c.close()
+        finally:
+            e.stop()  # SIGTERM: execd kills what runs
 
     def test_help(self):
         out = subprocess.run([EXECD, "--help"], capture_output=True, text=True)
