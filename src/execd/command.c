@@ -319,6 +319,9 @@ void command_run(struct evhttp_request *req)
 	} else if (rc == -EAGAIN) {
 		http_send_error(req, 429, "RUNTIME_ERROR", "%s", err.msg);
 		return;
+	} else if (rc == -EBUSY) {
+		http_send_error(req, 409, "RUNTIME_ERROR", "%s", err.msg);
+		return;
 	} else if (rc == -EINVAL) {
 		BAD("%s", err.msg);
 	} else if (rc < 0) {

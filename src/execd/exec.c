@@ -936,7 +936,7 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 	struct stat dst;
 	if (r->id && lstat(dir, &dst) == 0) {
 		strv_free(envp);
-		return error_set(err, EEXIST, "execution %s exists but its status is unreadable", id);
+		return error_set(err, EBUSY, "execution %s exists but its status is unreadable; it is not run again", id);
 	}
 
 	struct execution *ex = exec_new(id);

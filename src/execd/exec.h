@@ -105,6 +105,7 @@ void exec_shutdown(void);
  * Start an execution. Returns 0 with a new reference in *ret, or:
  *  -EEXIST  the id exists (running, finished, or only on disk): *ret is a reference to it;
  *  -EAGAIN  EXEC_MAX_RUNNING executions are running;
+ *  -EBUSY   the id's directory exists but its status cannot be read (never run again);
  *  -EINVAL  bad input (err says which field);
  *  other    the process could not be started: the record exists, finished with exit code 255,
  *           and *ret is set when it could be created.

@@ -479,6 +479,16 @@ class ExecdTest(unittest.TestCase):
         r, data = self.request("GET", "/command/status/%s?wait=10" % bid)
         self.assertEqual(self.json_of(r, data, 200)["exit_code"], 0)
 
+    def test_client_id_with_unreadable_record(self):
+        cid = os.urandom(16).hex()
+        os.makedirs(os.path.join(self.execd.state, cid))
+        marker = os.path.join(self.execd.dir, "ran-" + cid)
+        r, data = self.request("POST", "/command", {"command": "touch " + marker, "id": cid})
+        self.assertEqual(self.json_of(r, data, 409)["code"], "RUNTIME_ERROR")
+        self.assertFalse(os.path.exists(marker))
+        r, data = self.request("GET", "/ping")
+        self.assertEqual(r.status, 200)
+
     def test_ping_events(self):
         t0 = time.time()
         events, _ = self.run_cmd({"command": "sleep 3.5; echo late"})
