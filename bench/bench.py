@@ -11,6 +11,7 @@ No pass/fail: the numbers and the ratios are printed, nothing is asserted. See b
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -174,6 +175,14 @@ def anchors(n, sandbox_pid, notes):
 # corrald
 
 
+def meminfo_available():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def bench_corrald(args, notes):
     d = harness.Corrald()
     d.start()
@@ -239,7 +248,40 @@ def bench_corrald(args, notes):
             out["_sandbox_pid"] = None
         out["_sid"] = sid
 
+        # background completion seen by the client: long-poll status (?wait=S, corral extension)
+        bgl = []
+        for _ in range(args.bg):
+            res = c.run(sid, "sleep 0.05", background=True)
+            r2 = c.get("/sandboxes/%s/proxy/44772/command/status/%s?wait=5" % (sid, res.init_id))
+            t_seen = time.time()
+            j = r2.json()
+            if r2.status != 200 or j.get("running") or "finished_at" not in j:
+                notes.append("long-poll status did not return a finished command: %r" % r2)
+                break
+            bgl.append(t_seen - harness.parse_time(j["finished_at"]).timestamp())
+        out["bg completion seen"] = bgl
+
+        # control-plane throughput with wrk (corrald on CPU0, wrk on CPU1)
+        if shutil.which("wrk") and shutil.which("taskset") and (os.cpu_count() or 1) >= 2:
+            subprocess.run(["taskset", "-pc", "0", str(d.proc.pid)], stdout=subprocess.DEVNULL)
+            for label, path in (("GET /health", "/health"), ("GET /v1/sandboxes/{id}", "/v1/sandboxes/" + sid)):
+                w = subprocess.run(["taskset", "-c", "1", "wrk", "-t1", "-c16", "-d%ds" % args.wrk_secs,
+                                    d.base_url + path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                txt = w.stdout.decode(errors="replace")
+                m = re.search(r"Requests/sec:\s+([\d.]+)", txt)
+                non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", txt)
+                if m:
+                    out["_wrk " + label] = (float(m.group(1)), int(non2xx.group(1)) if non2xx else 0)
+                else:
+                    notes.append("wrk %s: %s" % (label, txt[-200:]))
+            subprocess.run(["taskset", "-pc", "0-%d" % (os.cpu_count() - 1), str(d.proc.pid)],
+                           stdout=subprocess.DEVNULL)
+        else:
+            notes.append("wrk/taskset not available: no req/s figure (bench/setup.sh installs wrk)")
+
         # burst: args.burst creates fired at once, one connection each
+        time.sleep(1)
+        mem_before = meminfo_available()
         n = args.burst
         barrier = threading.Barrier(n)
         lat = [None] * n
@@ -271,6 +313,9 @@ def bench_corrald(args, notes):
         out["burst create"] = [x for x in lat if x is not None]
         out["_burst_failures"] = errs
         out["_burst_ok"] = sum(1 for x in ids if x)
+        time.sleep(2)
+        if out["_burst_ok"]:
+            out["_mem_per_sandbox"] = (mem_before - meminfo_available()) / out["_burst_ok"]
         # run the nsenter anchor while a sandbox is alive, then clean up
         out["_anchors"] = anchors(args.anchor_iters, out["_sandbox_pid"], notes)
         for x in ids:
@@ -295,6 +340,8 @@ def main():
     ap.add_argument("--rtt", type=int, default=300, help="command round trips on one connection")
     ap.add_argument("--burst", type=int, default=100, help="creates fired at once")
     ap.add_argument("--anchor-iters", type=int, default=30, help="iterations per anchor")
+    ap.add_argument("--bg", type=int, default=30, help="background commands timed to completion")
+    ap.add_argument("--wrk-secs", type=int, default=3, help="seconds per wrk run")
     ap.add_argument("--json", help="also write the raw numbers (seconds) to this file")
     ap.add_argument("--crun-child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -333,7 +380,8 @@ def main():
         parts = []
         for label, ref in refs:
             if ref:
-                parts.append("%.2fx %s" % (v / ref, label))
+                r = v / ref
+                parts.append(("%.2fx %s" if r >= 0.1 else "%.4fx %s") % (r, label))
         return ", ".join(parts)
 
     def ap50(k):
@@ -354,8 +402,12 @@ def main():
         ("corrald GET /health rtt", c["GET /health rtt"], []),
         ("corral burst create (%d at once)" % args.burst, c["burst create"],
          [("sequential create", p50(c["create"]))]),
+        ("bg command exit -> client sees it", c.get("bg completion seen", []),
+         [("OpenSandbox 1 s poll floor", 1000.0)]),
     ]
     for name, xs, refs in lines:
+        if not xs:
+            continue
         print("%-34s %6d %10.2f %10.2f   %s" % (name, len(xs), p50(xs), p95(xs), ratio_text(p50(xs), refs)))
     print("-" * 100)
     for k in ("spawn /bin/true", "unshare -mpuif true", "unshare -mpuinf true", "bwrap true", "nsenter exec",
@@ -369,6 +421,13 @@ def main():
              pct(c["burst create"], 50) / pct(c["create"], 50)))
     for e in c["_burst_failures"][:5]:
         print("  burst failure:", e)
+    if "_mem_per_sandbox" in c:
+        print("host memory per idle sandbox (MemAvailable drop over the burst's sandboxes): %.2f MiB"
+              % (c["_mem_per_sandbox"] / 1048576.0))
+    for k in sorted(k for k in c if k.startswith("_wrk ")):
+        rps, bad = c[k]
+        print("corrald %s, wrk -t1 -c16 (corrald on CPU0, wrk on CPU1): %.0f req/s%s"
+              % (k[5:], rps, (", %d non-2xx" % bad) if bad else ""))
     for n in notes:
         print("note:", n)
     print("(anchors are timed from Python's subprocess, which adds the cost of one fork+exec, "
