@@ -206,6 +206,17 @@ class Restart(CorralTestCase):
         self.wait_until(lambda: nfds() <= base + 3, 20, interval=0.2,
                         msg="corrald's open fds back to ~%d (now %d)" % (base, nfds()))
 
+    def test_list_order_after_restart(self):
+        """createdAt descending holds for sandboxes re-adopted from the state dir."""
+        made = [self.create(metadata={"order": "x"})["id"] for _ in range(6)]
+        self.client.close()
+        self.corrald.kill9()
+        self.corrald.start()
+        items = self.client.list_sandboxes(metadata={"order": "x"}).json()["items"]
+        self.assertEqual([it["id"] for it in items], list(reversed(made)))
+        page = self.client.list_sandboxes(metadata={"order": "x"}, page=2, page_size=4).json()
+        self.assertEqual([it["id"] for it in page["items"]], list(reversed(made))[4:])
+
     def test_kill9_during_creates(self):
         """Creates in flight when corrald dies: after the restart every sandbox is either listed
         (Running, or Failed with a reason) or fully rolled back; nothing half-made is left."""
