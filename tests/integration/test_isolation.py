@@ -284,6 +284,44 @@ class Isolation(CorralTestCase):
         self.assertFalse(int(st1["CapEff"], 16) & (1 << CAP_SYS_ADMIN))
         self.assertEqual(st1["Seccomp"], "2")
 
+    def test_seccomp_blocks_escape_syscalls(self):
+        import platform
+        if platform.machine() != "x86_64":
+            self.skipTest("syscall numbers below are x86_64")
+        calls = {"bpf": 321, "kexec_load": 246, "init_module": 175, "finit_module": 313,
+                 "open_by_handle_at": 304, "perf_event_open": 298, "add_key": 248, "keyctl": 250,
+                 "mount": 165, "umount2": 166, "pivot_root": 155, "swapon": 167, "reboot": 169,
+                 "setns": 308, "unshare(NEWNS)": (272, 0x00020000)}
+        lines = []
+        for name, nr in calls.items():
+            nr, arg = (nr if isinstance(nr, tuple) else (nr, 0))
+            lines.append("r = l.syscall(%d, %d, 0, 0, 0, 0); print(%r, r, ctypes.get_errno())" % (nr, arg, name))
+        script = "import ctypes\nl = ctypes.CDLL(None, use_errno=True)\n" + "\n".join(lines)
+        res = self.client.run(self.a, "python3 - <<'EOF'\n%s\nEOF" % script)
+        self.assertEqual(res.exit_code, 0, res)
+        got = {}
+        for line in res.stdout_lines:
+            name, r, e = line.rsplit(" ", 2)
+            got[name] = (int(r), int(e))
+        self.assertEqual(set(got), set(calls))
+        for name, (r, e) in got.items():
+            self.assertEqual(r, -1, "%s succeeded inside the sandbox" % name)
+            self.assertIn(e, (1, 38), "%s: errno %d (want EPERM or ENOSYS)" % (name, e))
+
+    def test_cgroup_namespace_and_generated_etc(self):
+        cg = self.sh(self.a, "cat /proc/self/cgroup")
+        self.assertNotIn(self.corrald.cgroup_name, cg, "the cgroup namespace hides the host path")
+        self.assertNotIn(self.a, cg)
+        hosts = self.sh(self.a, "cat /etc/hosts")
+        self.assertIn("localhost", hosts)
+        self.assertIn(self.a[:12], hosts)
+        self.run_ok(self.a, "test -f /etc/resolv.conf")
+        # pivot_root: the old root is gone, / is the overlay
+        res = self.client.run(self.a, "grep -c ' / / ' /proc/self/mountinfo")
+        self.assertEqual(res.stdout.strip(), "1", res)
+        mi = self.sh(self.a, "cut -d' ' -f5 /proc/self/mountinfo")
+        self.assertNotIn(self.corrald.state_dir, mi, "host paths of mount points are hidden")
+
     def test_two_sandboxes_files(self):
         tok = secrets.token_hex(4)
         self.run_ok(self.a, "mkdir -p /work-%s && echo mine > /work-%s/f" % (tok, tok))
