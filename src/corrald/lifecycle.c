@@ -198,6 +198,14 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 			    sb->d->create_timeout_s);
 		return;
 	}
+	if (res->rc == -ESRCH) {
+		/* PID 1 was gone before the runtime returned: the entrypoint exited or could not run
+		 * (its run/exit.json went with the rolled-back files). */
+		create_fail(c, 422, "SANDBOX::ENTRYPOINT_EXITED",
+			    "entrypoint: the sandbox ended as soon as it started (%s); check that the entrypoint exists in the image and keeps running, e.g. [\"sleep\",\"infinity\"]",
+			    res->msg);
+		return;
+	}
 	if (res->rc < 0) {
 		create_fail(c, 500, "SANDBOX::CREATE_FAILED", "runtime create failed: %s", res->msg);
 		return;
