@@ -59,6 +59,23 @@ def binary(name):
     return os.path.join(BUILD_DIR, name)
 
 
+def elf_is_static(path):
+    """True when the ELF file at path has no PT_INTERP (no dynamic loader needed)."""
+    import struct
+    with open(path, "rb") as f:
+        hdr = f.read(64)
+        if hdr[:4] != b"\x7fELF" or hdr[4] != 2:
+            return False
+        e_phoff, = struct.unpack_from("<Q", hdr, 32)
+        e_phentsize, e_phnum = struct.unpack_from("<HH", hdr, 54)
+        for i in range(e_phnum):
+            f.seek(e_phoff + i * e_phentsize)
+            p_type, = struct.unpack("<I", f.read(4))
+            if p_type == 3:  # PT_INTERP
+                return False
+    return True
+
+
 def free_port():
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))

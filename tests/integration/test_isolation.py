@@ -357,8 +357,13 @@ class ImageDir(CorralTestCase):
     def setUpClass(cls):
         import shutil
         import tempfile
+        from harness import binary, elf_is_static
         if not (shutil.which("busybox") or os.path.exists("/bin/busybox")):
             raise unittest.SkipTest("busybox is not installed (apt-get install busybox-static)")
+        execd = os.path.realpath(binary("corral-execd"))
+        if os.path.exists(execd) and not elf_is_static(execd):
+            raise unittest.SkipTest("%s is dynamically linked (a sanitizer build): it cannot run in an "
+                                    "image without the host's libraries" % execd)
         cls.images = tempfile.mkdtemp(prefix="corral-test-images-")
         make_busybox_image(os.path.join(cls.images, "bb"))
         cls.corrald_kwargs = {"image_dir": cls.images}

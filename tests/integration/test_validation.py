@@ -138,12 +138,27 @@ class Validation(CorralTestCase):
         self.assert_no_sandbox_made()
 
     def test_entrypoint_that_cannot_start(self):
-        for ep in (["/no/such/binary"], ["sh", "-c", "exit 4"]):
+        """An entrypoint that cannot start or exits at once: either the create fails with a 4xx
+        naming the entrypoint, or (it lost the race with execd's first ping) the sandbox is
+        reported Failed/EntrypointExited with the exit code. Never a 500, never a leak."""
+        for ep, code in ((["/no/such/binary"], "127"), (["sh", "-c", "exit 4"], "4")):
             r = self.create_raw(dict(GOOD, entrypoint=ep))
-            self.assertGreaterEqual(r.status, 400, "%r -> %r" % (ep, r))
-            self.assertLess(r.status, 500, "%r -> %r" % (ep, r))
-            self.assertIn("entrypoint", r.text)
-        self.assert_no_sandbox_made()
+            if r.status == 202:
+                sid = r.json()["id"]
+
+                def failed():
+                    st = self.client.get_sandbox(sid).json()["status"]
+                    return st["state"] == "Failed" and st
+                st = self.wait_until(failed, 10, msg="%r reported Failed" % ep)
+                self.assertEqual(st.get("reason"), "EntrypointExited", st)
+                self.assertIn(code, st.get("message", ""), st)
+                self.assertEqual(self.client.delete_sandbox(sid).status, 204)
+            else:
+                self.assertGreaterEqual(r.status, 400, "%r -> %r" % (ep, r))
+                self.assertLess(r.status, 500, "%r -> %r" % (ep, r))
+                self.assertIn("entrypoint", r.text)
+                self.assertIn(code, r.text)
+        self.wait_until(lambda: self.client.all_sandbox_ids() == [], 10, msg="nothing listed")
         self.assertEqual(self.corrald.wait_no_leaks(15), [], "a failed create is rolled back")
 
     def test_bad_env(self):
