@@ -231,6 +231,34 @@ test("create with an unknown image fails with a 4xx and leaves no sandbox", asyn
   }
 });
 
+test("create options corral does not support are refused with a 4xx, never silently ignored", async () => {
+  // networkPolicy (egress sidecar) and volumes are not implemented by the native runtime yet
+  // (docs/corrald.md); a stock client asking for them must get an error, not an unrestricted box.
+  const mgr = SandboxManager.create({ connectionConfig: connOpts() });
+  try {
+    const cases = {
+      networkPolicy: { networkPolicy: { defaultAction: "deny", egress: [{ action: "allow", target: "pypi.org" }] } },
+      volumes: { volumes: [{ name: "v", host: { path: "/tmp" }, mountPath: "/mnt/v", readOnly: true }] },
+    };
+    for (const [name, extra] of Object.entries(cases)) {
+      let err;
+      try {
+        const sbx = await createSandbox({ metadata: { case: `unsupported-${name}` }, ...extra });
+        await destroy(sbx);
+      } catch (e) {
+        err = e;
+      }
+      assert.ok(err, `${name}: create must fail rather than ignore the option`);
+      assert.ok(err.statusCode >= 400 && err.statusCode < 500, `${name}: status ${err.statusCode}`);
+      assert.match(String(err.message), new RegExp(name), `${name}: the message names the option`);
+      const listed = await mgr.listSandboxInfos({ metadata: { run: RUN_ID, case: `unsupported-${name}` } });
+      assert.equal(listed.items.length, 0, `${name}: nothing left behind`);
+    }
+  } finally {
+    await mgr.close();
+  }
+});
+
 test("API key: wrong key -> 401 INVALID_API_KEY, missing key -> 401 MISSING_API_KEY", { skip: !API_KEY && "corrald runs without an API key" }, async () => {
   const rid = `compat-auth-${randomBytes(4).toString("hex")}`;
   const wrong = SandboxManager.create({ connectionConfig: connOpts({ apiKey: "definitely-wrong", headers: { "X-Request-ID": rid } }) });
