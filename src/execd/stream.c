@@ -53,18 +53,22 @@ void line_splitter_feed(struct line_splitter *s, const char *data, size_t n, lin
 			q++;
 		size_t chunk = (size_t)(q - p);
 		while (chunk > 0) {
-			size_t room = STREAM_LINE_MAX - s->len;
 			if (s->len == 0 && q < end && chunk <= STREAM_LINE_MAX) {
 				/* Whole line available and nothing buffered: no copy. */
 				break;
 			}
+			if (s->len == STREAM_LINE_MAX) {
+				/* Full, and the line goes on: cut it here. (A full buffer whose line
+				 * ends right after is one ordinary line, not a piece plus an empty one.) */
+				emit_full(s, cb, arg);
+				continue;
+			}
+			size_t room = STREAM_LINE_MAX - s->len;
 			size_t take = chunk < room ? chunk : room;
 			memcpy(s->buf + s->len, p, take);
 			s->len += take;
 			p += take;
 			chunk -= take;
-			if (s->len == STREAM_LINE_MAX)
-				emit_full(s, cb, arg);
 		}
 		if (q == end)
 			break;

@@ -92,6 +92,18 @@ static void test_long_line(void)
 		CHECK((unsigned char)l.v[1][0] == 0xC3);
 	}
 	lines_clear(&l);
+	/* Exactly STREAM_LINE_MAX bytes, the terminator in a later read: one line, no empty one. */
+	memset(big, 'z', STREAM_LINE_MAX);
+	line_splitter_init(&s);
+	line_splitter_feed(&s, big, STREAM_LINE_MAX, collect, &l);
+	line_splitter_feed(&s, "\nnext\n", 6, collect, &l);
+	line_splitter_flush(&s, collect, &l);
+	CHECK_INT(l.n, 2);
+	if (l.n == 2) {
+		CHECK_INT(strlen(l.v[0]), STREAM_LINE_MAX);
+		CHECK_STR(l.v[1], "next");
+	}
+	lines_clear(&l);
 	free(big);
 }
 
