@@ -428,3 +428,29 @@ test("runStream yields the raw execd events with the documented fields", async (
     assert.equal(failed.some((e) => e.type === "execution_complete"), false);
   });
 });
+
+test("proxy churn: hundreds of mixed SDK calls on pooled connections, some concurrent", async () => {
+  await withSandbox({ metadata: { case: "run-churn" } }, async (sbx) => {
+    await sbx.files.writeFiles([{ path: "/tmp/churn.txt", data: "churn" }]);
+    for (let i = 0; i < 150; i++) {
+      switch (i % 3) {
+        case 0:
+          assert.equal(await sbx.health.ping(), true);
+          break;
+        case 1:
+          assert.equal((await sbx.files.getFileInfo(["/tmp/churn.txt"]))["/tmp/churn.txt"].size, 5);
+          break;
+        default: {
+          const ex = await sbx.commands.run(`echo churn-${i}`);
+          assert.deepEqual(stdoutLines(ex), [`churn-${i}`]);
+        }
+      }
+    }
+    const burst = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        i % 2 ? sbx.files.readFile("/tmp/churn.txt") : sbx.commands.run(`echo burst-${i}`).then((ex) => stdoutLines(ex)[0]),
+      ),
+    );
+    burst.forEach((v, i) => assert.equal(v, i % 2 ? "churn" : `burst-${i}`));
+  });
+});
