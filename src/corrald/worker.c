@@ -143,6 +143,8 @@ void worker_kill(struct worker *w)
 {
 	if (w->pid <= 0)
 		return;
+	/* The whole process group: whatever the worker forked (a half-made sandbox) goes too. */
+	kill(-w->pid, SIGKILL);
 	kill(w->pid, SIGKILL);
 	w->got = 0;
 	worker_finish(w, -ECANCELED, "worker killed: deadline passed");
