@@ -132,6 +132,7 @@ int worker_start(struct worker *w, struct event_base *base)
 		child_run(w, p[1]);
 	}
 	close(p[1]);
+	setpgid(pid, pid); /* also done by the child; whichever runs first wins the race */
 	w->pid = pid;
 	w->fd = p[0];
 	n_running++;
