@@ -126,6 +126,30 @@ class Commands(CorralTestCase):
         res = self.client.run(self.sid, "id -u; id -g", uid=65534, gid=65534)
         self.assertEqual(res.stdout_lines, ["65534", "65534"], res)
 
+    def test_stdin_is_not_a_pipe_left_open(self):
+        """A command reading stdin gets EOF at once instead of hanging the rollout."""
+        t0 = time.monotonic()
+        res = self.client.run(self.sid, "cat; read x; echo got:$x", read_timeout=20)
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertEqual(res.stdout_lines, ["got:"])
+
+    def test_backgrounded_children_do_not_hold_the_stream(self):
+        """'server &' inside a command: the stream ends when the command's shell exits."""
+        for cmd in ("sleep 20 & echo started", "(sleep 20 &); echo started", "nohup sleep 20 & echo started"):
+            t0 = time.monotonic()
+            res = self.client.run(self.sid, cmd, read_timeout=30)
+            self.assertLess(time.monotonic() - t0, 5, "%r held the stream open" % cmd)
+            self.assertEqual(res.stdout_lines, ["started"], res)
+            self.assertEqual(res.exit_code, 0)
+        self.run_ok(self.sid, "pkill -f '^sleep 20$' || true")
+
+    def test_non_utf8_output_is_valid_json(self):
+        res = self.client.run(self.sid, "printf 'ok\\xff\\xfeend\\n'; echo 'h\u00e9llo \u2713'")
+        self.assertEqual(res.exit_code, 0, res)
+        self.assertEqual(len(res.stdout_lines), 2, res)
+        self.assertTrue(res.stdout_lines[0].startswith("ok") and res.stdout_lines[0].endswith("end"), res)
+        self.assertEqual(res.stdout_lines[1], "h\u00e9llo \u2713")
+
     # --- background, status, logs ------------------------------------------------------------
 
     def test_background_status_logs(self):
