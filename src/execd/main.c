@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "exec.h"
+#include "proxy.h"
 #include "server.h"
 #include "session.h"
 #include "shared/fsutil.h"
@@ -235,6 +236,7 @@ int main(int argc, char **argv)
 		execd_exit("ExecdExited", 1, err.msg);
 	}
 	session_init(execd_base, M.state_dir);
+	proxy_init(execd_base);
 	struct event *ev_chld = evsignal_new(execd_base, SIGCHLD, on_sigchld, NULL);
 	struct event *ev_term = evsignal_new(execd_base, SIGTERM, on_term, NULL);
 	struct event *ev_int = evsignal_new(execd_base, SIGINT, on_term, NULL);

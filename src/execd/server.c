@@ -11,6 +11,7 @@
 #include "command.h"
 #include "files.h"
 #include "metrics.h"
+#include "proxy.h"
 #include "server.h"
 #include "session.h"
 #include "shared/httputil.h"
@@ -51,7 +52,7 @@ static void route(struct evhttp_request *req, void *arg)
 		http_send_error(req, 400, "INVALID_REQUEST_BODY", "malformed or too long request path");
 		return;
 	}
-	if (files_dispatch(req, path))
+	if (files_dispatch(req, path) || proxy_dispatch(req, path))
 		return;
 	enum evhttp_cmd_type m = evhttp_request_get_command(req);
 	char segbuf[4096];

@@ -672,6 +672,115 @@ class ExecdTest(unittest.TestCase):
         self.assertLess(abs(m["timestamp"] - time.time() * 1000), 120000)
 
 
+class ProxyTest(unittest.TestCase):
+    """/proxy/{port}/... reaches an HTTP server on 127.0.0.1:{port} (reference §2.1)."""
+
+    @classmethod
+    def setUpClass(cls):
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def reply(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                if self.path.startswith("/stream"):
+                    self.send_response(200)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for part in (b"first\n", b"second\n"):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                        self.wfile.flush()
+                        time.sleep(1.0)
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                if self.path.startswith("/big"):
+                    data = b"z" * (4 << 20)
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                out = json.dumps({"method": self.command, "path": self.path, "body": body.decode(),
+                                  "x_test": self.headers.get("X-Test"), "host": self.headers.get("Host"),
+                                  "xff": self.headers.get("X-Forwarded-For")}).encode()
+                self.send_response(201)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("X-Backend", "yes")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            do_GET = do_POST = do_PUT = do_DELETE = reply
+
+        cls.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        cls.port = cls.server.server_address[1]
+        threading.Thread(target=cls.server.serve_forever, daemon=True).start()
+        cls.execd = Execd()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.execd.stop()
+        cls.server.shutdown()
+
+    def test_forwarded(self):
+        c = self.execd.conn()
+        c.request("POST", "/proxy/%d/echo/a%%20b?x=1&y=2" % self.port, body=b"payload",
+                  headers={"X-Test": "t1", "Content-Type": "text/plain"})
+        r = c.getresponse()
+        data = r.read()
+        self.assertEqual(r.status, 201, data)
+        self.assertEqual(r.getheader("X-Backend"), "yes")
+        got = json.loads(data)
+        self.assertEqual(got["method"], "POST")
+        self.assertEqual(got["path"], "/echo/a%20b?x=1&y=2")
+        self.assertEqual(got["body"], "payload")
+        self.assertEqual(got["x_test"], "t1")
+        self.assertTrue(got["xff"])
+        # Keep-alive: the same client connection goes on working.
+        c.request("GET", "/proxy/%d" % self.port)
+        r = c.getresponse()
+        self.assertEqual(json.loads(r.read())["path"], "/")
+        c.request("GET", "/ping")
+        self.assertEqual(c.getresponse().status, 200)
+        c.close()
+
+    def test_nothing_listening(self):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+        s.close()
+        c = self.execd.conn()
+        c.request("GET", "/proxy/%d/" % free)
+        r = c.getresponse()
+        self.assertEqual(r.status, 502)
+        self.assertEqual(r.read(), b"Bad Gateway")
+        for bad in ("/proxy/0/", "/proxy/70000/", "/proxy/abc/", "/proxy"):
+            c.request("GET", bad)
+            r = c.getresponse()
+            r.read()
+            self.assertEqual(r.status, 400, bad)
+        c.close()
+
+    def test_streamed_and_large(self):
+        c = self.execd.conn()
+        c.request("GET", "/proxy/%d/stream" % self.port)
+        r = c.getresponse()
+        t0 = time.time()
+        self.assertEqual(r.readline(), b"first\n")
+        self.assertLess(time.time() - t0, 0.9)  # arrives before the backend is done
+        self.assertEqual(r.read(), b"second\n")
+        c.request("GET", "/proxy/%d/big" % self.port)
+        r = c.getresponse()
+        self.assertEqual(r.getheader("Content-Length"), str(4 << 20))
+        self.assertEqual(r.read(), b"z" * (4 << 20))
+        c.close()
+
+
 class EntrypointTest(unittest.TestCase):
     def test_entrypoint_exit_writes_exit_json(self):
         e = Execd(entrypoint=["sh", "-c", "sleep 0.5; exit 3"])

@@ -1,0 +1,220 @@
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/queue.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/keyvalq_struct.h>
+
+#include "proxy.h"
+#include "shared/httputil.h"
+#include "shared/log.h"
+
+static struct event_base *proxy_base;
+
+void proxy_init(struct event_base *base)
+{
+	proxy_base = base;
+}
+
+struct relay {
+	struct evhttp_request *req;  /* the client's; NULL once it is gone or answered */
+	struct evhttp_connection *client;
+	struct evhttp_request *oreq; /* ours, to the backend; NULL once done */
+	struct evhttp_connection *backend;
+	bool started; /* response headers sent to the client */
+	bool paused;  /* backend reads stopped: the client is slow */
+	int port;
+};
+
+static bool hop_by_hop(const char *h)
+{
+	static const char *const names[] = {"Connection", "Keep-Alive", "Proxy-Authenticate",
+					    "Proxy-Authorization", "Proxy-Connection", "TE",
+					    "Trailer", "Transfer-Encoding", "Upgrade"};
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		if (strcasecmp(h, names[i]) == 0)
+			return true;
+	return false;
+}
+
+static void copy_headers(struct evkeyvalq *from, struct evkeyvalq *to, bool response)
+{
+	struct evkeyval *kv;
+	TAILQ_FOREACH(kv, from, next) {
+		if (hop_by_hop(kv->key))
+			continue;
+		/* evhttp computes these itself for what it sends. */
+		if (response && (strcasecmp(kv->key, "Date") == 0))
+			continue;
+		evhttp_add_header(to, kv->key, kv->value);
+	}
+}
+
+static void relay_free(struct relay *r)
+{
+	if (r->client)
+		evhttp_connection_set_closecb(r->client, NULL, NULL);
+	free(r);
+}
+
+/* The client went away: drop the backend request too. */
+static void on_client_close(struct evhttp_connection *evcon, void *arg)
+{
+	struct relay *r = arg;
+	r->client = NULL;
+	if (r->req && !evhttp_request_get_connection(r->req))
+		evhttp_send_reply_end(r->req); /* frees the detached request */
+	r->req = NULL;
+	if (r->oreq) {
+		/* No callback follows, and the auto-free backend connection goes with it. */
+		evhttp_cancel_request(r->oreq);
+		r->oreq = NULL;
+	}
+	r->backend = NULL;
+	relay_free(r);
+}
+
+static void resume_backend(struct evhttp_connection *evcon, void *arg)
+{
+	struct relay *r = arg;
+	if (r->paused && r->backend) {
+		r->paused = false;
+		bufferevent_enable(evhttp_connection_get_bufferevent(r->backend), EV_READ);
+	}
+}
+
+static int on_headers(struct evhttp_request *oreq, void *arg)
+{
+	struct relay *r = arg;
+	if (!r->req)
+		return -1;
+	int code = evhttp_request_get_response_code(oreq);
+	const char *reason = evhttp_request_get_response_code_line(oreq);
+	copy_headers(evhttp_request_get_input_headers(oreq), evhttp_request_get_output_headers(r->req),
+		     true);
+	evhttp_send_reply_start(r->req, code, reason && *reason ? reason : http_reason(code));
+	r->started = true;
+	return 0;
+}
+
+static void on_chunk(struct evhttp_request *oreq, void *arg)
+{
+	struct relay *r = arg;
+	if (!r->req || !r->started)
+		return;
+	evhttp_send_reply_chunk_with_cb(r->req, evhttp_request_get_input_buffer(oreq), resume_backend, r);
+	struct bufferevent *cb = evhttp_connection_get_bufferevent(r->client);
+	if (cb && evbuffer_get_length(bufferevent_get_output(cb)) > PROXY_MAX_QUEUED && r->backend) {
+		r->paused = true;
+		bufferevent_disable(evhttp_connection_get_bufferevent(r->backend), EV_READ);
+	}
+}
+
+static void on_done(struct evhttp_request *oreq, void *arg)
+{
+	struct relay *r = arg;
+	r->oreq = NULL; /* evhttp frees it after this callback */
+	if (r->req) {
+		if (r->started) {
+			if (oreq && evbuffer_get_length(evhttp_request_get_input_buffer(oreq)))
+				evhttp_send_reply_chunk(r->req, evhttp_request_get_input_buffer(oreq));
+			evhttp_send_reply_end(r->req);
+		} else {
+			int err = oreq ? evhttp_request_get_response_code(oreq) : 0;
+			log_debug("proxy to port %d: no response (%d)", r->port, err);
+			struct evbuffer *b = evbuffer_new();
+			if (b)
+				evbuffer_add_printf(b, "Bad Gateway");
+			evhttp_add_header(evhttp_request_get_output_headers(r->req), "Content-Type",
+					  "text/plain; charset=utf-8");
+			evhttp_send_reply(r->req, 502, "Bad Gateway", b);
+			if (b)
+				evbuffer_free(b);
+		}
+		r->req = NULL;
+	}
+	/* The backend connection is freed by evhttp once this request completes. */
+	r->backend = NULL;
+	relay_free(r);
+}
+
+bool proxy_dispatch(struct evhttp_request *req, const char *path)
+{
+	if (strncmp(path, "/proxy/", 7) != 0 && strcmp(path, "/proxy") != 0)
+		return false;
+	/* The raw URI, so the rest of the path and the query go out exactly as they came. */
+	const char *uri = evhttp_request_get_uri(req);
+	const char *p = uri + strspn(uri, "/");
+	p += strcspn(p, "/?"); /* past "proxy" */
+	if (*p != '/') {
+		http_send_error(req, 400, "INVALID_REQUEST_BODY", "expected /proxy/{port}/...");
+		return true;
+	}
+	p++;
+	char *end;
+	errno = 0;
+	long port = strtol(p, &end, 10);
+	if (end == p || errno || port < 1 || port > 65535 || (*end && *end != '/' && *end != '?')) {
+		http_send_error(req, 400, "INVALID_REQUEST_BODY",
+				"port in /proxy/{port}/ must be an integer from 1 to 65535");
+		return true;
+	}
+	char target[8192];
+	if ((size_t)snprintf(target, sizeof(target), "%s%s", *end == '/' ? "" : "/", end) >= sizeof(target)) {
+		http_send_error(req, 414, "INVALID_REQUEST_BODY", "request URI too long");
+		return true;
+	}
+	struct relay *r = calloc(1, sizeof(*r));
+	if (!r) {
+		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		return true;
+	}
+	r->req = req;
+	r->port = (int)port;
+	r->client = evhttp_request_get_connection(req);
+	r->backend = evhttp_connection_base_new(proxy_base, NULL, "127.0.0.1", (unsigned short)port);
+	r->oreq = evhttp_request_new(on_done, r);
+	if (!r->backend || !r->oreq) {
+		if (r->oreq)
+			evhttp_request_free(r->oreq);
+		if (r->backend)
+			evhttp_connection_free(r->backend);
+		free(r);
+		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		return true;
+	}
+	evhttp_connection_set_timeout(r->backend, PROXY_TIMEOUT_S);
+	evhttp_connection_set_retries(r->backend, 0);
+	evhttp_connection_free_on_completion(r->backend);
+	evhttp_request_set_header_cb(r->oreq, on_headers);
+	evhttp_request_set_chunked_cb(r->oreq, on_chunk);
+
+	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+	struct evkeyvalq *out = evhttp_request_get_output_headers(r->oreq);
+	copy_headers(in, out, false);
+	if (!evhttp_find_header(out, "Host")) {
+		char host[32];
+		snprintf(host, sizeof(host), "127.0.0.1:%ld", port);
+		evhttp_add_header(out, "Host", host);
+	}
+	if (!evhttp_find_header(out, "X-Forwarded-For"))
+		evhttp_add_header(out, "X-Forwarded-For", "127.0.0.1");
+	if (!evhttp_find_header(out, "X-Forwarded-Proto"))
+		evhttp_add_header(out, "X-Forwarded-Proto", "http");
+	evbuffer_add_buffer(evhttp_request_get_output_buffer(r->oreq), evhttp_request_get_input_buffer(req));
+
+	evhttp_connection_set_closecb(r->client, on_client_close, r);
+	if (evhttp_make_request(r->backend, r->oreq, evhttp_request_get_command(req), target) < 0) {
+		/* evhttp freed oreq; answer like any unreachable backend. */
+		r->oreq = NULL;
+		evhttp_connection_set_closecb(r->client, NULL, NULL);
+		evhttp_connection_free(r->backend);
+		free(r);
+		evhttp_send_reply(req, 502, "Bad Gateway", NULL);
+	}
+	return true;
+}
