@@ -217,6 +217,27 @@ class Restart(CorralTestCase):
         page = self.client.list_sandboxes(metadata={"order": "x"}, page=2, page_size=4).json()
         self.assertEqual([it["id"] for it in page["items"]], list(reversed(made))[4:])
 
+    def test_second_corrald_on_same_state_dir_refuses(self):
+        """Two control planes on one state dir would both own every sandbox (two TTL timers, two
+        teardowns, interleaved sandbox.json writes): the second one must refuse to start."""
+        import subprocess
+        from harness import free_port
+        sid = self.create()["id"]
+        p = subprocess.Popen(self.corrald.argv(free_port()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL)
+        try:
+            rc = p.wait(8)
+        except subprocess.TimeoutExpired:
+            rc = None
+            p.terminate()
+            p.wait(10)
+        out = p.stdout.read().decode("utf-8", "replace")
+        p.stdout.close()
+        self.assertIsNotNone(rc, "a second corrald started on a state dir already in use:\n%s" % out[-600:])
+        self.assertNotEqual(rc, 0)
+        self.assertIn(self.corrald.state_dir, out, "the refusal names the state dir")
+        self.assertEqual(self.sh(sid, "echo still-mine"), "still-mine")
+
     def test_kill9_during_creates(self):
         """Creates in flight when corrald dies: after the restart every sandbox is either listed
         (Running, or Failed with a reason) or fully rolled back; nothing half-made is left."""
