@@ -198,6 +198,43 @@ class Lifecycle(CorralTestCase):
         r = self.client.delete("/v1/sandboxes/not-a-uuid")
         self.assertEqual(r.status, 404, r)
 
+    def test_teardown_never_crosses_a_mount_point(self):
+        """A mount found below a sandbox's directory at delete time (an operator's bind mount, a
+        leftover) must not be recursed into: the files behind it survive the delete."""
+        import subprocess
+        import tempfile
+        from harness import mounts_under, safe_rmtree
+        sid = self.create()["id"]
+        precious = tempfile.mkdtemp(prefix="corral-test-precious-")
+        self.addCleanup(safe_rmtree, precious)
+        with open(os.path.join(precious, "canary"), "w") as f:
+            f.write("keep me")
+        os.makedirs(os.path.join(precious, "sub"))
+        with open(os.path.join(precious, "sub", "canary2"), "w") as f:
+            f.write("keep me too")
+        targets = []
+        for rel in ("upper/precious-mnt", "precious-mnt"):
+            t = os.path.join(self.corrald.sandbox_dir(sid), rel)
+            if not os.path.isdir(os.path.dirname(t)):
+                continue
+            os.makedirs(t, exist_ok=True)
+            subprocess.run(["mount", "--bind", precious, t], check=True)
+            targets.append(t)
+        self.assertTrue(targets)
+
+        def unmount_all():
+            for t in targets:
+                subprocess.call(["umount", "-l", t], stderr=subprocess.DEVNULL)
+        self.addCleanup(unmount_all)
+        self.assertEqual(self.client.delete_sandbox(sid).status, 204)
+        self.wait_until(lambda: self.client.get_sandbox(sid).status == 404, 10, msg="404 after delete")
+        self.wait_until(lambda: not self.corrald.sandbox_cgroups(sid), 20, msg="cgroups removed")
+        time.sleep(1.0)  # let the teardown finish whatever it does with the directory
+        self.assertTrue(os.path.exists(os.path.join(precious, "canary")), "teardown deleted through a mount")
+        self.assertTrue(os.path.exists(os.path.join(precious, "sub", "canary2")), "teardown deleted through a mount")
+        unmount_all()
+        self.assertEqual(mounts_under(self.corrald.sandbox_dir(sid)), [])
+
     # --- renew -------------------------------------------------------------------------------
 
     def test_renew_expiration(self):
