@@ -505,6 +505,8 @@ class Lifecycle(CorralTestCase):
         self.assertTrue(st.get("reason"), st)
         r = self.client.get("/sandboxes/%s/proxy/44772/ping" % sid)
         self.assertEqual(r.status, 410, r)
+        self.assertEqual(self.client.post("/v1/sandboxes/%s/pause" % sid).status, 409)
+        self.assertEqual(self.client.post("/v1/sandboxes/%s/resume" % sid).status, 409)
         self.assertEqual(self.client.delete_sandbox(sid).status, 204)
         self.wait_gone(sid)
 
@@ -521,6 +523,20 @@ class Lifecycle(CorralTestCase):
         sid = self.create(timeout=2)["id"]
         self.assertEqual(self.client.post("/v1/sandboxes/%s/pause" % sid).status, 202)
         self.wait_gone(sid, timeout=20)
+
+    def test_ttl_expiry_ends_open_stream(self):
+        from harness import CommandStream
+        sid = self.create(timeout=2)["id"]
+        s = CommandStream("127.0.0.1", self.corrald.port, sid, "sleep 30")
+        self.addCleanup(s.abort)
+        self.assertIsNotNone(s.wait_for("init"))
+        box = {}
+        th = threading.Thread(target=lambda: box.setdefault("r", s.finish()), daemon=True)
+        th.start()
+        th.join(20)
+        self.assertFalse(th.is_alive(), "the stream of a reaped sandbox must end")
+        self.assertFalse(box["r"].complete)
+        self.wait_gone(sid)
 
     def test_delete_during_stream(self):
         from harness import CommandStream
