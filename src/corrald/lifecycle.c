@@ -429,7 +429,12 @@ void lifecycle_check_alive(struct sandbox *sb)
 		sandbox_died(sb);
 }
 
-/* Why PID 1 ended: OOM kills first, then execd's run/exit.json, else an abrupt exit. */
+/*
+ * Why PID 1 ended. execd's run/exit.json says what it saw; the OOM-kill counter is only blamed
+ * when it explains the ending: PID 1 vanished without a word (the kernel or a group OOM kill took
+ * execd), or the entrypoint died of SIGKILL (137). An OOM kill of some earlier command must not
+ * relabel a clean exit.
+ */
 static void describe_death(struct sandbox *sb, enum sb_state *state, char *reason, size_t rlen,
 			   char *msg, size_t mlen)
 {
@@ -448,8 +453,11 @@ static void describe_death(struct sandbox *sb, enum sb_state *state, char *reaso
 	const char *ereason = json_string_value(json_object_get(ex, "reason"));
 	json_t *ecode = json_object_get(ex, "exitCode");
 	const char *emsg = json_string_value(json_object_get(ex, "message"));
+	long long code = json_is_integer(ecode) ? json_integer_value(ecode) : -1;
+	bool entry_exit = ereason && strcmp(ereason, "EntrypointExited") == 0;
+	bool oom = probed && pr.oom_kills > 0 && (!ex || (entry_exit && code == 137));
 
-	if (probed && pr.oom_kills > 0) {
+	if (oom) {
 		char lim[32] = "unlimited";
 		if (pr.memory_limit)
 			quantity_format_bytes(pr.memory_limit, lim, sizeof(lim));
@@ -460,10 +468,8 @@ static void describe_death(struct sandbox *sb, enum sb_state *state, char *reaso
 			 (unsigned long long)pr.oom_kills, lim, (unsigned long long)pr.memory_peak,
 			 emsg ? "; execd: " : "", emsg ? emsg : "");
 	} else if (ex) {
-		long long code = json_is_integer(ecode) ? json_integer_value(ecode) : -1;
 		snprintf(reason, rlen, "%s", ereason ? ereason : "ExecdExited");
-		*state = ereason && strcmp(ereason, "EntrypointExited") == 0 && code == 0 ? SB_TERMINATED
-											: SB_FAILED;
+		*state = entry_exit && code == 0 ? SB_TERMINATED : SB_FAILED;
 		snprintf(msg, mlen, "sandbox PID 1 (pid %d) exited: %s (exit code %lld)", (int)sb->pid,
 			 emsg ? emsg : reason, code);
 	} else {

@@ -4,12 +4,14 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -253,6 +255,33 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	/*
+	 * One control plane per state dir: two would both own every sandbox (two TTL timers, two
+	 * teardowns, interleaved sandbox.json writes). The lock dies with the process, kill -9
+	 * included; workers close their copy of the descriptor.
+	 */
+	char lock_path[PATH_MAX + 16];
+	snprintf(lock_path, sizeof(lock_path), "%s/corrald.lock", d->state_dir);
+	int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lock_fd < 0) {
+		fprintf(stderr, "corrald: open %s: %s\n", lock_path, strerror(errno));
+		return 1;
+	}
+	if (flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		char holder[32] = "";
+		ssize_t n = pread(lock_fd, holder, sizeof(holder) - 1, 0);
+		holder[n > 0 ? n : 0] = '\0';
+		holder[strcspn(holder, "\n")] = '\0';
+		fprintf(stderr,
+			"corrald: state dir %s is in use by another corrald%s%s%s: stop it first, or use another --state-dir\n",
+			d->state_dir, holder[0] ? " (pid " : "", holder, holder[0] ? ")" : "");
+		return 1;
+	}
+	char pidbuf[32];
+	int pidlen = snprintf(pidbuf, sizeof(pidbuf), "%d\n", (int)getpid());
+	if (ftruncate(lock_fd, 0) < 0 || pwrite(lock_fd, pidbuf, (size_t)pidlen, 0) < 0)
+		log_warn("write %s: %s", lock_path, strerror(errno));
+
 	snprintf(d->sandboxes_dir, sizeof(d->sandboxes_dir), "%s/sandboxes", d->state_dir);
 	int r = fs_mkdir_p(d->sandboxes_dir, 0700);
 	if (r < 0) {
