@@ -10,6 +10,8 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <event2/http.h>
+#include <event2/http_struct.h> /* the request's HTTP version */
 
 #include "command.h"
 #include "exec.h"
@@ -24,6 +26,18 @@
 extern struct event_base *execd_base;
 
 /* ----- the event stream ----- */
+
+/* The stream headers (§2.3). An HTTP/1.0 reply is delimited by closing the connection, so it
+ * does not claim keep-alive. */
+static void stream_headers(struct evhttp_request *req)
+{
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+	evhttp_add_header(h, "Content-Type", "text/event-stream");
+	evhttp_add_header(h, "Cache-Control", "no-cache");
+	if (req->major > 1 || (req->major == 1 && req->minor >= 1))
+		evhttp_add_header(h, "Connection", "keep-alive");
+	evhttp_add_header(h, "X-Accel-Buffering", "no");
+}
 
 struct stream_client {
 	struct exec_watch w;
@@ -169,11 +183,7 @@ void command_stream(struct evhttp_request *req, struct execution *ex)
 	sc->ex = exec_ref(ex);
 	sc->fd = -1;
 	sc->w.notify = stream_notify;
-	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-	evhttp_add_header(h, "Content-Type", "text/event-stream");
-	evhttp_add_header(h, "Cache-Control", "no-cache");
-	evhttp_add_header(h, "Connection", "keep-alive");
-	evhttp_add_header(h, "X-Accel-Buffering", "no");
+	stream_headers(req);
 	evhttp_send_reply_start(req, 200, "OK");
 	evhttp_connection_set_closecb(sc->evcon, on_client_close, sc);
 	if (ex->running) {
@@ -194,11 +204,7 @@ static void send_background_ack(struct evhttp_request *req, struct execution *ex
 	int64_t now = time_now_ms();
 	stream_event_text(&b, "init", ex->id, strlen(ex->id), now);
 	stream_event_complete(&b, ex->running ? 0 : exec_elapsed_ms(ex), now);
-	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-	evhttp_add_header(h, "Content-Type", "text/event-stream");
-	evhttp_add_header(h, "Cache-Control", "no-cache");
-	evhttp_add_header(h, "Connection", "keep-alive");
-	evhttp_add_header(h, "X-Accel-Buffering", "no");
+	stream_headers(req);
 	struct evbuffer *out = evbuffer_new();
 	evhttp_send_reply_start(req, 200, "OK");
 	if (out) {
