@@ -422,6 +422,40 @@ class Commands(CorralTestCase):
         zombies = [l for l in out.splitlines() if l.split()[-1] == "Z"]
         self.assertEqual(zombies, [], out)
 
+    def _raw(self, data, timeout=15):
+        import socket
+        s = socket.create_connection(("127.0.0.1", self.corrald.port), timeout=timeout)
+        try:
+            s.sendall(data)
+            out = b""
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    return out
+                out += b
+        finally:
+            s.close()
+
+    def test_proxy_http_variants(self):
+        """Chunked request bodies, HTTP/1.0 and Connection: close all reach execd and end cleanly."""
+        body = json.dumps({"command": "echo variant-ok"}).encode()
+        path = ("/sandboxes/%s/proxy/44772/command" % self.sid).encode()
+        chunked = (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                   + b"%x\r\n" % 5 + body[:5] + b"\r\n" + b"%x\r\n" % (len(body) - 5) + body[5:]
+                   + b"\r\n0\r\n\r\n")
+        http10 = (b"POST " + path + b" HTTP/1.0\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        close = (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+        for name, req in (("chunked", chunked), ("http/1.0", http10), ("close", close)):
+            out = self._raw(req)
+            self.assertRegex(out.split(b"\r\n", 1)[0], rb"^HTTP/1\.[01] 200", "%s: %r" % (name, out[:200]))
+            self.assertIn(b'"text":"variant-ok"', out, name)
+            self.assertIn(b'"execution_complete"', out, name)
+            if b"chunked" in out.split(b"\r\n\r\n", 1)[0].lower():
+                self.assertTrue(out.endswith(b"0\r\n\r\n"), "%s: chunked body properly terminated" % name)
+
     def test_both_prefixes(self):
         for prefix in ("", "/v1"):
             r = self.client.post("%s/sandboxes/%s/proxy/44772/command" % (prefix, self.sid),
