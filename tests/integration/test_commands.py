@@ -332,6 +332,34 @@ class Commands(CorralTestCase):
         self.assertEqual(res.exit_code, 0)
         self.assertEqual("".join(res.stdout_lines), "x" * 300000)
 
+    def test_slow_reader_backpressure(self):
+        """A client that stops reading a 100 MB stream must not make corrald or execd buffer it."""
+        def rss_mib(pid):
+            with open("/proc/%d/status" % pid) as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024.0
+            return 0.0
+        execd_pid = self.corrald.pid1(self.sid)
+        base_c, base_e = rss_mib(self.corrald.proc.pid), rss_mib(execd_pid)
+        s = self.stream("head -c 100000000 /dev/zero | tr '\\0' a | fold -w 1000")
+        s.wait_for("init")
+        peak_c = peak_e = 0.0
+        for _ in range(8):
+            time.sleep(0.5)
+            peak_c = max(peak_c, rss_mib(self.corrald.proc.pid))
+            peak_e = max(peak_e, rss_mib(execd_pid))
+        n = 0
+        while True:
+            ev = s.next_event()
+            if ev is None:
+                break
+            n += ev.get("type") == "stdout"
+        self.assertEqual(n, 100000, "every line arrived after the pause")
+        self.assertTrue(s.result.complete)
+        self.assertLess(peak_c - base_c, 64, "corrald buffered an unread stream (%.0f -> %.0f MiB)" % (base_c, peak_c))
+        self.assertLess(peak_e - base_e, 64, "execd buffered an unread stream (%.0f -> %.0f MiB)" % (base_e, peak_e))
+
     def test_keep_alive_many_commands(self):
         c = self.corrald.client()
         self.addCleanup(c.close)
