@@ -115,6 +115,8 @@ static int sbuf_reserve(struct sbuf *b, size_t extra)
 
 int sbuf_add(struct sbuf *b, const void *p, size_t n)
 {
+	if (n == 0)
+		return 0; /* b->data may still be NULL: no memcpy on it, even of 0 bytes */
 	if (sbuf_reserve(b, n) < 0)
 		return -ENOMEM;
 	memcpy(b->data + b->len, p, n);
