@@ -60,6 +60,7 @@
 
 #include "runtime/cgroup.h"
 #include "runtime/runtime.h"
+#include "runtime/sysview.h"
 #include "shared/fsutil.h"
 #include "shared/macro.h"
 #include "shared/timeutil.h"
@@ -193,6 +194,10 @@ struct child_ctx {
 	char execd_mnt[PATH_MAX]; /* run/corral-execd: mount point of the execd binary */
 	char empty[PATH_MAX];	  /* the sandbox's one empty read-only tmpfs, once mounted */
 	bool etc_in_upper;	  /* /etc files already written into the upper layer */
+	bool view_cpu;		  /* sysview/{cpuinfo,stat,online} exist; pin to cpus */
+	bool view_mem;		  /* sysview/meminfo exists */
+	cpu_set_t cpus;
+	char view[PATH_MAX]; /* <sandbox dir>/sysview */
 	char overlay_opts[3 * PATH_MAX + 128];
 	char hostname[65];
 	char hosts[512];
@@ -332,6 +337,27 @@ static int setup_sys(struct child_ctx *c, struct error *err)
 	if (r == 0)
 		r = mask_path(c, R(c, "/sys/devices/virtual/powercap"), "/dev/null", err);
 	return r;
+}
+
+/* The sandbox's own CPU and memory view (sysview.h) over the host's files. */
+static int setup_view(const struct child_ctx *c, struct error *err)
+{
+	static const char *const files[][3] = {
+	    {"cpuinfo", "/proc/cpuinfo", "c"},
+	    {"stat", "/proc/stat", "c"},
+	    {"online", "/sys/devices/system/cpu/online", "c"},
+	    {"meminfo", "/proc/meminfo", "m"},
+	};
+	char src[PATH_MAX + 16];
+	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+		if (!(files[i][2][0] == 'c' ? c->view_cpu : c->view_mem))
+			continue;
+		snprintf(src, sizeof(src), "%s/%s", c->view, files[i][0]);
+		int r = bind_ro(src, R(c, files[i][1]), MS_NOSUID | MS_NODEV | MS_NOEXEC, err);
+		if (r < 0)
+			return r;
+	}
+	return 0;
 }
 
 static int setup_dev(const struct child_ctx *c, struct error *err)
@@ -510,7 +536,7 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	if ((r = setup_proc(c, err)) < 0)
 		return r;
 	TRACE(6);
-	if ((r = setup_sys(c, err)) < 0)
+	if ((r = setup_sys(c, err)) < 0 || (r = setup_view(c, err)) < 0)
 		return r;
 	TRACE(7);
 	if ((r = setup_dev(c, err)) < 0)
@@ -588,6 +614,11 @@ static int intermediate_main(void *arg)
 	if (c->cg->enter(c->parent, c->spec->id, 0, &e) < 0)
 		sync_fail(c->sync_fd, &e);
 	TRACE(15);
+	/* Inherited by PID 1 and everything it starts: nproc & co. see the sandbox's CPUs. */
+	if (c->view_cpu && sched_setaffinity(0, sizeof(c->cpus), &c->cpus) < 0) {
+		error_set_errno(&e, errno, "pin the sandbox to its CPUs");
+		sync_fail(c->sync_fd, &e);
+	}
 	if (unshare(NS_FLAGS) < 0) {
 		error_set_errno(&e, errno, "unshare namespaces");
 		sync_fail(c->sync_fd, &e);
@@ -993,6 +1024,11 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 		goto fail_files;
 	}
 
+	sb_path(c.view, sizeof(c.view), cfg, spec->id, SYSVIEW_DIR);
+	if ((r = sysview_write(c.view, spec->id, spec->cpu_limit_millis, spec->memory_limit_bytes,
+			       &c.view_cpu, &c.view_mem, &c.cpus, err)) < 0)
+		goto fail_files;
+
 	TRACE(0);
 	if ((r = cg->create(parent, spec->id, spec, err)) < 0)
 		goto fail_cgroup;
@@ -1100,7 +1136,8 @@ static int detach_leftover_mounts(const char *dir)
 
 static int remove_files(const struct runtime_config *cfg, const char *id, struct error *err)
 {
-	static const char *const names[] = {"rootfs", "upper", "work", "run", "pid", "pid.tmp"};
+	static const char *const names[] = {"rootfs", "upper", "work",	  "run",
+					    "pid",    "pid.tmp", SYSVIEW_DIR};
 	char path[PATH_MAX];
 	int ret = 0;
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {

