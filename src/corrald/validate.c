@@ -378,6 +378,19 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("extensions", "oomGroup"),
 					"extensions.oomGroup must be \"true\" or \"false\", got '%s'", s);
 	}
+	/* extensions.cpuCapEnv (default "true"): the CPU-cap variables below, explicit env wins. */
+	json_t *ce = json_object_get(p->extensions, "cpuCapEnv");
+	bool cap_env = true;
+	if (ce) {
+		const char *s = json_string_value(ce);
+		if (strcasecmp(s, "false") == 0)
+			cap_env = false;
+		else if (strcasecmp(s, "true") != 0)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("extensions", "cpuCapEnv"),
+					"extensions.cpuCapEnv must be \"true\" or \"false\", got '%s'", s);
+	}
+	if (cap_env && cpu_cap_env_add(p->env, p->cpu_limit_millis) < 0)
+		return -ENOMEM;
 
 	/* platform: only linux on this host's architecture can be satisfied. */
 	json_t *pl = json_object_get(body, "platform");
@@ -400,6 +413,30 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 					os ? os : "linux", arch ? arch : host_arch, host_arch);
 		p->platform = json_incref(pl);
 	}
+	return 0;
+}
+
+const char *const cpu_cap_env_vars[CPU_CAP_ENV_N] = {
+    "OMP_NUM_THREADS",	    "OMP_THREAD_LIMIT",	  "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",	    "NUMEXPR_NUM_THREADS",	  "VECLIB_MAXIMUM_THREADS",
+    "BLIS_NUM_THREADS",	    "PYTHON_CPU_COUNT",	  "NUMBA_NUM_THREADS",
+    "LOKY_MAX_CPU_COUNT",	    "POLARS_MAX_THREADS",	  "PYTEST_XDIST_AUTO_NUM_WORKERS",
+    "DJANGO_TEST_PROCESSES",  "GOMAXPROCS",		  "CARGO_BUILD_JOBS",
+    "RAYON_NUM_THREADS",	    "RUST_TEST_THREADS",	  "UV_THREADPOOL_SIZE",
+    "CMAKE_BUILD_PARALLEL_LEVEL",
+};
+
+int cpu_cap_env_add(json_t *env, uint64_t cpu_millis)
+{
+	if (!cpu_millis)
+		return 0;
+	char v[24];
+	snprintf(v, sizeof(v), "%llu",
+		 (unsigned long long)(cpu_millis < 1000 ? 1 : cpu_millis / 1000));
+	for (size_t i = 0; i < CPU_CAP_ENV_N; i++)
+		if (!json_object_get(env, cpu_cap_env_vars[i]) &&
+		    json_object_set_new(env, cpu_cap_env_vars[i], json_string(v)) < 0)
+			return -ENOMEM;
 	return 0;
 }
 

@@ -48,6 +48,16 @@ struct create_params {
 /* Timeouts are capped at ten years so expiry arithmetic can never overflow. */
 #define CREATE_TIMEOUT_MAX_S (10LL * 366 * 24 * 3600)
 
+/*
+ * The CPU-cap environment variables (reference/nemo-gym-provider.md section 3): thread-pool sizes
+ * of OpenMP, BLAS, Python, Go, Rust, libuv, pytest-xdist... Each gets max(1, floor(cpu)) for a CPU
+ * limit; a name env already has is left alone (explicit env wins); no CPU limit adds nothing.
+ * create_params_parse() applies it unless extensions.cpuCapEnv is "false".
+ */
+#define CPU_CAP_ENV_N 19
+extern const char *const cpu_cap_env_vars[CPU_CAP_ENV_N];
+int cpu_cap_env_add(json_t *env, uint64_t cpu_millis);
+
 int create_params_parse(json_t *body, struct create_params *ret, struct verr *e);
 void create_params_clear(struct create_params *p);
 

@@ -109,5 +109,38 @@ class CpuView(CorralTestCase):
         self.assertNotEqual(res.exit_code, 0)
 
 
+class CpuCapEnv(CorralTestCase):
+
+    def env_of(self, sid):
+        return dict(l.split("=", 1) for l in self.sh(sid, "env").splitlines() if "=" in l)
+
+    def test_injected_by_default(self):
+        sid = self.create(resourceLimits={"cpu": "2700m", "memory": "128Mi"},
+                          env={"GOMAXPROCS": "5"})["id"]
+        env = self.env_of(sid)
+        for name in CPU_CAP_ENV_VARS:
+            self.assertEqual(env.get(name), "5" if name == "GOMAXPROCS" else "2", name)
+        # nproc honours OMP_NUM_THREADS.
+        self.assertEqual(self.sh(sid, "nproc").strip(), "2")
+
+    def test_fraction_is_at_least_one(self):
+        sid = self.create(resourceLimits={"cpu": "250m", "memory": "128Mi"})["id"]
+        env = self.env_of(sid)
+        self.assertEqual([env.get(n) for n in CPU_CAP_ENV_VARS], ["1"] * len(CPU_CAP_ENV_VARS))
+
+    def test_off_per_sandbox(self):
+        sid = self.create(resourceLimits={"cpu": "1", "memory": "128Mi"},
+                          extensions={"cpuCapEnv": "false"})["id"]
+        env = self.env_of(sid)
+        self.assertEqual([n for n in CPU_CAP_ENV_VARS if n in env], [])
+
+    def test_bad_value_is_422(self):
+        r = self.client.create_sandbox_raw(image={"uri": "host"}, entrypoint=["sleep", "infinity"],
+                                           resourceLimits={"cpu": "1"},
+                                           extensions={"cpuCapEnv": "yes"})
+        self.assertEqual(r.status, 422, r)
+        self.assertIn("cpuCapEnv", r.text)
+
+
 if __name__ == "__main__":
     main()

@@ -93,8 +93,9 @@ static void test_create_ok(void)
 	CHECK_U64(p.cpu_request_millis, 500);
 	CHECK_U64(p.memory_request_bytes, 512ULL << 20);
 	CHECK_STR(json_string_value(json_object_get(p.requests, "memory")), "512Mi");
-	/* null env values are dropped */
-	CHECK_INT(json_object_size(p.env), 1);
+	/* null env values are dropped; the 19 CPU-cap variables are added (0.5 CPU -> "1") */
+	CHECK_INT(json_object_size(p.env), 1 + CPU_CAP_ENV_N);
+	CHECK_STR(json_string_value(json_object_get(p.env, "OMP_NUM_THREADS")), "1");
 	CHECK(json_object_get(p.env, "B") == NULL);
 	CHECK(p.oom_group);
 	CHECK_STR(json_string_value(json_object_get(p.metadata, "team")), "x");
@@ -118,6 +119,38 @@ static void test_create_ok(void)
 	/* timeout 1 is accepted (deliberate relaxation of the reference's >= 60) */
 	j = J("{" GOOD_BASE ",\"timeout\":1}");
 	CHECK_INT(create_params_parse(j, &p, &e), 0);
+	create_params_clear(&p);
+	json_decref(j);
+}
+
+static void test_cpu_cap_env(void)
+{
+	struct create_params p;
+	struct verr e;
+	/* floor(2.7) = 2; explicit env wins; every one of the 19 names */
+	json_t *j = J("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],"
+		      "\"resourceLimits\":{\"cpu\":\"2700m\"},\"env\":{\"GOMAXPROCS\":\"7\"}}");
+	CHECK_INT(create_params_parse(j, &p, &e), 0);
+	CHECK_INT(json_object_size(p.env), CPU_CAP_ENV_N);
+	for (size_t i = 0; i < CPU_CAP_ENV_N; i++)
+		CHECK_STR(json_string_value(json_object_get(p.env, cpu_cap_env_vars[i])),
+			  strcmp(cpu_cap_env_vars[i], "GOMAXPROCS") == 0 ? "7" : "2");
+	CHECK_STR(cpu_cap_env_vars[0], "OMP_NUM_THREADS");
+	CHECK_STR(cpu_cap_env_vars[CPU_CAP_ENV_N - 1], "CMAKE_BUILD_PARALLEL_LEVEL");
+	create_params_clear(&p);
+	json_decref(j);
+	/* off per sandbox */
+	j = J("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],"
+	      "\"resourceLimits\":{\"cpu\":\"4\"},\"extensions\":{\"cpuCapEnv\":\"false\"}}");
+	CHECK_INT(create_params_parse(j, &p, &e), 0);
+	CHECK_INT(json_object_size(p.env), 0);
+	create_params_clear(&p);
+	json_decref(j);
+	/* no CPU limit: nothing to cap */
+	j = J("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],"
+	      "\"resourceLimits\":{\"memory\":\"1Gi\"}}");
+	CHECK_INT(create_params_parse(j, &p, &e), 0);
+	CHECK_INT(json_object_size(p.env), 0);
 	create_params_clear(&p);
 	json_decref(j);
 }
@@ -166,6 +199,7 @@ static void test_create_bad(void)
 	expect_bad("{" GOOD_BASE ",\"metadata\":{\"k\":5}}", 400, "metadata");
 	expect_bad("{" GOOD_BASE ",\"extensions\":{\"oomGroup\":\"maybe\"}}", 422, "extensions");
 	expect_bad("{" GOOD_BASE ",\"extensions\":{\"x\":1}}", 422, "extensions");
+	expect_bad("{" GOOD_BASE ",\"extensions\":{\"cpuCapEnv\":\"no\"}}", 422, "extensions");
 	expect_bad("{" GOOD_BASE ",\"networkPolicy\":{\"defaultAction\":\"deny\"}}", 400,
 		   "networkPolicy");
 	expect_bad("{" GOOD_BASE ",\"platform\":{\"os\":\"windows\"}}", 400, "platform");
@@ -248,6 +282,7 @@ int main(void)
 {
 	test_labels();
 	test_create_ok();
+	test_cpu_cap_env();
 	test_create_bad();
 	test_merge_patch();
 	test_renew();
