@@ -265,6 +265,8 @@ static int v1_probe(const char *parent, const char *id, struct sandbox_probe *re
 	if (v1.present[V1_MEMORY]) {
 		if (cgroup_read_keyed(F(V1_MEMORY, "memory.oom_control"), "oom_kill", &v) == 0)
 			ret->oom_kills = v;
+		if (cgroup_read_u64(F(V1_MEMORY, "memory.failcnt"), &v) == 0)
+			ret->memory_max_events = v;
 		if (cgroup_read_u64(F(V1_MEMORY, "memory.usage_in_bytes"), &v) == 0)
 			ret->memory_current = v;
 		if (cgroup_read_u64(F(V1_MEMORY, "memory.max_usage_in_bytes"), &v) == 0)
@@ -288,6 +290,13 @@ static int v1_probe(const char *parent, const char *id, struct sandbox_probe *re
 			ret->cpu_nr_throttled = v;
 		if (cgroup_read_keyed(F(V1_CPU, "cpu.stat"), "throttled_time", &v) == 0)
 			ret->cpu_throttled_ns = v;
+		char q[32];
+		long long quota;
+		uint64_t period;
+		if (fs_read_small(F(V1_CPU, "cpu.cfs_quota_us"), q, sizeof(q)) == 0 &&
+		    (quota = atoll(q)) > 0 &&
+		    cgroup_read_u64(F(V1_CPU, "cpu.cfs_period_us"), &period) == 0 && period)
+			ret->cpu_limit_millis = (uint64_t)quota * 1000 / period;
 	}
 #undef F
 	return 0;

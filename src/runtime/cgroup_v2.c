@@ -218,6 +218,17 @@ static int v2_probe(const char *parent, const char *id, struct sandbox_probe *re
 		ret->frozen = v != 0;
 	if (cgroup_read_keyed(F("memory.events"), "oom_kill", &v) == 0)
 		ret->oom_kills = v;
+	if (cgroup_read_keyed(F("memory.events"), "oom", &v) == 0) {
+		ret->oom_events = v;
+		ret->oom_events_known = true;
+	}
+	if (cgroup_read_keyed(F("memory.events"), "max", &v) == 0)
+		ret->memory_max_events = v;
+	char cpumax[64];
+	unsigned long long quota, period;
+	if (fs_read_small(F("cpu.max"), cpumax, sizeof(cpumax)) == 0 &&
+	    sscanf(cpumax, "%llu %llu", &quota, &period) == 2 && period)
+		ret->cpu_limit_millis = quota * 1000 / period;
 	if (cgroup_read_u64(F("memory.current"), &v) == 0)
 		ret->memory_current = v;
 	if (cgroup_read_u64(F("memory.peak"), &v) == 0)

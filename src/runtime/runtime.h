@@ -78,6 +78,9 @@ struct sandbox_probe {
 	bool alive;              /* PID 1 still exists with the recorded start time */
 	bool frozen;
 	uint64_t oom_kills;      /* processes killed by the OOM killer in this sandbox's cgroup */
+	uint64_t oom_events;     /* times the cgroup hit OOM (v2 memory.events "oom"); v1: unknown */
+	bool oom_events_known;   /* false on v1, which only signals OOM through an eventfd */
+	uint64_t memory_max_events; /* limit hits that forced reclaim (v2 "max", v1 memory.failcnt) */
 	uint64_t memory_current; /* bytes */
 	uint64_t memory_peak;    /* bytes, 0 when the backend cannot tell */
 	uint64_t memory_limit;   /* bytes, 0 = unlimited */
@@ -87,6 +90,7 @@ struct sandbox_probe {
 	uint64_t cpu_nr_throttled;
 	uint64_t cpu_throttled_ns;
 	uint64_t cpu_nr_periods;
+	uint64_t cpu_limit_millis; /* from the quota; 0 = none */
 };
 
 struct runtime_ops {

@@ -131,6 +131,7 @@ static void test_v2(void)
 	/* probe parses every file it knows. */
 	put("corral/" ID "/memory.events", "low 0\nhigh 0\nmax 5\noom 2\noom_kill 2\n");
 	put("corral/" ID "/memory.current", "1048576\n");
+	put("corral/" ID "/cpu.max", "150000 100000\n");
 	put("corral/" ID "/memory.peak", "2097152\n");
 	put("corral/" ID "/memory.max", "max\n");
 	put("corral/" ID "/pids.current", "3\n");
@@ -141,6 +142,10 @@ static void test_v2(void)
 	CHECK_INT(cgroup_v2_ops.probe("corral", ID, &pr, &err), 0);
 	CHECK(pr.frozen);
 	CHECK_U64(pr.oom_kills, 2);
+	CHECK(pr.oom_events_known);
+	CHECK_U64(pr.oom_events, 2);
+	CHECK_U64(pr.memory_max_events, 5);
+	CHECK_U64(pr.cpu_limit_millis, 1500);
 	CHECK_U64(pr.memory_current, 1048576);
 	CHECK_U64(pr.memory_peak, 2097152);
 	CHECK_U64(pr.memory_limit, 0);
@@ -224,6 +229,9 @@ static void test_v1(void)
 	put("memory/corral/" ID "/memory.oom_control",
 	    "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
 	put("memory/corral/" ID "/memory.usage_in_bytes", "4096\n");
+	put("memory/corral/" ID "/memory.failcnt", "12\n");
+	put("cpu,cpuacct/corral/" ID "/cpu.cfs_quota_us", "50000\n");
+	put("cpu,cpuacct/corral/" ID "/cpu.cfs_period_us", "100000\n");
 	put("memory/corral/" ID "/memory.max_usage_in_bytes", "8192\n");
 	put("memory/corral/" ID "/memory.limit_in_bytes", "9223372036854771712\n");
 	put("pids/corral/" ID "/pids.current", "2\n");
@@ -236,6 +244,9 @@ static void test_v1(void)
 	CHECK_INT(cgroup_v1_ops.probe("corral", ID, &pr, &err), 0);
 	CHECK(pr.frozen);
 	CHECK_U64(pr.oom_kills, 3);
+	CHECK(!pr.oom_events_known);
+	CHECK_U64(pr.memory_max_events, 12);
+	CHECK_U64(pr.cpu_limit_millis, 500);
 	CHECK_U64(pr.memory_current, 4096);
 	CHECK_U64(pr.memory_peak, 8192);
 	CHECK_U64(pr.memory_limit, 0);
