@@ -9,17 +9,21 @@
 
 #include "corrald/worker.h"
 
-static unsigned n_running;
+static unsigned n_running, n_queued;
+static struct worker *queue_head, *queue_tail;
 
 unsigned worker_count(void)
 {
-	return n_running;
+	return n_running + n_queued;
 }
 
 int worker_running(const struct worker *w)
 {
-	return w->pid > 0;
+	return w->pid > 0 || w->queued;
 }
+
+static int worker_fork(struct worker *w);
+static void queue_run(void);
 
 static void close_all_but(int keep)
 {
@@ -81,6 +85,7 @@ static void worker_finish(struct worker *w, int rc_if_short, const char *why)
 	worker_clear(w);
 	if (w->done)
 		w->done(w, &w->res, w->arg);
+	queue_run();
 }
 
 static void on_readable(evutil_socket_t fd, short what, void *arg)
@@ -103,7 +108,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-int worker_start(struct worker *w, struct event_base *base)
+static int worker_fork(struct worker *w)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0)
@@ -111,7 +116,7 @@ int worker_start(struct worker *w, struct event_base *base)
 	/* The child writes with a blocking descriptor. */
 	w->got = 0;
 	memset(&w->res, 0, sizeof(w->res));
-	w->ev = event_new(base, p[0], EV_READ | EV_PERSIST, on_readable, w);
+	w->ev = event_new(w->base, p[0], EV_READ | EV_PERSIST, on_readable, w);
 	if (!w->ev) {
 		close(p[0]);
 		close(p[1]);
@@ -140,8 +145,68 @@ int worker_start(struct worker *w, struct event_base *base)
 	return 0;
 }
 
+/* Start queued workers while there are free slots. */
+static void queue_run(void)
+{
+	while (queue_head && n_running < WORKER_MAX_RUNNING) {
+		struct worker *w = queue_head;
+		queue_head = w->next_queued;
+		if (!queue_head)
+			queue_tail = NULL;
+		w->next_queued = NULL;
+		w->queued = false;
+		n_queued--;
+		int r = worker_fork(w);
+		if (r < 0) {
+			memset(&w->res, 0, sizeof(w->res));
+			w->res.rc = r;
+			snprintf(w->res.msg, sizeof(w->res.msg), "cannot start a worker: %s",
+				 strerror(-r));
+			if (w->done)
+				w->done(w, &w->res, w->arg);
+		}
+	}
+}
+
+int worker_start(struct worker *w, struct event_base *base)
+{
+	w->base = base;
+	if (n_running < WORKER_MAX_RUNNING && !queue_head)
+		return worker_fork(w);
+	w->queued = true;
+	w->next_queued = NULL;
+	if (queue_tail)
+		queue_tail->next_queued = w;
+	else
+		queue_head = w;
+	queue_tail = w;
+	n_queued++;
+	return 0;
+}
+
 void worker_kill(struct worker *w)
 {
+	if (w->queued) {
+		struct worker **pp = &queue_head, *prev = NULL;
+		while (*pp && *pp != w) {
+			prev = *pp;
+			pp = &(*pp)->next_queued;
+		}
+		if (*pp) {
+			*pp = w->next_queued;
+			if (queue_tail == w)
+				queue_tail = prev;
+		}
+		w->next_queued = NULL;
+		w->queued = false;
+		n_queued--;
+		memset(&w->res, 0, sizeof(w->res));
+		w->res.rc = -ECANCELED;
+		snprintf(w->res.msg, sizeof(w->res.msg), "worker cancelled while waiting for a slot");
+		if (w->done)
+			w->done(w, &w->res, w->arg);
+		return;
+	}
 	if (w->pid <= 0)
 		return;
 	/* The whole process group: whatever the worker forked (a half-made sandbox) goes too. */

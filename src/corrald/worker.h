@@ -12,6 +12,7 @@
 #pragma once
 
 #include <event2/event.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -40,17 +41,30 @@ struct worker {
 	struct event *ev;
 	struct worker_result res;
 	size_t got;
+	struct event_base *base;
+	struct worker *next_queued; /* waiting for a slot (see WORKER_MAX_RUNNING) */
+	bool queued;
 };
 
 #define WORKER_INIT { .pid = -1, .fd = -1 }
 
-/* Fork and run w->fn in the child. 0 or -errno (fork/pipe failure: done is not called). */
+/*
+ * At most this many workers run at once; later ones wait in FIFO order (a burst of creates or a
+ * mass TTL expiry must not fork thousands of processes onto a few cores at the same moment).
+ */
+#define WORKER_MAX_RUNNING 64
+
+/*
+ * Fork and run w->fn in the child, now or when a slot frees. 0 or -errno (fork/pipe failure of
+ * an immediate start: done is not called; a queued worker that cannot fork later gets done with
+ * that error).
+ */
 int worker_start(struct worker *w, struct event_base *base);
-/* True while a worker process is running and its result is not yet in. */
+/* True while a worker is queued or running and its result is not yet in. */
 int worker_running(const struct worker *w);
-/* SIGKILL a running worker; done is then called with rc -ECANCELED. */
+/* Cancel a queued worker or SIGKILL a running one; done is then called with rc -ECANCELED. */
 void worker_kill(struct worker *w);
 /* Release the event and the pipe. Does not kill the process. Safe on an idle worker. */
 void worker_clear(struct worker *w);
-/* How many workers are running (shutdown waits for them). */
+/* How many workers are running or queued (shutdown waits for them). */
 unsigned worker_count(void);

@@ -89,6 +89,7 @@ int main(void)
 	CHECK(leak >= 0);
 
 	struct job ok, fail, crash, hang, fds;
+	int before;
 	start(&ok, 0);
 	start(&fail, 1);
 	start(&crash, 2);
@@ -120,10 +121,35 @@ int main(void)
 	CHECK(!worker_running(&hang.w));
 	CHECK_INT(worker_count(), 0);
 
-	/* many at once */
-	enum { N = 32 };
+	/* a full house: the next worker waits for a slot, and can be cancelled while it waits */
+	static struct job hung[WORKER_MAX_RUNNING];
+	struct job waiting, later;
+	for (int i = 0; i < WORKER_MAX_RUNNING; i++)
+		start(&hung[i], 3);
+	start(&waiting, 0);
+	start(&later, 0);
+	CHECK_INT(worker_count(), WORKER_MAX_RUNNING + 2);
+	CHECK(waiting.w.pid <= 0); /* not forked yet */
+	worker_kill(&waiting.w);
+	CHECK(waiting.done);
+	CHECK_INT(waiting.got_rc, -ECANCELED);
+	CHECK(strstr(waiting.got_msg, "waiting") != NULL);
+	CHECK_INT(worker_count(), WORKER_MAX_RUNNING + 1);
+	/* a slot frees: the queued one starts and finishes */
+	before = done_count;
+	worker_kill(&hung[0].w);
+	CHECK(later.w.pid > 0);
+	run_until(before + 2);
+	CHECK(later.done);
+	CHECK_INT(later.got_rc, 0);
+	for (int i = 1; i < WORKER_MAX_RUNNING; i++)
+		worker_kill(&hung[i].w);
+	CHECK_INT(worker_count(), 0);
+
+	/* many at once: more than the slots */
+	enum { N = WORKER_MAX_RUNNING * 2 + 5 };
 	static struct job many[N];
-	int before = done_count;
+	before = done_count;
 	for (int i = 0; i < N; i++)
 		start(&many[i], 0);
 	run_until(before + N);
