@@ -15,10 +15,12 @@
 
 #include "corrald/corrald.h"
 #include "corrald/filter.h"
+#include "corrald/stats.h"
 #include "corrald/upstream.h"
 #include "corrald/validate.h"
 #include "shared/httputil.h"
 #include "shared/log.h"
+#include "shared/quantity.h"
 #include "shared/timeutil.h"
 
 #define CODE_NOT_FOUND "SANDBOX::NOT_FOUND"
@@ -258,6 +260,48 @@ static void h_list(struct corrald *d, struct evhttp_request *req)
 static void h_get(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
 {
 	http_send_json(req, 200, sandbox_to_api(sb, false));
+}
+
+/* Extension: usage stats from the runtime's probe (works on ended sandboxes too, until deleted:
+ * their cgroup stays, so the peak and the OOM kills of a dead sandbox can still be read). */
+static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
+{
+	struct sandbox_probe pr = {0};
+	struct error err = {0};
+	if (sb->creating) {
+		http_send_error(req, 409, "SANDBOX::NOT_READY",
+				"sandbox %s is still being created; stats are available once it is Running",
+				sb->id);
+		return;
+	}
+	int r = d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err);
+	if (r < 0) {
+		log_error("stats of sandbox %s: %s", sb->id, err.msg);
+		http_send_error(req, 500, "SANDBOX::STATS_FAILED", "stats of sandbox %s: %s", sb->id,
+				err.msg[0] ? err.msg : strerror(-r));
+		return;
+	}
+	uint64_t cpu_req = 0, mem_req = 0;
+	const char *v;
+	if ((v = json_string_value(json_object_get(sb->requests, "cpu"))))
+		(void)quantity_parse_cpu(v, &cpu_req);
+	if ((v = json_string_value(json_object_get(sb->requests, "memory"))))
+		(void)quantity_parse_bytes(v, &mem_req);
+	char upper[PATH_MAX + 8];
+	snprintf(upper, sizeof(upper), "%s/upper", sb->dir);
+	struct stats_disk disk = {0};
+	bool have_disk = stats_disk_usage(upper, &disk) == 0;
+	if ((v = json_string_value(json_object_get(sb->limits, "ephemeral-storage"))))
+		(void)quantity_parse_bytes(v, &disk.limit_bytes);
+	json_t *o = stats_to_json(sb->id, sb_state_name(sb->state), &pr, cpu_req, mem_req,
+				  have_disk ? &disk : NULL);
+	if (!o) {
+		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+		return;
+	}
+	if (sb->reason)
+		json_object_set_new(o, "reason", json_string(sb->reason));
+	http_send_json(req, 200, o);
 }
 
 static void h_delete(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
@@ -594,6 +638,8 @@ static void dispatch(struct evhttp_request *req, void *arg)
 		allow = m == EVHTTP_REQ_GET || m == EVHTTP_REQ_DELETE ? NULL : "GET, DELETE";
 	else if (n == 3 && strcmp(sub, "metadata") == 0)
 		allow = m == EVHTTP_REQ_PATCH ? NULL : "PATCH";
+	else if (n == 3 && strcmp(sub, "stats") == 0)
+		allow = m == EVHTTP_REQ_GET ? NULL : "GET";
 	else if (n == 3 && (strcmp(sub, "pause") == 0 || strcmp(sub, "resume") == 0 ||
 			    strcmp(sub, "renew-expiration") == 0))
 		allow = m == EVHTTP_REQ_POST ? NULL : "POST";
@@ -613,6 +659,8 @@ static void dispatch(struct evhttp_request *req, void *arg)
 		return m == EVHTTP_REQ_GET ? h_get(d, req, sb) : h_delete(d, req, sb);
 	if (strcmp(sub, "metadata") == 0)
 		return h_patch_metadata(d, req, sb);
+	if (strcmp(sub, "stats") == 0)
+		return h_stats(d, req, sb);
 	if (strcmp(sub, "pause") == 0)
 		return h_pause_resume(d, req, sb, true);
 	if (strcmp(sub, "resume") == 0)

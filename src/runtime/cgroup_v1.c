@@ -265,7 +265,11 @@ static int v1_probe(const char *parent, const char *id, struct sandbox_probe *re
 	if (v1.present[V1_MEMORY]) {
 		if (cgroup_read_keyed(F(V1_MEMORY, "memory.oom_control"), "oom_kill", &v) == 0)
 			ret->oom_kills = v;
+		/* With memsw = limit the memsw counter is usually the one that trips. */
 		if (cgroup_read_u64(F(V1_MEMORY, "memory.failcnt"), &v) == 0)
+			ret->memory_max_events = v;
+		if (cgroup_read_u64(F(V1_MEMORY, "memory.memsw.failcnt"), &v) == 0 &&
+		    v > ret->memory_max_events)
 			ret->memory_max_events = v;
 		if (cgroup_read_u64(F(V1_MEMORY, "memory.usage_in_bytes"), &v) == 0)
 			ret->memory_current = v;

@@ -142,5 +142,102 @@ class CpuCapEnv(CorralTestCase):
         self.assertIn("cpuCapEnv", r.text)
 
 
+ALLOC_PY = "python3 -c \"b = bytearray(%d * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); print(len(b))\""
+
+
+class Oom(CorralTestCase):
+
+    def stats(self, sid):
+        r = self.client.get("/v1/sandboxes/%s/stats" % sid)
+        self.assertEqual(r.status, 200, r)
+        return r.json()
+
+    def test_default_only_the_offender_dies_and_is_counted(self):
+        sid = self.create(resourceLimits={"cpu": "1", "memory": "96Mi"})["id"]
+        st = self.stats(sid)
+        self.assertEqual(st["memory"]["oomKills"], 0)
+        self.assertEqual(st["memory"]["limitBytes"], 96 * 1024 * 1024)
+        # 40 MiB fits: the peak must show at least that.
+        self.assertEqual(self.sh(sid, ALLOC_PY % 40).strip(), str(40 * 1024 * 1024))
+        st = self.stats(sid)
+        self.assertGreaterEqual(st["memory"]["peakBytes"], 40 * 1024 * 1024, st)
+        # 200 MiB does not: that process gets SIGKILL (137), the sandbox lives on.
+        res = self.client.run(sid, ALLOC_PY % 200, read_timeout=60)
+        self.assertEqual(res.exit_code, 137, res)
+        self.assertEqual(self.sh(sid, "echo alive").strip(), "alive")
+        st = self.stats(sid)
+        self.assertGreaterEqual(st["memory"]["oomKills"], 1, st)
+        # limitHits: v2 memory.events "max" counts; v1's failcnt stays 0 on this kernel once
+        # memsw.limit_in_bytes is set (measured), so it is only present there.
+        self.assertIn("limitHits", st["memory"])
+        self.assertGreaterEqual(st["memory"]["peakBytes"], 90 * 1024 * 1024, st)
+        self.assertLessEqual(st["memory"]["peakBytes"], 96 * 1024 * 1024, st)
+        self.assertEqual(self.client.get_sandbox(sid).json()["status"]["state"], "Running")
+
+    def test_oom_group_ends_the_sandbox(self):
+        sid = self.create(resourceLimits={"cpu": "1", "memory": "64Mi"},
+                          extensions={"oomGroup": "true"})["id"]
+        res = self.client.run(sid, ALLOC_PY % 200, read_timeout=60)
+        self.assertNotEqual(res.exit_code, 0)
+
+        def failed():
+            st = self.client.get_sandbox(sid).json()["status"]
+            return st if st["state"] == "Failed" else None
+        st = self.wait_until(failed, timeout=15, msg="oomGroup sandbox to be Failed")
+        self.assertEqual(st["reason"], "OOMKilled", st)
+        self.assertIn("memory limit 64Mi", st["message"])
+        self.assertIn("peak", st["message"])
+        r = self.client.post("/sandboxes/%s/proxy/44772/command" % sid, {"command": "true"})
+        self.assertEqual(r.status, 410, r)
+        body = r.json()
+        self.assertEqual(body["code"], "SANDBOX::ENDED")
+        self.assertEqual(body["reason"], "OOMKilled")
+        # The dead sandbox's numbers stay readable until it is deleted.
+        stats = self.stats(sid)
+        self.assertFalse(stats["alive"])
+        self.assertGreaterEqual(stats["memory"]["oomKills"], 1)
+        self.assertEqual(stats["reason"], "OOMKilled")
+
+
+class Stats(CorralTestCase):
+
+    def test_fields(self):
+        sid = self.create(resourceLimits={"cpu": "500m", "memory": "128Mi", "pids": "64"},
+                          resourceRequests={"cpu": "250m", "memory": "64Mi"})["id"]
+        self.sh(sid, "dd if=/dev/zero of=/var/tmp/blob bs=1M count=8 status=none; "
+                     "timeout 1 sh -c 'while :; do :; done' || true")
+        for prefix in ("", "/v1"):
+            r = self.client.get("%s/sandboxes/%s/stats" % (prefix, sid))
+            self.assertEqual(r.status, 200, r)
+        st = r.json()
+        self.assertEqual(st["id"], sid)
+        self.assertEqual(st["state"], "Running")
+        self.assertTrue(st["alive"])
+        m, c, p, d = st["memory"], st["cpu"], st["pids"], st["disk"]
+        self.assertEqual(m["limitBytes"], 128 * 1024 * 1024)
+        self.assertEqual(m["requestBytes"], 64 * 1024 * 1024)
+        self.assertGreater(m["currentBytes"], 0)
+        self.assertGreaterEqual(m["peakBytes"], m["currentBytes"])
+        self.assertIn("oomEvents", m)  # null on cgroup v1 (no counter), a number on v2
+        self.assertEqual(c["limitMillis"], 500)
+        self.assertEqual(c["requestMillis"], 250)
+        # A second of spinning under a half-CPU quota: ~0.5 s used, most periods throttled.
+        self.assertGreater(c["usageNanos"], 300 * 1000 * 1000, c)
+        self.assertGreater(c["periods"], 5, c)
+        self.assertGreater(c["throttledPeriods"], 0, c)
+        self.assertGreater(c["throttledNanos"], 0, c)
+        self.assertGreater(c["throttleRatio"], 0.0, c)
+        self.assertLessEqual(c["throttleRatio"], 1.0, c)
+        self.assertGreaterEqual(p["current"], 1)
+        self.assertEqual(p["limit"], 64)
+        self.assertGreaterEqual(d["usedBytes"], 8 * 1024 * 1024, d)
+        self.assertTrue(d["exact"])
+
+    def test_unknown_sandbox_404_and_method_405(self):
+        self.assertEqual(self.client.get("/v1/sandboxes/nosuch/stats").status, 404)
+        sid = self.create()["id"]
+        self.assertEqual(self.client.post("/v1/sandboxes/%s/stats" % sid, {}).status, 405)
+
+
 if __name__ == "__main__":
     main()
