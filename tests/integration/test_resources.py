@@ -239,5 +239,44 @@ class Stats(CorralTestCase):
         self.assertEqual(self.client.post("/v1/sandboxes/%s/stats" % sid, {}).status, 405)
 
 
+class ForkBomb(CorralTestCase):
+
+    def test_contained(self):
+        bomb = self.create(resourceLimits={"cpu": "500m", "memory": "256Mi", "pids": "64"})["id"]
+        other = self.create(resourceLimits={"cpu": "500m", "memory": "128Mi"})["id"]
+        # The classic bomb, started in the background; it runs until the sandbox is deleted.
+        r = self.client.post("/sandboxes/%s/proxy/44772/command" % bomb,
+                             {"command": "bomb() { bomb | bomb & }; bomb", "background": True})
+        self.assertEqual(r.status, 200, r)
+        pids_current = self.corrald.cgroup_file("pids", bomb, "pids.current")
+
+        def saturated():
+            st = self.client.get("/v1/sandboxes/%s/stats" % bomb).json()
+            return st if st["pids"]["current"] >= 60 else None
+        st = self.wait_until(saturated, timeout=20, msg="the bomb to reach the pids limit")
+        t_end = time.monotonic() + 3
+        worst = 0.0
+        while time.monotonic() < t_end:
+            # The limit holds ...
+            st = self.client.get("/v1/sandboxes/%s/stats" % bomb).json()
+            self.assertLessEqual(st["pids"]["current"], 64, st)
+            if pids_current and os.path.exists(pids_current):
+                with open(pids_current) as f:
+                    self.assertLessEqual(int(f.read()), 64)
+            # ... and the other sandbox, corrald and the host answer promptly.
+            t0 = time.monotonic()
+            self.assertEqual(self.sh(other, "echo ok").strip(), "ok")
+            worst = max(worst, time.monotonic() - t0)
+            self.assertEqual(self.client.get("/health").status, 200)
+        self.assertLess(worst, 2.0, "a command in the neighbour sandbox took %.2fs" % worst)
+        # The host can still fork.
+        t0 = time.monotonic()
+        self.assertEqual(os.system("true"), 0)
+        self.assertLess(time.monotonic() - t0, 2.0)
+        # Deleting the bombed sandbox kills every process of it, bounded in time.
+        self.assertEqual(self.client.delete_sandbox(bomb).status, 204)
+        self.wait_gone(bomb, timeout=30)
+
+
 if __name__ == "__main__":
     main()
