@@ -4,6 +4,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/queue.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -142,6 +144,151 @@ static void on_done(struct evhttp_request *oreq, void *arg)
 	relay_free(r);
 }
 
+/* ----- Connection: Upgrade (WebSocket): a raw byte splice once the backend is connected ----- */
+
+struct splice {
+	struct evhttp_request *req;
+	struct evhttp_connection *client; /* evhttp's; its bufferevent is taken over */
+	struct bufferevent *cbev;         /* the client's bufferevent (owned by evhttp) */
+	struct bufferevent *bbev;         /* ours, to the backend */
+	struct evbuffer *head;            /* the request to replay to the backend */
+	bool spliced;
+};
+
+static void splice_close(struct splice *sp)
+{
+	if (sp->bbev)
+		bufferevent_free(sp->bbev);
+	if (sp->head)
+		evbuffer_free(sp->head);
+	if (sp->spliced) {
+		/* Frees the client's bufferevent, fd and pending request too. */
+		evhttp_connection_free(sp->client);
+	} else {
+		evhttp_connection_set_closecb(sp->client, NULL, NULL);
+	}
+	free(sp);
+}
+
+static void splice_client_read(struct bufferevent *bev, void *arg)
+{
+	struct splice *sp = arg;
+	bufferevent_write_buffer(sp->bbev, bufferevent_get_input(bev));
+}
+
+static void splice_backend_read(struct bufferevent *bev, void *arg)
+{
+	struct splice *sp = arg;
+	bufferevent_write_buffer(sp->cbev, bufferevent_get_input(bev));
+}
+
+static void splice_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct splice *sp = arg;
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
+		splice_close(sp);
+}
+
+static void splice_client_gone(struct evhttp_connection *evcon, void *arg)
+{
+	struct splice *sp = arg;
+	/* Still connecting to the backend: evhttp detached the request; free it and stop. */
+	if (sp->req && !evhttp_request_get_connection(sp->req))
+		evhttp_send_reply_end(sp->req);
+	sp->req = NULL;
+	sp->client = NULL;
+	if (sp->bbev)
+		bufferevent_free(sp->bbev);
+	if (sp->head)
+		evbuffer_free(sp->head);
+	free(sp);
+}
+
+static void splice_backend_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct splice *sp = arg;
+	if (!(what & BEV_EVENT_CONNECTED)) {
+		if (!sp->spliced) {
+			evhttp_connection_set_closecb(sp->client, NULL, NULL);
+			evhttp_send_reply(sp->req, 502, "Bad Gateway", NULL);
+			sp->req = NULL;
+			bufferevent_free(sp->bbev);
+			sp->bbev = NULL;
+			evbuffer_free(sp->head);
+			free(sp);
+			return;
+		}
+		splice_close(sp);
+		return;
+	}
+	/* Connected: replay the request, then take the client's connection over from evhttp. */
+	bufferevent_write_buffer(sp->bbev, sp->head);
+	evbuffer_free(sp->head);
+	sp->head = NULL;
+	evhttp_connection_set_closecb(sp->client, NULL, NULL);
+	sp->cbev = evhttp_connection_get_bufferevent(sp->client);
+	sp->spliced = true;
+	bufferevent_setcb(sp->cbev, splice_client_read, NULL, splice_event, sp);
+	bufferevent_setcb(sp->bbev, splice_backend_read, NULL, splice_event, sp);
+	bufferevent_set_timeouts(sp->cbev, NULL, NULL);
+	bufferevent_enable(sp->cbev, EV_READ | EV_WRITE);
+	bufferevent_enable(sp->bbev, EV_READ | EV_WRITE);
+	/* Bytes the client sent right after its request (early frames). */
+	if (evbuffer_get_length(bufferevent_get_input(sp->cbev)))
+		bufferevent_write_buffer(sp->bbev, bufferevent_get_input(sp->cbev));
+}
+
+static bool wants_upgrade(struct evhttp_request *req)
+{
+	struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+	const char *up = evhttp_find_header(h, "Upgrade");
+	const char *conn = evhttp_find_header(h, "Connection");
+	return up && *up && conn && strcasestr(conn, "upgrade");
+}
+
+static void proxy_upgrade(struct evhttp_request *req, int port, const char *target)
+{
+	static const char *const methods[] = {"GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS",
+					      "TRACE", "CONNECT", "PATCH"};
+	enum evhttp_cmd_type m = evhttp_request_get_command(req);
+	const char *method = "GET";
+	for (unsigned i = 0; i < ARRAY_SIZE(methods); i++)
+		if (m == (enum evhttp_cmd_type)(1 << i))
+			method = methods[i];
+	struct splice *sp = calloc(1, sizeof(*sp));
+	if (!sp || !(sp->head = evbuffer_new()) ||
+	    !(sp->bbev = bufferevent_socket_new(proxy_base, -1,
+						BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS))) {
+		if (sp && sp->head)
+			evbuffer_free(sp->head);
+		free(sp);
+		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		return;
+	}
+	sp->req = req;
+	sp->client = evhttp_request_get_connection(req);
+	evbuffer_add_printf(sp->head, "%s %s HTTP/1.1\r\n", method, target);
+	struct evkeyval *kv;
+	TAILQ_FOREACH(kv, evhttp_request_get_input_headers(req), next)
+		evbuffer_add_printf(sp->head, "%s: %s\r\n", kv->key, kv->value);
+	if (!evhttp_find_header(evhttp_request_get_input_headers(req), "X-Forwarded-For"))
+		evbuffer_add_printf(sp->head, "X-Forwarded-For: 127.0.0.1\r\n");
+	evbuffer_add_printf(sp->head, "\r\n");
+	evbuffer_add_buffer(sp->head, evhttp_request_get_input_buffer(req));
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((unsigned short)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	bufferevent_setcb(sp->bbev, NULL, NULL, splice_backend_event, sp);
+	evhttp_connection_set_closecb(sp->client, splice_client_gone, sp);
+	/* A refused connection is reported through splice_backend_event (deferred). */
+	if (bufferevent_socket_connect(sp->bbev, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		evhttp_connection_set_closecb(sp->client, NULL, NULL);
+		bufferevent_free(sp->bbev);
+		evbuffer_free(sp->head);
+		free(sp);
+		evhttp_send_reply(req, 502, "Bad Gateway", NULL);
+	}
+}
+
 bool proxy_dispatch(struct evhttp_request *req, const char *path)
 {
 	if (strncmp(path, "/proxy/", 7) != 0 && strcmp(path, "/proxy") != 0)
@@ -166,6 +313,10 @@ bool proxy_dispatch(struct evhttp_request *req, const char *path)
 	char target[8192];
 	if ((size_t)snprintf(target, sizeof(target), "%s%s", *end == '/' ? "" : "/", end) >= sizeof(target)) {
 		http_send_error(req, 414, "INVALID_REQUEST_BODY", "request URI too long");
+		return true;
+	}
+	if (wants_upgrade(req)) {
+		proxy_upgrade(req, (int)port, target);
 		return true;
 	}
 	struct relay *r = calloc(1, sizeof(*r));

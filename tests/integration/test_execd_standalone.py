@@ -781,6 +781,104 @@ class ProxyTest(unittest.TestCase):
         c.close()
 
 
+class ProxyUpgradeTest(unittest.TestCase):
+    """Connection: Upgrade (WebSocket) through /proxy/{port}/ becomes a byte splice both ways."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = socket.socket()
+        cls.srv.bind(("127.0.0.1", 0))
+        cls.srv.listen(16)
+        cls.port = cls.srv.getsockname()[1]
+        threading.Thread(target=cls.accept_loop, daemon=True).start()
+        cls.execd = Execd()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.execd.stop()
+        cls.srv.close()
+
+    @classmethod
+    def accept_loop(cls):
+        while True:
+            try:
+                c, _ = cls.srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=cls.upgrade_and_shout_quietly, args=(c,), daemon=True).start()
+
+    @classmethod
+    def upgrade_and_shout_quietly(cls, c):
+        try:
+            cls.upgrade_and_shout(c)
+        except OSError:
+            pass  # a client that left at once (test_refused_and_abandoned)
+
+    @staticmethod
+    def upgrade_and_shout(c):
+        """Answer 101 (echoing the request path in X-Path), then echo every byte upper-cased."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            d = c.recv(4096)
+            if not d:
+                return
+            data += d
+        head, rest = data.split(b"\r\n\r\n", 1)
+        c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  b"X-Path: " + head.split(b" ")[1] + b"\r\n\r\n")
+        if rest:
+            c.sendall(rest.upper())
+        while True:
+            d = c.recv(4096)
+            if not d:
+                break
+            c.sendall(d.upper())
+        c.close()
+
+    def raw(self, request):
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(10)
+        s.connect(self.execd.sock)
+        s.sendall(request)
+        return s
+
+    def upgrade(self, port, early=b""):
+        return self.raw(b"GET /proxy/%d/chat?room=1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                        b"Connection: Upgrade\r\nSec-WebSocket-Key: abc\r\n\r\n" % port + early)
+
+    def test_splice(self):
+        for early in (b"", b"early"):
+            s = self.upgrade(self.port, early)
+            resp = b""
+            while b"\r\n\r\n" not in resp:
+                resp += s.recv(4096)
+            head, got = resp.split(b"\r\n\r\n", 1)
+            self.assertTrue(head.startswith(b"HTTP/1.1 101"), head)
+            self.assertIn(b"X-Path: /chat?room=1", head)
+            s.sendall(b"hello")
+            while len(got) < len(early) + 5:
+                got += s.recv(4096)
+            self.assertEqual(got, early.upper() + b"HELLO")
+            s.close()
+
+    def test_refused_and_abandoned(self):
+        free = socket.socket()
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+        free.close()
+        s = self.upgrade(port)
+        self.assertTrue(s.recv(4096).startswith(b"HTTP/1.1 502"))
+        s.close()
+        for _ in range(10):  # clients that leave at once
+            self.upgrade(self.port).close()
+        time.sleep(0.3)
+        s = self.raw(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 200"))
+        s.close()
+        nfd = len(os.listdir("/proc/%d/fd" % self.execd.proc.pid))
+        self.assertLess(nfd, 20)
+
+
 class EntrypointTest(unittest.TestCase):
     def test_entrypoint_exit_writes_exit_json(self):
         e = Execd(entrypoint=["sh", "-c", "sleep 0.5; exit 3"])
