@@ -58,6 +58,7 @@ int cmd_run(struct cli *cli, int argc, char **argv);
 int cmd_ps(struct cli *cli, int argc, char **argv);
 int cmd_rm(struct cli *cli, int argc, char **argv);
 int cmd_inspect(struct cli *cli, int argc, char **argv);
+int cmd_stats(struct cli *cli, int argc, char **argv);
 
 /* ---- options (corral.c) ---- */
 

@@ -14,6 +14,7 @@ static const struct command commands[] = {
 	{"ps", cmd_ps, "list sandboxes"},
 	{"rm", cmd_rm, "delete sandboxes"},
 	{"inspect", cmd_inspect, "show one sandbox as JSON"},
+	{"stats", cmd_stats, "show what a sandbox uses (memory, OOM kills, CPU, pids, disk)"},
 };
 
 static void usage(FILE *f)

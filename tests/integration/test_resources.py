@@ -10,7 +10,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import CorralTestCase, main  # noqa: E402
+import subprocess  # noqa: E402
+
+from harness import CorralTestCase, binary, main  # noqa: E402
 
 HOST_CPUS = len(os.sched_getaffinity(0))
 
@@ -173,6 +175,20 @@ class Oom(CorralTestCase):
         self.assertGreaterEqual(st["memory"]["peakBytes"], 90 * 1024 * 1024, st)
         self.assertLessEqual(st["memory"]["peakBytes"], 96 * 1024 * 1024, st)
         self.assertEqual(self.client.get_sandbox(sid).json()["status"]["state"], "Running")
+        # corral stats tells the story in words.
+        p = subprocess.run([binary("corral"), "--server", self.corrald.base_url, "stats", sid],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("OOM kills %d" % st["memory"]["oomKills"], p.stdout)
+        self.assertIn("limit 96Mi", p.stdout)
+        self.assertIn("out-of-memory killer killed", p.stdout)
+        p = subprocess.run([binary("corral"), "--server", self.corrald.base_url, "stats", "--json",
+                            sid], capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn('"oomKills"', p.stdout)
+        p = subprocess.run([binary("corral"), "--server", self.corrald.base_url, "stats", "nosuch"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p)
 
     def test_oom_group_ends_the_sandbox(self):
         sid = self.create(resourceLimits={"cpu": "1", "memory": "64Mi"},
