@@ -635,6 +635,7 @@ class ApiKey(CorralTestCase):
             self.assertEqual(r.status, 401, r)
             self.assertEqual(r.json()["code"], "MISSING_API_KEY")
             self.assertEqual(r.header("X-Request-ID"), "rid-1")
+            self.assertRegex(r.header("Keep-Alive") or "", r"timeout=\d+")
             r = nokey.get(path)
             self.assertTrue(r.header("X-Request-ID"))
             r = bad.get(path, headers={"X-Request-ID": "rid-2"})

@@ -66,6 +66,7 @@ class Validation(CorralTestCase):
         if code is not None:
             self.assertEqual(j.get("code"), code, j)
         self.assertTrue(r.header("X-Request-ID"), "X-Request-ID on errors too")
+        self.assertRegex(r.header("Keep-Alive") or "", r"timeout=\d+", "Keep-Alive on every response")
         return j
 
     def create_raw(self, body=None, raw=None):
@@ -188,6 +189,7 @@ class Validation(CorralTestCase):
                b"Content-Length: %d\r\n\r\n" % len(data)) + data
         out = raw_exchange(self.corrald.port, req)
         self.assertEqual(status_of(out), 413, out[:300])
+        self.assertIn(b"x-request-id:", out.split(b"\r\n\r\n")[0].lower())
         # chunked, no Content-Length
         chunk = b"%x\r\n%s\r\n" % (len(data), data)
         req = (b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
