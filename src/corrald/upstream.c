@@ -251,6 +251,8 @@ struct exchange {
 	struct evbuffer *head;  /* the request head, kept for a retry */
 	struct evbuffer *chunk; /* payload being relayed */
 	struct http_resp resp;
+	/* resp.reason points into the input buffer, which is drained after the head: keep a copy */
+	char reason[64];
 	bool head_request;
 	bool reused;      /* the connection came from the pool */
 	bool retry_ok;    /* idempotent, bodiless: may be resent on a fresh connection once */
@@ -841,6 +843,10 @@ static bool process(struct exchange *ex)
 		}
 		if (ex->req)
 			copy_response_headers(ex);
+		snprintf(ex->reason, sizeof(ex->reason), "%.*s", (int)ex->resp.reason_len,
+			 ex->resp.reason ? ex->resp.reason : "");
+		ex->resp.reason = ex->reason;
+		ex->resp.reason_len = strlen(ex->reason);
 		evbuffer_drain(in, (size_t)r);
 	}
 
