@@ -338,6 +338,34 @@ test("timeoutSeconds null: manual cleanup, no expiresAt", async () => {
   });
 });
 
+test("an entrypoint that exits ends the sandbox: Terminated (0) / Failed (3), execd calls fail fast", async () => {
+  for (const [code, state] of [[0, "Terminated"], [3, "Failed"]]) {
+    const sbx = await createSandbox({ entrypoint: ["sh", "-c", `sleep 1; exit ${code}`], metadata: { case: `ended-${code}` } });
+    try {
+      assert.equal((await sbx.getInfo()).status.state, "Running");
+      const ended = await poll(async () => {
+        const info = await sbx.getInfo();
+        return info.status.state !== "Running" ? info : null;
+      }, { timeoutMs: 10_000, intervalMs: 100 });
+      assert.ok(ended, "state leaves Running after the entrypoint exits");
+      assert.equal(ended.status.state, state, `exit ${code}: ${JSON.stringify(ended.status)}`);
+      const t0 = Date.now();
+      let err;
+      try {
+        await sbx.commands.run("echo too-late");
+      } catch (e) {
+        err = e;
+      }
+      assert.ok(err, "running a command in an ended sandbox fails");
+      assert.ok(err.statusCode >= 400 && err.statusCode < 600, `status ${err.statusCode}`);
+      assert.ok(Date.now() - t0 < 5_000, "and fails fast");
+      assert.equal(await sbx.isHealthy(), false);
+    } finally {
+      await destroy(sbx);
+    }
+  }
+});
+
 test("X-Request-ID round trip on a 404", async () => {
   const missing = randomUUID();
   // 1. A request id the client sends comes back on the 404 and lands in the SDK's exception.
