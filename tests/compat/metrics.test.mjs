@@ -26,3 +26,19 @@ test("getMetrics: sane numbers from the sandbox's own cgroup", async () => {
     assert.ok(Math.abs(Date.now() - m.timestamp) < 120_000, `timestamp ${m.timestamp} within 2 minutes`);
   });
 });
+
+test("memory limit: a command that overruns it is OOM-killed (exit 137), the sandbox lives on", async () => {
+  await withSandbox({ metadata: { case: "oom" }, resource: { cpu: "1", memory: "128Mi" } }, async (sbx) => {
+    const m = await sbx.getMetrics();
+    assert.ok(Math.abs(m.memoryTotalMiB - 128) <= 1, `mem_total_mib ${m.memoryTotalMiB} is the 128Mi limit`);
+    const ex = await sbx.commands.run("python3 -c 'a = bytearray(512 * 1024 * 1024); print(len(a))'");
+    assert.ok(ex.error, "the overrun ends with an error event");
+    assert.equal(ex.error.name, "CommandExecError");
+    assert.equal(ex.exitCode, 137, `exit code of the OOM-killed command: ${ex.exitCode}`);
+    assert.equal(ex.complete, undefined);
+    const ok = await sbx.commands.run("echo still-alive");
+    assert.equal(ok.exitCode, 0, "the sandbox still runs commands");
+    assert.equal(ok.logs.stdout[0]?.text, "still-alive");
+    assert.equal((await sbx.getInfo()).status.state, "Running");
+  });
+});
