@@ -1,0 +1,344 @@
+/*
+ * Sandbox lifecycle: create (ready-verified, retried under one deadline), open, info, delete.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+#define EXECD_PROXY "/proxy/44772"
+#define PING_TIMEOUT_MS 10000L
+
+CORRAL_API void corral_sandbox_spec_init(corral_sandbox_spec *spec)
+{
+	memset(spec, 0, sizeof(*spec));
+	spec->image = "host";
+	spec->ttl_s = 3600;
+}
+
+CORRAL_API const char *corral_sandbox_id(const corral_sandbox *sb)
+{
+	return sb ? sb->id : NULL;
+}
+
+CORRAL_API void corral_sandbox_free(corral_sandbox *sb)
+{
+	free(sb);
+}
+
+static json_t *cpu_json(double cpu)
+{
+	char buf[32];
+	if (cpu == floor(cpu))
+		snprintf(buf, sizeof(buf), "%.0f", cpu);
+	else
+		snprintf(buf, sizeof(buf), "%g", cpu);
+	return json_string(buf);
+}
+
+static json_t *resources(double cpu, long memory_mib)
+{
+	json_t *r = json_object();
+	if (cpu > 0)
+		json_object_set_new(r, "cpu", cpu_json(cpu));
+	if (memory_mib > 0)
+		json_object_set_new(r, "memory", json_sprintf("%ldMi", memory_mib));
+	return r;
+}
+
+/* "K=V" entries into obj (later entries win); -EINVAL names the bad entry in err. */
+static int kv_into(json_t *obj, const char *const *kv, const char *field, bool sanitize,
+		   corral_error *err)
+{
+	for (size_t i = 0; kv && kv[i]; i++) {
+		const char *eq = strchr(kv[i], '=');
+		if (!eq || eq == kv[i])
+			return cerr_set(err, CORRAL_E_INVALID_ARGUMENT,
+					"%s entry '%s': expected KEY=VALUE", field, kv[i]);
+		_cleanup_free_ char *k = strndup(kv[i], (size_t)(eq - kv[i]));
+		_cleanup_free_ char *v = sanitize ? policy_sanitize_label_value(eq + 1)
+						  : strdup(eq + 1);
+		if (!k || !v)
+			return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+		json_object_set_new(obj, k, json_string(v));
+	}
+	return 0;
+}
+
+/* The create body: attribution and CPU caps first, the spec's own entries on top. */
+static int create_body(struct corral_client *c, const corral_sandbox_spec *s, char **ret,
+		       corral_error *err)
+{
+	json_t *b __attribute__((cleanup(json_decrefp))) = json_object();
+	json_object_set_new(b, "image", json_pack("{s:s}", "uri", s->image ? s->image : "host"));
+	json_t *ep = json_array();
+	if (s->entrypoint && s->entrypoint[0]) {
+		for (size_t i = 0; s->entrypoint[i]; i++)
+			json_array_append_new(ep, json_string(s->entrypoint[i]));
+	} else {
+		json_array_append_new(ep, json_string("sleep"));
+		json_array_append_new(ep, json_string("infinity"));
+	}
+	json_object_set_new(b, "entrypoint", ep);
+	if (s->ttl_s > 0)
+		json_object_set_new(b, "timeout", json_integer(s->ttl_s));
+	double cpu = s->cpu > 0 ? s->cpu : 1;
+	json_object_set_new(b, "resourceLimits", resources(cpu, s->memory_mib > 0 ? s->memory_mib : 512));
+	if (s->cpu_request > 0 || s->memory_request_mib > 0)
+		json_object_set_new(b, "resourceRequests",
+				    resources(s->cpu_request, s->memory_request_mib));
+
+	json_t *env = json_object();
+	json_object_set_new(b, "env", env);
+	char val[32];
+	if (c->o.cpu_env && !s->no_cpu_env && policy_cpu_cap_value(cpu, val))
+		for (size_t i = 0; i < ARRAY_SIZE(policy_cpu_cap_vars); i++)
+			json_object_set_new(env, policy_cpu_cap_vars[i], json_string(val));
+	int r = kv_into(env, s->env, "env", false, err);
+	if (r < 0)
+		return r;
+
+	json_t *md = json_object();
+	json_object_set_new(b, "metadata", md);
+	char **labels = corral_client_labels(c);
+	if (!labels)
+		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+	r = kv_into(md, (const char *const *)labels, "labels", false, err);
+	corral_strv_free(labels);
+	if (r < 0)
+		return r;
+	r = kv_into(md, s->metadata, "metadata", true, err);
+	if (r < 0)
+		return r;
+	*ret = json_dumps(b, JSON_COMPACT);
+	return *ret ? 0 : cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+}
+
+static struct corral_sandbox *sandbox_new(struct corral_client *c, const char *id)
+{
+	struct corral_sandbox *sb = calloc(1, sizeof(*sb));
+	if (sb) {
+		sb->c = c;
+		snprintf(sb->id, sizeof(sb->id), "%s", id);
+	}
+	return sb;
+}
+
+/* One attempt: POST, then the ping through the proxy. On failure after the POST succeeded,
+ * *ret_id holds the id to delete. */
+static int create_once(struct corral_client *c, const char *body, int64_t deadline_ms,
+		       char ret_id[CORRAL_ID_MAX], corral_error *err)
+{
+	ret_id[0] = '\0';
+	int64_t left = deadline_ms - client_now_ms();
+	struct http_req rq = {.method = "POST", .path = "/v1/sandboxes", .body = body,
+			      .api_key = true, .timeout_ms = MAX(1, left)};
+	struct http_resp rs;
+	int r = http_do(c, &rq, &rs);
+	if (r < 0 || (rs.status != 202 && rs.status != 200 && rs.status != 201)) {
+		r = cerr_from_resp(err, &rs, "create sandbox");
+		http_resp_clear(&rs);
+		return r;
+	}
+	const char *id = json_string_value(json_object_get(rs.json, "id"));
+	if (!id || !*id || strlen(id) >= CORRAL_ID_MAX || strchr(id, '/')) {
+		r = cerr_set(err, CORRAL_E_PROTOCOL, "create sandbox: answer without a valid id");
+		http_resp_clear(&rs);
+		return r;
+	}
+	snprintf(ret_id, CORRAL_ID_MAX, "%s", id);
+	http_resp_clear(&rs);
+
+	/* Readiness: corrald answers only when ready; check anyway (other servers do not). */
+	char path[256];
+	snprintf(path, sizeof(path), "/sandboxes/%s" EXECD_PROXY "/ping", ret_id);
+	for (;;) {
+		left = deadline_ms - client_now_ms();
+		if (left <= 0)
+			return cerr_set(err, CORRAL_E_CREATE_TIMEOUT,
+					"sandbox %s: execd did not answer /ping before the create deadline",
+					ret_id);
+		struct http_req pq = {.method = "GET", .path = path, .timeout_ms = MIN(left, PING_TIMEOUT_MS)};
+		r = http_do(c, &pq, &rs);
+		if (r == 0 && rs.status == 200) {
+			http_resp_clear(&rs);
+			return 0;
+		}
+		char what[128];
+		snprintf(what, sizeof(what), "sandbox %s: readiness ping", ret_id);
+		r = cerr_from_resp(err, &rs, what);
+		http_resp_clear(&rs);
+		return r;
+	}
+}
+
+CORRAL_API int corral_sandbox_create(corral_client *c, const corral_sandbox_spec *spec,
+				     corral_sandbox **ret, corral_error *err)
+{
+	corral_sandbox_spec defaults;
+	if (!spec) {
+		corral_sandbox_spec_init(&defaults);
+		spec = &defaults;
+	}
+	_cleanup_free_ char *body = NULL;
+	int r = create_body(c, spec, &body, err);
+	if (r < 0)
+		return r;
+	client_op_begin(c);
+	int64_t deadline = client_now_ms() + (int64_t)(c->o.create_timeout_s * 1000);
+	corral_error last = {0};
+	int attempts = 0;
+	for (int attempt = 1; attempt <= c->o.create_retries + 1; attempt++) {
+		if (client_now_ms() >= deadline)
+			break;
+		attempts++;
+		char id[CORRAL_ID_MAX];
+		r = create_once(c, body, deadline, id, &last);
+		if (r == 0) {
+			client_op_end(c);
+			struct corral_sandbox *sb = sandbox_new(c, id);
+			if (!sb) {
+				corral_sandbox_delete_id(c, id, NULL);
+				return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+			}
+			*ret = sb;
+			return 0;
+		}
+		if (id[0]) {
+			/* The failed attempt's sandbox goes before the next attempt starts. */
+			corral_error de;
+			if (corral_sandbox_delete_id(c, id, &de) < 0) {
+				corral_sandbox *tmp = sandbox_new(c, id);
+				corral_sandbox_release(tmp);
+			}
+		}
+		if (!policy_create_retryable(&last))
+			break;
+		if (attempt > c->o.create_retries)
+			break;
+		double d = policy_backoff_s(attempt, c->o.create_retry_delay_s,
+					    c->o.create_retry_max_delay_s, client_random());
+		double left_s = (double)(deadline - client_now_ms()) / 1000.0;
+		if (left_s <= 0)
+			break;
+		client_log(c, 2, "create attempt %d failed (%s); retrying in %.2f s", attempt,
+			   last.message, MIN(d, left_s));
+		client_sleep_s(MIN(d, left_s));
+	}
+	client_op_end(c);
+	if (attempts == 0)
+		last.code = CORRAL_E_CREATE_TIMEOUT;
+	if (policy_create_retryable(&last) && client_now_ms() >= deadline) {
+		corral_error_code code = last.code == CORRAL_E_CAPACITY_TIMEOUT ? CORRAL_E_CAPACITY_TIMEOUT
+										: CORRAL_E_CREATE_TIMEOUT;
+		char msg[sizeof(last.message)];
+		snprintf(msg, sizeof(msg), "%s", last.message);
+		r = cerr_set(err, code, "no ready sandbox within %.0f s (%d attempts; last: %s)",
+			     c->o.create_timeout_s, attempts, msg);
+		return r;
+	}
+	if (err) {
+		*err = last;
+		if (policy_create_retryable(&last)) {
+			size_t l = strlen(err->message);
+			snprintf(err->message + l, sizeof(err->message) - l, " (after %d attempts)",
+				 attempts);
+		}
+	}
+	return cerr_errno(last.code);
+}
+
+CORRAL_API int corral_sandbox_delete_id(corral_client *c, const char *id, corral_error *err)
+{
+	if (!id || !*id || strchr(id, '/'))
+		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "delete: bad sandbox id");
+	char path[256];
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+	int r = 0;
+	for (int attempt = 1;; attempt++) {
+		struct http_req rq = {.method = "DELETE", .path = path, .api_key = true,
+				      .timeout_ms = (long)(c->o.request_timeout_s * 1000)};
+		struct http_resp rs;
+		http_do(c, &rq, &rs);
+		if ((rs.status >= 200 && rs.status < 300) || rs.status == 404) {
+			http_resp_clear(&rs);
+			return 0;
+		}
+		char what[128];
+		snprintf(what, sizeof(what), "delete sandbox %s", id);
+		corral_error e;
+		r = cerr_from_resp(&e, &rs, what);
+		http_resp_clear(&rs);
+		bool transient = rs.status == 0 || policy_status_retryable(rs.status);
+		if (!transient || attempt > c->o.operation_retries || e.code == CORRAL_E_SHUTDOWN) {
+			if (err)
+				*err = e;
+			return r;
+		}
+		client_sleep_s(policy_backoff_s(attempt, c->o.operation_retry_delay_s,
+						c->o.operation_retry_max_delay_s, client_random()));
+	}
+}
+
+static int get_sandbox(struct corral_client *c, const char *id, json_t **ret, corral_error *err)
+{
+	if (!id || !*id || strchr(id, '/') || strlen(id) >= CORRAL_ID_MAX)
+		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "bad sandbox id");
+	char path[256];
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+	for (int attempt = 1;; attempt++) {
+		struct http_req rq = {.method = "GET", .path = path, .api_key = true,
+				      .timeout_ms = (long)(c->o.request_timeout_s * 1000)};
+		struct http_resp rs;
+		http_do(c, &rq, &rs);
+		if (rs.status == 200 && json_is_object(rs.json)) {
+			*ret = json_incref(rs.json);
+			http_resp_clear(&rs);
+			return 0;
+		}
+		char what[128];
+		snprintf(what, sizeof(what), "get sandbox %s", id);
+		int r = cerr_from_resp(err, &rs, what);
+		http_resp_clear(&rs);
+		bool transient = rs.status == 0 || policy_status_retryable(rs.status);
+		if (!transient || attempt > c->o.operation_retries)
+			return r;
+		client_sleep_s(policy_backoff_s(attempt, c->o.operation_retry_delay_s,
+						c->o.operation_retry_max_delay_s, client_random()));
+	}
+}
+
+CORRAL_API int corral_sandbox_open(corral_client *c, const char *id, corral_sandbox **ret,
+				   corral_error *err)
+{
+	json_t *j = NULL;
+	int r = get_sandbox(c, id, &j, err);
+	if (r < 0)
+		return r;
+	json_decref(j);
+	*ret = sandbox_new(c, id);
+	return *ret ? 0 : cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+}
+
+CORRAL_API int corral_sandbox_info_get(corral_sandbox *sb, corral_sandbox_info *ret,
+				       corral_error *err)
+{
+	json_t *j = NULL;
+	int r = get_sandbox(sb->c, sb->id, &j, err);
+	if (r < 0)
+		return r;
+	memset(ret, 0, sizeof(*ret));
+	json_t *st = json_object_get(j, "status");
+	const char *s;
+	if ((s = json_string_value(json_object_get(st, "state"))))
+		snprintf(ret->state, sizeof(ret->state), "%s", s);
+	if ((s = json_string_value(json_object_get(st, "reason"))))
+		snprintf(ret->reason, sizeof(ret->reason), "%s", s);
+	if ((s = json_string_value(json_object_get(st, "message"))))
+		snprintf(ret->message, sizeof(ret->message), "%s", s);
+	json_decref(j);
+	return 0;
+}
