@@ -686,5 +686,7 @@ int api_init(struct corrald *d)
 	evhttp_set_max_body_size(d->http, CORRALD_HTTP_BODY_MAX);
 	evhttp_set_max_headers_size(d->http, 64 * 1024);
 	evhttp_set_timeout(d->http, d->idle_timeout_s);
+	/* No invented text/html Content-Type on replies that have no body (proxied empty 200s). */
+	evhttp_set_default_content_type(d->http, NULL);
 	return 0;
 }
