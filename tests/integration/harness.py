@@ -696,17 +696,32 @@ class CommandStream:
 
 
 _live_daemons = []
+_unfinished = []  # Corrald instances whose shutdown_and_check has not run
 
 
-def _kill_all_at_exit():
-    for d in list(_live_daemons):
+def _cleanup_at_exit():
+    """An interrupted run (Ctrl-C, SIGTERM from a test runner's timeout, an error before
+    tearDownClass) still deletes its sandboxes, stops corrald and removes what it made."""
+    for d in list(_unfinished):
         try:
-            d.stop(timeout=5)
-        except Exception:
+            d.emergency_cleanup()
+        except Exception as e:  # noqa: BLE001
+            log("emergency cleanup of %s failed: %r" % (d.tmp, e))
+
+
+def _on_term(signum, frame):
+    log("signal %d: cleaning up before exiting" % signum)
+    _cleanup_at_exit()
+    os._exit(128 + signum)
+
+
+atexit.register(_cleanup_at_exit)
+if threading.current_thread() is threading.main_thread():
+    for _sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(_sig, _on_term)
+        except (ValueError, OSError):
             pass
-
-
-atexit.register(_kill_all_at_exit)
 
 
 class Corrald:
@@ -723,6 +738,7 @@ class Corrald:
         self.port = None
         self.proc = None
         self.starts = 0
+        _unfinished.append(self)
 
     # --- process control ---
 
@@ -867,6 +883,29 @@ class Corrald:
         for mp in mounts_under(self.tmp):
             subprocess.call(["umount", "-l", mp], stderr=subprocess.DEVNULL)
 
+    def emergency_cleanup(self):
+        """Best effort, no assertions: delete every sandbox, stop corrald, remove leftovers."""
+        if self in _unfinished:
+            _unfinished.remove(self)
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                c = self.client(timeout=5)
+                for sid in c.all_sandbox_ids():
+                    c.delete_sandbox(sid)
+                c.close()
+                self.wait_no_leaks(10)
+            except Exception:  # noqa: BLE001
+                pass
+            self.stop(timeout=5)
+        self.force_cleanup()
+        for d in suite_cgroup_dirs(self.cgroup_name):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        if not mounts_under(self.tmp) and not os.environ.get("CORRAL_TEST_KEEP"):
+            safe_rmtree(self.tmp)
+
     def shutdown_and_check(self):
         """
         The end of a suite: wait for sandboxes deleted by the tests to be torn down, stop corrald,
@@ -874,6 +913,8 @@ class Corrald:
         parent cgroups and temp dir.
         """
         problems = []
+        if self in _unfinished:
+            _unfinished.remove(self)
         if self.proc is not None and self.proc.poll() is None:
             c = self.client(timeout=10)
             try:
