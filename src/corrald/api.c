@@ -14,6 +14,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "corrald/corrald.h"
+#include "corrald/admission.h"
 #include "corrald/filter.h"
 #include "corrald/stats.h"
 #include "corrald/upstream.h"
@@ -140,6 +141,13 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	}
 	char rootfs[PATH_MAX], msg[1536];
 	bool host = false;
+	if (admission_never_fits(d, p.cpu_request_millis, p.memory_request_bytes, msg, sizeof(msg))) {
+		verr_set(&e, 400, "SANDBOX::REQUESTS_EXCEED_CAPACITY",
+			 ((const char *const[]){"resourceRequests", NULL}), "%s", msg);
+		send_verr(req, &e, "body");
+		create_params_clear(&p);
+		return;
+	}
 	if (image_resolve(d, p.image_uri, rootfs, sizeof(rootfs), &host, msg, sizeof(msg)) < 0) {
 		verr_set(&e, 422, CODE_INVALID_PARAMETER, ((const char *const[]){"image", "uri", NULL}),
 			 "%s", msg);
@@ -170,10 +178,9 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	sb->platform = TAKE_PTR(p.platform);
 	sb->oom_group = p.oom_group;
 	registry_add(d, sb);
-	r = sb->rootfs ? lifecycle_create(sb, p.cpu_limit_millis, p.memory_limit_bytes, p.pids_max,
-					  p.cpu_request_millis, p.memory_request_bytes, on_created,
-					  req)
-		       : -ENOMEM;
+	struct create_args args = {p.cpu_limit_millis, p.memory_limit_bytes, p.pids_max,
+				   p.cpu_request_millis, p.memory_request_bytes};
+	r = sb->rootfs ? admission_create(sb, &args, on_created, req) : -ENOMEM;
 	if (r < 0) {
 		log_error("create sandbox %s: %s", id, strerror(-r));
 		http_send_error(req, 500, "SANDBOX::CREATE_FAILED", "create sandbox %s: %s", id,
@@ -309,6 +316,12 @@ static void h_delete(struct corrald *d, struct evhttp_request *req, struct sandb
 	if (sb->creating) {
 		sb->delete_requested = true;
 		log_info("sandbox %s: deleted while being created", sb->id);
+	} else if (sb->waiting) {
+		char msg[160];
+		snprintf(msg, sizeof(msg), "sandbox %s was deleted while waiting for capacity",
+			 sb->id);
+		admission_cancel(sb, 409, "SANDBOX::DELETED", msg);
+		lifecycle_teardown(sb, "deleted while waiting for capacity");
 	} else {
 		lifecycle_teardown(sb, "deleted");
 	}

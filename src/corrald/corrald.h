@@ -35,6 +35,7 @@ const char *sb_state_name(enum sb_state s);
 int sb_state_parse(const char *s, enum sb_state *ret);
 
 struct create_ctx;
+struct admit_wait;
 
 struct sandbox {
 	unsigned ref;
@@ -73,6 +74,11 @@ struct sandbox {
 	struct worker teardown;
 	struct event *retry_ev;
 	struct create_ctx *creating;
+
+	/* admission.c */
+	bool admitted;              /* holds adm_cpu/adm_mem of the capacity */
+	uint64_t adm_cpu, adm_mem;  /* its requests: millicores, bytes */
+	struct admit_wait *waiting; /* queued for capacity (state Pending) */
 };
 
 TAILQ_HEAD(sandbox_list, sandbox);

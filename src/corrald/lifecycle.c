@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "corrald/admission.h"
 #include "corrald/corrald.h"
 #include "corrald/upstream.h"
 #include "shared/fsutil.h"
@@ -508,6 +509,7 @@ static void sandbox_died(struct sandbox *sb)
 	sandbox_set_status(sb, state, reason, "%s", msg);
 	sandbox_save(sb);
 	log_info("sandbox %s: %s (%s): %s", sb->id, sb_state_name(state), reason, msg);
+	admission_release(sb); /* its processes are gone: its requests are free again */
 }
 
 /* --- TTL ---------------------------------------------------------------------------------- */
@@ -648,6 +650,7 @@ void lifecycle_teardown(struct sandbox *sb, const char *why)
 {
 	if (sb->creating)
 		return; /* the create path rolls back itself */
+	admission_release(sb);
 	if (!sb->deleting) {
 		sb->deleting = true;
 		log_info("sandbox %s: teardown (%s)", sb->id, why);
@@ -714,6 +717,7 @@ static void recover_one(struct corrald *d, const char *id)
 						   NULL);
 				sandbox_save(sb);
 			}
+			admission_adopt(sb);
 			watch_death(sb);
 			if (sb->state == SB_RUNNING &&
 			    upstream_ping(d->base, sb->sock_path, 2000, on_adopt_ping, sandbox_ref(sb)) < 0)

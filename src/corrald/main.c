@@ -9,6 +9,7 @@
 #include <netinet/tcp.h>
 #include <getopt.h>
 #include <libgen.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,10 +18,12 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "corrald/admission.h"
 #include "corrald/corrald.h"
 #include "corrald/upstream.h"
 #include "shared/fsutil.h"
 #include "shared/log.h"
+#include "shared/quantity.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:8080"
 #define DEFAULT_STATE_DIR "/var/lib/corral"
@@ -50,6 +53,12 @@ static void usage(FILE *f)
 		"  --idle-timeout SECS    close idle keep-alive connections after SECS (default %d);\n"
 		"                         advertised on every response as Keep-Alive: timeout=SECS\n"
 		"  --create-timeout SECS  deadline for a create, runtime work plus execd readiness (default %d)\n"
+		"  --capacity cpu=N,memory=SIZE\n"
+		"                         what sandboxes may request in total (resourceRequests; absent =\n"
+		"                         their limits); a create that does not fit waits as Pending until\n"
+		"                         capacity frees or --create-timeout passes (then 503\n"
+		"                         SANDBOX::CAPACITY_TIMEOUT). Default: every CPU corrald may use\n"
+		"                         and the host's memory less max(512Mi, 5%%)\n"
 		"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 		"  -h, --help             show this help\n"
 		"\n"
@@ -156,7 +165,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 int main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
-	       OPT_CGROUP, OPT_CREATE_TIMEOUT };
+	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -167,6 +176,7 @@ int main(int argc, char **argv)
 		{"execd", required_argument, NULL, OPT_EXECD},
 		{"cgroup-name", required_argument, NULL, OPT_CGROUP},
 		{"create-timeout", required_argument, NULL, OPT_CREATE_TIMEOUT},
+		{"capacity", required_argument, NULL, OPT_CAPACITY},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -178,6 +188,15 @@ int main(int argc, char **argv)
 	d->api_key = getenv("CORRAL_API_KEY");
 	TAILQ_INIT(&d->sandboxes);
 	log_set_ident("corrald");
+	struct capacity cap;
+	{
+		cpu_set_t cpus;
+		unsigned ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0
+				    ? (unsigned)CPU_COUNT(&cpus)
+				    : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+		uint64_t mem = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+		capacity_default(ncpu, mem, &cap);
+	}
 
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -206,6 +225,14 @@ int main(int argc, char **argv)
 			if (parse_seconds("--create-timeout", optarg, &d->create_timeout_s) < 0)
 				return 2;
 			break;
+		case OPT_CAPACITY: {
+			char msg[256];
+			if (capacity_parse(optarg, &cap, msg, sizeof(msg)) < 0) {
+				fprintf(stderr, "corrald: --capacity: %s\n", msg);
+				return 2;
+			}
+			break;
+		}
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -306,7 +333,7 @@ int main(int argc, char **argv)
 
 	signal(SIGPIPE, SIG_IGN);
 	d->base = event_base_new();
-	if (!d->base || api_init(d) < 0) {
+	if (!d->base || api_init(d) < 0 || admission_init(d, &cap) < 0) {
 		fprintf(stderr, "corrald: cannot set up the event loop\n");
 		return 1;
 	}
@@ -332,8 +359,11 @@ int main(int argc, char **argv)
 	event_add(sigint, NULL);
 	event_add(sigterm, NULL);
 
-	log_info("listening on %s (state %s, execd %s, cgroup %s, auth %s)", listen, d->state_dir,
-		 execd, cgroup_name, d->api_key ? "on" : "off (loopback only)");
+	char capmem[32];
+	quantity_format_bytes(cap.memory_bytes, capmem, sizeof(capmem));
+	log_info("listening on %s (state %s, execd %s, cgroup %s, auth %s, capacity cpu %llum memory %s)",
+		 listen, d->state_dir, execd, cgroup_name, d->api_key ? "on" : "off (loopback only)",
+		 (unsigned long long)cap.cpu_millis, capmem);
 	event_base_dispatch(d->base);
 	upstream_shutdown();
 	log_info("stopped");

@@ -43,6 +43,7 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 EXECD_PORT = 44772
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 HEX32_RE = re.compile(r"^[0-9a-f]{32}$")
+TEST_CAPACITY = "cpu=100000,memory=100Ti"
 
 DEFAULT_SPEC = {
     "image": {"uri": "host"},
@@ -751,6 +752,10 @@ class Corrald:
             a += ["--image-dir", self.image_dir]
         if os.environ.get("CORRAL_TEST_LOG_LEVEL"):
             a += ["--log-level", os.environ["CORRAL_TEST_LOG_LEVEL"]]
+        if not any(x.startswith("--capacity") for x in self.extra_args):
+            # Suites about other things create many 1-CPU sandboxes at once (requests default to
+            # limits): admission is tested by test_resources.py with a --capacity of its own.
+            a += ["--capacity", TEST_CAPACITY]
         return a + self.extra_args
 
     def start(self, port=None, wait=True):

@@ -6,6 +6,7 @@ contained."""
 
 import os
 import sys
+import threading
 import time
 import unittest
 
@@ -292,6 +293,139 @@ class ForkBomb(CorralTestCase):
         # Deleting the bombed sandbox kills every process of it, bounded in time.
         self.assertEqual(self.client.delete_sandbox(bomb).status, 204)
         self.wait_gone(bomb, timeout=30)
+
+
+class Admission(CorralTestCase):
+    """Capacity 2 CPUs; requests drive admission, limits do not."""
+
+    corrald_kwargs = {"extra_args": ["--capacity", "cpu=2,memory=4Gi", "--create-timeout", "6"]}
+
+    def spec(self, **kw):
+        s = {"image": {"uri": "host"}, "entrypoint": ["sleep", "infinity"],
+             "resourceLimits": {"cpu": "1", "memory": "256Mi"}}
+        s.update(kw)
+        return s
+
+    def create_async(self, spec):
+        """POST in a thread (create answers only once Running); returns (thread, result dict)."""
+        out = {}
+
+        def go():
+            c = self.corrald.client(timeout=60)
+            try:
+                r = c.create_sandbox_raw(**spec)
+                out["status"], out["body"] = r.status, r.json()
+            finally:
+                c.close()
+        t = threading.Thread(target=go)
+        t.start()
+        return t, out
+
+    def pending(self):
+        r = self.client.list_sandboxes(state="Pending")
+        self.assertEqual(r.status, 200, r)
+        return [s for s in r.json()["items"]
+                if s["status"].get("reason") == "InsufficientCapacity"]
+
+    def test_third_waits_then_starts_when_one_is_deleted(self):
+        a = self.create(**self.spec())["id"]
+        b = self.create(**self.spec())["id"]
+        t, out = self.create_async(self.spec())
+        waiting = self.wait_until(self.pending, timeout=5, msg="the third create to be Pending")
+        self.assertEqual(len(waiting), 1)
+        st = waiting[0]["status"]
+        self.assertEqual(st["state"], "Pending")
+        self.assertIn("cpu: needs 1000m, 0m of 2000m free", st["message"])
+        got = self.client.get_sandbox(waiting[0]["id"]).json()
+        self.assertEqual(got["status"]["reason"], "InsufficientCapacity")
+        time.sleep(0.5)
+        self.assertTrue(t.is_alive(), "the create answered while no capacity was free: %r" % out)
+        self.assertEqual(self.client.delete_sandbox(a).status, 204)
+        t.join(20)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(out.get("status"), 202, out)
+        c = out["body"]["id"]
+        self.addCleanup(self._cleanup_sandbox, c)
+        self.assertEqual(c, waiting[0]["id"])
+        self.assertEqual(self.client.get_sandbox(c).json()["status"]["state"], "Running")
+        self.assertEqual(self.sh(c, "echo hi").strip(), "hi")
+        self.assertEqual(self.pending(), [])
+        self.assertEqual(self.client.get_sandbox(b).json()["status"]["state"], "Running")
+
+    def test_deadline_gives_the_capacity_error(self):
+        self.create(**self.spec(resourceLimits={"cpu": "2", "memory": "256Mi"}))
+        t0 = time.monotonic()
+        r = self.client.create_sandbox_raw(**self.spec())
+        took = time.monotonic() - t0
+        self.assertEqual(r.status, 503, r)
+        body = r.json()
+        self.assertEqual(body["code"], "SANDBOX::CAPACITY_TIMEOUT")
+        self.assertIn("cpu: needs 1000m", body["message"])
+        self.assertGreaterEqual(took, 5.0)
+        self.assertLess(took, 15.0)
+        self.wait_until(lambda: self.pending() == [], timeout=10, msg="the timed-out create to go")
+
+    def test_requests_not_limits_are_admitted(self):
+        # Limits far above the capacity are fine when the requests fit.
+        ids = [self.create(**self.spec(resourceLimits={"cpu": "2", "memory": "3Gi"},
+                                       resourceRequests={"cpu": "500m", "memory": "256Mi"}))["id"]
+               for _ in range(4)]
+        self.assertEqual(len(set(ids)), 4)
+        st = self.client.get("/v1/sandboxes/%s/stats" % ids[0]).json()
+        self.assertEqual(st["cpu"]["requestMillis"], 500)
+        self.assertEqual(st["cpu"]["limitMillis"], 2000)
+        # The requests set the CPU share and the memory soft limit (cgroup v1 names).
+        shares = self.corrald.cgroup_file("cpu", ids[0], "cpu.shares")
+        if shares and os.path.exists(shares):
+            with open(shares) as f:
+                self.assertEqual(int(f.read()), 512)
+        soft = self.corrald.cgroup_file("memory", ids[0], "memory.soft_limit_in_bytes")
+        if soft and os.path.exists(soft):
+            with open(soft) as f:
+                self.assertEqual(int(f.read()), 256 * 1024 * 1024)
+
+    def test_requests_above_capacity_fail_at_once(self):
+        t0 = time.monotonic()
+        r = self.client.create_sandbox_raw(**self.spec(resourceLimits={"cpu": "4"}))
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual(r.json()["code"], "SANDBOX::REQUESTS_EXCEED_CAPACITY")
+        self.assertIn("resourceRequests.cpu", r.json()["message"])
+        r = self.client.create_sandbox_raw(**self.spec(resourceLimits={"cpu": "1", "memory": "8Gi"}))
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("resourceRequests.memory", r.json()["message"])
+        self.assertLess(time.monotonic() - t0, 2.0)
+
+    def test_fifo_no_overtaking(self):
+        # Capacity full; a 2-CPU create queues first, then a 1-CPU one. Freeing one CPU must not
+        # let the small one overtake the big one (which would starve it).
+        a = self.create(**self.spec())["id"]
+        b = self.create(**self.spec())["id"]
+        t_big, big = self.create_async(self.spec(resourceLimits={"cpu": "2", "memory": "256Mi"}))
+        self.wait_until(lambda: len(self.pending()) == 1, timeout=5, msg="big to queue")
+        t_small, small = self.create_async(self.spec())
+        self.wait_until(lambda: len(self.pending()) == 2, timeout=5, msg="small to queue")
+        self.assertEqual(self.client.delete_sandbox(a).status, 204)
+        time.sleep(1.0)
+        self.assertTrue(t_small.is_alive(), "the 1-CPU create overtook the 2-CPU one: %r" % small)
+        self.assertTrue(t_big.is_alive())
+        self.assertEqual(self.client.delete_sandbox(b).status, 204)
+        t_big.join(20)
+        self.assertEqual(big.get("status"), 202, big)
+        self.addCleanup(self._cleanup_sandbox, big["body"]["id"])
+        # The small one now waits behind the big one, until its deadline.
+        t_small.join(20)
+        self.assertEqual(small.get("status"), 503, small)
+
+    def test_delete_while_waiting(self):
+        self.create(**self.spec(resourceLimits={"cpu": "2", "memory": "256Mi"}))
+        t, out = self.create_async(self.spec())
+        waiting = self.wait_until(self.pending, timeout=5, msg="create to queue")
+        self.assertEqual(self.client.delete_sandbox(waiting[0]["id"]).status, 204)
+        t.join(10)
+        self.assertEqual(out.get("status"), 409, out)
+        self.assertEqual(out["body"]["code"], "SANDBOX::DELETED")
+        self.wait_until(lambda: self.client.get_sandbox(waiting[0]["id"]).status == 404,
+                        timeout=10, msg="the deleted queued sandbox to 404")
 
 
 if __name__ == "__main__":

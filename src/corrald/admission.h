@@ -1,0 +1,34 @@
+/*
+ * Admission by resource requests: the sum of the requests of admitted sandboxes (those created or
+ * being created, not yet ended or torn down) must fit --capacity. A create that does not fit waits
+ * in a FIFO queue, visible as Pending with reason "InsufficientCapacity" and a message saying what
+ * is short, until capacity frees (a sandbox ends or is deleted) or its deadline (--create-timeout)
+ * passes: then 503 SANDBOX::CAPACITY_TIMEOUT. Strict FIFO: a later, smaller create never overtakes
+ * the head of the queue, so nothing starves. No polling: the queue moves only when capacity is
+ * released. A request larger than the whole capacity is refused at once (400).
+ */
+#pragma once
+
+#include "corrald/capacity.h"
+#include "corrald/corrald.h"
+
+struct create_args {
+	uint64_t cpu_limit, mem_limit, pids_max, cpu_req, mem_req;
+};
+
+int admission_init(struct corrald *d, const struct capacity *cap);
+/* Why a request can never fit (msg set, true), checked before the sandbox exists. */
+bool admission_never_fits(struct corrald *d, uint64_t cpu_req, uint64_t mem_req, char *msg,
+			  size_t msglen);
+/* lifecycle_create() now, or once capacity frees. Same contract as lifecycle_create(). */
+int admission_create(struct sandbox *sb, const struct create_args *a, create_done_fn done,
+		     void *arg);
+/* sb no longer holds its requests (ended, deleted, create failed). Idempotent. */
+void admission_release(struct sandbox *sb);
+/* A live sandbox re-adopted after a restart holds its requests again. */
+void admission_adopt(struct sandbox *sb);
+/* sb is queued: take it out and answer its create with status/code/msg. False if not queued. */
+bool admission_cancel(struct sandbox *sb, int status, const char *code, const char *msg);
+/* For logs and metrics: capacity and what is admitted now. */
+void admission_usage(const struct corrald *d, struct capacity *ret_cap, struct capacity *ret_used,
+		     unsigned *ret_queued);
