@@ -294,12 +294,14 @@ static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbo
 		(void)quantity_parse_cpu(v, &cpu_req);
 	if ((v = json_string_value(json_object_get(sb->requests, "memory"))))
 		(void)quantity_parse_bytes(v, &mem_req);
-	char upper[PATH_MAX + 8];
-	snprintf(upper, sizeof(upper), "%s/upper", sb->dir);
 	struct stats_disk disk = {0};
-	bool have_disk = stats_disk_usage(upper, &disk) == 0;
 	if ((v = json_string_value(json_object_get(sb->limits, "ephemeral-storage"))))
 		(void)quantity_parse_bytes(v, &disk.limit_bytes);
+	char upper[PATH_MAX + 16];
+	snprintf(upper, sizeof(upper), "%s/%s", sb->dir, disk.limit_bytes ? "disk/upper" : "upper");
+	uint64_t limit = disk.limit_bytes;
+	bool have_disk = stats_disk_usage(upper, &disk) == 0;
+	disk.limit_bytes = limit;
 	json_t *o = stats_to_json(sb->id, sb_state_name(sb->state), &pr, cpu_req, mem_req,
 				  have_disk ? &disk : NULL);
 	if (!o) {

@@ -287,6 +287,9 @@ int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit,
 	c->spec.cpu_request_millis = cpu_req;
 	c->spec.memory_request_bytes = mem_req;
 	c->spec.oom_group = sb->oom_group;
+	const char *disk = json_string_value(json_object_get(sb->limits, "ephemeral-storage"));
+	if (disk)
+		(void)quantity_parse_bytes(disk, &c->spec.disk_limit_bytes); /* validated */
 
 	sandbox_set_status(sb, SB_PENDING, "Creating", NULL);
 	int r = fs_mkdir_p(sb->dir, 0700);

@@ -191,6 +191,15 @@ static int resources_parse(json_t *map, const char *field, uint64_t *cpu, uint64
 					field, s ? s : "");
 		*pids = n;
 	}
+	/* ephemeral-storage: only checked here; lifecycle reads it from the map (see disk.h). */
+	if ((v = json_object_get(map, "ephemeral-storage"))) {
+		uint64_t bytes = 0;
+		int r = quantity_parse_bytes(json_string_value(v), &bytes);
+		if (r < 0 || bytes < (8ULL << 20))
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC(field, "ephemeral-storage"),
+					"%s.ephemeral-storage: '%s' is not a valid size of at least 8Mi (e.g. '1Gi')",
+					field, json_string_value(v));
+	}
 	return 0;
 }
 

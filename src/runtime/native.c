@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "runtime/cgroup.h"
+#include "runtime/disk.h"
 #include "runtime/runtime.h"
 #include "runtime/sysview.h"
 #include "shared/fsutil.h"
@@ -198,6 +199,7 @@ struct child_ctx {
 	bool view_mem;		  /* sysview/meminfo exists */
 	cpu_set_t cpus;
 	char view[PATH_MAX]; /* <sandbox dir>/sysview */
+	char upper[PATH_MAX]; /* the overlay's upper dir (<dir>/upper, or <dir>/disk/upper) */
 	char overlay_opts[3 * PATH_MAX + 128];
 	char hostname[65];
 	char hosts[512];
@@ -803,8 +805,9 @@ static int build_argv(const struct sandbox_spec *spec, char ***ret)
 static int prepare_child(struct child_ctx *c, const struct runtime_config *cfg,
 			 const struct sandbox_spec *spec, struct error *err)
 {
-	char upper[PATH_MAX], work[PATH_MAX];
+	char work[PATH_MAX];
 	const char *lower = spec->host_image ? "/" : spec->rootfs;
+	bool disk = spec->disk_limit_bytes > 0;
 	if (!lower || lower[0] != '/' || strpbrk(lower, ",:\\"))
 		return error_set(err, EINVAL,
 				 "image rootfs '%s' must be an absolute path without ',' ':' '\\'",
@@ -812,14 +815,15 @@ static int prepare_child(struct child_ctx *c, const struct runtime_config *cfg,
 	if (sb_path(c->rootfs, sizeof(c->rootfs), cfg, spec->id, "rootfs") < 0 ||
 	    sb_path(c->run, sizeof(c->run), cfg, spec->id, "run") < 0 ||
 	    sb_path(c->execd_mnt, sizeof(c->execd_mnt), cfg, spec->id, "run/corral-execd") < 0 ||
-	    sb_path(upper, sizeof(upper), cfg, spec->id, "upper") < 0 ||
-	    sb_path(work, sizeof(work), cfg, spec->id, "work") < 0)
+	    sb_path(c->upper, sizeof(c->upper), cfg, spec->id, disk ? DISK_MOUNT "/upper" : "upper") <
+		0 ||
+	    sb_path(work, sizeof(work), cfg, spec->id, disk ? DISK_MOUNT "/work" : "work") < 0)
 		return error_set(err, ENAMETOOLONG, "state dir path too long");
 	if (strpbrk(c->rootfs, ",:\\"))
 		return error_set(err, EINVAL, "state dir '%s' must not contain ',' ':' '\\'",
 				 cfg->state_dir);
 	snprintf(c->overlay_opts, sizeof(c->overlay_opts), "lowerdir=%s,upperdir=%s,workdir=%s",
-		 lower, upper, work);
+		 lower, c->upper, work);
 
 	const char *h = spec->hostname && *spec->hostname ? spec->hostname : NULL;
 	if (h) {
@@ -916,6 +920,7 @@ static int write_pid_file(const struct runtime_config *cfg, const char *id, pid_
 }
 
 static int remove_files(const struct runtime_config *cfg, const char *id, struct error *err);
+static int detach_leftover_mounts(const char *dir);
 
 /*
  * Write /etc/hostname, hosts and resolv.conf straight into the fresh upper layer, before the
@@ -1000,8 +1005,8 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 	static const struct {
 		const char *name;
 		mode_t mode;
-	} subdirs[] = {{"upper", 0755}, {"work", 0700}, {"run", 0700}};
-	for (size_t i = 0; i < ARRAY_SIZE(subdirs); i++) {
+	} subdirs[] = {{"run", 0700}, {"upper", 0755}, {"work", 0700}};
+	for (size_t i = 0; i < (spec->disk_limit_bytes ? 1 : ARRAY_SIZE(subdirs)); i++) {
 		sb_path(path, sizeof(path), cfg, spec->id, subdirs[i].name);
 		if (mkdir(path, subdirs[i].mode) < 0) {
 			r = error_set_errno(err, errno, "mkdir '%s'", path);
@@ -1014,11 +1019,12 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 		goto fail_files;
 	}
 	close(mfd);
-	sb_path(path, sizeof(path), cfg, spec->id, "upper");
-	if ((r = write_etc_upper(&c, spec->host_image ? "/" : spec->rootfs, path, err)) < 0)
+	if (spec->disk_limit_bytes && (r = disk_setup(dir, spec->disk_limit_bytes, err)) < 0)
+		goto fail_files;
+	if ((r = write_etc_upper(&c, spec->host_image ? "/" : spec->rootfs, c.upper, err)) < 0)
 		goto fail_files;
 	/* The /.corral mount point, made the same cheap way (no image has it). */
-	sb_path(path, sizeof(path), cfg, spec->id, "upper/.corral");
+	snprintf(path, sizeof(path), "%s/.corral", c.upper);
 	if (mkdir(path, 0755) < 0) {
 		r = error_set_errno(err, errno, "mkdir '%s'", path);
 		goto fail_files;
@@ -1099,6 +1105,7 @@ fail_cgroup:
 		for (int i = 0; i < 1000 && cg->remove(parent, spec->id, &e2) == -EBUSY; i++)
 			usleep(1000);
 fail_files:
+	detach_leftover_mounts(dir); /* the layer's file system, if it got that far */
 	remove_files(cfg, spec->id, NULL);
 	child_ctx_clear(&c);
 	return r;
@@ -1136,8 +1143,9 @@ static int detach_leftover_mounts(const char *dir)
 
 static int remove_files(const struct runtime_config *cfg, const char *id, struct error *err)
 {
-	static const char *const names[] = {"rootfs", "upper", "work",	  "run",
-					    "pid",    "pid.tmp", SYSVIEW_DIR};
+	/* DISK_MOUNT is unmounted by then (destroy detaches every mount below the dir first). */
+	static const char *const names[] = {"rootfs",    "upper",	  "work",     "run", "pid",
+					    "pid.tmp",   SYSVIEW_DIR, DISK_MOUNT, DISK_IMAGE};
 	char path[PATH_MAX];
 	int ret = 0;
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {

@@ -15,6 +15,9 @@
  *     sandbox.json      corrald's record (spec, metadata, expiry, status); corrald owns it
  *     rootfs/           overlay mount point (lower = image, upper/work below); runtime owns it
  *     upper/ work/      the sandbox's private writable layer
+ *     disk.img disk/    instead of upper/ work/ with an ephemeral-storage limit: the layer's own
+ *                       ext4 image, mounted on disk/ (holding upper/ and work/); see disk.h
+ *     sysview/          generated cpuinfo, stat, online, meminfo (sysview.h), bound read-only
  *     run/              bind-mounted at /.corral inside the sandbox (mode 0700)
  *       execd.sock      corral-execd's HTTP/1.1 listener (OpenSandbox execd API)
  *       execs/          one entry per execution: output, status (execd owns it)
@@ -71,6 +74,8 @@ struct sandbox_spec {
 	uint64_t cpu_request_millis;    /* proportional share; 0 = same as limit (or default) */
 	uint64_t memory_request_bytes;  /* soft protection; 0 = none */
 	bool oom_group;                 /* kill the whole sandbox on OOM (Kubernetes behaviour) */
+	uint64_t disk_limit_bytes;      /* ephemeral-storage: size of the writable layer's own file
+					 * system (runtime/disk.h); 0 = the state dir's, unlimited */
 };
 
 /* What the runtime knows about a live or dead sandbox, read without blocking. */

@@ -428,5 +428,48 @@ class Admission(CorralTestCase):
                         timeout=10, msg="the deleted queued sandbox to 404")
 
 
+class Disk(CorralTestCase):
+
+    def test_ephemeral_storage_limit(self):
+        t0 = time.monotonic()
+        sid = self.create(resourceLimits={"cpu": "1", "memory": "256Mi",
+                                          "ephemeral-storage": "64Mi"})["id"]
+        create_s = time.monotonic() - t0
+        # 40 MiB fit; the layer is a file system of its own, of the limit's size.
+        self.sh(sid, "dd if=/dev/zero of=/var/tmp/a bs=1M count=40 status=none && sync")
+        df = self.sh(sid, "df -k / | tail -1").split()
+        res = self.client.run(sid, "dd if=/dev/zero of=/var/tmp/b bs=1M count=100 2>&1; echo rc=$?")
+        self.assertIn("No space left on device", res.stdout, res)
+        self.assertNotIn("rc=0", res.stdout)
+        self.assertEqual(self.sh(sid, "echo alive").strip(), "alive")
+        # Freeing space works again.
+        self.sh(sid, "rm /var/tmp/b && dd if=/dev/zero of=/var/tmp/c bs=1M count=4 status=none")
+        st = self.client.get("/v1/sandboxes/%s/stats" % sid).json()["disk"]
+        self.assertEqual(st["limitBytes"], 64 * 1024 * 1024)
+        self.assertGreaterEqual(st["usedBytes"], 44 * 1024 * 1024, st)
+        self.assertLessEqual(st["usedBytes"], 64 * 1024 * 1024, st)
+        # On the host the image never takes more than the limit.
+        img = os.path.join(self.corrald.sandbox_dir(sid), "disk.img")
+        self.assertLessEqual(os.stat(img).st_blocks * 512, 64 * 1024 * 1024)
+        sys.stderr.write("[disk] create with a 64Mi limit took %.0f ms; df in sandbox: %s\n"
+                         % (create_s * 1000, df))
+        self.assertEqual(self.client.delete_sandbox(sid).status, 204)
+        self.wait_gone(sid)
+        out = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+        self.assertNotIn(self.corrald.sandbox_dir(sid), out)
+
+    def test_no_limit_no_image(self):
+        sid = self.create(resourceLimits={"cpu": "1", "memory": "256Mi"})["id"]
+        self.assertFalse(os.path.exists(os.path.join(self.corrald.sandbox_dir(sid), "disk.img")))
+        self.sh(sid, "dd if=/dev/zero of=/var/tmp/a bs=1M count=100 status=none")
+
+    def test_bad_value(self):
+        for v in ("lots", "1Mi"):
+            r = self.client.create_sandbox_raw(image={"uri": "host"}, entrypoint=["sleep", "infinity"],
+                                               resourceLimits={"cpu": "1", "ephemeral-storage": v})
+            self.assertEqual(r.status, 422, r)
+            self.assertIn("ephemeral-storage", r.json()["message"])
+
+
 if __name__ == "__main__":
     main()
