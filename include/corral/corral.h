@@ -98,6 +98,8 @@ typedef struct corral_options {
 	double connect_timeout_s;  /* default 10 */
 	double request_timeout_s;  /* GET/DELETE and other small calls, per attempt (default 60) */
 	double status_poll_timeout_s; /* extra time over the long-poll wait (default 10) */
+	long stream_stall_s;       /* a command stream silent this long is dead (default 30;
+				    * execd pings every 3 s) */
 
 	/* create */
 	double create_timeout_s;     /* overall deadline of corral_sandbox_create (default 300) */

@@ -203,6 +203,7 @@ CORRAL_API void corral_options_init(corral_options *o)
 	o->connect_timeout_s = 10;
 	o->request_timeout_s = 60;
 	o->status_poll_timeout_s = 10;
+	o->stream_stall_s = 30;
 	o->create_timeout_s = 300;
 	o->create_retries = 10;
 	o->create_retry_delay_s = 1;
@@ -416,6 +417,8 @@ CORRAL_API int corral_client_new(const corral_options *opts, corral_client **ret
 	c->o = *opts;
 	if (c->o.reaper_threads <= 0)
 		c->o.reaper_threads = 1;
+	if (c->o.stream_stall_s <= 0)
+		c->o.stream_stall_s = 30;
 	if (c->o.max_output_bytes == 0)
 		c->o.max_output_bytes = 16u << 20;
 	c->server = strdup(opts->server);

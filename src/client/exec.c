@@ -18,7 +18,6 @@
 #include "shared/id.h"
 
 #define EXECD "/proxy/44772"
-#define STREAM_STALL_S 30L /* execd pings every 3 s while a command runs */
 #define DEADLINE_HEADROOM_MS 60000
 
 CORRAL_API void corral_exec_opts_init(corral_exec_opts *o)
@@ -327,7 +326,7 @@ static int run_foreground(struct run *r, const char *body, int64_t deadline, cor
 			break;
 		}
 		struct http_req rq = {.method = "POST", .path = path, .body = body,
-				      .timeout_ms = deadline ? left : 0, .stall_s = STREAM_STALL_S};
+				      .timeout_ms = deadline ? left : 0, .stall_s = c->o.stream_stall_s};
 		struct xfer *x = NULL;
 		r->res->submits++;
 		int rc = http_stream_start(c, &rq, &x);
@@ -444,7 +443,8 @@ static int run_background(struct run *r, const char *body, int64_t deadline, cor
 		int64_t t0 = client_now_ms();
 		struct http_resp rs;
 		ret = get_status(sb, id, wait_s, &st, &rs, err);
-		bool again = ret < 0 && transient(&rs);
+		/* A 200 whose body is not the status object was damaged on the way: ask again. */
+		bool again = ret < 0 && (transient(&rs) || rs.status == 200);
 		http_resp_clear(&rs);
 		if (ret < 0) {
 			if (!again || ++failures > c->o.operation_retries + 1)

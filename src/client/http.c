@@ -34,6 +34,7 @@ struct xfer {
 	char *buf;
 	size_t len, cap;
 	bool done, paused, want_unpause, want_abort, in_ctl, overflow;
+	bool headers_done; /* the blank line that ends the answer's headers arrived */
 	long status;
 	CURLcode cc;
 	bool sent_nothing;
@@ -86,6 +87,11 @@ static size_t on_header(char *data, size_t size, size_t n, void *p)
 	struct xfer *x = p;
 	size_t len = size * n;
 	static const char ka[] = "keep-alive:";
+	if ((len == 2 && data[0] == '\r' && data[1] == '\n') || (len == 1 && data[0] == '\n')) {
+		pthread_mutex_lock(&x->c->mu);
+		x->headers_done = true;
+		pthread_mutex_unlock(&x->c->mu);
+	}
 	if (len > sizeof(ka) && strncasecmp(data, ka, sizeof(ka) - 1) == 0) {
 		char v[128];
 		size_t vl = MIN(len - (sizeof(ka) - 1), sizeof(v) - 1);
@@ -337,6 +343,13 @@ static void take_result(struct xfer *x, struct http_resp *rs)
 {
 	memset(rs, 0, sizeof(*rs));
 	snprintf(rs->request_id, sizeof(rs->request_id), "%s", x->request_id);
+	/* libcurl (7.88) reports a connection closed in the middle of the headers as a complete
+	 * answer with an empty body: that is a broken answer. */
+	if (x->cc == CURLE_OK && !x->headers_done) {
+		x->cc = CURLE_PARTIAL_FILE;
+		snprintf(x->errbuf, sizeof(x->errbuf),
+			 "the connection closed in the middle of the answer's headers");
+	}
 	rs->cc = x->cc;
 	rs->sent_nothing = x->sent_nothing;
 	rs->overflow = x->overflow;

@@ -265,6 +265,7 @@ bool policy_create_retryable(const corral_error *e)
 {
 	switch (e->code) {
 	case CORRAL_E_CONNECTION:
+	case CORRAL_E_PROTOCOL: /* an answer damaged on the way */
 	case CORRAL_E_CREATE_TIMEOUT:
 	case CORRAL_E_BACKEND_UNREACHABLE:
 		return true;

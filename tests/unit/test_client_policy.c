@@ -21,6 +21,8 @@ static void test_retry_classes(void)
 	corral_error e = {0};
 	e.code = CORRAL_E_CONNECTION;
 	CHECK(policy_create_retryable(&e));
+	e = (corral_error){.code = CORRAL_E_PROTOCOL, .http_status = 202};
+	CHECK(policy_create_retryable(&e));
 	e = (corral_error){.code = CORRAL_E_CREATE_TIMEOUT, .http_status = 504};
 	CHECK(policy_create_retryable(&e));
 	e = (corral_error){.code = CORRAL_E_SERVER, .http_status = 503};
