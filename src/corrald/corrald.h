@@ -67,7 +67,10 @@ struct sandbox {
 	int pidfd;
 	struct event *death_ev;
 	struct event *ttl_ev;
-	struct event *oom_ev; /* oom_group: polls for OOM kills (cgroup v1 has no group kill) */
+	struct event *oom_ev; /* oom_group on v1 (no kernel group kill): the OOM eventfd's event, or
+			       * a poll of the OOM-kill counter where the runtime has no watch */
+	int oom_fd;           /* the runtime's oom_watch() fd, or -1 */
+	bool oom_fired;       /* corrald killed the group for an OOM: the death is OOMKilled */
 
 	bool deleting;         /* marked for teardown: invisible to the API, persisted */
 	bool delete_requested; /* DELETE arrived while Pending: roll back when the create ends */

@@ -320,10 +320,35 @@ int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit,
 /* --- death watch -------------------------------------------------------------------------- */
 
 /*
- * extensions.oomGroup: the first OOM kill ends the whole sandbox, as Kubernetes does. cgroup v2
- * does that itself (memory.oom.group); v1 cannot, so corrald polls the OOM-kill counter of such
- * sandboxes and kills them through the runtime. Only sandboxes that asked for it are polled.
+ * extensions.oomGroup: the first OOM ends the whole sandbox, as Kubernetes does. cgroup v2 does
+ * that itself (memory.oom.group). On v1 the runtime gives an eventfd that the kernel signals on
+ * each OOM of the sandbox's memory cgroup (memory.oom_control + cgroup.event_control): corrald
+ * kills the group through the runtime as soon as it fires. Without such a watch corrald polls the
+ * OOM-kill counter instead. Only sandboxes that asked for it are watched.
  */
+static void oom_group_kill(struct sandbox *sb, const char *how)
+{
+	struct corrald *d = sb->d;
+	struct error err = {0};
+	log_info("sandbox %s: OOM with oomGroup set (%s): killing the whole sandbox", sb->id, how);
+	sb->oom_fired = true;
+	event_del(sb->oom_ev);
+	if (d->rt->kill(&d->rt_cfg, sb->id, &err) < 0)
+		log_error("sandbox %s: group OOM kill failed: %s", sb->id, err.msg);
+}
+
+static void on_oom_event(evutil_socket_t fd, short what, void *arg)
+{
+	struct sandbox *sb = arg;
+	uint64_t n;
+	ssize_t _unused_ got = read(fd, &n, sizeof(n));
+	if (sb->deleting || sandbox_ended(sb) || !sb->death_ev) {
+		event_del(sb->oom_ev);
+		return;
+	}
+	oom_group_kill(sb, "memory.oom_control event");
+}
+
 static void on_oom_poll(evutil_socket_t fd, short what, void *arg)
 {
 	struct sandbox *sb = arg;
@@ -336,17 +361,33 @@ static void on_oom_poll(evutil_socket_t fd, short what, void *arg)
 	struct error err = {0};
 	if (d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) < 0 || !pr.oom_kills)
 		return;
-	log_info("sandbox %s: OOM kill with oomGroup set: killing the whole sandbox", sb->id);
-	event_del(sb->oom_ev);
-	if (d->rt->kill(&d->rt_cfg, sb->id, &err) < 0)
-		log_error("sandbox %s: group OOM kill failed: %s", sb->id, err.msg);
+	oom_group_kill(sb, "OOM-kill counter");
 }
 
 static void watch_oom(struct sandbox *sb)
 {
+	struct corrald *d = sb->d;
 	if (!sb->oom_group)
 		return;
-	if (!sb->oom_ev && !(sb->oom_ev = event_new(sb->d->base, -1, EV_PERSIST, on_oom_poll, sb)))
+	if (!sb->oom_ev && d->rt->oom_watch) {
+		struct error err = {0};
+		int fd = d->rt->oom_watch(&d->rt_cfg, sb->id, &err);
+		if (fd >= 0) {
+			sb->oom_ev = event_new(d->base, fd, EV_READ | EV_PERSIST, on_oom_event, sb);
+			if (sb->oom_ev)
+				sb->oom_fd = fd;
+			else
+				close(fd);
+		} else if (fd != -ENOTSUP) {
+			log_warn("sandbox %s: cannot watch for OOM (%s); polling the OOM-kill counter",
+				 sb->id, err.msg);
+		}
+	}
+	if (sb->oom_fd >= 0) {
+		event_add(sb->oom_ev, NULL);
+		return;
+	}
+	if (!sb->oom_ev && !(sb->oom_ev = event_new(d->base, -1, EV_PERSIST, on_oom_poll, sb)))
 		return;
 	struct timeval tv = {0, OOM_POLL_MS * 1000};
 	event_add(sb->oom_ev, &tv);
@@ -459,7 +500,9 @@ static void describe_death(struct sandbox *sb, enum sb_state *state, char *reaso
 	const char *emsg = json_string_value(json_object_get(ex, "message"));
 	long long code = json_is_integer(ecode) ? json_integer_value(ecode) : -1;
 	bool entry_exit = ereason && strcmp(ereason, "EntrypointExited") == 0;
-	bool oom = probed && pr.oom_kills > 0 && (!ex || (entry_exit && code == 137));
+	/* oom_fired: corrald's own group kill may beat the kernel's OOM kill to the counter. */
+	bool oom = ((probed && pr.oom_kills > 0) || sb->oom_fired) &&
+		   (!ex || (entry_exit && code == 137));
 
 	if (oom) {
 		char lim[32] = "unlimited";

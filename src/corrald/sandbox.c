@@ -48,6 +48,7 @@ struct sandbox *sandbox_new(struct corrald *d, const char *id)
 	sb->ref = 1;
 	sb->d = d;
 	sb->pidfd = -1;
+	sb->oom_fd = -1;
 	sb->teardown = (struct worker)WORKER_INIT;
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
 	snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->sandboxes_dir, id);
@@ -74,6 +75,8 @@ static void sandbox_free(struct sandbox *sb)
 		event_free(sb->oom_ev);
 	if (sb->pidfd >= 0)
 		close(sb->pidfd);
+	if (sb->oom_fd >= 0)
+		close(sb->oom_fd);
 	worker_clear(&sb->teardown);
 	free(sb->reason);
 	free(sb->message);

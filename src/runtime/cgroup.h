@@ -52,6 +52,8 @@ struct cgroup_ops {
 	 * prepared.
 	 */
 	int (*mount_ns)(const char *target, struct error *err);
+	/* Optional: an eventfd signalled on each OOM of the cgroup (v1: cgroup.event_control). */
+	int (*oom_watch)(const char *parent, const char *id, struct error *err);
 	/* Optional: load what the manager caches about the host (v1: the hierarchy layout). */
 	void (*init)(void);
 };

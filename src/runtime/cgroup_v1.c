@@ -5,12 +5,14 @@
  * freezer and the limits need their controller.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -306,6 +308,38 @@ static int v1_probe(const char *parent, const char *id, struct sandbox_probe *re
 	return 0;
 }
 
+/* The v1 OOM notification: "<eventfd> <fd of memory.oom_control>" written to cgroup.event_control.
+ * The kernel keeps its own references, so the oom_control fd is closed at once; the registration
+ * ends when the eventfd is closed or the cgroup removed. */
+static int v1_oom_watch(const char *parent, const char *id, struct error *err)
+{
+	char ctl[PATH_MAX], evc[PATH_MAX], v[32];
+	v1_load();
+	if (!v1.present[V1_MEMORY])
+		return error_set(err, ENOTSUP, "cgroup v1 memory controller is not mounted under '%s'",
+				 v1.root);
+	if (v1_path(ctl, sizeof(ctl), V1_MEMORY, parent, id, "memory.oom_control") < 0 ||
+	    v1_path(evc, sizeof(evc), V1_MEMORY, parent, id, "cgroup.event_control") < 0)
+		return error_set(err, ENAMETOOLONG, "cgroup path too long");
+	int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (efd < 0)
+		return error_set_errno(err, errno, "eventfd");
+	int cfd = open(ctl, O_RDONLY | O_CLOEXEC);
+	if (cfd < 0) {
+		int e = errno;
+		close(efd);
+		return error_set_errno(err, e, "open '%s'", ctl);
+	}
+	snprintf(v, sizeof(v), "%d %d", efd, cfd);
+	int r = fs_write_string(evc, v);
+	close(cfd);
+	if (r < 0) {
+		close(efd);
+		return error_set_errno(err, -r, "register an OOM eventfd in '%s'", evc);
+	}
+	return efd;
+}
+
 /* In the sandbox: a tmpfs with one read-only mount per hierarchy (named like on the host, with
  * symlinks for co-mounted controllers), then the tmpfs itself made read-only. */
 static int v1_mount_ns(const char *target, struct error *err)
@@ -346,5 +380,6 @@ const struct cgroup_ops cgroup_v1_ops = {
     .remove = v1_remove,
     .probe = v1_probe,
     .mount_ns = v1_mount_ns,
+    .oom_watch = v1_oom_watch,
     .init = v1_load,
 };

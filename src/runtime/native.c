@@ -1275,6 +1275,17 @@ static int native_probe(const struct runtime_config *cfg, const char *id, pid_t 
 	return r;
 }
 
+static int native_oom_watch(const struct runtime_config *cfg, const char *id, struct error *err)
+{
+	int r;
+	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
+		return r;
+	const struct cgroup_ops *cg = cgroup_ops_cached();
+	if (!cg || !cg->oom_watch)
+		return -ENOTSUP; /* v2: memory.oom.group */
+	return cg->oom_watch(cgroup_parent(cfg), id, err);
+}
+
 static int native_prepare(const struct runtime_config *cfg, struct error *err)
 {
 	int r = check_config(cfg, err);
@@ -1300,4 +1311,5 @@ const struct runtime_ops runtime_native = {
     .kill = native_kill,
     .probe = native_probe,
     .prepare = native_prepare,
+    .oom_watch = native_oom_watch,
 };

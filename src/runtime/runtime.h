@@ -37,8 +37,8 @@
  *    parent cgroup is created on first use and never removed.
  *  - $CORRAL_CGROUP_FAVORDYNMODS=1: opt-in remount of the host's cgroup2 mount with favordynmods
  *    (see cgroup_favor_dynmods()).
- *  - On v1 there is no group OOM kill in the kernel: with spec->oom_group, corrald calls kill()
- *    when probe() shows oom_kills rising.
+ *  - On v1 there is no group OOM kill in the kernel: with spec->oom_group, corrald watches the fd
+ *    from oom_watch() (an eventfd registered on memory.oom_control) and calls kill() when it fires.
  */
 #pragma once
 
@@ -117,6 +117,11 @@ struct runtime_ops {
 	 * finding the cgroup layout) is then done once and inherited by every worker instead of
 	 * being redone in each (~1 ms per create). Quick; fine on the event loop at start-up. */
 	int (*prepare)(const struct runtime_config *cfg, struct error *err);
+	/* Optional (may be NULL). An fd (close-on-exec, non-blocking) that turns readable each time
+	 * the sandbox's memory cgroup hits OOM; read 8 bytes to clear it. -ENOTSUP when the backend
+	 * needs no watch (cgroup v2: memory.oom.group makes the kernel kill the group itself).
+	 * Quick; fine on the event loop. The caller closes the fd. */
+	int (*oom_watch)(const struct runtime_config *cfg, const char *id, struct error *err);
 };
 
 extern const struct runtime_ops runtime_native;

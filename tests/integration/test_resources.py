@@ -13,7 +13,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import subprocess  # noqa: E402
 
-from harness import CorralTestCase, binary, main  # noqa: E402
+from harness import CorralTestCase, binary, controller_dir, main  # noqa: E402
 
 HOST_CPUS = len(os.sched_getaffinity(0))
 
@@ -202,6 +202,9 @@ class Oom(CorralTestCase):
             return st if st["state"] == "Failed" else None
         st = self.wait_until(failed, timeout=15, msg="oomGroup sandbox to be Failed")
         self.assertEqual(st["reason"], "OOMKilled", st)
+        if controller_dir("memory"):
+            # cgroup v1: corrald reacted to the kernel's OOM notification, not to a poll.
+            self.assertIn("memory.oom_control event", self.corrald.log_tail(200))
         self.assertIn("memory limit 64Mi", st["message"])
         self.assertIn("peak", st["message"])
         r = self.client.post("/sandboxes/%s/proxy/44772/command" % sid, {"command": "true"})

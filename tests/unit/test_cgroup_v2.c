@@ -257,6 +257,20 @@ static void test_v1(void)
 	CHECK_U64(pr.cpu_nr_throttled, 1);
 	CHECK_U64(pr.cpu_throttled_ns, 99);
 
+	/* The OOM watch registers "<eventfd> <oom_control fd>" in cgroup.event_control. */
+	put("memory/corral/" ID "/cgroup.event_control", "");
+	int efd = cgroup_v1_ops.oom_watch("corral", ID, &err);
+	CHECK(efd >= 0);
+	int e1 = -1, e2 = -1;
+	CHECK_INT(sscanf(get("memory/corral/" ID "/cgroup.event_control"), "%d %d", &e1, &e2), 2);
+	CHECK_INT(e1, efd);
+	CHECK(e2 >= 0 && e2 != efd);
+	CHECK(fcntl(efd, F_GETFD) & FD_CLOEXEC);
+	if (efd >= 0)
+		close(efd);
+	CHECK(cgroup_v1_ops.oom_watch("corral", "nosuch", &err) < 0);
+	CHECK(cgroup_v2_ops.oom_watch == NULL); /* v2: memory.oom.group, no watch needed */
+
 	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
 		char rel[128];
 		snprintf(rel, sizeof(rel), "%s/corral/" ID, dirs[i]);
