@@ -9,9 +9,11 @@ response ends (Content-Length, chunked, or close), so faults land on request bou
   bad_gateway   answer 502 SANDBOX::BACKEND_UNREACHABLE itself without forwarding
   stall         forward, then stop relaying the answer for stall_s seconds and close
 
-and, independent of the per-request faults, it closes a client connection that stayed idle for
-idle_close_s seconds (what a server's keep-alive reaper does), so clients that reuse a pooled
-connection past the server's idle timeout fail visibly.
+and, independent of the per-request faults, it gives up on a client connection that stayed idle
+for idle_close_s seconds, the way a server's keep-alive reaper does, but without telling the
+client (no FIN), which is the race a real client loses: a request sent on that connection later
+is dropped unanswered and counted in stats["stale_reuses"]. A client whose pooled connections
+expire before the server's idle timeout never causes one.
 
 Counters (per fault kind, requests, idle closes) are kept in .stats; faults are drawn from a
 seeded random generator and can be limited to some methods/paths (match, exclude).
@@ -75,7 +77,7 @@ class FaultProxy:
         self.match = re.compile(match) if match else None
         self.exclude = re.compile(exclude) if exclude else None
         self.stats = {k: 0 for k in FAULTS}
-        self.stats.update(requests=0, idle_closes=0, connections=0)
+        self.stats.update(requests=0, idle_closes=0, stale_reuses=0, connections=0)
         self.stats_lock = threading.Lock()
         self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -124,8 +126,16 @@ class FaultProxy:
                 try:
                     head = c.read_until(b"\r\n\r\n", timeout=self.idle_close_s)
                 except socket.timeout:
-                    if not c.buf:
-                        self.count("idle_closes")
+                    if c.buf:
+                        return
+                    # The server has given up on this connection, but (as in the real race)
+                    # the client has not heard yet: a request sent on it now is lost.
+                    self.count("idle_closes")
+                    try:
+                        c.fill(timeout=120)
+                    except (socket.timeout, EOFError, OSError):
+                        return
+                    self.count("stale_reuses")
                     return
                 rl, hdrs = _headers(head)
                 n = int(hdrs.get("content-length", "0") or 0)
