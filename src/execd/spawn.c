@@ -3,6 +3,8 @@
 #include <grp.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
+#include <sys/syscall.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -63,10 +65,19 @@ static _noreturn_ void child_run(const struct spawn *sp, int errfd)
 {
 	/* Signals: default dispositions, empty mask (execd ignores SIGPIPE and catches others).
 	 * All signals are blocked until here, so none of execd's handlers can run in the child. */
-	struct sigaction dfl = {.sa_handler = SIG_DFL};
-	for (int s = 1; s < NSIG; s++)
+	/*
+	 * The raw syscall, not sigaction(): libc refuses to touch its reserved signals (32, 33),
+	 * and an ignored disposition inherited from whoever started execd survives exec.
+	 */
+	struct {
+		void (*handler)(int);
+		unsigned long flags;
+		void (*restorer)(void);
+		uint64_t mask;
+	} dfl = {.handler = SIG_DFL};
+	for (int s = 1; s <= 64; s++)
 		if (s != SIGKILL && s != SIGSTOP)
-			sigaction(s, &dfl, NULL);
+			syscall(SYS_rt_sigaction, s, &dfl, NULL, sizeof(dfl.mask));
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
