@@ -275,10 +275,10 @@ static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbo
 {
 	struct sandbox_probe pr = {0};
 	struct error err = {0};
-	if (sb->creating) {
+	if (sb->creating || sb->waiting) {
 		http_send_error(req, 409, "SANDBOX::NOT_READY",
-				"sandbox %s is still being created; stats are available once it is Running",
-				sb->id);
+				"sandbox %s is still %s; stats are available once it is Running",
+				sb->id, sb->waiting ? "waiting for capacity" : "being created");
 		return;
 	}
 	int r = d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err);

@@ -337,16 +337,34 @@ static void oom_group_kill(struct sandbox *sb, const char *how)
 		log_error("sandbox %s: group OOM kill failed: %s", sb->id, err.msg);
 }
 
+static void on_oom_grace_over(evutil_socket_t fd, short what, void *arg)
+{
+	struct sandbox *sb = arg;
+	if (!sb->deleting && !sandbox_ended(sb) && sb->death_ev)
+		oom_group_kill(sb, "memory.oom_control event");
+	sandbox_unref(sb);
+}
+
+/* The kernel signals the eventfd just before its OOM killer picks a victim. Killing the group at
+ * once would race that kill (a task already dying of our SIGKILL is not counted as OOM-killed),
+ * and the stats would show no OOM kill: let the kernel's kill land first. */
+#define OOM_GROUP_GRACE_MS 50
+
 static void on_oom_event(evutil_socket_t fd, short what, void *arg)
 {
 	struct sandbox *sb = arg;
 	uint64_t n;
 	ssize_t _unused_ got = read(fd, &n, sizeof(n));
-	if (sb->deleting || sandbox_ended(sb) || !sb->death_ev) {
-		event_del(sb->oom_ev);
+	event_del(sb->oom_ev);
+	if (sb->deleting || sandbox_ended(sb) || !sb->death_ev)
 		return;
+	sb->oom_fired = true;
+	struct timeval tv = {0, OOM_GROUP_GRACE_MS * 1000};
+	if (event_base_once(sb->d->base, -1, EV_TIMEOUT, on_oom_grace_over, sandbox_ref(sb), &tv) <
+	    0) {
+		oom_group_kill(sb, "memory.oom_control event");
+		sandbox_unref(sb);
 	}
-	oom_group_kill(sb, "memory.oom_control event");
 }
 
 static void on_oom_poll(evutil_socket_t fd, short what, void *arg)

@@ -341,6 +341,9 @@ class Admission(CorralTestCase):
         self.assertIn("cpu: needs 1000m, 0m of 2000m free", st["message"])
         got = self.client.get_sandbox(waiting[0]["id"]).json()
         self.assertEqual(got["status"]["reason"], "InsufficientCapacity")
+        r = self.client.get("/v1/sandboxes/%s/stats" % waiting[0]["id"])
+        self.assertEqual(r.status, 409, r)
+        self.assertIn("waiting for capacity", r.json()["message"])
         time.sleep(0.5)
         self.assertTrue(t.is_alive(), "the create answered while no capacity was free: %r" % out)
         self.assertEqual(self.client.delete_sandbox(a).status, 204)
@@ -458,8 +461,11 @@ class Disk(CorralTestCase):
                          % (create_s * 1000, df))
         self.assertEqual(self.client.delete_sandbox(sid).status, 204)
         self.wait_gone(sid)
-        out = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
-        self.assertNotIn(self.corrald.sandbox_dir(sid), out)
+        # The loop device goes with the last user of the file system (autoclear): the sandbox's
+        # mount namespace may outlive its processes for a moment.
+        self.wait_until(lambda: self.corrald.sandbox_dir(sid) not in subprocess.run(
+            ["losetup", "-a"], capture_output=True, text=True).stdout, timeout=10,
+            msg="the loop device of the deleted sandbox to be released")
 
     def test_no_limit_no_image(self):
         sid = self.create(resourceLimits={"cpu": "1", "memory": "256Mi"})["id"]
