@@ -195,10 +195,7 @@ struct child_ctx {
 	char execd_mnt[PATH_MAX]; /* run/corral-execd: mount point of the execd binary */
 	char empty[PATH_MAX];	  /* the sandbox's one empty read-only tmpfs, once mounted */
 	bool etc_in_upper;	  /* /etc files already written into the upper layer */
-	bool view_cpu;		  /* sysview/{cpuinfo,stat,online} exist; pin to cpus */
-	bool view_mem;		  /* sysview/meminfo exists */
-	cpu_set_t cpus;
-	char view[PATH_MAX]; /* <sandbox dir>/sysview */
+	struct sysview view;	  /* the CPU/memory view; pin to view.cpus when view.cpu */
 	char upper[PATH_MAX]; /* the overlay's upper dir (<dir>/upper, or <dir>/disk/upper) */
 	char overlay_opts[3 * PATH_MAX + 128];
 	char hostname[65];
@@ -341,25 +338,37 @@ static int setup_sys(struct child_ctx *c, struct error *err)
 	return r;
 }
 
-/* The sandbox's own CPU and memory view (sysview.h) over the host's files. */
+/* The sandbox's own CPU and memory view (sysview.h) over the host's files: written into a scratch
+ * tmpfs on the image's /tmp (replaced by the real /tmp right after), bound read-only from there.
+ * The binds keep the scratch file system alive after it is unmounted. Before write_file() and
+ * bind_ro() are defined: declared here. */
+static int write_file(const char *path, const char *data, mode_t mode, struct error *err);
 static int setup_view(const struct child_ctx *c, struct error *err)
 {
-	static const char *const files[][3] = {
-	    {"cpuinfo", "/proc/cpuinfo", "c"},
-	    {"stat", "/proc/stat", "c"},
-	    {"online", "/sys/devices/system/cpu/online", "c"},
-	    {"meminfo", "/proc/meminfo", "m"},
+	const struct {
+		const char *name, *target, *data;
+	} files[] = {
+	    {"cpuinfo", "/proc/cpuinfo", c->view.cpu ? c->view.cpuinfo : NULL},
+	    {"stat", "/proc/stat", c->view.cpu ? c->view.stat : NULL},
+	    {"online", "/sys/devices/system/cpu/online", c->view.cpu ? c->view.online : NULL},
+	    {"meminfo", "/proc/meminfo", c->view.mem ? c->view.meminfo : NULL},
 	};
-	char src[PATH_MAX + 16];
-	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
-		if (!(files[i][2][0] == 'c' ? c->view_cpu : c->view_mem))
+	if (!c->view.cpu && !c->view.mem)
+		return 0;
+	char scratch[PATH_MAX], src[PATH_MAX + 16];
+	snprintf(scratch, sizeof(scratch), "%s", R(c, "/tmp"));
+	int r = do_mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+			 "mode=700,size=4m", err);
+	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(files); i++) {
+		if (!files[i].data)
 			continue;
-		snprintf(src, sizeof(src), "%s/%s", c->view, files[i][0]);
-		int r = bind_ro(src, R(c, files[i][1]), MS_NOSUID | MS_NODEV | MS_NOEXEC, err);
-		if (r < 0)
-			return r;
+		snprintf(src, sizeof(src), "%s/%s", scratch, files[i].name);
+		if ((r = write_file(src, files[i].data, 0444, err)) == 0)
+			r = bind_ro(src, R(c, files[i].target), MS_NOSUID | MS_NODEV | MS_NOEXEC, err);
 	}
-	return 0;
+	if (r == 0 && umount2(scratch, MNT_DETACH) < 0)
+		r = error_set_errno(err, errno, "unmount the scratch tmpfs on '%s'", scratch);
+	return r;
 }
 
 static int setup_dev(const struct child_ctx *c, struct error *err)
@@ -617,7 +626,7 @@ static int intermediate_main(void *arg)
 		sync_fail(c->sync_fd, &e);
 	TRACE(15);
 	/* Inherited by PID 1 and everything it starts: nproc & co. see the sandbox's CPUs. */
-	if (c->view_cpu && sched_setaffinity(0, sizeof(c->cpus), &c->cpus) < 0) {
+	if (c->view.cpu && sched_setaffinity(0, sizeof(c->view.cpus), &c->view.cpus) < 0) {
 		error_set_errno(&e, errno, "pin the sandbox to its CPUs");
 		sync_fail(c->sync_fd, &e);
 	}
@@ -862,6 +871,7 @@ static void child_ctx_clear(struct child_ctx *c)
 	free(c->argv);
 	free(c->envp);
 	c->argv = c->envp = NULL;
+	sysview_clear(&c->view);
 }
 
 /* Read the sync pipe until EOF: PID 1's pid, or the first error. */
@@ -1030,9 +1040,8 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 		goto fail_files;
 	}
 
-	sb_path(c.view, sizeof(c.view), cfg, spec->id, SYSVIEW_DIR);
-	if ((r = sysview_write(c.view, spec->id, spec->cpu_limit_millis, spec->memory_limit_bytes,
-			       &c.view_cpu, &c.view_mem, &c.cpus, err)) < 0)
+	if ((r = sysview_build(spec->id, spec->cpu_limit_millis, spec->memory_limit_bytes, &c.view,
+			       err)) < 0)
 		goto fail_files;
 
 	TRACE(0);
@@ -1144,8 +1153,8 @@ static int detach_leftover_mounts(const char *dir)
 static int remove_files(const struct runtime_config *cfg, const char *id, struct error *err)
 {
 	/* DISK_MOUNT is unmounted by then (destroy detaches every mount below the dir first). */
-	static const char *const names[] = {"rootfs",    "upper",	  "work",     "run", "pid",
-					    "pid.tmp",   SYSVIEW_DIR, DISK_MOUNT, DISK_IMAGE};
+	static const char *const names[] = {"rootfs",  "upper",    "work",    "run",
+					    "pid",     "pid.tmp",  DISK_MOUNT, DISK_IMAGE};
 	char path[PATH_MAX];
 	int ret = 0;
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {

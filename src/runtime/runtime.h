@@ -17,7 +17,6 @@
  *     upper/ work/      the sandbox's private writable layer
  *     disk.img disk/    instead of upper/ work/ with an ephemeral-storage limit: the layer's own
  *                       ext4 image, mounted on disk/ (holding upper/ and work/); see disk.h
- *     sysview/          generated cpuinfo, stat, online, meminfo (sysview.h), bound read-only
  *     run/              bind-mounted at /.corral inside the sandbox (mode 0700)
  *       execd.sock      corral-execd's HTTP/1.1 listener (OpenSandbox execd API)
  *       execs/          one entry per execution: output, status (execd owns it)

@@ -1,17 +1,13 @@
 /*
  * The CPU and memory view of a sandbox: see sysview.h for what each tool reads and what is
- * generated. Files are written once, at create, by the runtime (outside the sandbox); the sandbox
- * gets them as read-only bind mounts.
+ * generated.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "runtime/sysview.h"
 #include "shared/fsutil.h"
@@ -243,61 +239,50 @@ char *sysview_meminfo(const char *host, uint64_t limit, uint64_t used)
 	return out;
 }
 
-/* A fresh directory of our own, so plain writes (no fsync: the view dies with the sandbox). */
-static int write_view(const char *dir, const char *name, const char *data, struct error *err)
+void sysview_clear(struct sysview *v)
 {
-	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	_cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0444);
-	if (fd < 0)
-		return error_set_errno(err, errno, "create '%s'", path);
-	size_t len = strlen(data);
-	ssize_t w = write(fd, data, len);
-	if (w != (ssize_t)len)
-		return error_set_errno(err, w < 0 ? errno : EIO, "write '%s'", path);
-	return 0;
+	free(v->online);
+	free(v->cpuinfo);
+	free(v->stat);
+	free(v->meminfo);
+	memset(v, 0, sizeof(*v));
 }
 
-int sysview_write(const char *dir, const char *id, uint64_t cpu_millis, uint64_t mem_bytes,
-		  bool *ret_cpu, bool *ret_mem, cpu_set_t *ret_cpus, struct error *err)
+int sysview_build(const char *id, uint64_t cpu_millis, uint64_t mem_bytes, struct sysview *ret,
+		  struct error *err)
 {
-	*ret_cpu = *ret_mem = false;
+	memset(ret, 0, sizeof(*ret));
 	unsigned n = sysview_ncpus(cpu_millis);
 	cpu_set_t allowed;
-	CPU_ZERO(ret_cpus);
 	if (n && sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
 		return error_set_errno(err, errno, "sched_getaffinity");
-	bool cpu = n && n < (unsigned)CPU_COUNT(&allowed);
-	if (!cpu && !mem_bytes)
-		return 0;
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-		return error_set_errno(err, errno, "mkdir '%s'", dir);
 	int r;
-	if (cpu) {
-		sysview_pick_cpus(&allowed, n, sysview_seed(id), ret_cpus);
+	if (n && n < (unsigned)CPU_COUNT(&allowed)) {
+		sysview_pick_cpus(&allowed, n, sysview_seed(id), &ret->cpus);
 		char list[4096];
-		_cleanup_free_ char *info = NULL, *stat = NULL, *vinfo = NULL, *vstat = NULL;
+		_cleanup_free_ char *info = NULL, *stat = NULL;
 		if ((r = fs_read_file("/proc/cpuinfo", HOST_FILE_MAX, &info, NULL)) < 0 ||
 		    (r = fs_read_file("/proc/stat", HOST_FILE_MAX, &stat, NULL)) < 0)
 			return error_set_errno(err, -r, "read the host's /proc/cpuinfo or /proc/stat");
-		if (sysview_cpulist(ret_cpus, list, sizeof(list)) < 0 ||
-		    !(vinfo = sysview_cpuinfo(info, ret_cpus)) || !(vstat = sysview_stat(stat, ret_cpus)))
+		if (sysview_cpulist(&ret->cpus, list, sizeof(list)) < 0 ||
+		    !(ret->online = strdup(list)) || !(ret->cpuinfo = sysview_cpuinfo(info, &ret->cpus)) ||
+		    !(ret->stat = sysview_stat(stat, &ret->cpus))) {
+			sysview_clear(ret);
 			return error_set(err, ENOMEM, "CPU view");
-		if ((r = write_view(dir, "online", list, err)) < 0 ||
-		    (r = write_view(dir, "cpuinfo", vinfo, err)) < 0 ||
-		    (r = write_view(dir, "stat", vstat, err)) < 0)
-			return r;
-		*ret_cpu = true;
+		}
+		ret->cpu = true;
 	}
 	if (mem_bytes) {
-		_cleanup_free_ char *info = NULL, *vinfo = NULL;
-		if ((r = fs_read_file("/proc/meminfo", HOST_FILE_MAX, &info, NULL)) < 0)
+		_cleanup_free_ char *info = NULL;
+		if ((r = fs_read_file("/proc/meminfo", HOST_FILE_MAX, &info, NULL)) < 0) {
+			sysview_clear(ret);
 			return error_set_errno(err, -r, "read the host's /proc/meminfo");
-		if (!(vinfo = sysview_meminfo(info, mem_bytes, 0)))
+		}
+		if (!(ret->meminfo = sysview_meminfo(info, mem_bytes, 0))) {
+			sysview_clear(ret);
 			return error_set(err, ENOMEM, "memory view");
-		if ((r = write_view(dir, "meminfo", vinfo, err)) < 0)
-			return r;
-		*ret_mem = true;
+		}
+		ret->mem = true;
 	}
 	return 0;
 }
