@@ -57,7 +57,13 @@ class CpuView(CorralTestCase):
         aff = self.sh(sid, "python3 -c 'import os; print(sorted(os.sched_getaffinity(0)))'").strip()
         procs = self.sh(sid, "grep ^processor /proc/cpuinfo | awk '{print $3}' | paste -sd,").strip()
         self.assertEqual("[%s]" % procs.replace(",", ", "), aff)
-        self.assertEqual(len(online.replace("-", ",").split(",")) >= 1, True)
+        cpus = []
+        for part in online.split(","):
+            lo, _, hi = part.partition("-")
+            cpus += list(range(int(lo), int(hi or lo) + 1))
+        self.assertEqual(str(cpus), aff, "online %r vs affinity %s" % (online, aff))
+        stat = self.sh(sid, "grep '^cpu[0-9]' /proc/stat | cut -d' ' -f1 | tr -d cpu | paste -sd,")
+        self.assertEqual("[%s]" % stat.strip().replace(",", ", "), aff)
         return sid
 
     @unittest.skipIf(HOST_CPUS < 2, "needs a host with 2 or more CPUs")
