@@ -65,9 +65,12 @@ static int run_mkfs(const char *img, struct error *err)
 	out[n] = '\0';
 	while (n && (out[n - 1] == '\n' || out[n - 1] == ' '))
 		out[--n] = '\0';
-	int status;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+	int status = 0;
+	pid_t w;
+	while ((w = waitpid(pid, &status, 0)) < 0 && errno == EINTR)
 		;
+	if (w < 0)
+		return error_set_errno(err, errno, "wait for mkfs.ext4");
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		return error_set(err, EIO, "mkfs.ext4 '%s' failed (status 0x%x): %s", img, status,
 				 n ? out : "no output");
