@@ -213,6 +213,18 @@ CORRAL_API void corral_sandbox_free(corral_sandbox *sb);
 /* Deletes now, with retries; a sandbox that is already gone counts as deleted. */
 CORRAL_API int corral_sandbox_delete_id(corral_client *c, const char *id, corral_error *err);
 
+/*
+ * Ids of every sandbox whose metadata has all the "key=value" pairs given (exact equality,
+ * server-side filter), following every page. *ret_ids is NULL-terminated (corral_strv_free).
+ */
+CORRAL_API int corral_sandbox_list(corral_client *c, const char *const *metadata, char ***ret_ids,
+				   corral_error *err);
+
+/* Label helpers, as the client applies them: the normalized key prefix ("corral" -> "corral/",
+ * blank -> "", -EINVAL when not a DNS subdomain) and a value sanitized to label rules. */
+CORRAL_API int corral_label_prefix_normalize(const char *prefix, char **ret);
+CORRAL_API char *corral_label_value_sanitize(const char *value);
+
 typedef struct corral_sandbox_info {
 	char state[32];    /* "Pending", "Running", "Paused", "Terminated", "Failed", ... */
 	char reason[64];
@@ -267,6 +279,14 @@ CORRAL_API int corral_exec(corral_sandbox *sb, const char *command, const corral
 			   corral_exec_result *ret, corral_error *err);
 
 CORRAL_API void corral_exec_result_clear(corral_exec_result *r);
+
+/*
+ * The output of a background execution from byte offset cursor (stdout and stderr combined):
+ * *ret_data (free()) holds what there is now, *ret_next the cursor to continue from.
+ */
+CORRAL_API int corral_exec_logs(corral_sandbox *sb, const char *exec_id, uint64_t cursor,
+				char **ret_data, size_t *ret_len, uint64_t *ret_next,
+				corral_error *err);
 
 /* Generates an execution id (32 lowercase hex). Returns 0 or -errno. */
 CORRAL_API int corral_exec_id_new(char ret[CORRAL_EXEC_ID_LEN]);

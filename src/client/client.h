@@ -91,6 +91,7 @@ struct http_req {
 	long timeout_ms;       /* the whole transfer; 0 = none */
 	bool stream;           /* deliver the body through http_stream_next */
 	long stall_s;          /* streams: abort when nothing arrives for this long (0 = never) */
+	bool fresh;            /* on a new connection (no silent resend by libcurl possible) */
 };
 
 struct http_resp {
@@ -102,6 +103,8 @@ struct http_resp {
 	CURLcode cc;             /* CURLE_OK when an answer arrived complete */
 	char error[CURL_ERROR_SIZE + 64];
 	bool sent_nothing;       /* failed before a byte of the request was sent */
+	bool resent;             /* libcurl sent the request twice: its reused connection died
+				  * without an answer and it retried on a new one by itself */
 	bool overflow;
 };
 

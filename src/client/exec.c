@@ -325,8 +325,11 @@ static int run_foreground(struct run *r, const char *body, int64_t deadline, cor
 				       r->id, sb->id);
 			break;
 		}
+		/* Without id support a silent resend by libcurl could run the command twice: such
+		 * submits go on a new connection. */
 		struct http_req rq = {.method = "POST", .path = path, .body = body,
-				      .timeout_ms = deadline ? left : 0, .stall_s = c->o.stream_stall_s};
+				      .timeout_ms = deadline ? left : 0, .stall_s = c->o.stream_stall_s,
+				      .fresh = atomic_load(&c->ids_supported) != 1};
 		struct xfer *x = NULL;
 		r->res->submits++;
 		int rc = http_stream_start(c, &rq, &x);
@@ -397,7 +400,8 @@ static int run_background(struct run *r, const char *body, int64_t deadline, cor
 	/* Submit (the answer is the init event and an immediate completion). */
 	for (int failures = 0;;) {
 		struct http_req rq = {.method = "POST", .path = path, .body = body,
-				      .timeout_ms = (long)(c->o.request_timeout_s * 1000)};
+				      .timeout_ms = (long)(c->o.request_timeout_s * 1000),
+				      .fresh = atomic_load(&c->ids_supported) != 1};
 		struct http_resp rs;
 		r->res->submits++;
 		http_do(c, &rq, &rs);
@@ -575,4 +579,42 @@ CORRAL_API int corral_exec(corral_sandbox *sb, const char *command, const corral
 	if (rc == 0 && err)
 		memset(err, 0, sizeof(*err));
 	return rc;
+}
+
+CORRAL_API int corral_exec_logs(corral_sandbox *sb, const char *exec_id, uint64_t cursor,
+				char **ret_data, size_t *ret_len, uint64_t *ret_next,
+				corral_error *err)
+{
+	if (!sb || !exec_id || !id_is_hex32(exec_id))
+		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT,
+				"execution id '%s': expected 32 lowercase hex characters",
+				exec_id ? exec_id : "");
+	struct corral_client *c = sb->c;
+	char path[300];
+	snprintf(path, sizeof(path), "/sandboxes/%s" EXECD "/command/%s/logs?cursor=%llu", sb->id,
+		 exec_id, (unsigned long long)cursor);
+	char what[160];
+	snprintf(what, sizeof(what), "output of execution %s in sandbox %s", exec_id, sb->id);
+	for (int failures = 0;;) {
+		struct http_req rq = {.method = "GET", .path = path,
+				      .timeout_ms = (long)(c->o.request_timeout_s * 1000)};
+		struct http_resp rs;
+		http_do(c, &rq, &rs);
+		if (rs.status == 200) {
+			*ret_data = rs.body;
+			*ret_len = rs.len;
+			*ret_next = cursor + rs.len;
+			rs.body = NULL;
+			http_resp_clear(&rs);
+			return 0;
+		}
+		int r = cerr_from_resp(err, &rs, what);
+		if (rs.status == 400 && err && strstr(err->message, "no execution"))
+			err->code = CORRAL_E_LOST_EXECUTION, r = cerr_errno(CORRAL_E_LOST_EXECUTION);
+		bool again = transient(&rs);
+		http_resp_clear(&rs);
+		if (!again || ++failures > c->o.operation_retries + 1)
+			return r;
+		backoff(c, failures);
+	}
 }

@@ -34,7 +34,10 @@ struct xfer {
 	char *buf;
 	size_t len, cap;
 	bool done, paused, want_unpause, want_abort, in_ctl, overflow;
+	bool resent;
 	bool headers_done; /* the blank line that ends the answer's headers arrived */
+	int prereqs;       /* worker only: times the request was about to go out (libcurl resends
+			    * a request whose reused connection died without an answer) */
 	long status;
 	CURLcode cc;
 	bool sent_nothing;
@@ -104,6 +107,16 @@ static size_t on_header(char *data, size_t size, size_t n, void *p)
 	return len;
 }
 
+/* Called right before the request is sent on a new or reused connection: from here on the
+ * server may have seen (part of) it. */
+static int on_prereq(void *p, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port,
+		     int conn_local_port)
+{
+	struct xfer *x = p;
+	x->prereqs++;
+	return CURL_PREREQFUNC_OK;
+}
+
 static void xfer_free(struct xfer *x)
 {
 	if (!x)
@@ -169,6 +182,8 @@ static struct xfer *xfer_new(struct corral_client *c, const struct http_req *rq)
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(c->o.connect_timeout_s * 1000));
 	if (rq->timeout_ms > 0)
 		curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, rq->timeout_ms);
+	if (rq->fresh)
+		curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
 	if (rq->stall_s > 0) {
 		curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
 		curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, rq->stall_s);
@@ -187,6 +202,8 @@ static struct xfer *xfer_new(struct corral_client *c, const struct http_req *rq)
 	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
+	curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
+	curl_easy_setopt(e, CURLOPT_PREREQDATA, x);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, x);
 	return x;
 }
@@ -202,19 +219,18 @@ static void finish_locked(struct xfer *x, CURLcode cc)
 
 static void collect(struct xfer *x, CURLcode cc)
 {
-	long st = 0, reqsize = 0;
-	curl_off_t up = 0;
+	long st = 0;
 	curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &st);
-	curl_easy_getinfo(x->easy, CURLINFO_REQUEST_SIZE, &reqsize);
-	curl_easy_getinfo(x->easy, CURLINFO_SIZE_UPLOAD_T, &up);
-	bool nothing = cc != CURLE_OK &&
-		       (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||
-			(reqsize == 0 && up == 0 && st == 0));
+	/* Failed before the request was about to go out (resolve, connect): nothing was sent.
+	 * (CURLINFO_REQUEST_SIZE is not a reliable witness: it stays 0 for requests that were
+	 * sent when the answer never came.) */
+	bool nothing = cc != CURLE_OK && x->prereqs == 0;
 	curl_multi_remove_handle(x->c->multi, x->easy);
 	pthread_mutex_lock(&x->c->mu);
 	if (st)
 		x->status = st;
 	x->sent_nothing = nothing;
+	x->resent = x->prereqs > 1;
 	finish_locked(x, cc);
 	pthread_mutex_unlock(&x->c->mu);
 }
@@ -352,6 +368,7 @@ static void take_result(struct xfer *x, struct http_resp *rs)
 	}
 	rs->cc = x->cc;
 	rs->sent_nothing = x->sent_nothing;
+	rs->resent = x->resent;
 	rs->overflow = x->overflow;
 	if (x->cc == CURLE_OK)
 		rs->status = x->status;

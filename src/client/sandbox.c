@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "shared/id.h"
 
 #define EXECD_PROXY "/proxy/44772"
 #define PING_TIMEOUT_MS 10000L
@@ -69,8 +70,8 @@ static int kv_into(json_t *obj, const char *const *kv, const char *field, bool s
 }
 
 /* The create body: attribution and CPU caps first, the spec's own entries on top. */
-static int create_body(struct corral_client *c, const corral_sandbox_spec *s, char **ret,
-		       corral_error *err)
+static int create_body(struct corral_client *c, const corral_sandbox_spec *s, const char *attempt,
+		       char **ret, corral_error *err)
 {
 	json_t *b __attribute__((cleanup(json_decrefp))) = json_object();
 	json_object_set_new(b, "image", json_pack("{s:s}", "uri", s->image ? s->image : "host"));
@@ -113,6 +114,12 @@ static int create_body(struct corral_client *c, const corral_sandbox_spec *s, ch
 	r = kv_into(md, s->metadata, "metadata", true, err);
 	if (r < 0)
 		return r;
+	if (attempt) {
+		_cleanup_free_ char *k = NULL;
+		if (asprintf(&k, "%sattempt", c->label_prefix) < 0)
+			return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+		json_object_set_new(md, k, json_string(attempt));
+	}
 	*ret = json_dumps(b, JSON_COMPACT);
 	return *ret ? 0 : cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
 }
@@ -127,18 +134,68 @@ static struct corral_sandbox *sandbox_new(struct corral_client *c, const char *i
 	return sb;
 }
 
+/*
+ * A create whose answer was lost (the connection failed after the request went out) may still
+ * have made a sandbox nobody knows the id of. Each attempt carries a unique label
+ * <prefix>attempt=TOKEN, so the sandboxes of a lost attempt are found and deleted before the next
+ * attempt. Best effort: what cannot be listed or deleted is left to the TTL.
+ */
+static void sweep_attempt(struct corral_client *c, const char *token, const char *keep_id)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "/v1/sandboxes?pageSize=200&metadata=%sattempt%%3D%s",
+		 c->label_prefix, token);
+	/* '/' in the prefix: fine unencoded in a query string; '.' and '-' likewise. */
+	for (int attempt = 1; attempt <= c->o.operation_retries + 1; attempt++) {
+		struct http_req rq = {.method = "GET", .path = path, .api_key = true,
+				      .timeout_ms = (long)(c->o.request_timeout_s * 1000)};
+		struct http_resp rs;
+		http_do(c, &rq, &rs);
+		json_t *items = json_object_get(rs.json, "items");
+		if (rs.status == 200 && json_is_array(items)) {
+			size_t i;
+			json_t *it;
+			json_array_foreach(items, i, it) {
+				const char *id = json_string_value(json_object_get(it, "id"));
+				if (!id || !*id || strchr(id, '/') || strlen(id) >= CORRAL_ID_MAX ||
+				    (keep_id && strcmp(id, keep_id) == 0))
+					continue;
+				client_log(c, 2, "deleting sandbox %s of a create attempt whose answer was lost", id);
+				if (corral_sandbox_delete_id(c, id, NULL) < 0) {
+					struct corral_sandbox *sb = sandbox_new(c, id);
+					corral_sandbox_release(sb);
+				}
+			}
+			http_resp_clear(&rs);
+			return;
+		}
+		bool transient = rs.status == 0 || policy_status_retryable(rs.status);
+		http_resp_clear(&rs);
+		if (!transient)
+			return;
+		client_sleep_s(policy_backoff_s(attempt, c->o.operation_retry_delay_s,
+						c->o.operation_retry_max_delay_s, client_random()));
+	}
+}
+
 /* One attempt: POST, then the ping through the proxy. On failure after the POST succeeded,
  * *ret_id holds the id to delete. */
 static int create_once(struct corral_client *c, const char *body, int64_t deadline_ms,
-		       char ret_id[CORRAL_ID_MAX], corral_error *err)
+		       char ret_id[CORRAL_ID_MAX], bool *ret_unknown, bool *ret_resent,
+		       corral_error *err)
 {
 	ret_id[0] = '\0';
+	*ret_unknown = false;
+	*ret_resent = false;
 	int64_t left = deadline_ms - client_now_ms();
 	struct http_req rq = {.method = "POST", .path = "/v1/sandboxes", .body = body,
 			      .api_key = true, .timeout_ms = MAX(1, left)};
 	struct http_resp rs;
 	int r = http_do(c, &rq, &rs);
+	*ret_resent = rs.resent;
 	if (r < 0 || (rs.status != 202 && rs.status != 200 && rs.status != 201)) {
+		/* No answer although the request went out: the sandbox may exist. */
+		*ret_unknown = rs.status == 0 && !rs.sent_nothing;
 		r = cerr_from_resp(err, &rs, "create sandbox");
 		http_resp_clear(&rs);
 		return r;
@@ -146,6 +203,7 @@ static int create_once(struct corral_client *c, const char *body, int64_t deadli
 	const char *id = json_string_value(json_object_get(rs.json, "id"));
 	if (!id || !*id || strlen(id) >= CORRAL_ID_MAX || strchr(id, '/')) {
 		r = cerr_set(err, CORRAL_E_PROTOCOL, "create sandbox: answer without a valid id");
+		*ret_unknown = true;
 		http_resp_clear(&rs);
 		return r;
 	}
@@ -183,10 +241,7 @@ CORRAL_API int corral_sandbox_create(corral_client *c, const corral_sandbox_spec
 		corral_sandbox_spec_init(&defaults);
 		spec = &defaults;
 	}
-	_cleanup_free_ char *body = NULL;
-	int r = create_body(c, spec, &body, err);
-	if (r < 0)
-		return r;
+	int r;
 	client_op_begin(c);
 	int64_t deadline = client_now_ms() + (int64_t)(c->o.create_timeout_s * 1000);
 	corral_error last = {0};
@@ -195,8 +250,21 @@ CORRAL_API int corral_sandbox_create(corral_client *c, const corral_sandbox_spec
 		if (client_now_ms() >= deadline)
 			break;
 		attempts++;
-		char id[CORRAL_ID_MAX];
-		r = create_once(c, body, deadline, id, &last);
+		char token[HEXID_LEN], id[CORRAL_ID_MAX];
+		if (id_hex32(token) < 0)
+			snprintf(token, sizeof(token), "%032llx", (unsigned long long)client_now_ms());
+		token[12] = '\0';
+		_cleanup_free_ char *body = NULL;
+		r = create_body(c, spec, c->o.attribution ? token : NULL, &body, err);
+		if (r < 0) {
+			client_op_end(c);
+			return r;
+		}
+		bool unknown, resent;
+		r = create_once(c, body, deadline, id, &unknown, &resent, &last);
+		/* libcurl resent the create on its own: the first copy may have made a sandbox. */
+		if (resent && c->o.attribution)
+			sweep_attempt(c, token, id[0] ? id : NULL);
 		if (r == 0) {
 			client_op_end(c);
 			struct corral_sandbox *sb = sandbox_new(c, id);
@@ -207,6 +275,8 @@ CORRAL_API int corral_sandbox_create(corral_client *c, const corral_sandbox_spec
 			*ret = sb;
 			return 0;
 		}
+		if (!id[0] && unknown && !resent && c->o.attribution)
+			sweep_attempt(c, token, NULL);
 		if (id[0]) {
 			/* The failed attempt's sandbox goes before the next attempt starts. */
 			corral_error de;
@@ -340,5 +410,108 @@ CORRAL_API int corral_sandbox_info_get(corral_sandbox *sb, corral_sandbox_info *
 	if ((s = json_string_value(json_object_get(st, "message"))))
 		snprintf(ret->message, sizeof(ret->message), "%s", s);
 	json_decref(j);
+	return 0;
+}
+
+CORRAL_API int corral_label_prefix_normalize(const char *prefix, char **ret)
+{
+	return policy_label_prefix(prefix ? prefix : "", ret);
+}
+
+CORRAL_API char *corral_label_value_sanitize(const char *value)
+{
+	return value ? policy_sanitize_label_value(value) : NULL;
+}
+
+/* Appends s percent-encoded (everything but unreserved characters). */
+static void url_escape_into(char *out, size_t cap, const char *s)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t n = strlen(out);
+	for (const unsigned char *p = (const unsigned char *)s; *p && n + 4 < cap; p++) {
+		if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+		    strchr("-._~", *p)) {
+			out[n++] = (char)*p;
+		} else {
+			out[n++] = '%';
+			out[n++] = hex[*p >> 4];
+			out[n++] = hex[*p & 15];
+		}
+	}
+	out[n] = '\0';
+}
+
+CORRAL_API int corral_sandbox_list(corral_client *c, const char *const *metadata, char ***ret_ids,
+				   corral_error *err)
+{
+	/* The filter is one query parameter holding a url-encoded query string. */
+	char inner[2048] = "", filter[6144] = "";
+	for (size_t i = 0; metadata && metadata[i]; i++) {
+		const char *eq = strchr(metadata[i], '=');
+		if (!eq || eq == metadata[i])
+			return cerr_set(err, CORRAL_E_INVALID_ARGUMENT,
+					"metadata filter '%s': expected key=value", metadata[i]);
+		_cleanup_free_ char *k = strndup(metadata[i], (size_t)(eq - metadata[i]));
+		if (i)
+			strncat(inner, "&", sizeof(inner) - strlen(inner) - 1);
+		url_escape_into(inner, sizeof(inner), k);
+		strncat(inner, "=", sizeof(inner) - strlen(inner) - 1);
+		url_escape_into(inner, sizeof(inner), eq + 1);
+	}
+	url_escape_into(filter, sizeof(filter), inner);
+	size_t n = 0, cap = 16;
+	char **ids = calloc(cap, sizeof(char *));
+	if (!ids)
+		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+	for (int page = 1;; page++) {
+		char path[6400];
+		snprintf(path, sizeof(path), "/v1/sandboxes?page=%d&pageSize=200%s%s", page,
+			 *filter ? "&metadata=" : "", filter);
+		json_t *j = NULL;
+		int r = 0;
+		for (int attempt = 1;; attempt++) {
+			struct http_req rq = {.method = "GET", .path = path, .api_key = true,
+					      .timeout_ms = (long)(c->o.request_timeout_s * 1000)};
+			struct http_resp rs;
+			http_do(c, &rq, &rs);
+			if (rs.status == 200 && json_is_array(json_object_get(rs.json, "items"))) {
+				j = json_incref(rs.json);
+				http_resp_clear(&rs);
+				break;
+			}
+			r = rs.status == 200
+				    ? cerr_set(err, CORRAL_E_PROTOCOL, "list sandboxes: answer without 'items'")
+				    : cerr_from_resp(err, &rs, "list sandboxes");
+			bool transient = rs.status == 0 || policy_status_retryable(rs.status);
+			http_resp_clear(&rs);
+			if (!transient || attempt > c->o.operation_retries) {
+				corral_strv_free(ids);
+				return r;
+			}
+			client_sleep_s(policy_backoff_s(attempt, c->o.operation_retry_delay_s,
+							c->o.operation_retry_max_delay_s, client_random()));
+		}
+		size_t i;
+		json_t *it;
+		json_array_foreach(json_object_get(j, "items"), i, it) {
+			const char *id = json_string_value(json_object_get(it, "id"));
+			if (!id || !*id)
+				continue;
+			if (n + 2 > cap) {
+				char **nv = realloc(ids, cap * 2 * sizeof(char *));
+				if (!nv)
+					break;
+				ids = nv;
+				cap *= 2;
+			}
+			ids[n++] = strdup(id);
+			ids[n] = NULL;
+		}
+		bool more = json_is_true(json_object_get(json_object_get(j, "pagination"), "hasNextPage"));
+		json_decref(j);
+		if (!more || page > 100000)
+			break;
+	}
+	*ret_ids = ids;
 	return 0;
 }

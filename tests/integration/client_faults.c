@@ -65,10 +65,17 @@ static void sleep_s(double s)
 	nanosleep(&ts, NULL);
 }
 
+static void log_stderr(void *ud, int level, const char *msg)
+{
+	fprintf(stderr, "libcorral[%d]: %s\n", level, msg);
+}
+
 static corral_client *client_for(const char *server, bool faulty)
 {
 	corral_options o;
 	corral_options_init(&o);
+	if (getenv("CLIENT_FAULTS_LOG"))
+		o.log = log_stderr;
 	o.server = server;
 	o.label_prefix = "corral/";
 	o.workload = "client-faults";
