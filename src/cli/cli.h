@@ -59,6 +59,8 @@ int cmd_ps(struct cli *cli, int argc, char **argv);
 int cmd_rm(struct cli *cli, int argc, char **argv);
 int cmd_inspect(struct cli *cli, int argc, char **argv);
 int cmd_stats(struct cli *cli, int argc, char **argv);
+int cmd_reap(struct cli *cli, int argc, char **argv); /* on libcorral */
+int cmd_logs(struct cli *cli, int argc, char **argv); /* on libcorral */
 
 /* ---- options (corral.c) ---- */
 

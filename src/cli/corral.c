@@ -15,6 +15,8 @@ static const struct command commands[] = {
 	{"rm", cmd_rm, "delete sandboxes"},
 	{"inspect", cmd_inspect, "show one sandbox as JSON"},
 	{"stats", cmd_stats, "show what a sandbox uses (memory, OOM kills, CPU, pids, disk)"},
+	{"logs", cmd_logs, "print the output of a background execution"},
+	{"reap", cmd_reap, "find (and with --reap delete) the sandboxes a run left behind"},
 };
 
 static void usage(FILE *f)

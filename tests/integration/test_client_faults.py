@@ -131,5 +131,55 @@ class ClientIdleTests(harness.CorralTestCase):
         self.assertGreater(proxy.stats["idle_closes"], 0, "no connection ever idled out")
 
 
+class ClientCliTests(harness.CorralTestCase):
+    """The CLI commands built on libcorral: reap and logs."""
+
+    def corral(self, *args):
+        p = subprocess.run([harness.binary("corral"), "--server", self.corrald.base_url] + list(args),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+    def test_reap_audits_then_deletes_one_run(self):
+        mine = [self.create(metadata={"corral/run": "r-42", "corral/user": "alice"})["id"]
+                for _ in range(3)]
+        other_user = self.create(metadata={"corral/run": "r-42", "corral/user": "bob"})["id"]
+        other_run = self.create(metadata={"corral/run": "r-43", "corral/user": "alice"})["id"]
+        rc, out, err = self.corral("reap", "--run-id", "r-42", "--user", "alice")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("Would delete 3 sandbox(es) for run 'r-42' and user 'alice'", out)
+        self.assertEqual(sorted(out.split()[-3:]), sorted(mine))
+        self.assertEqual(self.client.get_sandbox(mine[0]).status, 200)  # audit deletes nothing
+        rc, out, err = self.corral("reap", "--run-id", "r-42", "--user", "alice", "--reap", "-o", "json")
+        self.assertEqual(rc, 0, err)
+        res = json.loads(out)
+        self.assertEqual(sorted(res["matched"]), sorted(mine))
+        self.assertEqual(res["left"], [])
+        for sid in mine:
+            self.assertEqual(self.client.get_sandbox(sid).status, 404)
+        for sid in (other_user, other_run):
+            self.assertEqual(self.client.get_sandbox(sid).status, 200)
+        # nemo-gym's prefix works too; nothing matches: exit 0
+        rc, out, err = self.corral("reap", "--run-id", "r-42", "--label-prefix", "nemo-gym.nvidia.com/")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("Would delete 0 sandbox(es)", out)
+        self.assertEqual(self.corral("reap")[0], 1)
+        self.assertEqual(self.corral("reap", "--run-id", "x", "--label-prefix", "Bad_")[0], 1)
+
+    def test_logs_of_a_background_execution(self):
+        sid = self.create()["id"]
+        xid = "00112233445566778899aabbccddeeff"
+        r = self.client.post(self.client.execd_path(sid, "/command"),
+                             {"command": "echo one; echo two >&2", "background": True, "id": xid})
+        self.assertEqual(r.status, 200)
+        self.client.wait_command(sid, xid)
+        rc, out, err = self.corral("logs", sid, xid)
+        self.assertEqual((rc, out), (0, "one\ntwo\n"), err)
+        rc, out, err = self.corral("logs", "--cursor", "4", sid, xid)
+        self.assertEqual((rc, out), (0, "two\n"), err)
+        self.assertIn("cursor: 8", err)
+        self.assertEqual(self.corral("logs", sid, "f" * 32)[0], 2)
+        self.assertEqual(self.corral("logs", sid, "nothex")[0], 1)
+
+
 if __name__ == "__main__":
     harness.main()

@@ -1,0 +1,247 @@
+/*
+ * corral reap: find the sandboxes of one run (by its attribution labels) and delete them. Audit
+ * by default; --reap deletes concurrently, sweeps again until nothing matches (at most 3 sweeps),
+ * and exits non-zero when something is left. Built on libcorral (listing, deletes with retries,
+ * 404 = already gone).
+ */
+#include <corral/corral.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define REAP_SWEEPS 3
+#define REAP_PARALLEL 32
+
+static const char reap_help[] =
+	"Usage: corral reap --run-id RUN [--user USER] [--label-prefix PREFIX] [--reap] [-o json]\n"
+	"\n"
+	"Finds the sandboxes a run left behind, by the attribution labels libcorral puts on every\n"
+	"sandbox (PREFIX + run, PREFIX + user), and lists them. With --reap it deletes them (32 at a\n"
+	"time; a sandbox already gone counts as deleted), lists again and repeats until none is left,\n"
+	"at most 3 sweeps. RUN and USER are sanitized like label values before matching.\n"
+	"\n"
+	"Options:\n"
+	"  --run-id RUN          the run's id (label PREFIX run); required\n"
+	"  --user USER           only the sandboxes of this user (label PREFIX user)\n"
+	"  --label-prefix P      label key prefix (default corral/; e.g. nemo-gym.nvidia.com/)\n"
+	"  --reap                delete (default: audit only)\n"
+	"  -o, --output FORMAT   text (default) or json\n"
+	"\n" CLI_COMMON_HELP
+	"\n"
+	"Example:\n"
+	"  corral reap --run-id 3f2a9c01b7de --user alice --reap\n"
+	"\n"
+	"Exit status: 0 nothing matched or everything was deleted (audit: the listing worked);\n"
+	"1 usage error; 2 some sandboxes are left, or the server refused; 3 the server could not be\n"
+	"reached.\n";
+
+struct reap_job {
+	corral_client *c;
+	char **ids;
+	size_t n;
+	atomic_size_t next;
+	atomic_size_t deleted, failed;
+	bool json;
+};
+
+static void *reap_worker(void *p)
+{
+	struct reap_job *j = p;
+	for (;;) {
+		size_t i = atomic_fetch_add(&j->next, 1);
+		if (i >= j->n || cli_interrupted())
+			return NULL;
+		corral_error e;
+		if (corral_sandbox_delete_id(j->c, j->ids[i], &e) == 0) {
+			atomic_fetch_add(&j->deleted, 1);
+			if (!j->json)
+				printf("Deleted %s\n", j->ids[i]);
+		} else {
+			atomic_fetch_add(&j->failed, 1);
+			fprintf(stderr, "corral: failed to delete %s: %s\n", j->ids[i], e.message);
+		}
+		fflush(stdout);
+	}
+}
+
+static int exit_for(const corral_error *e)
+{
+	return e->code == CORRAL_E_CONNECTION ? EXIT_CONNECT : EXIT_API;
+}
+
+static void json_ids(const char *name, char **ids, bool comma)
+{
+	printf("\"%s\":[", name);
+	for (size_t i = 0; ids && ids[i]; i++)
+		printf("%s\"%s\"", i ? "," : "", ids[i]);
+	printf("]%s", comma ? "," : "");
+}
+
+int cmd_reap(struct cli *cli, int argc, char **argv)
+{
+	enum { OPT_RUN = OPT_FIRST_COMMAND_OPTION + 0x40, OPT_USER, OPT_PREFIX, OPT_REAP };
+	static const struct option options[] = {
+		CLI_COMMON_OPTIONS,
+		{"run-id", required_argument, NULL, OPT_RUN},
+		{"user", required_argument, NULL, OPT_USER},
+		{"label-prefix", required_argument, NULL, OPT_PREFIX},
+		{"reap", no_argument, NULL, OPT_REAP},
+		{"output", required_argument, NULL, 'o'},
+		{0},
+	};
+	const char *run = NULL, *user = NULL, *prefix = "corral/";
+	bool reap = false, json = false;
+	int c;
+	while ((c = getopt_long(argc, argv, "ho:", options, NULL)) != -1) {
+		if (cli_common_option(cli, c, optarg))
+			continue;
+		switch (c) {
+		case 'h':
+			fputs(reap_help, stdout);
+			return EXIT_OK;
+		case OPT_RUN:
+			run = optarg;
+			break;
+		case OPT_USER:
+			user = optarg;
+			break;
+		case OPT_PREFIX:
+			prefix = optarg;
+			break;
+		case OPT_REAP:
+			reap = true;
+			break;
+		case 'o':
+			if (strcmp(optarg, "json") == 0)
+				json = true;
+			else if (strcmp(optarg, "text") != 0)
+				return cli_usage_error("reap", "--output: expected text or json");
+			break;
+		default:
+			return cli_try_help("reap");
+		}
+	}
+	if (optind < argc)
+		return cli_usage_error("reap", "unexpected argument '%s'", argv[optind]);
+	if (!run || !*run || strspn(run, " \t") == strlen(run))
+		return cli_usage_error("reap", "--run-id is required (and not blank)");
+	if (user && strspn(user, " \t") == strlen(user))
+		return cli_usage_error("reap", "--user must not be blank");
+	_cleanup_free_ char *pfx = NULL;
+	if (corral_label_prefix_normalize(prefix, &pfx) < 0)
+		return cli_usage_error("reap", "--label-prefix '%s': expected a lowercase DNS subdomain followed by '/', or \"\"",
+				       prefix);
+	_cleanup_free_ char *srun = corral_label_value_sanitize(run);
+	_cleanup_free_ char *suser = user ? corral_label_value_sanitize(user) : NULL;
+	_cleanup_free_ char *f_run = NULL, *f_user = NULL;
+	if (!srun || asprintf(&f_run, "%srun=%s", pfx, srun) < 0 ||
+	    (suser && asprintf(&f_user, "%suser=%s", pfx, suser) < 0))
+		return EXIT_API;
+	const char *filter[] = {f_run, f_user, NULL};
+
+	corral_options o;
+	corral_options_init(&o);
+	o.server = cli->server;
+	o.api_key = cli->api_key;
+	o.attribution = false;
+	o.reaper_threads = 1;
+	o.drain_timeout_s = 0;
+	corral_client *client;
+	corral_error e;
+	if (corral_client_new(&o, &client, &e) < 0) {
+		fprintf(stderr, "corral: %s\n", e.message);
+		return EXIT_USAGE;
+	}
+	char **ids = NULL;
+	int ret = EXIT_OK;
+	if (corral_sandbox_list(client, filter, &ids, &e) < 0) {
+		fprintf(stderr, "corral: %s\n", e.message);
+		corral_client_free(client);
+		return exit_for(&e);
+	}
+	size_t n = 0;
+	while (ids[n])
+		n++;
+	char who[600];
+	snprintf(who, sizeof(who), "for run '%s'%s%s%s", srun, suser ? " and user '" : "",
+		 suser ? suser : "", suser ? "'" : "");
+	if (!reap) {
+		if (json) {
+			printf("{\"run\":\"%s\",\"user\":\"%s\",", srun, suser ? suser : "");
+			json_ids("matched", ids, false);
+			printf("}\n");
+		} else {
+			printf("Would delete %zu sandbox(es) %s\n", n, who);
+			for (size_t i = 0; i < n; i++)
+				printf("%s\n", ids[i]);
+		}
+		corral_strv_free(ids);
+		corral_client_free(client);
+		return EXIT_OK;
+	}
+	char **matched = ids;
+	ids = NULL;
+	size_t deleted = 0;
+	char **left = NULL;
+	if (!json)
+		printf("Deleting %zu sandbox(es) %s\n", n, who);
+	for (int sweep = 1; sweep <= REAP_SWEEPS; sweep++) {
+		char **cur = sweep == 1 ? matched : left;
+		size_t m = 0;
+		while (cur && cur[m])
+			m++;
+		if (m == 0)
+			break;
+		struct reap_job job = {.c = client, .ids = cur, .n = m, .json = json};
+		size_t nt = m < REAP_PARALLEL ? m : REAP_PARALLEL;
+		pthread_t t[REAP_PARALLEL];
+		size_t started = 0;
+		for (; started < nt; started++)
+			if (pthread_create(&t[started], NULL, reap_worker, &job) != 0)
+				break;
+		if (started == 0)
+			reap_worker(&job);
+		for (size_t i = 0; i < started; i++)
+			pthread_join(t[i], NULL);
+		deleted += job.deleted;
+		if (cli_interrupted()) {
+			ret = EXIT_INTERRUPTED;
+			break;
+		}
+		if (left != matched)
+			corral_strv_free(left);
+		left = NULL;
+		/* Catch stragglers (created while we deleted); stop when a sweep deleted nothing. */
+		if (corral_sandbox_list(client, filter, &left, &e) < 0) {
+			fprintf(stderr, "corral: %s\n", e.message);
+			ret = exit_for(&e);
+			break;
+		}
+		if (job.deleted == 0)
+			break;
+	}
+	size_t nleft = 0;
+	while (left && left[nleft])
+		nleft++;
+	if (ret == EXIT_OK && nleft) {
+		fprintf(stderr, "corral: %zu sandbox(es) were not reaped\n", nleft);
+		ret = EXIT_API;
+	}
+	if (json) {
+		printf("{\"run\":\"%s\",\"user\":\"%s\",\"deleted\":%zu,", srun, suser ? suser : "",
+		       deleted);
+		json_ids("matched", matched, true);
+		json_ids("left", left, false);
+		printf("}\n");
+	}
+	if (left != matched)
+		corral_strv_free(left);
+	corral_strv_free(matched);
+	corral_client_free(client);
+	return ret;
+}
