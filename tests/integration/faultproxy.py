@@ -19,6 +19,7 @@ Counters (per fault kind, requests, idle closes) are kept in .stats; faults are 
 seeded random generator and can be limited to some methods/paths (match, exclude).
 """
 
+import json
 import random
 import re
 import socket
@@ -66,7 +67,11 @@ def _headers(head):
 
 class FaultProxy:
     def __init__(self, upstream_port, rate=0.0, faults=FAULTS, seed=1, idle_close_s=None,
-                 stall_s=6.0, match=None, exclude=None):
+                 stall_s=6.0, match=None, exclude=None, strip_id=False, strip_wait=False):
+        # strip_id / strip_wait make corrald look like a server without the client-chosen
+        # command id / the status long-poll (stock OpenSandbox execd), for the fallback paths.
+        self.strip_id = strip_id
+        self.strip_wait = strip_wait
         self.upstream_port = upstream_port
         self.rate = rate
         self.faults = tuple(faults)
@@ -140,6 +145,8 @@ class FaultProxy:
                 rl, hdrs = _headers(head)
                 n = int(hdrs.get("content-length", "0") or 0)
                 body = c.read_exact(n, timeout=30) if n else b""
+                head, body = self._rewrite(head, rl, body)
+                rl = head.split(b"\r\n", 1)[0].decode("latin-1")
                 self.count("requests")
                 fault = self._pick(rl)
                 if fault:
@@ -173,6 +180,23 @@ class FaultProxy:
                     up.sock.close()
                 except OSError:
                     pass
+
+    def _rewrite(self, head, rl, body):
+        method, target = rl.split(" ")[:2]
+        if self.strip_wait and "/command/status/" in target and "?" in target:
+            nt = target.split("?", 1)[0]
+            head = head.replace(target.encode(), nt.encode(), 1)
+        if self.strip_id and method == "POST" and target.endswith("/command") and body:
+            try:
+                j = json.loads(body)
+            except ValueError:
+                return head, body
+            if isinstance(j, dict) and "id" in j:
+                del j["id"]
+                nb = json.dumps(j).encode()
+                head = re.sub(rb"(?i)content-length: *\d+", b"Content-Length: %d" % len(nb), head)
+                body = nb
+        return head, body
 
     def _relay(self, up, csock, request_line, fault):
         """Relays one answer; returns False when the connection must end."""

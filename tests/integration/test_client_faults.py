@@ -87,6 +87,24 @@ class ClientFaultTests(harness.CorralTestCase):
         harness.log("exactly-once totals: %s (zero lost, zero duplicated)" % json.dumps(totals))
         self.cleanup_leftovers()
 
+    def test_server_without_extensions_never_runs_twice(self):
+        """A stock execd: no client-chosen ids, no long-poll. The client must notice both,
+        poll instead of long-polling, and resubmit only what never left: commands may then be
+        lost to faults (reported as errors), but never run twice."""
+        proxy = FaultProxy(self.corrald.port, rate=0.2, faults=FAULT_MIX, seed=5, stall_s=6.0,
+                           exclude=r"^POST /v1/sandboxes$", strip_id=True, strip_wait=True)
+        try:
+            res = run_driver("exactly-once", "http://127.0.0.1:%d" % proxy.port,
+                             self.corrald.base_url, 2, 8, 15)
+        finally:
+            proxy.stop()
+        harness.log("no extensions: proxy %s" % json.dumps(proxy.stats))
+        self.assertEqual(res["duplicates"], 0, res)
+        self.assertLessEqual(res["missing"], res["failed"], res)
+        self.assertEqual(res["bad_output"], 0, res)
+        self.assertGreater(res["ok"], 0, res)
+        self.cleanup_leftovers()
+
     def test_creates_are_ready_under_faults(self):
         proxy = FaultProxy(self.corrald.port, rate=0.3, faults=FAULT_MIX, seed=99, stall_s=6.0)
         try:
