@@ -244,7 +244,7 @@ corral_error_code policy_classify(long status, const char *code)
 	code = code ? code : "";
 	if (status == 410 || strcmp(code, "SANDBOX::ENDED") == 0)
 		return CORRAL_E_SANDBOX_ENDED;
-	if (strstr(code, "CAPACITY"))
+	if (strstr(code, "CAPACITY_TIMEOUT"))
 		return CORRAL_E_CAPACITY_TIMEOUT;
 	if (strcmp(code, "SANDBOX::READY_TIMEOUT") == 0 || strstr(code, "POD_READY_TIMEOUT"))
 		return CORRAL_E_CREATE_TIMEOUT;

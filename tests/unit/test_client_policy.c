@@ -48,6 +48,13 @@ static void test_retry_classes(void)
 	CHECK_INT(policy_classify(504, "SANDBOX::READY_TIMEOUT"), CORRAL_E_CREATE_TIMEOUT);
 	CHECK_INT(policy_classify(504, "KUBERNETES::POD_READY_TIMEOUT"), CORRAL_E_CREATE_TIMEOUT);
 	CHECK_INT(policy_classify(503, "SANDBOX::CAPACITY_TIMEOUT"), CORRAL_E_CAPACITY_TIMEOUT);
+	/* requests larger than the whole host: a validation error, never retried */
+	CHECK_INT(policy_classify(400, "SANDBOX::REQUESTS_EXCEED_CAPACITY"), CORRAL_E_INVALID_ARGUMENT);
+	e = (corral_error){.code = policy_classify(400, "SANDBOX::REQUESTS_EXCEED_CAPACITY"),
+			   .http_status = 400};
+	CHECK(!policy_create_retryable(&e));
+	e = (corral_error){.code = policy_classify(503, "SANDBOX::CAPACITY_TIMEOUT"), .http_status = 503};
+	CHECK(policy_create_retryable(&e));
 	CHECK_INT(policy_classify(422, "SANDBOX::ENTRYPOINT_EXITED"), CORRAL_E_CREATE_FAILED);
 	CHECK_INT(policy_classify(422, "SANDBOX::OOM_KILLED"), CORRAL_E_CREATE_FAILED);
 	CHECK_INT(policy_classify(422, "SANDBOX::INVALID_PARAMETER"), CORRAL_E_INVALID_ARGUMENT);
