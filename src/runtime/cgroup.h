@@ -52,6 +52,10 @@ struct cgroup_ops {
 	 * prepared.
 	 */
 	int (*mount_ns)(const char *target, struct error *err);
+	/* Optional: restrict the sandbox to the CPUs in cpus (kernel list format, "1" or "0-3"):
+	 * cpuset.cpus. Called after create(), before anything enters the cgroup. Success when the
+	 * host has no cpuset controller for us (the caller's affinity still applies). */
+	int (*pin)(const char *parent, const char *id, const char *cpus, struct error *err);
 	/* Optional: an eventfd signalled on each OOM of the cgroup (v1: cgroup.event_control). */
 	int (*oom_watch)(const char *parent, const char *id, struct error *err);
 	/* Optional: load what the manager caches about the host (v1: the hierarchy layout). */

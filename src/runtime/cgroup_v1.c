@@ -24,7 +24,9 @@
  * The controllers we use, then two membership-only hierarchies: systemd's own v1 tracking
  * hierarchy (name=systemd) and the unified cgroup2 mount of a hybrid host. A sandbox joins those
  * too, so it is no longer inside corrald's service unit: stopping or restarting corrald under
- * systemd (KillMode=control-group) must not kill the sandboxes, which outlive corrald.
+ * systemd (KillMode=control-group) must not kill the sandboxes, which outlive corrald. Last,
+ * cpuset: every sandbox joins it (inheriting all CPUs); one with a CPU view gets its CPUs there
+ * (pin()), so a program in it cannot widen its affinity past them. Not mounted inside sandboxes.
  */
 enum {
 	V1_CPU,
@@ -35,10 +37,11 @@ enum {
 	V1_NCTRL,
 	V1_SYSTEMD = V1_NCTRL,
 	V1_UNIFIED,
+	V1_CPUSET,
 	V1_N
 };
-static const char *const v1_names[V1_N] = {"cpu",     "cpuacct", "memory", "pids",
-					   "freezer", "systemd", "unified"};
+static const char *const v1_names[V1_N] = {"cpu",     "cpuacct", "memory",  "pids",
+					   "freezer", "systemd", "unified", "cpuset"};
 
 /* Resolved once per cgroup root; read (never written) in the sandbox child after fork. */
 static struct {
@@ -101,6 +104,26 @@ static int v1_set(int ctrl, const char *parent, const char *id, const char *file
 	return 0;
 }
 
+/* A new v1 cpuset cgroup has no CPUs and no memory nodes, and nothing can join it: give dir those
+ * of from (its parent) when it has none. */
+static int cpuset_inherit(const char *from, const char *dir, struct error *err)
+{
+	static const char *const files[] = {"cpuset.cpus", "cpuset.mems"};
+	char src[PATH_MAX + 16], dst[PATH_MAX + 16], v[1024];
+	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+		snprintf(dst, sizeof(dst), "%s/%s", dir, files[i]);
+		if (fs_read_small(dst, v, sizeof(v)) == 0 && v[0])
+			continue;
+		snprintf(src, sizeof(src), "%s/%s", from, files[i]);
+		int r = fs_read_small(src, v, sizeof(v));
+		if (r < 0)
+			return error_set_errno(err, -r, "read '%s'", src);
+		if ((r = fs_write_string(dst, v)) < 0)
+			return error_set_errno(err, -r, "write '%s' to '%s'", v, dst);
+	}
+	return 0;
+}
+
 static int v1_create(const char *parent, const char *id, const struct sandbox_spec *spec,
 		     struct error *err)
 {
@@ -118,6 +141,13 @@ static int v1_create(const char *parent, const char *id, const struct sandbox_sp
 			return error_set(err, ENAMETOOLONG, "cgroup path too long");
 		if (mkdir(path, 0755) < 0 && errno != EEXIST)
 			return error_set_errno(err, errno, "mkdir '%s'", path);
+		if (i == V1_CPUSET) {
+			char pdir[PATH_MAX];
+			v1_path(pdir, sizeof(pdir), i, parent, NULL, NULL);
+			if ((r = cpuset_inherit(v1.hier[i], pdir, err)) < 0 ||
+			    (r = cpuset_inherit(pdir, path, err)) < 0)
+				return r;
+		}
 	}
 	if (spec->cpu_limit_millis) {
 		if ((r = v1_set(V1_CPU, parent, id, "cpu.cfs_period_us", CGROUP_CPU_PERIOD_US,
@@ -308,6 +338,20 @@ static int v1_probe(const char *parent, const char *id, struct sandbox_probe *re
 	return 0;
 }
 
+static int v1_pin(const char *parent, const char *id, const char *cpus, struct error *err)
+{
+	char path[PATH_MAX];
+	v1_load();
+	if (!v1.present[V1_CPUSET] || v1.dup[V1_CPUSET])
+		return 0; /* no cpuset hierarchy: the affinity alone says which CPUs */
+	if (v1_path(path, sizeof(path), V1_CPUSET, parent, id, "cpuset.cpus") < 0)
+		return error_set(err, ENAMETOOLONG, "cgroup path too long");
+	int r = fs_write_string(path, cpus);
+	if (r < 0)
+		return error_set_errno(err, -r, "write '%s' to '%s'", cpus, path);
+	return 0;
+}
+
 /* The v1 OOM notification: "<eventfd> <fd of memory.oom_control>" written to cgroup.event_control.
  * The kernel keeps its own references, so the oom_control fd is closed at once; the registration
  * ends when the eventfd is closed or the cgroup removed. */
@@ -381,5 +425,6 @@ const struct cgroup_ops cgroup_v1_ops = {
     .probe = v1_probe,
     .mount_ns = v1_mount_ns,
     .oom_watch = v1_oom_watch,
+    .pin = v1_pin,
     .init = v1_load,
 };

@@ -251,6 +251,15 @@ static int v2_probe(const char *parent, const char *id, struct sandbox_probe *re
 	return 0;
 }
 
+/* Only where the cpuset controller is already enabled for our cgroups (the file exists). */
+static int v2_pin(const char *parent, const char *id, const char *cpus, struct error *err)
+{
+	char dir[PATH_MAX];
+	if (v2_path(dir, sizeof(dir), parent, id, NULL) < 0)
+		return error_set(err, ENAMETOOLONG, "cgroup path too long");
+	return v2_set(dir, "cpuset.cpus", cpus, true, err);
+}
+
 static int v2_mount_ns(const char *target, struct error *err)
 {
 	if (mount("cgroup2", target, "cgroup2", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
@@ -269,4 +278,5 @@ const struct cgroup_ops cgroup_v2_ops = {
     .remove = v2_remove,
     .probe = v2_probe,
     .mount_ns = v2_mount_ns,
+    .pin = v2_pin,
 };

@@ -1047,6 +1047,8 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 	TRACE(0);
 	if ((r = cg->create(parent, spec->id, spec, err)) < 0)
 		goto fail_cgroup;
+	if (c.view.cpu && cg->pin && (r = cg->pin(parent, spec->id, c.view.online, err)) < 0)
+		goto fail_cgroup;
 	TRACE(1);
 
 	int p[2];

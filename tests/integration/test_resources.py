@@ -64,6 +64,14 @@ class CpuView(CorralTestCase):
         self.assertEqual(str(cpus), aff, "online %r vs affinity %s" % (online, aff))
         stat = self.sh(sid, "grep '^cpu[0-9]' /proc/stat | cut -d' ' -f1 | tr -d cpu | paste -sd,")
         self.assertEqual("[%s]" % stat.strip().replace(",", ", "), aff)
+        if controller_dir("cpuset") and want < HOST_CPUS:
+            # The cpuset holds: asking for every host CPU still gives only the sandbox's.
+            widened = self.sh(sid, "python3 -c 'import os; os.sched_setaffinity(0, range(%d)); "
+                                   "print(sorted(os.sched_getaffinity(0)))'" % HOST_CPUS).strip()
+            self.assertEqual(widened, aff)
+            with open(os.path.join(controller_dir("cpuset"), self.corrald.cgroup_name, sid,
+                                   "cpuset.cpus")) as f:
+                self.assertEqual(f.read().strip(), online)
         return sid
 
     @unittest.skipIf(HOST_CPUS < 2, "needs a host with 2 or more CPUs")
@@ -228,8 +236,9 @@ class Oom(CorralTestCase):
 class Stats(CorralTestCase):
 
     def test_fields(self):
-        sid = self.create(resourceLimits={"cpu": "500m", "memory": "128Mi", "pids": "64"},
-                          resourceRequests={"cpu": "250m", "memory": "64Mi"})["id"]
+        # A small quota, so that a spinning process is throttled even on a busy host.
+        sid = self.create(resourceLimits={"cpu": "100m", "memory": "128Mi", "pids": "64"},
+                          resourceRequests={"cpu": "50m", "memory": "64Mi"})["id"]
         self.sh(sid, "dd if=/dev/zero of=/var/tmp/blob bs=1M count=8 status=none; "
                      "timeout 1 sh -c 'while :; do :; done' || true")
         for prefix in ("", "/v1"):
@@ -245,10 +254,11 @@ class Stats(CorralTestCase):
         self.assertGreater(m["currentBytes"], 0)
         self.assertGreaterEqual(m["peakBytes"], m["currentBytes"])
         self.assertIn("oomEvents", m)  # null on cgroup v1 (no counter), a number on v2
-        self.assertEqual(c["limitMillis"], 500)
-        self.assertEqual(c["requestMillis"], 250)
-        # A second of spinning under a half-CPU quota: ~0.5 s used, most periods throttled.
-        self.assertGreater(c["usageNanos"], 300 * 1000 * 1000, c)
+        self.assertEqual(c["limitMillis"], 100)
+        self.assertEqual(c["requestMillis"], 50)
+        # A second of spinning under a 0.1-CPU quota: ~0.1 s used, most periods throttled.
+        self.assertGreater(c["usageNanos"], 50 * 1000 * 1000, c)
+        self.assertLess(c["usageNanos"], 400 * 1000 * 1000, c)
         self.assertGreater(c["periods"], 5, c)
         self.assertGreater(c["throttledPeriods"], 0, c)
         self.assertGreater(c["throttledNanos"], 0, c)

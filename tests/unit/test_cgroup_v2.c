@@ -175,8 +175,11 @@ static void test_v1(void)
 	mkdir(P("memory"), 0755);
 	mkdir(P("pids"), 0755);
 	mkdir(P("freezer"), 0755);
+	mkdir(P("cpuset"), 0755);
+	put("cpuset/cpuset.cpus", "0-3");
+	put("cpuset/cpuset.mems", "0");
 	CHECK(cgroup_detect() == &cgroup_v1_ops);
-	static const char *const dirs[] = {"cpu,cpuacct", "memory", "pids", "freezer"};
+	static const char *const dirs[] = {"cpu,cpuacct", "memory", "pids", "freezer", "cpuset"};
 	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
 		char rel[128];
 		snprintf(rel, sizeof(rel), "%s/corral", dirs[i]);
@@ -193,6 +196,11 @@ static void test_v1(void)
 	put("memory/corral/" ID "/memory.soft_limit_in_bytes", "");
 	put("pids/corral/" ID "/pids.max", "");
 	put("freezer/corral/" ID "/freezer.state", "");
+	/* A fresh v1 cpuset has no CPUs and no memory nodes (files exist, empty). */
+	put("cpuset/corral/cpuset.cpus", "");
+	put("cpuset/corral/cpuset.mems", "");
+	put("cpuset/corral/" ID "/cpuset.cpus", "");
+	put("cpuset/corral/" ID "/cpuset.mems", "");
 
 	struct sandbox_spec spec = {.id = ID,
 				    .cpu_limit_millis = 500,
@@ -208,6 +216,15 @@ static void test_v1(void)
 	CHECK_STR(get("memory/corral/" ID "/memory.limit_in_bytes"), "1073741824");
 	CHECK_STR(get("memory/corral/" ID "/memory.soft_limit_in_bytes"), "1048576");
 	CHECK_STR(get("pids/corral/" ID "/pids.max"), "4096");
+	/* cpuset: the parent and the sandbox inherit the root's CPUs and nodes; pin narrows them. */
+	CHECK_STR(get("cpuset/corral/cpuset.cpus"), "0-3");
+	CHECK_STR(get("cpuset/corral/cpuset.mems"), "0");
+	CHECK_STR(get("cpuset/corral/" ID "/cpuset.cpus"), "0-3");
+	CHECK_STR(get("cpuset/corral/" ID "/cpuset.mems"), "0");
+	put("cpuset/corral/" ID "/cpuset.cpus", ""); /* a fake file is not truncated by a write */
+	CHECK_INT(cgroup_v1_ops.pin("corral", ID, "2", &err), 0);
+	CHECK_STR(get("cpuset/corral/" ID "/cpuset.cpus"), "2");
+	CHECK_STR(get("cpuset/corral/" ID "/cpuset.mems"), "0");
 	put("memory/corral/" ID "/memory.memsw.limit_in_bytes", "");
 	CHECK_INT(cgroup_v1_ops.create("corral", ID, &spec, &err), 0);
 	CHECK_STR(get("memory/corral/" ID "/memory.memsw.limit_in_bytes"), "1073741824");

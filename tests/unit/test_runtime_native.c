@@ -501,8 +501,8 @@ static void test_failed_create(void)
 
 static void remove_parent_cgroups(void)
 {
-	static const char *const v1[] = {"cpu",	    "cpuacct", "memory", "pids",
-					 "freezer", "systemd", "unified"};
+	static const char *const v1[] = {"cpu",	    "cpuacct", "memory",  "pids",
+					 "freezer", "systemd", "unified", "cpuset"};
 	char p[PATH_MAX];
 	if (cgroup_detect() == &cgroup_v2_ops) {
 		snprintf(p, sizeof(p), "%s/%s", cgroup_root(), cgname);
