@@ -32,8 +32,10 @@
  *
  * Native backend (runtime_native, src/runtime/native.c; cgroup managers in cgroup.h):
  *  - cgroups: <root>/<cgroup_name>/<id> (v2), <root>/<ctrl>/<cgroup_name>/<id> for ctrl in cpu,
- *    cpuacct, memory, pids, freezer (v1); <root> = /sys/fs/cgroup or $CORRAL_CGROUP_ROOT. The
- *    parent cgroup is created on first use and never removed.
+ *    cpuacct, memory, pids, freezer, and the membership-only systemd, unified and cpuset (v1);
+ *    <root> = /sys/fs/cgroup or $CORRAL_CGROUP_ROOT. The parent cgroup is created on first use and
+ *    never removed. A CPU limit below the host's CPU count pins the sandbox (affinity + cpuset)
+ *    and gives it its own CPU view (sysview.h); a memory limit its own /proc/meminfo.
  *  - $CORRAL_CGROUP_FAVORDYNMODS=1: opt-in remount of the host's cgroup2 mount with favordynmods
  *    (see cgroup_favor_dynmods()).
  *  - On v1 there is no group OOM kill in the kernel: with spec->oom_group, corrald watches the fd
