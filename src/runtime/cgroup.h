@@ -4,7 +4,8 @@
  * default "corral") in each hierarchy the manager uses:
  *
  *   v2:  <root>/<parent>/<id>                 (one unified hierarchy)
- *   v1:  <root>/<ctrl>/<parent>/<id>          for ctrl in cpu, cpuacct, memory, pids, freezer
+ *   v1:  <root>/<ctrl>/<parent>/<id>          for ctrl in cpu, cpuacct, memory, pids, freezer,
+ *                                             and membership-only systemd, unified, cpuset
  *                                             (co-mounted hierarchies such as "cpu,cpuacct" work)
  *
  * <root> is /sys/fs/cgroup, or $CORRAL_CGROUP_ROOT when set (unit tests point it at a fake tree).
