@@ -106,6 +106,8 @@ static corral_sandbox *create_or_die(corral_client *c)
 	corral_sandbox_spec s;
 	corral_sandbox_spec_init(&s);
 	s.memory_mib = 256;
+	s.cpu_request = 0.01; /* small requests: admission packs them on a 2-core host */
+	s.memory_request_mib = 16;
 	s.ttl_s = 900;
 	corral_sandbox *sb;
 	corral_error e;
@@ -336,6 +338,8 @@ static void *cr_thread(void *p)
 		corral_sandbox_spec s;
 		corral_sandbox_spec_init(&s);
 		s.memory_mib = 128;
+		s.cpu_request = 0.01;
+		s.memory_request_mib = 16;
 		s.ttl_s = 600;
 		corral_sandbox *sb;
 		corral_error e;
@@ -397,6 +401,8 @@ static void *roll_thread(void *p)
 	corral_sandbox_spec_init(&s);
 	s.cpu = 0.1;
 	s.memory_mib = 64;
+	s.cpu_request = 0.001;
+	s.memory_request_mib = 8;
 	s.ttl_s = 900;
 	corral_sandbox *sb;
 	corral_error e;
