@@ -474,7 +474,8 @@ CORRAL_API int corral_client_new(const corral_options *opts, corral_client **ret
 		r = cerr_set(err, CORRAL_E_NO_MEMORY, "cannot start the reaper thread");
 		goto fail;
 	}
-	if (c->o.attribution) {
+	static atomic_bool logged; /* once per process, like the generated run id */
+	if (c->o.attribution && c->o.log && !atomic_exchange(&logged, true)) {
 		char **labels = corral_client_labels(c);
 		char line[1024] = "";
 		for (char **p = labels; p && *p; p++) {
