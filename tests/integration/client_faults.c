@@ -485,6 +485,103 @@ static int mode_concurrency(const char *direct, int threads)
 	return 0;
 }
 
+/* ---- the typed errors and result fields, against corrald directly ---- */
+
+static double exec_timed(corral_sandbox *sb, const char *cmd, bool bg, double timeout,
+			 corral_exec_result *r, corral_error *e, int *rc)
+{
+	corral_exec_opts o;
+	corral_exec_opts_init(&o);
+	o.background = bg;
+	o.timeout_s = timeout;
+	double t0 = now_s();
+	*rc = corral_exec(sb, cmd, &o, r, e);
+	return now_s() - t0;
+}
+
+static int mode_semantics(const char *direct)
+{
+	corral_client *c = client_for(direct, false);
+	corral_sandbox *sb = create_or_die(c);
+	corral_exec_result r;
+	corral_error e;
+	int rc;
+	printf("{\"mode\":\"semantics\"");
+
+	exec_timed(sb, "echo out; echo err >&2; exit 7", false, 30, &r, &e, &rc);
+	printf(",\"fg_exit7\":%s", rc == 0 && r.exit_code == 7 && r.out && !strcmp(r.out, "out") &&
+						  r.err && !strcmp(r.err, "err") ? "true" : "false");
+	corral_exec_result_clear(&r);
+
+	double t = exec_timed(sb, "sleep 30", false, 1, &r, &e, &rc);
+	printf(",\"fg_timeout\":%s,\"fg_timeout_s\":%.2f",
+	       rc < 0 && e.code == CORRAL_E_COMMAND_TIMEOUT && !strcmp(r.error_type, "timeout") ? "true"
+												 : "false",
+	       t);
+	corral_exec_result_clear(&r);
+
+	t = exec_timed(sb, "echo started; sleep 30", true, 1, &r, &e, &rc);
+	printf(",\"bg_timeout\":%s,\"bg_timeout_s\":%.2f",
+	       rc < 0 && e.code == CORRAL_E_COMMAND_TIMEOUT && !strcmp(r.error_type, "timeout") &&
+			       r.out && strstr(r.out, "started")
+		       ? "true"
+		       : "false",
+	       t);
+	corral_exec_result_clear(&r);
+
+	/* background completion latency: a 10 ms command, long-poll */
+	double best = 1e9;
+	for (int i = 0; i < 5; i++) {
+		t = exec_timed(sb, "sleep 0.01; echo x", true, 30, &r, &e, &rc);
+		if (rc == 0 && r.exit_code == 0 && t < best)
+			best = t;
+		corral_exec_result_clear(&r);
+	}
+	printf(",\"bg_10ms_command_s\":%.3f", best);
+
+	/* a create the server refuses: one attempt, a validation error */
+	corral_sandbox_spec s;
+	corral_sandbox_spec_init(&s);
+	s.image = "no-such-image";
+	corral_sandbox *bad = NULL;
+	double t0 = now_s();
+	rc = corral_sandbox_create(c, &s, &bad, &e);
+	printf(",\"create_invalid\":%s,\"create_invalid_s\":%.2f",
+	       rc < 0 && e.code == CORRAL_E_INVALID_ARGUMENT && e.http_status == 422 ? "true" : "false",
+	       now_s() - t0);
+
+	corral_sandbox *x = NULL;
+	rc = corral_sandbox_open(c, "00000000-0000-4000-8000-000000000000", &x, &e);
+	printf(",\"open_unknown\":%s", rc < 0 && e.code == CORRAL_E_NOT_FOUND ? "true" : "false");
+	rc = corral_sandbox_delete_id(c, "00000000-0000-4000-8000-000000000000", &e);
+	printf(",\"delete_unknown_ok\":%s", rc == 0 ? "true" : "false");
+
+	/* a sandbox whose entrypoint exits: calls on it are "sandbox ended" with a reason */
+	corral_sandbox_spec_init(&s);
+	const char *const ep[] = {"sh", "-c", "sleep 1", NULL};
+	s.entrypoint = ep;
+	s.cpu_request = 0.01;
+	s.memory_request_mib = 16;
+	corral_sandbox *ending = NULL;
+	if (corral_sandbox_create(c, &s, &ending, &e) == 0) {
+		sleep_s(2.0);
+		exec_timed(ending, "true", false, 10, &r, &e, &rc);
+		printf(",\"ended\":%s,\"ended_reason\":\"%s\"",
+		       rc < 0 && e.code == CORRAL_E_SANDBOX_ENDED && e.http_status == 410 && e.reason[0]
+			       ? "true"
+			       : "false",
+		       e.reason);
+		corral_exec_result_clear(&r);
+		corral_sandbox_release(ending);
+	} else {
+		printf(",\"ended\":false,\"ended_create\":\"%s\"", e.message);
+	}
+	printf("}\n");
+	corral_sandbox_release(sb);
+	corral_client_free(c);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -494,6 +591,8 @@ int main(int argc, char **argv)
 		return mode_idle(argv[2], atoi(argv[3]));
 	if (argc >= 5 && strcmp(argv[1], "create") == 0)
 		return mode_create(argv[2], argv[3], atoi(argv[4]));
+	if (argc >= 3 && strcmp(argv[1], "semantics") == 0)
+		return mode_semantics(argv[2]);
 	if (argc >= 4 && strcmp(argv[1], "concurrency") == 0)
 		return mode_concurrency(argv[2], atoi(argv[3]));
 	fprintf(stderr, "usage: client-faults exactly-once|idle|create|concurrency ...\n");

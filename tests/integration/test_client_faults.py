@@ -130,6 +130,19 @@ class ClientFaultTests(harness.CorralTestCase):
                         msg="every rollout's sandbox deleted by the reaper")
 
 
+class ClientSemanticsTests(harness.CorralTestCase):
+    def test_typed_errors_and_results(self):
+        res = run_driver("semantics", self.corrald.base_url)
+        for k in ("fg_exit7", "fg_timeout", "bg_timeout", "create_invalid", "open_unknown",
+                  "delete_unknown_ok", "ended"):
+            self.assertTrue(res[k], "%s: %s" % (k, res))
+        self.assertLess(res["fg_timeout_s"], 10, res)   # the server's kill, not the client's 61 s
+        self.assertLess(res["bg_timeout_s"], 10, res)
+        self.assertLess(res["create_invalid_s"], 2, res)  # never retried
+        self.assertLess(res["bg_10ms_command_s"], 0.5, res)  # long-poll, no 1 s poll floor
+        self.assertNotEqual(res["ended_reason"], "")
+
+
 class ClientIdleTests(harness.CorralTestCase):
     corrald_kwargs = {"extra_args": ["--idle-timeout", "2"]}
 
