@@ -454,7 +454,7 @@ static int mode_concurrency(const char *direct, int threads)
 	pthread_barrier_init(&start_line, NULL, (unsigned)threads);
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
-	pthread_attr_setstacksize(&attr, 256 * 1024);
+	pthread_attr_setstacksize(&attr, 512 * 1024); /* room for ASan builds */
 	pthread_t *t = calloc((size_t)threads, sizeof(*t));
 	double t0 = now_s();
 	int started = 0;
