@@ -250,7 +250,9 @@ typedef struct corral_exec_opts {
 	corral_line_fn on_stderr;
 	void *userdata;
 	const char *exec_id;     /* optional: the execution id to use (32 lowercase hex), e.g. to
-				  * resume after a crash; default: a fresh random id */
+				  * resume after a crash: an id the sandbox already ran returns that
+				  * execution's result without running it again. Default: a fresh
+				  * random id */
 } corral_exec_opts;
 
 CORRAL_API void corral_exec_opts_init(corral_exec_opts *opts);
