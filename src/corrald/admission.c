@@ -207,6 +207,21 @@ bool admission_cancel(struct sandbox *sb, int status, const char *code, const ch
 	return true;
 }
 
+void admission_shutdown(struct corrald *d)
+{
+	struct admit_wait *w;
+	while ((w = TAILQ_FIRST(&A.queue))) {
+		struct sandbox *sb = sandbox_ref(w->sb);
+		char msg[160];
+		snprintf(msg, sizeof(msg),
+			 "corrald is shutting down; sandbox %s was still waiting for capacity: retry once it has restarted",
+			 sb->id);
+		admission_cancel(sb, 503, "SANDBOX::SHUTTING_DOWN", msg);
+		lifecycle_teardown(sb, "corrald is shutting down while it waited for capacity");
+		sandbox_unref(sb);
+	}
+}
+
 void admission_usage(const struct corrald *d, struct capacity *ret_cap, struct capacity *ret_used,
 		     unsigned *ret_queued)
 {

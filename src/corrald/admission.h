@@ -29,6 +29,9 @@ void admission_release(struct sandbox *sb);
 void admission_adopt(struct sandbox *sb);
 /* sb is queued: take it out and answer its create with status/code/msg. False if not queued. */
 bool admission_cancel(struct sandbox *sb, int status, const char *code, const char *msg);
+/* corrald is stopping: answer every queued create with 503 SANDBOX::SHUTTING_DOWN and tear the
+ * records down (a queued create has no runtime state yet). */
+void admission_shutdown(struct corrald *d);
 /* For logs and metrics: capacity and what is admitted now. */
 void admission_usage(const struct corrald *d, struct capacity *ret_cap, struct capacity *ret_used,
 		     unsigned *ret_queued);

@@ -158,6 +158,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		evhttp_del_accept_socket(d->http, d->bound);
 		d->bound = NULL;
 	}
+	admission_shutdown(d);
 	shutdown_ev = evtimer_new(d->base, on_shutdown_tick, d);
 	on_shutdown_tick(-1, 0, d);
 }

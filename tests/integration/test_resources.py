@@ -498,5 +498,43 @@ class Disk(CorralTestCase):
             self.assertIn("ephemeral-storage", r.json()["message"])
 
 
+class AdmissionShutdown(CorralTestCase):
+    """A create waiting for capacity when corrald stops gets an answer, not a dropped connection."""
+
+    corrald_kwargs = {"extra_args": ["--capacity", "cpu=1,memory=4Gi", "--create-timeout", "20"]}
+
+    def test_queued_create_answered_on_sigterm(self):
+        self.create(image={"uri": "host"}, entrypoint=["sleep", "infinity"],
+                    resourceLimits={"cpu": "1", "memory": "128Mi"})
+        out = {}
+
+        def go():
+            c = self.corrald.client(timeout=60)
+            try:
+                r = c.create_sandbox_raw(image={"uri": "host"}, entrypoint=["sleep", "infinity"],
+                                         resourceLimits={"cpu": "1", "memory": "128Mi"})
+                out["status"], out["body"] = r.status, r.json()
+            finally:
+                c.close()
+        t = threading.Thread(target=go)
+        t.start()
+        self.wait_until(lambda: self.client.list_sandboxes(state="Pending").json()["items"],
+                        timeout=5, msg="the second create to queue")
+        t0 = time.monotonic()
+        self.corrald.stop()
+        t.join(15)
+        self.assertEqual(out.get("status"), 503, out)
+        self.assertEqual(out["body"]["code"], "SANDBOX::SHUTTING_DOWN")
+        self.assertLess(time.monotonic() - t0, 10)
+        # After a restart the running one is re-adopted (holding its request), the queued one gone.
+        self.corrald.start()
+        c = self.corrald.client()
+        try:
+            items = c.list_sandboxes().json()["items"]
+            self.assertEqual([s["status"]["state"] for s in items], ["Running"], items)
+        finally:
+            c.close()
+
+
 if __name__ == "__main__":
     main()
