@@ -79,6 +79,26 @@ bool policy_create_retryable(const corral_error *e);
 /* Maps a status + server code to the typed error. */
 corral_error_code policy_classify(long status, const char *server_code);
 
+/* ---- the execd event stream (events.c) ---- */
+
+/*
+ * Parser state of one execution's event stream, across re-attaches: a re-attached stream replays
+ * the execution's events from the start, so the first `delivered` events (pings never count) of
+ * every stream are skipped.
+ */
+struct events {
+	unsigned long delivered; /* events handed to the handler so far */
+	unsigned long seen;      /* events seen on the current stream */
+	bool finished;           /* the handler said the execution ended */
+};
+/* Handles one new event; returns 1 when it ended the execution. */
+typedef int (*events_handler_fn)(void *ud, json_t *ev);
+/* Parses the complete lines of buf (bare JSON or "data: {json}", the OpenSandbox SDKs' rule),
+ * calls handler for each new event, and keeps a trailing partial line in buf. */
+void events_parse(struct events *st, char *buf, size_t *len, events_handler_fn handler, void *ud);
+/* A new stream of the same execution begins (replay from its first event). */
+void events_reattach(struct events *st);
+
 /* ---- transport (http.c) ---- */
 
 struct corral_client;

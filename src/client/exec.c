@@ -86,9 +86,7 @@ struct run {
 	struct outbuf out, err;
 	char id[CORRAL_EXEC_ID_LEN];     /* the id we sent */
 	char server_id[CORRAL_EXEC_ID_LEN]; /* the id the init event named */
-	unsigned long delivered;  /* events handled so far (init included, pings not) */
-	unsigned long seen;       /* events seen on the current stream */
-	bool finished;
+	struct events ev;         /* the stream parser: replay skipping, end of the execution */
 	bool got_init;
 };
 
@@ -96,12 +94,8 @@ struct run {
 static int handle_event(struct run *r, json_t *ev)
 {
 	const char *type = json_string_value(json_object_get(ev, "type"));
-	if (!type || strcmp(type, "ping") == 0)
+	if (!type)
 		return 0;
-	r->seen++;
-	if (r->seen <= r->delivered)
-		return 0; /* replayed after a re-attach: already handled */
-	r->delivered++;
 	const char *text = json_string_value(json_object_get(ev, "text"));
 	size_t tlen = text ? json_string_length(json_object_get(ev, "text")) : 0;
 	size_t max = r->sb->c->o.max_output_bytes;
@@ -121,7 +115,6 @@ static int handle_event(struct run *r, json_t *ev)
 			r->o->on_stderr(r->o->userdata, text, tlen);
 	} else if (strcmp(type, "execution_complete") == 0) {
 		r->res->exit_code = 0;
-		r->finished = true;
 		return 1;
 	} else if (strcmp(type, "error") == 0) {
 		json_t *e = json_object_get(ev, "error");
@@ -137,39 +130,19 @@ static int handle_event(struct run *r, json_t *ev)
 			snprintf(r->res->error_message, sizeof(r->res->error_message), "%s: %s",
 				 ename ? ename : "Error", evalue ? evalue : "");
 		}
-		r->finished = true;
 		return 1;
 	}
 	return 0;
 }
 
-/* Parses complete lines of buf (bare JSON or "data: {json}"); keeps a partial line. */
+static int on_event(void *ud, json_t *ev)
+{
+	return handle_event(ud, ev);
+}
+
 static void parse_events(struct run *r, char *buf, size_t *len)
 {
-	size_t start = 0;
-	for (;;) {
-		char *nl = memchr(buf + start, '\n', *len - start);
-		if (!nl)
-			break;
-		size_t end = (size_t)(nl - buf);
-		buf[end] = '\0';
-		char *line = buf + start;
-		start = end + 1;
-		if (!r->finished && line[0] && line[0] != ':') {
-			if (strncmp(line, "data:", 5) == 0)
-				line += 5;
-			while (*line == ' ')
-				line++;
-			if (*line == '{') {
-				json_t *ev = json_loads(line, 0, NULL);
-				if (ev)
-					handle_event(r, ev);
-				json_decref(ev);
-			}
-		}
-	}
-	memmove(buf, buf + start, *len - start);
-	*len -= start;
+	events_parse(&r->ev, buf, len, on_event, r);
 }
 
 static char *command_body(const char *command, const char *id, const corral_exec_opts *o,
@@ -338,10 +311,10 @@ static int run_foreground(struct run *r, const char *body, int64_t deadline, cor
 				       "submit command: %s", strerror(-rc));
 			break;
 		}
-		r->seen = 0;
-		unsigned long before = r->delivered;
+		events_reattach(&r->ev);
+		unsigned long before = r->ev.delivered;
 		size_t len = 0;
-		while (!r->finished && http_stream_next(x, &buf, &len, &cap) > 0) {
+		while (!r->ev.finished && http_stream_next(x, &buf, &len, &cap) > 0) {
 			if (http_stream_status(x) != 200)
 				continue; /* an error body: read whole, judged below */
 			parse_events(r, buf, &len);
@@ -355,7 +328,7 @@ static int run_foreground(struct run *r, const char *body, int64_t deadline, cor
 			rs.len = rs.body ? len : 0;
 			rs.json = json_loadb(buf, len, 0, NULL);
 		}
-		if (r->finished) {
+		if (r->ev.finished) {
 			http_resp_clear(&rs);
 			free(buf);
 			check_timeout(r, r->server_id[0] ? r->server_id : r->id);
@@ -376,7 +349,7 @@ static int run_foreground(struct run *r, const char *body, int64_t deadline, cor
 		if (atomic_load(&c->ids_supported) != 1 && !rs.sent_nothing)
 			again = false;
 		http_resp_clear(&rs);
-		if (r->delivered > before)
+		if (r->ev.delivered > before)
 			failures = 0; /* progress: the budget is for failures in a row */
 		if (!again || ++failures > c->o.operation_retries + 1)
 			break;
@@ -407,10 +380,8 @@ static int run_background(struct run *r, const char *body, int64_t deadline, cor
 		http_do(c, &rq, &rs);
 		if (rs.status == 200) {
 			size_t len = rs.len;
-			r->seen = 0;
-			r->delivered = 0;
+			r->ev = (struct events){0};
 			parse_events(r, rs.body, &len);
-			r->finished = false;
 			http_resp_clear(&rs);
 			if (!r->got_init) {
 				return cerr_set(err, CORRAL_E_PROTOCOL,
