@@ -23,13 +23,12 @@ export const API_KEY = process.env.OPEN_SANDBOX_API_KEY || undefined;
 export const RUN_ID = process.env.CORRAL_COMPAT_RUN_ID || randomBytes(4).toString("hex");
 const DEBUG = process.env.CORRAL_COMPAT_DEBUG === "1";
 
-/** SDK connection options; every test builds its config through this. */
+/** SDK connection options (SDK defaults otherwise, e.g. the 30 s request timeout); every test builds its config through this. */
 export function connOpts(extra = {}) {
   return {
     domain: DOMAIN,
     protocol: "http",
     apiKey: API_KEY,
-    requestTimeoutSeconds: 60,
     debug: DEBUG,
     ...extra,
   };
