@@ -164,8 +164,13 @@ static void *eo_thread(void *p)
 		char *id = a->ids[a->index * a->commands + i];
 		corral_exec_id_new(id);
 		char cmd[256];
+		/* CLIENT_FAULTS_BG_SLEEP: background commands take that long, so their completion
+		 * is waited for (long-poll, or polling against a server without it). */
+		const char *bg_sleep = getenv("CLIENT_FAULTS_BG_SLEEP");
 		snprintf(cmd, sizeof(cmd),
-			 "echo %s >> /tmp/corral-execs; echo out-%s; echo err-%s >&2", id, id, id);
+			 "%s%s%secho %s >> /tmp/corral-execs; echo out-%s; echo err-%s >&2",
+			 i % 3 == 2 && bg_sleep ? "sleep " : "", i % 3 == 2 && bg_sleep ? bg_sleep : "",
+			 i % 3 == 2 && bg_sleep ? "; " : "", id, id, id);
 		struct lines out = {0};
 		snprintf(out.want, sizeof(out.want), "out-%s", id);
 		corral_exec_opts o;

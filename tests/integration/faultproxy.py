@@ -82,7 +82,7 @@ class FaultProxy:
         self.match = re.compile(match) if match else None
         self.exclude = re.compile(exclude) if exclude else None
         self.stats = {k: 0 for k in FAULTS}
-        self.stats.update(requests=0, idle_closes=0, stale_reuses=0, connections=0)
+        self.stats.update(requests=0, idle_closes=0, stale_reuses=0, connections=0, status_polls=0)
         self.stats_lock = threading.Lock()
         self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -183,6 +183,8 @@ class FaultProxy:
 
     def _rewrite(self, head, rl, body):
         method, target = rl.split(" ")[:2]
+        if "/command/status/" in target:
+            self.count("status_polls")
         if self.strip_wait and "/command/status/" in target and "?" in target:
             nt = target.split("?", 1)[0]
             head = head.replace(target.encode(), nt.encode(), 1)

@@ -93,11 +93,15 @@ class ClientFaultTests(harness.CorralTestCase):
         lost to faults (reported as errors), but never run twice."""
         proxy = FaultProxy(self.corrald.port, rate=0.2, faults=FAULT_MIX, seed=5, stall_s=6.0,
                            exclude=r"^POST /v1/sandboxes$", strip_id=True, strip_wait=True)
+        os.environ["CLIENT_FAULTS_BG_SLEEP"] = "0.5"  # background commands outlive the 1st poll
         try:
             res = run_driver("exactly-once", "http://127.0.0.1:%d" % proxy.port,
                              self.corrald.base_url, 2, 8, 15)
         finally:
+            del os.environ["CLIENT_FAULTS_BG_SLEEP"]
             proxy.stop()
+        polls = proxy.stats["status_polls"]
+        self.assertGreater(polls, 0, "no status poll went through: the fallback was not exercised")
         harness.log("no extensions: proxy %s" % json.dumps(proxy.stats))
         self.assertEqual(res["duplicates"], 0, res)
         self.assertLessEqual(res["missing"], res["failed"], res)
