@@ -3,6 +3,7 @@
 # @alibaba-group/opensandbox, pinned in package.json / package-lock.json, unmodified).
 #
 #   tests/compat/run.sh                 default run: every *.test.mjs except pending.test.mjs
+#                                       (*.serial.test.mjs run one by one after the rest)
 #   tests/compat/run.sh --all           also pending.test.mjs (features known not to work yet)
 #   tests/compat/run.sh files.test.mjs  only the named test files (paths relative to tests/compat/)
 #
@@ -28,7 +29,7 @@ FILES=()
 for a in "$@"; do
 	case "$a" in
 	--all) ALL=1 ;;
-	-h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+	-h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
 	*) FILES+=("$a") ;;
 	esac
 done
@@ -110,21 +111,36 @@ say "corrald pid $CORRALD_PID on 127.0.0.1:$PORT, state $STATE, cgroup $CGROUP"
 
 # ---- run the tests ---------------------------------------------------------------------------
 cd "$HERE" || exit 1
+# *.serial.test.mjs files change server-wide state (e.g. fill the capacity queue, which is FIFO),
+# so each runs alone after the others.
+SERIAL=()
 if [ ${#FILES[@]} -eq 0 ]; then
 	for f in *.test.mjs; do
 		[ "$f" = pending.test.mjs ] && [ "$ALL" -eq 0 ] && continue
-		FILES+=("$f")
+		case "$f" in
+		*.serial.test.mjs) SERIAL+=("$f") ;;
+		*) FILES+=("$f") ;;
+		esac
 	done
 fi
 export OPEN_SANDBOX_DOMAIN="127.0.0.1:$PORT"
 export OPEN_SANDBOX_API_KEY="$API_KEY"
 export CORRAL_COMPAT_RUN_ID="$RUN_ID"
-say "node --test ${FILES[*]}"
-node --test --test-reporter=spec --test-concurrency="$JOBS" --test-timeout=180000 "${FILES[@]}" 2>&1 |
-	tee "$TMP/node.out"
-TEST_RC=${PIPESTATUS[0]}
 FAIL=0
-[ "$TEST_RC" -eq 0 ] || { say "node --test failed (exit $TEST_RC)"; FAIL=1; }
+: >"$TMP/node.out"
+run_node() { # JOBS FILE...
+	local jobs=$1
+	shift
+	say "node --test $*"
+	node --test --test-reporter=spec --test-concurrency="$jobs" --test-timeout=180000 "$@" 2>&1 |
+		tee -a "$TMP/node.out"
+	local rc=${PIPESTATUS[0]}
+	[ "$rc" -eq 0 ] || { say "node --test failed (exit $rc)"; FAIL=1; }
+}
+run_node "$JOBS" "${FILES[@]}"
+for f in "${SERIAL[@]}"; do
+	run_node 1 "$f"
+done
 
 # ---- leaked sandboxes ------------------------------------------------------------------------
 api() { curl -s -H "OPEN-SANDBOX-API-KEY: $API_KEY" "$@"; }
