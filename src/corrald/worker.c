@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +12,20 @@
 
 static unsigned n_running, n_queued;
 static struct worker *queue_head, *queue_tail;
+
+unsigned worker_max_running(void)
+{
+	static unsigned max;
+	if (!max) {
+		/* The CPUs corrald may run on (its affinity), else the online ones. */
+		cpu_set_t set;
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		if (sched_getaffinity(0, sizeof(set), &set) == 0)
+			n = CPU_COUNT(&set);
+		max = n > 0 && n < WORKER_MAX_RUNNING / 2 ? 2 * (unsigned)n : WORKER_MAX_RUNNING;
+	}
+	return max;
+}
 
 unsigned worker_count(void)
 {
@@ -148,7 +163,7 @@ static int worker_fork(struct worker *w)
 /* Start queued workers while there are free slots. */
 static void queue_run(void)
 {
-	while (queue_head && n_running < WORKER_MAX_RUNNING) {
+	while (queue_head && n_running < worker_max_running()) {
 		struct worker *w = queue_head;
 		queue_head = w->next_queued;
 		if (!queue_head)
@@ -171,7 +186,7 @@ static void queue_run(void)
 int worker_start(struct worker *w, struct event_base *base)
 {
 	w->base = base;
-	if (n_running < WORKER_MAX_RUNNING && !queue_head)
+	if (n_running < worker_max_running() && !queue_head)
 		return worker_fork(w);
 	w->queued = true;
 	w->next_queued = NULL;

@@ -124,17 +124,19 @@ int main(void)
 	/* a full house: the next worker waits for a slot, and can be cancelled while it waits */
 	static struct job hung[WORKER_MAX_RUNNING];
 	struct job waiting, later;
-	for (int i = 0; i < WORKER_MAX_RUNNING; i++)
+	const int slots = (int)worker_max_running();
+	CHECK(slots >= 2 && slots <= WORKER_MAX_RUNNING);
+	for (int i = 0; i < slots; i++)
 		start(&hung[i], 3);
 	start(&waiting, 0);
 	start(&later, 0);
-	CHECK_INT(worker_count(), WORKER_MAX_RUNNING + 2);
+	CHECK_INT(worker_count(), slots + 2);
 	CHECK(waiting.w.pid <= 0); /* not forked yet */
 	worker_kill(&waiting.w);
 	CHECK(waiting.done);
 	CHECK_INT(waiting.got_rc, -ECANCELED);
 	CHECK(strstr(waiting.got_msg, "waiting") != NULL);
-	CHECK_INT(worker_count(), WORKER_MAX_RUNNING + 1);
+	CHECK_INT(worker_count(), slots + 1);
 	/* a slot frees: the queued one starts and finishes */
 	before = done_count;
 	worker_kill(&hung[0].w);
@@ -142,7 +144,7 @@ int main(void)
 	run_until(before + 2);
 	CHECK(later.done);
 	CHECK_INT(later.got_rc, 0);
-	for (int i = 1; i < WORKER_MAX_RUNNING; i++)
+	for (int i = 1; i < slots; i++)
 		worker_kill(&hung[i].w);
 	CHECK_INT(worker_count(), 0);
 
