@@ -11,7 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "shared/macro.h"
 #include "spawn.h"
+#include "users.h"
 
 extern char **environ;
 
@@ -208,91 +210,26 @@ int spawn_start(const struct spawn *sp, pid_t *ret_pid, struct error *err)
 }
 
 /*
- * The image's /etc/passwd and /etc/group, read directly: NSS (getpwuid, initgroups) does not work
- * in a static binary inside an arbitrary image.
+ * The image's /etc/passwd and /etc/group through users.h (NSS does not work in a static binary
+ * inside an arbitrary image). This runs in the parent, before spawn_start(): the child only calls
+ * setgroups() on what is filled in here, since it must not allocate or take locks.
  */
-static bool passwd_by_uid(uid_t uid, char *name, size_t nlen, gid_t *gid, char *home, size_t hlen)
-{
-	FILE *f = fopen("/etc/passwd", "re");
-	if (!f)
-		return false;
-	char line[4096];
-	bool found = false;
-	while (!found && fgets(line, sizeof(line), f)) {
-		char *fl[7], *p = line;
-		int n = 0;
-		line[strcspn(line, "\n")] = '\0';
-		while (n < 7) {
-			fl[n++] = p;
-			p = strchr(p, ':');
-			if (!p)
-				break;
-			*p++ = '\0';
-		}
-		if (n < 7 || !*fl[2] || !*fl[3])
-			continue;
-		char *e1, *e2;
-		unsigned long u = strtoul(fl[2], &e1, 10), g = strtoul(fl[3], &e2, 10);
-		if (*e1 || *e2 || (uid_t)u != uid)
-			continue;
-		snprintf(name, nlen, "%s", fl[0]);
-		snprintf(home, hlen, "%s", fl[5]);
-		*gid = (gid_t)g;
-		found = true;
-	}
-	fclose(f);
-	return found;
-}
-
-static size_t groups_of(const char *name, gid_t *out, size_t max)
-{
-	FILE *f = fopen("/etc/group", "re");
-	if (!f)
-		return 0;
-	char line[16384];
-	size_t k = 0;
-	while (k < max && fgets(line, sizeof(line), f)) {
-		char *fl[4], *p = line;
-		int n = 0;
-		line[strcspn(line, "\n")] = '\0';
-		while (n < 4) {
-			fl[n++] = p;
-			p = strchr(p, ':');
-			if (!p)
-				break;
-			*p++ = '\0';
-		}
-		if (n < 4 || !*fl[2])
-			continue;
-		char *e, *save = NULL;
-		unsigned long g = strtoul(fl[2], &e, 10);
-		if (*e)
-			continue;
-		for (char *m = strtok_r(fl[3], ",", &save); m; m = strtok_r(NULL, ",", &save))
-			if (strcmp(m, name) == 0) {
-				out[k++] = (gid_t)g;
-				break;
-			}
-	}
-	fclose(f);
-	return k;
-}
-
 void spawn_set_user(struct spawn *sp, uid_t uid, bool has_gid, gid_t gid, char *ret_home,
 		    size_t home_len)
 {
-	char name[256], home[1024];
-	gid_t pgid;
+	struct users_passwd pw;
 	sp->set_uid = true;
 	sp->uid = uid;
 	if (ret_home && home_len)
 		ret_home[0] = '\0';
-	if (passwd_by_uid(uid, name, sizeof(name), &pgid, home, sizeof(home))) {
-		sp->gid = has_gid ? gid : pgid;
+	if (users_passwd_by_uid(uid, &pw) == 0) {
+		sp->gid = has_gid ? gid : pw.gid;
 		sp->groups[0] = sp->gid;
-		sp->ngroups = 1 + groups_of(name, sp->groups + 1, SPAWN_GROUPS_MAX - 1);
+		/* Unreadable /etc/group: no supplementary groups; more than fit: the first ones. */
+		int n = users_groups_of(pw.name, sp->groups + 1, SPAWN_GROUPS_MAX - 1);
+		sp->ngroups = 1 + (n > 0 ? MIN((size_t)n, (size_t)SPAWN_GROUPS_MAX - 1) : 0);
 		if (ret_home && home_len)
-			snprintf(ret_home, home_len, "%s", home);
+			snprintf(ret_home, home_len, "%s", pw.home);
 	} else {
 		sp->gid = has_gid ? gid : (gid_t)uid;
 		sp->groups[0] = sp->gid;
