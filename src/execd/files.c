@@ -148,6 +148,23 @@ static bool normalize(struct evhttp_request *req, const char *in, char abs[PATH_
 	return true;
 }
 
+/*
+ * Open abs (the normalized form of the client's path shown) in the root with flags and fstat it.
+ * Replies and returns false when either fails; *ret_fd is the caller's to close either way.
+ */
+static bool open_stat(struct evhttp_request *req, const char *abs, int flags, const char *shown,
+		      int *ret_fd, struct stat *st)
+{
+	int r = fpath_open(root(), abs, flags, 0, ret_fd);
+	if (r == 0 && fstat(*ret_fd, st) < 0)
+		r = -errno;
+	if (r < 0) {
+		reply_errno(req, r, CODE_BAD_BODY, "'%s'", shown);
+		return false;
+	}
+	return true;
+}
+
 static json_t *file_info(const char *path, const struct stat *st)
 {
 	char owner[USERS_NAME_MAX], group[USERS_NAME_MAX], mtime[64], ctime_[64];
@@ -265,9 +282,54 @@ static bool is_array(const json_t *j)
 	return json_is_array(j);
 }
 
-/* Repeated path= parameters; replies and returns -1 when there are too many. */
+/*
+ * A POST of {path: {mode, owner, group}}: every entry is checked before anything changes, then
+ * apply(abs, perm) runs for each in turn; the first failure is answered as "<doing> '<path>'".
+ */
+static void handle_perm_body(struct evhttp_request *req,
+			     int (*apply)(const char *abs, const struct perm *p), const char *doing)
+{
+	_cleanup_json_ json_t *body =
+	    body_json(req, is_object, "an object {path: {mode, owner, group}}");
+	if (!body)
+		return;
+	const char *key;
+	json_t *val;
+	char err[512];
+	json_object_foreach(body, key, val)
+	{
+		struct perm p;
+		if (perm_parse(val, &p, err, sizeof(err)) < 0) {
+			http_send_error(req, 400, CODE_BAD_BODY, "'%s': %s", key, err);
+			return;
+		}
+	}
+	json_object_foreach(body, key, val)
+	{
+		struct perm p;
+		char abs[PATH_MAX];
+		perm_parse(val, &p, err, sizeof(err));
+		if (!normalize(req, key, abs, CODE_BAD_BODY))
+			return;
+		int r = apply(abs, &p);
+		if (r < 0) {
+			reply_errno(req, r, CODE_BAD_BODY, "%s '%s'", doing, key);
+			return;
+		}
+	}
+	http_send_empty(req, 200);
+}
+
+/*
+ * Repeated path= parameters of q (NULL: parsing it ran out of memory); replies and returns -1 when
+ * q is NULL or there are too many.
+ */
 static int query_paths(struct evhttp_request *req, const struct http_query *q, const char **out)
 {
+	if (!q) {
+		http_send_error(req, 500, CODE_RUNTIME, "out of memory");
+		return -1;
+	}
 	size_t n = http_query_get_all(q, "path", out, FILES_QUERY_PATHS_MAX + 1);
 	if (n > FILES_QUERY_PATHS_MAX) {
 		http_send_error(req, 400, CODE_BAD_BODY, "at most %d path parameters are allowed",
@@ -283,10 +345,6 @@ static void handle_info(struct evhttp_request *req)
 {
 	_cleanup_query_ struct http_query *q = http_query_parse(req);
 	const char *paths[FILES_QUERY_PATHS_MAX + 1];
-	if (!q) {
-		http_send_error(req, 500, CODE_RUNTIME, "out of memory");
-		return;
-	}
 	int n = query_paths(req, q, paths);
 	if (n < 0)
 		return;
@@ -297,13 +355,8 @@ static void handle_info(struct evhttp_request *req)
 			return;
 		_cleanup_close_ int fd = -1;
 		struct stat st;
-		int r = fpath_open(root(), abs, O_PATH | O_NOFOLLOW, 0, &fd);
-		if (r == 0 && fstat(fd, &st) < 0)
-			r = -errno;
-		if (r < 0) {
-			reply_errno(req, r, CODE_BAD_BODY, "'%s'", paths[i]);
+		if (!open_stat(req, abs, O_PATH | O_NOFOLLOW, paths[i], &fd, &st))
 			return;
-		}
 		json_object_set_new(out, paths[i], file_info(abs, &st));
 	}
 	http_send_json(req, 200, TAKE_PTR(out));
@@ -315,10 +368,6 @@ static void handle_delete_files(struct evhttp_request *req)
 {
 	_cleanup_query_ struct http_query *q = http_query_parse(req);
 	const char *paths[FILES_QUERY_PATHS_MAX + 1];
-	if (!q) {
-		http_send_error(req, 500, CODE_RUNTIME, "out of memory");
-		return;
-	}
 	int n = query_paths(req, q, paths);
 	if (n < 0)
 		return;
@@ -358,41 +407,16 @@ static void handle_delete_files(struct evhttp_request *req)
 
 /* ---- POST /files/permissions ---- */
 
+static int set_permissions(const char *abs, const struct perm *p)
+{
+	_cleanup_close_ int fd = -1;
+	int r = fpath_open(root(), abs, O_PATH, 0, &fd);
+	return r < 0 ? r : perm_apply(fd, p);
+}
+
 static void handle_permissions(struct evhttp_request *req)
 {
-	_cleanup_json_ json_t *body =
-	    body_json(req, is_object, "an object {path: {mode, owner, group}}");
-	if (!body)
-		return;
-	const char *key;
-	json_t *val;
-	char err[512];
-	/* Validate everything before changing anything. */
-	json_object_foreach(body, key, val)
-	{
-		struct perm p;
-		if (perm_parse(val, &p, err, sizeof(err)) < 0) {
-			http_send_error(req, 400, CODE_BAD_BODY, "'%s': %s", key, err);
-			return;
-		}
-	}
-	json_object_foreach(body, key, val)
-	{
-		struct perm p;
-		char abs[PATH_MAX];
-		perm_parse(val, &p, err, sizeof(err));
-		if (!normalize(req, key, abs, CODE_BAD_BODY))
-			return;
-		_cleanup_close_ int fd = -1;
-		int r = fpath_open(root(), abs, O_PATH, 0, &fd);
-		if (r == 0)
-			r = perm_apply(fd, &p);
-		if (r < 0) {
-			reply_errno(req, r, CODE_BAD_BODY, "changing permissions of '%s'", key);
-			return;
-		}
-	}
-	http_send_empty(req, 200);
+	handle_perm_body(req, set_permissions, "changing permissions of");
 }
 
 /* ---- POST /files/mv ---- */
@@ -591,8 +615,14 @@ static int walk_dir(struct walk *w, int dfd, const char *dir, int depth)
 	return r;
 }
 
-static void reply_walk_error(struct evhttp_request *req, struct walk *w, int r)
+/* Answer a walk that returned r: its entries, or why it failed. Takes w->out. */
+static void reply_walk(struct evhttp_request *req, struct walk *w, int r)
 {
+	if (r >= 0) {
+		http_send_json(req, 200, w->out);
+		return;
+	}
+	json_decref(w->out);
 	if (r == -E2BIG)
 		http_send_error(req, 400, CODE_BAD_BODY,
 				"more than %d entries; narrow the path, depth or pattern",
@@ -623,14 +653,10 @@ static void handle_search(struct evhttp_request *req)
 		return;
 	_cleanup_close_ int fd = -1;
 	struct stat st;
-	int r = fpath_open(root(), abs, O_RDONLY | O_NONBLOCK, 0, &fd);
-	if (r == 0 && fstat(fd, &st) < 0)
-		r = -errno;
-	if (r < 0) {
-		reply_errno(req, r, CODE_BAD_BODY, "'%s'", path);
+	if (!open_stat(req, abs, O_RDONLY | O_NONBLOCK, path, &fd, &st))
 		return;
-	}
 	struct walk w = {.out = json_array(), .pattern = pattern};
+	int r = 0;
 	if (S_ISDIR(st.st_mode)) {
 		/* A symlinked root is followed (like the reference's os.Stat); nothing below is. */
 		int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -640,12 +666,7 @@ static void handle_search(struct evhttp_request *req)
 		if (files_glob_match(pattern, base) == 1)
 			json_array_append_new(w.out, file_info(abs, &st));
 	}
-	if (r < 0) {
-		json_decref(w.out);
-		reply_walk_error(req, &w, r);
-		return;
-	}
-	http_send_json(req, 200, w.out);
+	reply_walk(req, &w, r);
 }
 
 /* ---- GET /directories/list ---- */
@@ -675,13 +696,8 @@ static void handle_list(struct evhttp_request *req)
 		return;
 	_cleanup_close_ int fd = -1;
 	struct stat st;
-	int r = fpath_open(root(), abs, O_PATH | O_NOFOLLOW, 0, &fd);
-	if (r == 0 && fstat(fd, &st) < 0)
-		r = -errno;
-	if (r < 0) {
-		reply_errno(req, r, CODE_BAD_BODY, "'%s'", path);
+	if (!open_stat(req, abs, O_PATH | O_NOFOLLOW, path, &fd, &st))
 		return;
-	}
 	if (S_ISLNK(st.st_mode)) {
 		http_send_error(req, 400, CODE_BAD_BODY,
 				"path is a symbolic link, refusing to traverse: %s", abs);
@@ -692,16 +708,12 @@ static void handle_list(struct evhttp_request *req)
 		return;
 	}
 	struct walk w = {.out = json_array(), .max_depth = (int)MIN(depth, FILES_WALK_DEPTH_MAX)};
+	int r = 0;
 	if (depth > 0) {
 		int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		r = dfd < 0 ? -errno : walk_dir(&w, dfd, abs, 0);
 	}
-	if (r < 0) {
-		json_decref(w.out);
-		reply_walk_error(req, &w, r);
-		return;
-	}
-	http_send_json(req, 200, w.out);
+	reply_walk(req, &w, r);
 }
 
 /* ---- POST /files/replace ---- */
@@ -859,45 +871,23 @@ static void handle_replace(struct evhttp_request *req)
 
 /* ---- POST /directories ---- */
 
+static int make_directory(const char *abs, const struct perm *p)
+{
+	bool created = false;
+	/* Like the reference: owner and group go to the directories made here only. */
+	int r = fpath_mkdir_p(root(), abs, 0777, p->uid, p->gid, &created);
+	if (r == 0 && created && p->mode) {
+		_cleanup_close_ int fd = -1;
+		r = fpath_open(root(), abs, O_PATH | O_DIRECTORY, 0, &fd);
+		if (r == 0)
+			r = fpath_fchmod(fd, p->mode);
+	}
+	return r;
+}
+
 static void handle_mkdir(struct evhttp_request *req)
 {
-	_cleanup_json_ json_t *body =
-	    body_json(req, is_object, "an object {path: {mode, owner, group}}");
-	if (!body)
-		return;
-	const char *key;
-	json_t *val;
-	char err[512];
-	json_object_foreach(body, key, val)
-	{
-		struct perm p;
-		if (perm_parse(val, &p, err, sizeof(err)) < 0) {
-			http_send_error(req, 400, CODE_BAD_BODY, "'%s': %s", key, err);
-			return;
-		}
-	}
-	json_object_foreach(body, key, val)
-	{
-		struct perm p;
-		char abs[PATH_MAX];
-		perm_parse(val, &p, err, sizeof(err));
-		if (!normalize(req, key, abs, CODE_BAD_BODY))
-			return;
-		bool created = false;
-		/* Like the reference: owner and group go to the directories made here only. */
-		int r = fpath_mkdir_p(root(), abs, 0777, p.uid, p.gid, &created);
-		if (r == 0 && created && p.mode) {
-			_cleanup_close_ int fd = -1;
-			r = fpath_open(root(), abs, O_PATH | O_DIRECTORY, 0, &fd);
-			if (r == 0)
-				r = fpath_fchmod(fd, p.mode);
-		}
-		if (r < 0) {
-			reply_errno(req, r, CODE_BAD_BODY, "creating directory '%s'", key);
-			return;
-		}
-	}
-	http_send_empty(req, 200);
+	handle_perm_body(req, make_directory, "creating directory");
 }
 
 /* ---- DELETE /directories ---- */
@@ -906,10 +896,6 @@ static void handle_rmdir(struct evhttp_request *req)
 {
 	_cleanup_query_ struct http_query *q = http_query_parse(req);
 	const char *paths[FILES_QUERY_PATHS_MAX + 1];
-	if (!q) {
-		http_send_error(req, 500, CODE_RUNTIME, "out of memory");
-		return;
-	}
 	int n = query_paths(req, q, paths);
 	if (n < 0)
 		return;
@@ -1047,13 +1033,8 @@ static void handle_download(struct evhttp_request *req)
 	_cleanup_close_ int fd = -1;
 	struct stat st;
 	/* O_NONBLOCK: opening a FIFO must not hang the event loop. */
-	int r = fpath_open(root(), abs, O_RDONLY | O_NONBLOCK, 0, &fd);
-	if (r == 0 && fstat(fd, &st) < 0)
-		r = -errno;
-	if (r < 0) {
-		reply_errno(req, r, CODE_BAD_BODY, "'%s'", path);
+	if (!open_stat(req, abs, O_RDONLY | O_NONBLOCK, path, &fd, &st))
 		return;
-	}
 	if (!S_ISREG(st.st_mode)) {
 		http_send_error(req, 400, CODE_BAD_BODY, "not a regular file: %s", abs);
 		return;
@@ -1063,14 +1044,14 @@ static void handle_download(struct evhttp_request *req)
 	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
 	const char *range = by_lines ? NULL : evhttp_find_header(in, "Range");
 	if (by_lines) {
-		r = line_range(fd, size, first, count, &off, &len);
+		int r = line_range(fd, size, first, count, &off, &len);
 		if (r < 0) {
 			reply_errno(req, r, CODE_BAD_BODY, "reading '%s'", path);
 			return;
 		}
 	} else if (range) {
 		struct files_range rg;
-		r = files_parse_range(range, size, &rg);
+		int r = files_parse_range(range, size, &rg);
 		if (r < 0) {
 			char cr[64];
 			snprintf(cr, sizeof(cr), "bytes */%llu", (unsigned long long)size);
