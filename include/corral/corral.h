@@ -65,6 +65,7 @@ typedef enum corral_error_code {
 	CORRAL_E_PROTOCOL,           /* an answer that does not follow the API */
 	CORRAL_E_NO_MEMORY,
 	CORRAL_E_SHUTDOWN,           /* the client is being freed */
+	CORRAL_E_CANCELLED,          /* the operation's corral_cancel was triggered */
 } corral_error_code;
 
 typedef struct corral_error {
@@ -74,6 +75,9 @@ typedef struct corral_error {
 	char reason[64];        /* CORRAL_E_SANDBOX_ENDED: the server's reason, e.g. "OOMKilled" */
 	char request_id[40];    /* X-Request-ID of the failing request, when there was one */
 	char message[512];      /* what failed and on what */
+	char detail[256];       /* the bare reason, without the operation's name: the server's own
+				 * message for an error answer ("message", "detail", or the start of
+				 * the body), libcurl's for a transport failure */
 } corral_error;
 
 /* "CORRAL_E_SANDBOX_ENDED" etc.; never NULL. */
@@ -125,6 +129,17 @@ typedef struct corral_options {
 	const char *label_prefix; /* default "corral/" ("nemo-gym.nvidia.com/" works; "" = bare keys) */
 	const char *team, *user, *workload, *run; /* explicit values win over detection */
 	bool cpu_env;            /* default true: CPU_CAP variables from the CPU limit */
+	bool label_attempts;     /* default true: each create attempt carries the label
+				  * <prefix>attempt=<12 hex>, so the sandbox of an attempt whose answer
+				  * was lost is found and deleted before the next attempt. false: the
+				  * sandbox gets only the caller's metadata, and an attempt whose answer
+				  * was lost is not retried (it may have made a sandbox nobody can find) */
+	bool exec_id_probe;      /* default true: before the first command, learn with a probe (a
+				  * background "true") whether the server honours client-chosen
+				  * execution ids, so even the first submit is retried after any failure.
+				  * false (one-shot clients, e.g. the CLI): learn it from the first
+				  * command's init event; until then a submit is retried only when
+				  * nothing was sent */
 
 	corral_log_fn log;       /* NULL: the library logs nothing */
 	void *log_userdata;
@@ -182,6 +197,12 @@ typedef struct corral_sandbox_spec {
 	const char *const *env;         /* NULL-terminated "KEY=VALUE"; wins over derived CPU caps */
 	const char *const *metadata;    /* NULL-terminated "key=value"; wins over attribution */
 	bool no_cpu_env;                /* do not derive CPU-cap variables for this sandbox */
+	const char *cpu_quantity;       /* the CPU limit as a quantity string ("500m", "2"); wins over
+					 * cpu. NULL: from cpu */
+	const char *memory_quantity;    /* the memory limit as a quantity string ("1G", "512Mi");
+					 * wins over memory_mib. NULL: from memory_mib */
+	bool raw_metadata;              /* send metadata values as given (the server validates them)
+					 * instead of sanitizing them to label rules */
 } corral_sandbox_spec;
 
 CORRAL_API void corral_sandbox_spec_init(corral_sandbox_spec *spec);
@@ -197,9 +218,19 @@ typedef struct corral_sandbox corral_sandbox;
 CORRAL_API int corral_sandbox_create(corral_client *c, const corral_sandbox_spec *spec,
 				     corral_sandbox **ret, corral_error *err);
 
+/* Like corral_sandbox_create, and *ret_json (free()) receives the server's create answer (the
+ * sandbox object as JSON text). */
+CORRAL_API int corral_sandbox_create_json(corral_client *c, const corral_sandbox_spec *spec,
+					  corral_sandbox **ret, char **ret_json, corral_error *err);
+
 /* A handle on an existing sandbox (checked with one GET; CORRAL_E_NOT_FOUND if unknown). */
 CORRAL_API int corral_sandbox_open(corral_client *c, const char *id, corral_sandbox **ret,
 				   corral_error *err);
+
+/* A handle on sandbox id without asking the server (one round trip less; the first operation
+ * finds out whether it exists). CORRAL_E_INVALID_ARGUMENT for an id that cannot be one. */
+CORRAL_API int corral_sandbox_from_id(corral_client *c, const char *id, corral_sandbox **ret,
+				      corral_error *err);
 
 CORRAL_API const char *corral_sandbox_id(const corral_sandbox *sb);
 
@@ -220,6 +251,21 @@ CORRAL_API int corral_sandbox_delete_id(corral_client *c, const char *id, corral
 CORRAL_API int corral_sandbox_list(corral_client *c, const char *const *metadata, char ***ret_ids,
 				   corral_error *err);
 
+/*
+ * The server's sandbox objects (id, image, status, metadata, entrypoint, createdAt, expiresAt,
+ * ...) as a JSON array text in *ret_json (free()), every page followed, each id once, in the
+ * server's order. metadata: "key=value" pairs that must all match (may be NULL); states: state
+ * names of which one must match (may be NULL).
+ */
+CORRAL_API int corral_sandbox_list_json(corral_client *c, const char *const *metadata,
+					const char *const *states, char **ret_json,
+					corral_error *err);
+
+/* One sandbox as the server describes it: its JSON object text in *ret_json (free()).
+ * CORRAL_E_NOT_FOUND if unknown. */
+CORRAL_API int corral_sandbox_get_json(corral_client *c, const char *id, char **ret_json,
+				       corral_error *err);
+
 /* Label helpers, as the client applies them: the normalized key prefix ("corral" -> "corral/",
  * blank -> "", -EINVAL when not a DNS subdomain) and a value sanitized to label rules. */
 CORRAL_API int corral_label_prefix_normalize(const char *prefix, char **ret);
@@ -233,6 +279,22 @@ typedef struct corral_sandbox_info {
 
 CORRAL_API int corral_sandbox_info_get(corral_sandbox *sb, corral_sandbox_info *ret,
 				       corral_error *err);
+
+/* ---- cancellation ---- */
+
+/*
+ * A cancellation token. Give it to operations (corral_exec_opts.cancel); corral_cancel_trigger()
+ * makes them return CORRAL_E_CANCELLED as soon as they can: the transfer in progress is aborted
+ * and backoff sleeps end. Trigger is safe from any thread and from inside an output callback (not
+ * from a signal handler: use a thread that sigwait()s). A triggered token stays triggered.
+ */
+typedef struct corral_cancel corral_cancel;
+
+CORRAL_API int corral_cancel_new(corral_cancel **ret);
+CORRAL_API void corral_cancel_trigger(corral_cancel *t);
+CORRAL_API bool corral_cancel_triggered(corral_cancel *t);
+/* Accepts NULL. No operation may be using the token. */
+CORRAL_API void corral_cancel_free(corral_cancel *t);
 
 /* ---- commands ---- */
 
@@ -253,12 +315,17 @@ typedef struct corral_exec_opts {
 				  * resume after a crash: an id the sandbox already ran returns that
 				  * execution's result without running it again. Default: a fresh
 				  * random id */
+	corral_cancel *cancel;   /* optional: triggering it stops the command in the sandbox
+				  * (corral_exec_interrupt) and makes corral_exec return
+				  * CORRAL_E_CANCELLED with the output so far */
+	bool discard_output;     /* foreground with callbacks: do not also keep the output in the
+				  * result (out/err stay empty; for output of any size) */
 } corral_exec_opts;
 
 CORRAL_API void corral_exec_opts_init(corral_exec_opts *opts);
 
 typedef struct corral_exec_result {
-	char id[CORRAL_EXEC_ID_LEN]; /* the execution id used */
+	char id[CORRAL_EXEC_ID_LEN]; /* the execution id used (the server's, when it ignored ours) */
 	int exit_code;     /* -1 when the command produced none */
 	char *out;         /* stdout lines joined with '\n' (background: stdout+stderr combined) */
 	size_t out_len;
@@ -269,6 +336,8 @@ typedef struct corral_exec_result {
 			      * code) */
 	char error_message[256];
 	unsigned submits;  /* how many times the submit was sent (1 unless retried) */
+	bool started;      /* the server acknowledged the execution (its init event or output
+			    * arrived): after a failure the command may be running or have run */
 } corral_exec_result;
 
 /*
@@ -289,6 +358,12 @@ CORRAL_API void corral_exec_result_clear(corral_exec_result *r);
 CORRAL_API int corral_exec_logs(corral_sandbox *sb, const char *exec_id, uint64_t cursor,
 				char **ret_data, size_t *ret_len, uint64_t *ret_next,
 				corral_error *err);
+
+/*
+ * Stops an execution: execd sends SIGTERM to the command's process group, then SIGKILL. An
+ * execution the sandbox does not know (already ended and forgotten) counts as stopped.
+ */
+CORRAL_API int corral_exec_interrupt(corral_sandbox *sb, const char *exec_id, corral_error *err);
 
 /* Generates an execution id (32 lowercase hex). Returns 0 or -errno. */
 CORRAL_API int corral_exec_id_new(char ret[CORRAL_EXEC_ID_LEN]);

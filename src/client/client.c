@@ -35,6 +35,7 @@ static const char *const code_names[] = {
 	[CORRAL_E_PROTOCOL] = "CORRAL_E_PROTOCOL",
 	[CORRAL_E_NO_MEMORY] = "CORRAL_E_NO_MEMORY",
 	[CORRAL_E_SHUTDOWN] = "CORRAL_E_SHUTDOWN",
+	[CORRAL_E_CANCELLED] = "CORRAL_E_CANCELLED",
 };
 
 CORRAL_API const char *corral_error_code_name(corral_error_code code)
@@ -66,6 +67,7 @@ int cerr_errno(corral_error_code code)
 	case CORRAL_E_UNAUTHORIZED: return -EACCES;
 	case CORRAL_E_NO_MEMORY: return -ENOMEM;
 	case CORRAL_E_SHUTDOWN: return -ESHUTDOWN;
+	case CORRAL_E_CANCELLED: return -EINTR;
 	case CORRAL_E_SERVER:
 	case CORRAL_E_PROTOCOL:
 	default: return -EPROTO;
@@ -94,15 +96,24 @@ int cerr_from_resp(corral_error *e, const struct http_resp *rs, const char *what
 				    : CORRAL_E_CONNECTION,
 			 "%s: %s%s", what, rs->sent_nothing ? "cannot reach the server: " : "",
 			 rs->error);
-		if (e)
+		if (e) {
 			snprintf(e->request_id, sizeof(e->request_id), "%s", rs->request_id);
+			snprintf(e->detail, sizeof(e->detail), "%s", rs->error);
+		}
 		return r;
 	}
 	const char *code = NULL, *msg = NULL, *reason = NULL;
+	_cleanup_free_ char *detail = NULL;
 	if (json_is_object(rs->json)) {
 		code = json_string_value(json_object_get(rs->json, "code"));
 		msg = json_string_value(json_object_get(rs->json, "message"));
 		reason = json_string_value(json_object_get(rs->json, "reason"));
+		json_t *d = json_object_get(rs->json, "detail"); /* FastAPI-style validation errors */
+		if (!msg && d) {
+			detail = json_is_string(d) ? strdup(json_string_value(d))
+						   : json_dumps(d, JSON_COMPACT);
+			msg = detail;
+		}
 	}
 	corral_error_code cc = policy_classify(rs->status, code);
 	char excerpt[200] = "";
@@ -117,8 +128,72 @@ int cerr_from_resp(corral_error *e, const struct http_resp *rs, const char *what
 		snprintf(e->server_code, sizeof(e->server_code), "%s", code ? code : "");
 		snprintf(e->reason, sizeof(e->reason), "%s", reason ? reason : "");
 		snprintf(e->request_id, sizeof(e->request_id), "%s", rs->request_id);
+		snprintf(e->detail, sizeof(e->detail), "%s",
+			 msg ? msg : (*excerpt ? excerpt : "(empty response)"));
 	}
 	return r;
+}
+
+/* ---- cancellation ---- */
+
+CORRAL_API int corral_cancel_new(corral_cancel **ret)
+{
+	struct corral_cancel *t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->cond, NULL);
+	*ret = t;
+	return 0;
+}
+
+CORRAL_API void corral_cancel_trigger(corral_cancel *t)
+{
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->mu);
+	atomic_store(&t->triggered, true);
+	if (t->x)
+		http_xfer_abort(t->x);
+	pthread_cond_broadcast(&t->cond);
+	pthread_mutex_unlock(&t->mu);
+}
+
+CORRAL_API bool corral_cancel_triggered(corral_cancel *t)
+{
+	return t && atomic_load(&t->triggered);
+}
+
+CORRAL_API void corral_cancel_free(corral_cancel *t)
+{
+	if (!t)
+		return;
+	pthread_mutex_destroy(&t->mu);
+	pthread_cond_destroy(&t->cond);
+	free(t);
+}
+
+void client_sleep_cancel(struct corral_cancel *t, double s)
+{
+	if (!t) {
+		client_sleep_s(s);
+		return;
+	}
+	if (!(s > 0))
+		return;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += (time_t)s;
+	ts.tv_nsec += (long)((s - floor(s)) * 1e9);
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&t->mu);
+	while (!atomic_load(&t->triggered) &&
+	       pthread_cond_timedwait(&t->cond, &t->mu, &ts) != ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&t->mu);
 }
 
 /* ---- small helpers ---- */
@@ -220,6 +295,8 @@ CORRAL_API void corral_options_init(corral_options *o)
 	o->attribution = true;
 	o->label_prefix = "corral/";
 	o->cpu_env = true;
+	o->label_attempts = true;
+	o->exec_id_probe = true;
 }
 
 /* ---- attribution: the run id is generated once per process ---- */

@@ -81,6 +81,8 @@ corral_error_code policy_classify(long status, const char *server_code);
 
 /* ---- the execd event stream (events.c) ---- */
 
+#define EVENTS_MAX_BLOCK (16u << 20) /* one event larger than this is a protocol error */
+
 /*
  * Parser state of one execution's event stream, across re-attaches: a re-attached stream replays
  * the execution's events from the start, so the first `delivered` events (pings never count) of
@@ -90,14 +92,23 @@ struct events {
 	unsigned long delivered; /* events handed to the handler so far */
 	unsigned long seen;      /* events seen on the current stream */
 	bool finished;           /* the handler said the execution ended */
+	bool overflow;           /* an event larger than EVENTS_MAX_BLOCK: the stream is unusable */
+	unsigned long malformed; /* blocks that were not a JSON object (skipped) */
+	char last_malformed[201]; /* the start of the last one */
+	char *block;             /* the event being assembled (lines without their framing) */
+	size_t blen, bcap;
 };
 /* Handles one new event; returns 1 when it ended the execution. */
 typedef int (*events_handler_fn)(void *ud, json_t *ev);
-/* Parses the complete lines of buf (bare JSON or "data: {json}", the OpenSandbox SDKs' rule),
- * calls handler for each new event, and keeps a trailing partial line in buf. */
+/* Parses the complete lines of buf, calls handler for each new event, and keeps a trailing
+ * partial line in buf. */
 void events_parse(struct events *st, char *buf, size_t *len, events_handler_fn handler, void *ud);
+/* The stream ended: the partial line left in buf and an unterminated last event still count. */
+void events_end(struct events *st, char *buf, size_t *len, events_handler_fn handler, void *ud);
 /* A new stream of the same execution begins (replay from its first event). */
 void events_reattach(struct events *st);
+/* Frees the block buffer. */
+void events_clear(struct events *st);
 
 /* ---- transport (http.c) ---- */
 
@@ -112,6 +123,7 @@ struct http_req {
 	bool stream;           /* deliver the body through http_stream_next */
 	long stall_s;          /* streams: abort when nothing arrives for this long (0 = never) */
 	bool fresh;            /* on a new connection (no silent resend by libcurl possible) */
+	struct corral_cancel *cancel; /* triggering it aborts the transfer (cc ABORTED_BY_CALLBACK) */
 };
 
 struct http_resp {
@@ -144,6 +156,9 @@ long http_stream_status(struct xfer *x);
  * non-2xx answer). */
 void http_stream_finish(struct xfer *x, struct http_resp *rs);
 void http_resp_clear(struct http_resp *rs);
+
+/* Asks the worker to abort x (if still running). Called with x's cancel token locked. */
+void http_xfer_abort(struct xfer *x);
 
 int http_transport_start(struct corral_client *c);
 void http_transport_stop(struct corral_client *c);
@@ -187,6 +202,15 @@ struct corral_client {
 	bool reap_stop;
 	struct reap_item *reap_failed;
 };
+
+struct corral_cancel {
+	pthread_mutex_t mu;  /* guards x; the transport takes c->mu inside it */
+	pthread_cond_t cond; /* wakes cancellable sleeps */
+	atomic_bool triggered;
+	struct xfer *x;      /* the transfer in progress of the operation using the token */
+};
+/* Sleeps s seconds, or until t is triggered (t may be NULL). */
+void client_sleep_cancel(struct corral_cancel *t, double s);
 
 struct corral_sandbox {
 	struct corral_client *c;

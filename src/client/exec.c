@@ -99,19 +99,26 @@ static int handle_event(struct run *r, json_t *ev)
 	const char *text = json_string_value(json_object_get(ev, "text"));
 	size_t tlen = text ? json_string_length(json_object_get(ev, "text")) : 0;
 	size_t max = r->sb->c->o.max_output_bytes;
+	bool keep = !r->o->discard_output;
+	bool quiet = corral_cancel_triggered(r->o->cancel); /* no output after a cancel */
+	r->res->started = true;
 	if (strcmp(type, "init") == 0) {
 		r->got_init = true;
-		if (text)
+		if (text && id_is_hex32(text)) {
 			snprintf(r->server_id, sizeof(r->server_id), "%s", text);
+			snprintf(r->res->id, sizeof(r->res->id), "%s", text);
+		}
 		int sup = text && strcmp(text, r->id) == 0 ? 1 : -1;
 		atomic_store(&r->sb->c->ids_supported, sup);
 	} else if (strcmp(type, "stdout") == 0 && text) {
-		out_add(r->res, &r->out, max, text, tlen);
-		if (r->o->on_stdout)
+		if (keep)
+			out_add(r->res, &r->out, max, text, tlen);
+		if (r->o->on_stdout && !quiet)
 			r->o->on_stdout(r->o->userdata, text, tlen);
 	} else if (strcmp(type, "stderr") == 0 && text) {
-		out_add(r->res, &r->err, max, text, tlen);
-		if (r->o->on_stderr)
+		if (keep)
+			out_add(r->res, &r->err, max, text, tlen);
+		if (r->o->on_stderr && !quiet)
 			r->o->on_stderr(r->o->userdata, text, tlen);
 	} else if (strcmp(type, "execution_complete") == 0) {
 		r->res->exit_code = 0;
@@ -140,9 +147,25 @@ static int on_event(void *ud, json_t *ev)
 	return handle_event(ud, ev);
 }
 
+static void report_malformed(struct run *r, unsigned long before)
+{
+	if (r->ev.malformed > before)
+		client_log(r->sb->c, 1, "skipping a malformed event from the server: %s",
+			   r->ev.last_malformed);
+}
+
 static void parse_events(struct run *r, char *buf, size_t *len)
 {
+	unsigned long before = r->ev.malformed;
 	events_parse(&r->ev, buf, len, on_event, r);
+	report_malformed(r, before);
+}
+
+static void end_events(struct run *r, char *buf, size_t *len)
+{
+	unsigned long before = r->ev.malformed;
+	events_end(&r->ev, buf, len, on_event, r);
+	report_malformed(r, before);
 }
 
 static char *command_body(const char *command, const char *id, const corral_exec_opts *o,
@@ -184,10 +207,10 @@ static bool transient(const struct http_resp *rs)
 	return rs->status == 0 || policy_status_retryable(rs->status);
 }
 
-static void backoff(struct corral_client *c, int failures)
+static void backoff(struct corral_client *c, int failures, struct corral_cancel *t)
 {
-	client_sleep_s(policy_backoff_s(failures, c->o.operation_retry_delay_s,
-					c->o.operation_retry_max_delay_s, client_random()));
+	client_sleep_cancel(t, policy_backoff_s(failures, c->o.operation_retry_delay_s,
+						c->o.operation_retry_max_delay_s, client_random()));
 }
 
 /* Learns once per client whether the server honours client-chosen ids (idempotent probe). */
@@ -220,7 +243,7 @@ static int learn_id_support(struct corral_sandbox *sb, corral_error *err)
 		http_resp_clear(&rs);
 		if (!again || failures > c->o.operation_retries)
 			return r;
-		backoff(c, failures);
+		backoff(c, failures, NULL);
 	}
 }
 
@@ -280,12 +303,19 @@ static int finish_result(struct run *r, corral_error *err)
 	return 0;
 }
 
+static bool cancelled(const struct run *r)
+{
+	return corral_cancel_triggered(r->o->cancel);
+}
+
 static int run_foreground(struct run *r, const char *body, int64_t deadline, corral_error *err)
 {
 	struct corral_sandbox *sb = r->sb;
 	struct corral_client *c = sb->c;
 	char path[256];
 	snprintf(path, sizeof(path), "/sandboxes/%s" EXECD "/command", sb->id);
+	char what[160];
+	snprintf(what, sizeof(what), "command %s in sandbox %s", r->id, sb->id);
 	int failures = 0;
 	char *buf = NULL;
 	size_t cap = 0;
@@ -294,27 +324,31 @@ static int run_foreground(struct run *r, const char *body, int64_t deadline, cor
 		int64_t left = deadline ? deadline - client_now_ms() : 0;
 		if (deadline && left <= 0) {
 			ret = cerr_set(err, CORRAL_E_COMMAND_TIMEOUT,
-				       "command %s in sandbox %s: no result within its timeout + 60 s",
-				       r->id, sb->id);
+				       "%s: no result within its timeout + 60 s", what);
 			break;
 		}
 		/* Without id support a silent resend by libcurl could run the command twice: such
 		 * submits go on a new connection. */
 		struct http_req rq = {.method = "POST", .path = path, .body = body,
 				      .timeout_ms = deadline ? left : 0, .stall_s = c->o.stream_stall_s,
-				      .fresh = atomic_load(&c->ids_supported) != 1};
+				      .fresh = atomic_load(&c->ids_supported) != 1,
+				      .cancel = r->o->cancel};
 		struct xfer *x = NULL;
-		r->res->submits++;
 		int rc = http_stream_start(c, &rq, &x);
+		if (rc == -ECANCELED) {
+			ret = cerr_set(err, CORRAL_E_CANCELLED, "%s: cancelled", what);
+			break;
+		}
 		if (rc < 0) {
 			ret = cerr_set(err, rc == -ESHUTDOWN ? CORRAL_E_SHUTDOWN : CORRAL_E_NO_MEMORY,
 				       "submit command: %s", strerror(-rc));
 			break;
 		}
+		r->res->submits++;
 		events_reattach(&r->ev);
 		unsigned long before = r->ev.delivered;
 		size_t len = 0;
-		while (!r->ev.finished && http_stream_next(x, &buf, &len, &cap) > 0) {
+		while (!r->ev.finished && !r->ev.overflow && http_stream_next(x, &buf, &len, &cap) > 0) {
 			if (http_stream_status(x) != 200)
 				continue; /* an error body: read whole, judged below */
 			parse_events(r, buf, &len);
@@ -328,21 +362,36 @@ static int run_foreground(struct run *r, const char *body, int64_t deadline, cor
 			rs.len = rs.body ? len : 0;
 			rs.json = json_loadb(buf, len, 0, NULL);
 		}
-		if (r->ev.finished) {
+		/* A last event without its closing blank line still counts. */
+		if (rs.status == 200 && rs.cc == CURLE_OK && !r->ev.finished)
+			end_events(r, buf, &len);
+		if (r->ev.finished && !cancelled(r)) {
 			http_resp_clear(&rs);
 			free(buf);
 			check_timeout(r, r->server_id[0] ? r->server_id : r->id);
 			return finish_result(r, err);
 		}
-		char what[160];
-		snprintf(what, sizeof(what), "command %s in sandbox %s", r->id, sb->id);
+		if (cancelled(r)) {
+			http_resp_clear(&rs);
+			ret = cerr_set(err, CORRAL_E_CANCELLED, "%s: cancelled", what);
+			break;
+		}
+		if (r->ev.overflow) {
+			http_resp_clear(&rs);
+			ret = cerr_set(err, CORRAL_E_PROTOCOL, "%s: an event larger than %u MiB",
+				       what, EVENTS_MAX_BLOCK >> 20);
+			break;
+		}
 		if (rs.status == 200 && rs.cc == CURLE_OK)
 			ret = cerr_set(err, CORRAL_E_CONNECTION,
-				       "%s: the event stream ended before the command's result", what);
+				       "%s: the event stream ended without execution_complete or error",
+				       what);
 		else if (rs.status >= 200 && rs.status < 300)
 			ret = cerr_set(err, CORRAL_E_CONNECTION, "%s: %s", what, rs.error);
 		else
 			ret = cerr_from_resp(err, &rs, what);
+		if (err && !err->request_id[0])
+			snprintf(err->request_id, sizeof(err->request_id), "%s", rs.request_id);
 		/* Resubmit? With id support always (execd re-attaches); without, only when
 		 * nothing was sent. An error answer from execd itself (4xx) is final. */
 		bool again = (rs.status == 0 || rs.status == 200 || transient(&rs));
@@ -354,7 +403,7 @@ static int run_foreground(struct run *r, const char *body, int64_t deadline, cor
 		if (!again || ++failures > c->o.operation_retries + 1)
 			break;
 		client_log(c, 3, "%s; resubmitting (same id)", err ? err->message : what);
-		backoff(c, failures);
+		backoff(c, failures, r->o->cancel);
 	}
 	free(buf);
 	return ret;
@@ -397,7 +446,7 @@ static int run_background(struct run *r, const char *body, int64_t deadline, cor
 		http_resp_clear(&rs);
 		if (!again || ++failures > c->o.operation_retries + 1)
 			return ret;
-		backoff(c, failures);
+		backoff(c, failures, NULL);
 	}
 	const char *id = r->server_id[0] ? r->server_id : r->id;
 
@@ -405,6 +454,10 @@ static int run_background(struct run *r, const char *body, int64_t deadline, cor
 	json_t *st = NULL;
 	double delay = c->o.poll_initial_s;
 	for (int failures = 0;;) {
+		if (cancelled(r)) {
+			json_decref(st);
+			return cerr_set(err, CORRAL_E_CANCELLED, "%s: cancelled", what);
+		}
 		int64_t left = deadline ? deadline - client_now_ms() : 0;
 		if (deadline && left <= 0)
 			return cerr_set(err, CORRAL_E_COMMAND_TIMEOUT,
@@ -424,7 +477,7 @@ static int run_background(struct run *r, const char *body, int64_t deadline, cor
 		if (ret < 0) {
 			if (!again || ++failures > c->o.operation_retries + 1)
 				return ret;
-			backoff(c, failures);
+			backoff(c, failures, NULL);
 			continue;
 		}
 		failures = 0;
@@ -502,7 +555,7 @@ static int run_background(struct run *r, const char *body, int64_t deadline, cor
 		http_resp_clear(&rs);
 		if (!again || ++failures > c->o.operation_retries + 1)
 			return ret;
-		backoff(c, failures);
+		backoff(c, failures, NULL);
 	}
 	return finish_result(r, err);
 }
@@ -537,7 +590,7 @@ CORRAL_API int corral_exec(corral_sandbox *sb, const char *command, const corral
 		return err && err->code ? cerr_errno(err->code)
 					: cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
 	client_op_begin(sb->c);
-	int rc = learn_id_support(sb, err);
+	int rc = sb->c->o.exec_id_probe ? learn_id_support(sb, err) : 0;
 	if (rc == 0) {
 		int64_t deadline = opts->timeout_s > 0
 					   ? client_now_ms() + (int64_t)(opts->timeout_s * 1000) +
@@ -547,6 +600,25 @@ CORRAL_API int corral_exec(corral_sandbox *sb, const char *command, const corral
 				      : run_foreground(&r, body, deadline, err);
 	}
 	client_op_end(sb->c);
+	events_clear(&r.ev);
+	if (rc < 0 && cancelled(&r)) {
+		/* Stop what may run on: by the id the server named, or by ours when it may honour
+		 * it. */
+		const char *id = r.server_id[0] ? r.server_id
+				 : atomic_load(&sb->c->ids_supported) >= 0 && ret->submits ? r.id
+											    : NULL;
+		corral_error ie;
+		if (!id)
+			rc = cerr_set(err, CORRAL_E_CANCELLED, "command in sandbox %s: cancelled%s",
+				      sb->id, ret->submits ? "; the server did not name it, so it could not be stopped" : " before it was sent");
+		else if (corral_exec_interrupt(sb, id, &ie) < 0)
+			rc = cerr_set(err, CORRAL_E_CANCELLED,
+				      "command %s in sandbox %s: cancelled, but stopping it failed: %s",
+				      id, sb->id, ie.message);
+		else
+			rc = cerr_set(err, CORRAL_E_CANCELLED,
+				      "command %s in sandbox %s: cancelled and stopped", id, sb->id);
+	}
 	if (rc == 0 && err)
 		memset(err, 0, sizeof(*err));
 	return rc;
@@ -586,6 +658,34 @@ CORRAL_API int corral_exec_logs(corral_sandbox *sb, const char *exec_id, uint64_
 		http_resp_clear(&rs);
 		if (!again || ++failures > c->o.operation_retries + 1)
 			return r;
-		backoff(c, failures);
+		backoff(c, failures, NULL);
+	}
+}
+
+CORRAL_API int corral_exec_interrupt(corral_sandbox *sb, const char *exec_id, corral_error *err)
+{
+	if (!sb || !exec_id || !id_is_hex32(exec_id))
+		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT,
+				"execution id '%s': expected 32 lowercase hex characters",
+				exec_id ? exec_id : "");
+	struct corral_client *c = sb->c;
+	char path[300], what[160];
+	snprintf(path, sizeof(path), "/sandboxes/%s" EXECD "/command?id=%s", sb->id, exec_id);
+	snprintf(what, sizeof(what), "stop command %s in sandbox %s", exec_id, sb->id);
+	for (int failures = 0;;) {
+		struct http_req rq = {.method = "DELETE", .path = path,
+				      .timeout_ms = (long)(c->o.request_timeout_s * 1000)};
+		struct http_resp rs;
+		http_do(c, &rq, &rs);
+		if ((rs.status >= 200 && rs.status < 300) || rs.status == 404) {
+			http_resp_clear(&rs);
+			return 0;
+		}
+		int r = cerr_from_resp(err, &rs, what);
+		bool again = transient(&rs);
+		http_resp_clear(&rs);
+		if (!again || ++failures > c->o.operation_retries + 1)
+			return r;
+		backoff(c, failures, NULL);
 	}
 }

@@ -29,6 +29,7 @@ struct xfer {
 	char *url;
 	char *body;
 	bool stream;
+	struct corral_cancel *cancel;
 	pthread_cond_t cond;
 	/* below: under c->mu */
 	char *buf;
@@ -138,6 +139,7 @@ static struct xfer *xfer_new(struct corral_client *c, const struct http_req *rq)
 		return NULL;
 	x->c = c;
 	x->stream = rq->stream;
+	x->cancel = rq->cancel;
 	pthread_cond_init(&x->cond, NULL);
 	x->easy = curl_easy_init();
 	if (!x->easy || asprintf(&x->url, "%s%s", c->server, rq->path) < 0) {
@@ -354,6 +356,61 @@ static void ctl_locked(struct corral_client *c, struct xfer *x)
 	c->ctl = x;
 }
 
+void http_xfer_abort(struct xfer *x)
+{
+	struct corral_client *c = x->c;
+	pthread_mutex_lock(&c->mu);
+	if (!x->done) {
+		x->want_abort = true;
+		ctl_locked(c, x);
+	}
+	pthread_mutex_unlock(&c->mu);
+	curl_multi_wakeup(c->multi);
+}
+
+/* Makes x the transfer its cancel token aborts; false (x not submitted) when already triggered. */
+static bool cancel_register(struct xfer *x)
+{
+	struct corral_cancel *t = x->cancel;
+	if (!t)
+		return true;
+	pthread_mutex_lock(&t->mu);
+	bool ok = !atomic_load(&t->triggered);
+	if (ok)
+		t->x = x;
+	pthread_mutex_unlock(&t->mu);
+	return ok;
+}
+
+/* After this, a trigger no longer touches x; then waits until the worker let go of x. */
+static void cancel_unregister(struct xfer *x)
+{
+	struct corral_client *c = x->c;
+	struct corral_cancel *t = x->cancel;
+	if (t) {
+		pthread_mutex_lock(&t->mu);
+		if (t->x == x)
+			t->x = NULL;
+		pthread_mutex_unlock(&t->mu);
+	}
+	pthread_mutex_lock(&c->mu);
+	while (x->in_ctl) {
+		pthread_mutex_unlock(&c->mu);
+		curl_multi_wakeup(c->multi);
+		client_sleep_s(0.001);
+		pthread_mutex_lock(&c->mu);
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void cancelled_resp(struct http_resp *rs)
+{
+	memset(rs, 0, sizeof(*rs));
+	snprintf(rs->error, sizeof(rs->error), "cancelled");
+	rs->cc = CURLE_ABORTED_BY_CALLBACK;
+	rs->sent_nothing = true;
+}
+
 /* Fills rs from a finished transfer and frees it. */
 static void take_result(struct xfer *x, struct http_resp *rs)
 {
@@ -400,8 +457,14 @@ int http_do(struct corral_client *c, const struct http_req *rq, struct http_resp
 			rs->cc = CURLE_OUT_OF_MEMORY;
 			return -ENOMEM;
 		}
+		if (!cancel_register(x)) {
+			xfer_free(x);
+			cancelled_resp(rs);
+			return -ECANCELED;
+		}
 		int r = submit(c, x);
 		if (r < 0) {
+			cancel_unregister(x);
 			xfer_free(x);
 			memset(rs, 0, sizeof(*rs));
 			snprintf(rs->error, sizeof(rs->error), "the client is shutting down");
@@ -413,9 +476,12 @@ int http_do(struct corral_client *c, const struct http_req *rq, struct http_resp
 		while (!x->done)
 			pthread_cond_wait(&x->cond, &c->mu);
 		pthread_mutex_unlock(&c->mu);
+		cancel_unregister(x);
 		take_result(x, rs);
 		if (rs->cc == CURLE_OK)
 			return 0;
+		if (corral_cancel_triggered(rq->cancel))
+			return -ECANCELED;
 		if (!rs->sent_nothing || attempt >= c->o.connect_retries)
 			return -EIO;
 		http_resp_clear(rs);
@@ -430,8 +496,13 @@ int http_stream_start(struct corral_client *c, const struct http_req *rq, struct
 	struct xfer *x = xfer_new(c, &s);
 	if (!x)
 		return -ENOMEM;
+	if (!cancel_register(x)) {
+		xfer_free(x);
+		return -ECANCELED;
+	}
 	int r = submit(c, x);
 	if (r < 0) {
+		cancel_unregister(x);
 		xfer_free(x);
 		return r;
 	}
@@ -486,6 +557,7 @@ long http_stream_status(struct xfer *x)
 void http_stream_finish(struct xfer *x, struct http_resp *rs)
 {
 	struct corral_client *c = x->c;
+	cancel_unregister(x);
 	pthread_mutex_lock(&c->mu);
 	if (!x->done) {
 		x->want_abort = true;

@@ -87,7 +87,18 @@ static int create_body(struct corral_client *c, const corral_sandbox_spec *s, co
 	if (s->ttl_s > 0)
 		json_object_set_new(b, "timeout", json_integer(s->ttl_s));
 	double cpu = s->cpu > 0 ? s->cpu : 1;
-	json_object_set_new(b, "resourceLimits", resources(cpu, s->memory_mib > 0 ? s->memory_mib : 512));
+	if (s->cpu_quantity && *s->cpu_quantity) {
+		/* The CPU-cap variables follow the quantity: "500m" -> 0.5 cores. */
+		char *end = NULL;
+		double v = strtod(s->cpu_quantity, &end);
+		cpu = end && *end == 'm' && !end[1] ? v / 1000 : v;
+	}
+	json_t *limits = resources(cpu, s->memory_mib > 0 ? s->memory_mib : 512);
+	if (s->cpu_quantity && *s->cpu_quantity)
+		json_object_set_new(limits, "cpu", json_string(s->cpu_quantity));
+	if (s->memory_quantity && *s->memory_quantity)
+		json_object_set_new(limits, "memory", json_string(s->memory_quantity));
+	json_object_set_new(b, "resourceLimits", limits);
 	if (s->cpu_request > 0 || s->memory_request_mib > 0)
 		json_object_set_new(b, "resourceRequests",
 				    resources(s->cpu_request, s->memory_request_mib));
@@ -111,7 +122,7 @@ static int create_body(struct corral_client *c, const corral_sandbox_spec *s, co
 	corral_strv_free(labels);
 	if (r < 0)
 		return r;
-	r = kv_into(md, s->metadata, "metadata", true, err);
+	r = kv_into(md, s->metadata, "metadata", !s->raw_metadata, err);
 	if (r < 0)
 		return r;
 	if (attempt) {
@@ -160,10 +171,12 @@ static void sweep_attempt(struct corral_client *c, const char *token, const char
 				if (!id || !*id || strchr(id, '/') || strlen(id) >= CORRAL_ID_MAX ||
 				    (keep_id && strcmp(id, keep_id) == 0))
 					continue;
-				client_log(c, 2, "deleting sandbox %s of a create attempt whose answer was lost", id);
 				if (corral_sandbox_delete_id(c, id, NULL) < 0) {
+					client_log(c, 1, "sandbox %s, made by the lost create attempt %s: delete failed; queued for the reaper", id, token);
 					struct corral_sandbox *sb = sandbox_new(c, id);
 					corral_sandbox_release(sb);
+				} else {
+					client_log(c, 2, "deleted sandbox %s, made by the lost create attempt %s", id, token);
 				}
 			}
 			http_resp_clear(&rs);
@@ -182,7 +195,7 @@ static void sweep_attempt(struct corral_client *c, const char *token, const char
  * *ret_id holds the id to delete. */
 static int create_once(struct corral_client *c, const char *body, int64_t deadline_ms,
 		       char ret_id[CORRAL_ID_MAX], bool *ret_unknown, bool *ret_resent,
-		       corral_error *err)
+		       char **ret_json, corral_error *err)
 {
 	ret_id[0] = '\0';
 	*ret_unknown = false;
@@ -208,6 +221,10 @@ static int create_once(struct corral_client *c, const char *body, int64_t deadli
 		return r;
 	}
 	snprintf(ret_id, CORRAL_ID_MAX, "%s", id);
+	if (ret_json) {
+		free(*ret_json);
+		*ret_json = strdup(rs.body);
+	}
 	http_resp_clear(&rs);
 
 	/* Readiness: corrald answers only when ready; check anyway (other servers do not). */
@@ -236,6 +253,13 @@ static int create_once(struct corral_client *c, const char *body, int64_t deadli
 CORRAL_API int corral_sandbox_create(corral_client *c, const corral_sandbox_spec *spec,
 				     corral_sandbox **ret, corral_error *err)
 {
+	return corral_sandbox_create_json(c, spec, ret, NULL, err);
+}
+
+CORRAL_API int corral_sandbox_create_json(corral_client *c, const corral_sandbox_spec *spec,
+					  corral_sandbox **ret, char **ret_json, corral_error *err)
+{
+	_cleanup_free_ char *answer = NULL;
 	corral_sandbox_spec defaults;
 	if (!spec) {
 		corral_sandbox_spec_init(&defaults);
@@ -255,15 +279,16 @@ CORRAL_API int corral_sandbox_create(corral_client *c, const corral_sandbox_spec
 			snprintf(token, sizeof(token), "%032llx", (unsigned long long)client_now_ms());
 		token[12] = '\0';
 		_cleanup_free_ char *body = NULL;
-		r = create_body(c, spec, c->o.attribution ? token : NULL, &body, err);
+		r = create_body(c, spec, c->o.label_attempts ? token : NULL, &body, err);
 		if (r < 0) {
 			client_op_end(c);
 			return r;
 		}
 		bool unknown, resent;
-		r = create_once(c, body, deadline, id, &unknown, &resent, &last);
+		r = create_once(c, body, deadline, id, &unknown, &resent, ret_json ? &answer : NULL,
+				&last);
 		/* libcurl resent the create on its own: the first copy may have made a sandbox. */
-		if (resent && c->o.attribution)
+		if (resent && c->o.label_attempts)
 			sweep_attempt(c, token, id[0] ? id : NULL);
 		if (r == 0) {
 			client_op_end(c);
@@ -273,10 +298,16 @@ CORRAL_API int corral_sandbox_create(corral_client *c, const corral_sandbox_spec
 				return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
 			}
 			*ret = sb;
+			if (ret_json)
+				*ret_json = TAKE_PTR(answer);
 			return 0;
 		}
-		if (!id[0] && unknown && !resent && c->o.attribution)
+		if (!id[0] && unknown && !resent && c->o.label_attempts)
 			sweep_attempt(c, token, NULL);
+		/* Without the attempt label a lost answer's sandbox cannot be found: retrying
+		 * could leave it behind. */
+		if (!id[0] && (unknown || resent) && !c->o.label_attempts)
+			break;
 		if (id[0]) {
 			/* The failed attempt's sandbox goes before the next attempt starts. */
 			corral_error de;
@@ -308,6 +339,12 @@ CORRAL_API int corral_sandbox_create(corral_client *c, const corral_sandbox_spec
 		snprintf(msg, sizeof(msg), "%s", last.message);
 		r = cerr_set(err, code, "no ready sandbox within %.0f s (%d attempts; last: %s)",
 			     c->o.create_timeout_s, attempts, msg);
+		if (err) {
+			err->http_status = last.http_status;
+			memcpy(err->server_code, last.server_code, sizeof(err->server_code));
+			memcpy(err->request_id, last.request_id, sizeof(err->request_id));
+			memcpy(err->detail, last.detail, sizeof(err->detail));
+		}
 		return r;
 	}
 	if (err) {
@@ -381,6 +418,29 @@ static int get_sandbox(struct corral_client *c, const char *id, json_t **ret, co
 	}
 }
 
+CORRAL_API int corral_sandbox_get_json(corral_client *c, const char *id, char **ret_json,
+				       corral_error *err)
+{
+	json_t *j = NULL;
+	int r = get_sandbox(c, id, &j, err);
+	if (r < 0)
+		return r;
+	*ret_json = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(j);
+	return *ret_json ? 0 : cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+}
+
+CORRAL_API int corral_sandbox_from_id(corral_client *c, const char *id, corral_sandbox **ret,
+				      corral_error *err)
+{
+	if (!id || !*id || strchr(id, '/') || strchr(id, '?') || strchr(id, '%') ||
+	    strlen(id) >= CORRAL_ID_MAX)
+		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "'%s': not a sandbox id",
+				id ? id : "");
+	*ret = sandbox_new(c, id);
+	return *ret ? 0 : cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+}
+
 CORRAL_API int corral_sandbox_open(corral_client *c, const char *id, corral_sandbox **ret,
 				   corral_error *err)
 {
@@ -441,11 +501,13 @@ static void url_escape_into(char *out, size_t cap, const char *s)
 	out[n] = '\0';
 }
 
-CORRAL_API int corral_sandbox_list(corral_client *c, const char *const *metadata, char ***ret_ids,
-				   corral_error *err)
+/* Every sandbox object matching the filters, all pages, each id once (pages may shift while
+ * they are read). */
+static int list_items(struct corral_client *c, const char *const *metadata,
+		      const char *const *states, json_t **ret, corral_error *err)
 {
-	/* The filter is one query parameter holding a url-encoded query string. */
-	char inner[2048] = "", filter[6144] = "";
+	/* The metadata filter is one query parameter holding a url-encoded query string. */
+	char inner[2048] = "", filter[8192] = "";
 	for (size_t i = 0; metadata && metadata[i]; i++) {
 		const char *eq = strchr(metadata[i], '=');
 		if (!eq || eq == metadata[i])
@@ -458,17 +520,27 @@ CORRAL_API int corral_sandbox_list(corral_client *c, const char *const *metadata
 		strncat(inner, "=", sizeof(inner) - strlen(inner) - 1);
 		url_escape_into(inner, sizeof(inner), eq + 1);
 	}
-	url_escape_into(filter, sizeof(filter), inner);
-	size_t n = 0, cap = 16;
-	char **ids = calloc(cap, sizeof(char *));
-	if (!ids)
+	if (*inner) {
+		strncat(filter, "&metadata=", sizeof(filter) - strlen(filter) - 1);
+		url_escape_into(filter, sizeof(filter), inner);
+	}
+	for (size_t i = 0; states && states[i]; i++) {
+		strncat(filter, "&state=", sizeof(filter) - strlen(filter) - 1);
+		url_escape_into(filter, sizeof(filter), states[i]);
+	}
+	if (strlen(filter) + 8 >= sizeof(filter))
+		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "list sandboxes: filter too long");
+	json_t *all = json_array(), *seen = json_object();
+	if (!all || !seen) {
+		json_decref(all);
+		json_decref(seen);
 		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+	}
+	int r = 0;
 	for (int page = 1;; page++) {
-		char path[6400];
-		snprintf(path, sizeof(path), "/v1/sandboxes?page=%d&pageSize=200%s%s", page,
-			 *filter ? "&metadata=" : "", filter);
+		char path[8400];
+		snprintf(path, sizeof(path), "/v1/sandboxes?page=%d&pageSize=200%s", page, filter);
 		json_t *j = NULL;
-		int r = 0;
 		for (int attempt = 1;; attempt++) {
 			struct http_req rq = {.method = "GET", .path = path, .api_key = true,
 					      .timeout_ms = (long)(c->o.request_timeout_s * 1000)};
@@ -479,39 +551,81 @@ CORRAL_API int corral_sandbox_list(corral_client *c, const char *const *metadata
 				http_resp_clear(&rs);
 				break;
 			}
-			r = rs.status == 200
-				    ? cerr_set(err, CORRAL_E_PROTOCOL, "list sandboxes: answer without 'items'")
-				    : cerr_from_resp(err, &rs, "list sandboxes");
+			if (rs.status == 200) {
+				r = cerr_set(err, CORRAL_E_PROTOCOL,
+					     "list sandboxes: answer without 'items'");
+				if (err)
+					snprintf(err->request_id, sizeof(err->request_id), "%s",
+						 rs.request_id);
+			} else {
+				r = cerr_from_resp(err, &rs, "list sandboxes");
+			}
 			bool transient = rs.status == 0 || policy_status_retryable(rs.status);
 			http_resp_clear(&rs);
-			if (!transient || attempt > c->o.operation_retries) {
-				corral_strv_free(ids);
-				return r;
-			}
+			if (!transient || attempt > c->o.operation_retries)
+				goto fail;
 			client_sleep_s(policy_backoff_s(attempt, c->o.operation_retry_delay_s,
 							c->o.operation_retry_max_delay_s, client_random()));
 		}
 		size_t i;
-		json_t *it;
-		json_array_foreach(json_object_get(j, "items"), i, it) {
+		json_t *it, *items = json_object_get(j, "items");
+		json_array_foreach(items, i, it) {
 			const char *id = json_string_value(json_object_get(it, "id"));
-			if (!id || !*id)
+			if (!id || !*id || json_object_get(seen, id))
 				continue;
-			if (n + 2 > cap) {
-				char **nv = realloc(ids, cap * 2 * sizeof(char *));
-				if (!nv)
-					break;
-				ids = nv;
-				cap *= 2;
-			}
-			ids[n++] = strdup(id);
-			ids[n] = NULL;
+			json_object_set_new(seen, id, json_true());
+			json_array_append(all, it);
 		}
-		bool more = json_is_true(json_object_get(json_object_get(j, "pagination"), "hasNextPage"));
+		bool more = json_is_true(json_object_get(json_object_get(j, "pagination"), "hasNextPage")) &&
+			    json_array_size(items) > 0;
 		json_decref(j);
 		if (!more || page > 100000)
 			break;
 	}
+	json_decref(seen);
+	*ret = all;
+	return 0;
+fail:
+	json_decref(seen);
+	json_decref(all);
+	return r;
+}
+
+CORRAL_API int corral_sandbox_list(corral_client *c, const char *const *metadata, char ***ret_ids,
+				   corral_error *err)
+{
+	json_t *all = NULL;
+	int r = list_items(c, metadata, NULL, &all, err);
+	if (r < 0)
+		return r;
+	size_t n = json_array_size(all), i;
+	char **ids = calloc(n + 1, sizeof(char *));
+	json_t *it;
+	if (!ids) {
+		json_decref(all);
+		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+	}
+	json_array_foreach(all, i, it) {
+		if (!(ids[i] = strdup(json_string_value(json_object_get(it, "id"))))) {
+			corral_strv_free(ids);
+			json_decref(all);
+			return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+		}
+	}
+	json_decref(all);
 	*ret_ids = ids;
 	return 0;
+}
+
+CORRAL_API int corral_sandbox_list_json(corral_client *c, const char *const *metadata,
+					const char *const *states, char **ret_json,
+					corral_error *err)
+{
+	json_t *all = NULL;
+	int r = list_items(c, metadata, states, &all, err);
+	if (r < 0)
+		return r;
+	*ret_json = json_dumps(all, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(all);
+	return *ret_json ? 0 : cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
 }

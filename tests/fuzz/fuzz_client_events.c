@@ -1,6 +1,6 @@
 /*
  * Fuzz target for libcorral's execd event-stream parser (src/client/events.c): the stream is bytes
- * from the server. The first input byte picks the chunk size the stream arrives in; the rest is
+ * from the server (each feed ends with the end-of-stream flush). The first input byte picks the chunk size the stream arrives in; the rest is
  * the stream. Checks the contract, not just "no crash":
  *  - however the stream is chunked, the handler sees the same events in the same order;
  *  - a re-attach replaying the same stream hands nothing to the handler a second time;
@@ -55,6 +55,7 @@ static void feed(struct events *st, const uint8_t *data, size_t size, size_t chu
 		buf[len] = '\0';
 		events_parse(st, buf, &len, handler, s);
 	}
+	events_end(st, buf, &len, handler, s);
 	free(buf);
 }
 
@@ -81,5 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	feed(&chunked, data, size, chunk, &b);
 	if (b.n != before)
 		abort();
+	events_clear(&whole);
+	events_clear(&chunked);
 	return 0;
 }
