@@ -26,24 +26,6 @@ extern struct event_base *execd_base;
 
 static const char *const cg_root = "/sys/fs/cgroup";
 
-static int read_u64(const char *path, uint64_t *ret)
-{
-	char buf[64];
-	if (fs_read_small(path, buf, sizeof(buf)) < 0)
-		return -ENOENT;
-	if (strcmp(buf, "max") == 0) {
-		*ret = UINT64_MAX;
-		return 0;
-	}
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(buf, &end, 10);
-	if (errno || end == buf)
-		return -EINVAL;
-	*ret = v;
-	return 0;
-}
-
 /* "key value" lines (memory.stat, cpu.stat). */
 static int read_key(const char *path, const char *key, uint64_t *ret)
 {
@@ -84,7 +66,7 @@ static uint64_t cpu_usage_ns(void)
 					 "cpuacct,cpu/cpuacct.usage"};
 	for (size_t i = 0; i < ARRAY_SIZE(v1); i++) {
 		snprintf(p, sizeof(p), "%s/%s", cg_root, v1[i]);
-		if (read_u64(p, &v) == 0)
+		if (fs_read_u64(p, &v) == 0)
 			return v;
 	}
 	FILE *f = fopen("/proc/stat", "re");
@@ -119,7 +101,7 @@ static double cpu_count(void)
 			continue;
 		long long q = strtoll(buf, NULL, 10);
 		uint64_t per;
-		if (q > 0 && read_u64(pp, &per) == 0 && per > 0 && (double)q / per < n)
+		if (q > 0 && fs_read_u64(pp, &per) == 0 && per > 0 && (double)q / per < n)
 			return (double)q / (double)per;
 		break;
 	}
@@ -143,16 +125,16 @@ static void memory(double *ret_total_mib, double *ret_used_mib)
 	char p[256];
 	if (is_v2()) {
 		snprintf(p, sizeof(p), "%s/memory.max", cg_root);
-		read_u64(p, &limit);
+		fs_read_u64(p, &limit);
 		snprintf(p, sizeof(p), "%s/memory.current", cg_root);
-		read_u64(p, &used);
+		fs_read_u64(p, &used);
 		snprintf(p, sizeof(p), "%s/memory.stat", cg_root);
 		read_key(p, "inactive_file", &inactive);
 	} else {
 		snprintf(p, sizeof(p), "%s/memory/memory.limit_in_bytes", cg_root);
-		read_u64(p, &limit);
+		fs_read_u64(p, &limit);
 		snprintf(p, sizeof(p), "%s/memory/memory.usage_in_bytes", cg_root);
-		read_u64(p, &used);
+		fs_read_u64(p, &used);
 		snprintf(p, sizeof(p), "%s/memory/memory.stat", cg_root);
 		read_key(p, "total_inactive_file", &inactive);
 	}

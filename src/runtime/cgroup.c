@@ -37,25 +37,6 @@ const struct cgroup_ops *cgroup_detect(void)
 	return NULL;
 }
 
-int cgroup_read_u64(const char *path, uint64_t *ret)
-{
-	char buf[64];
-	int r = fs_read_small(path, buf, sizeof(buf));
-	if (r < 0)
-		return r;
-	if (strcmp(buf, "max") == 0) {
-		*ret = UINT64_MAX;
-		return 0;
-	}
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(buf, &end, 10);
-	if (errno || end == buf)
-		return -EINVAL;
-	*ret = v;
-	return 0;
-}
-
 int cgroup_read_keyed(const char *path, const char *key, uint64_t *ret)
 {
 	char buf[4096];

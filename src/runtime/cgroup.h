@@ -71,8 +71,7 @@ const struct cgroup_ops *cgroup_detect(void);
 /* /sys/fs/cgroup or $CORRAL_CGROUP_ROOT. */
 const char *cgroup_root(void);
 
-/* Helpers shared by the two managers (cgroup.c). */
-int cgroup_read_u64(const char *path, uint64_t *ret);
+/* Helpers shared by the two managers (cgroup.c; numbers are read with fs_read_u64). */
 /* Find "key value" in a flat-keyed file (cpu.stat, memory.events, ...). -ENOENT if absent. */
 int cgroup_read_keyed(const char *path, const char *key, uint64_t *ret);
 int cgroup_write_u64(const char *path, uint64_t v);

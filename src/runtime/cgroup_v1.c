@@ -221,17 +221,27 @@ static int v1_procs_ctrl(void)
 	return -1;
 }
 
-static int v1_is_empty(const char *parent, const char *id, bool *ret_empty, struct error *err)
+/* The sandbox's cgroup.procs into path: 1, or 0 when no controller is mounted (nothing to see). */
+static int v1_procs_path(char path[PATH_MAX], const char *parent, const char *id,
+			 struct error *err)
 {
-	char path[PATH_MAX], buf[16];
 	v1_load();
-	*ret_empty = true;
 	int c = v1_procs_ctrl();
 	if (c < 0)
 		return 0;
-	if (v1_path(path, sizeof(path), c, parent, id, "cgroup.procs") < 0)
+	if (v1_path(path, PATH_MAX, c, parent, id, "cgroup.procs") < 0)
 		return error_set(err, ENAMETOOLONG, "cgroup path too long");
-	int r = fs_read_small(path, buf, sizeof(buf));
+	return 1;
+}
+
+static int v1_is_empty(const char *parent, const char *id, bool *ret_empty, struct error *err)
+{
+	char path[PATH_MAX], buf[16];
+	*ret_empty = true;
+	int r = v1_procs_path(path, parent, id, err);
+	if (r <= 0)
+		return r;
+	r = fs_read_small(path, buf, sizeof(buf));
 	if (r == -ENOENT)
 		return 0;
 	if (r < 0)
@@ -243,18 +253,15 @@ static int v1_is_empty(const char *parent, const char *id, bool *ret_empty, stru
 static int v1_kill(const char *parent, const char *id, bool *ret_empty, struct error *err)
 {
 	char path[PATH_MAX];
-	v1_load();
 	*ret_empty = true;
-	int c = v1_procs_ctrl();
-	if (c < 0)
-		return 0;
-	if (v1_path(path, sizeof(path), c, parent, id, "cgroup.procs") < 0)
-		return error_set(err, ENAMETOOLONG, "cgroup path too long");
+	int r = v1_procs_path(path, parent, id, err);
+	if (r <= 0)
+		return r;
 	/* Frozen processes cannot fork or exit between reading their pid and the kill, so neither
 	 * a new child escapes nor a recycled pid gets the signal. Killed processes die on thaw. */
 	bool freezer = v1.present[V1_FREEZER] && v1_freeze(parent, id, true, NULL) == 0;
 	unsigned n = 0;
-	int r = cgroup_kill_procs(path, &n);
+	r = cgroup_kill_procs(path, &n);
 	if (freezer)
 		v1_freeze(parent, id, false, NULL);
 	if (r == -ENOENT)
@@ -298,26 +305,26 @@ static int v1_probe(const char *parent, const char *id, struct sandbox_probe *re
 		if (cgroup_read_keyed(F(V1_MEMORY, "memory.oom_control"), "oom_kill", &v) == 0)
 			ret->oom_kills = v;
 		/* With memsw = limit the memsw counter is usually the one that trips. */
-		if (cgroup_read_u64(F(V1_MEMORY, "memory.failcnt"), &v) == 0)
+		if (fs_read_u64(F(V1_MEMORY, "memory.failcnt"), &v) == 0)
 			ret->memory_max_events = v;
-		if (cgroup_read_u64(F(V1_MEMORY, "memory.memsw.failcnt"), &v) == 0 &&
+		if (fs_read_u64(F(V1_MEMORY, "memory.memsw.failcnt"), &v) == 0 &&
 		    v > ret->memory_max_events)
 			ret->memory_max_events = v;
-		if (cgroup_read_u64(F(V1_MEMORY, "memory.usage_in_bytes"), &v) == 0)
+		if (fs_read_u64(F(V1_MEMORY, "memory.usage_in_bytes"), &v) == 0)
 			ret->memory_current = v;
-		if (cgroup_read_u64(F(V1_MEMORY, "memory.max_usage_in_bytes"), &v) == 0)
+		if (fs_read_u64(F(V1_MEMORY, "memory.max_usage_in_bytes"), &v) == 0)
 			ret->memory_peak = v;
 		/* "Unlimited" on v1 is a huge page-rounded number, not a marker. */
-		if (cgroup_read_u64(F(V1_MEMORY, "memory.limit_in_bytes"), &v) == 0)
+		if (fs_read_u64(F(V1_MEMORY, "memory.limit_in_bytes"), &v) == 0)
 			ret->memory_limit = v >= (UINT64_C(1) << 62) ? 0 : v;
 	}
 	if (v1.present[V1_PIDS]) {
-		if (cgroup_read_u64(F(V1_PIDS, "pids.current"), &v) == 0)
+		if (fs_read_u64(F(V1_PIDS, "pids.current"), &v) == 0)
 			ret->pids_current = v;
-		if (cgroup_read_u64(F(V1_PIDS, "pids.max"), &v) == 0)
+		if (fs_read_u64(F(V1_PIDS, "pids.max"), &v) == 0)
 			ret->pids_max = v == UINT64_MAX ? 0 : v;
 	}
-	if (v1.present[V1_CPUACCT] && cgroup_read_u64(F(V1_CPUACCT, "cpuacct.usage"), &v) == 0)
+	if (v1.present[V1_CPUACCT] && fs_read_u64(F(V1_CPUACCT, "cpuacct.usage"), &v) == 0)
 		ret->cpu_usage_ns = v;
 	if (v1.present[V1_CPU]) {
 		if (cgroup_read_keyed(F(V1_CPU, "cpu.stat"), "nr_periods", &v) == 0)
@@ -331,7 +338,7 @@ static int v1_probe(const char *parent, const char *id, struct sandbox_probe *re
 		uint64_t period;
 		if (fs_read_small(F(V1_CPU, "cpu.cfs_quota_us"), q, sizeof(q)) == 0 &&
 		    (quota = atoll(q)) > 0 &&
-		    cgroup_read_u64(F(V1_CPU, "cpu.cfs_period_us"), &period) == 0 && period)
+		    fs_read_u64(F(V1_CPU, "cpu.cfs_period_us"), &period) == 0 && period)
 			ret->cpu_limit_millis = (uint64_t)quota * 1000 / period;
 	}
 #undef F

@@ -229,15 +229,15 @@ static int v2_probe(const char *parent, const char *id, struct sandbox_probe *re
 	if (fs_read_small(F("cpu.max"), cpumax, sizeof(cpumax)) == 0 &&
 	    sscanf(cpumax, "%llu %llu", &quota, &period) == 2 && period)
 		ret->cpu_limit_millis = quota * 1000 / period;
-	if (cgroup_read_u64(F("memory.current"), &v) == 0)
+	if (fs_read_u64(F("memory.current"), &v) == 0)
 		ret->memory_current = v;
-	if (cgroup_read_u64(F("memory.peak"), &v) == 0)
+	if (fs_read_u64(F("memory.peak"), &v) == 0)
 		ret->memory_peak = v;
-	if (cgroup_read_u64(F("memory.max"), &v) == 0)
+	if (fs_read_u64(F("memory.max"), &v) == 0)
 		ret->memory_limit = v == UINT64_MAX ? 0 : v;
-	if (cgroup_read_u64(F("pids.current"), &v) == 0)
+	if (fs_read_u64(F("pids.current"), &v) == 0)
 		ret->pids_current = v;
-	if (cgroup_read_u64(F("pids.max"), &v) == 0)
+	if (fs_read_u64(F("pids.max"), &v) == 0)
 		ret->pids_max = v == UINT64_MAX ? 0 : v;
 	if (cgroup_read_keyed(F("cpu.stat"), "usage_usec", &v) == 0)
 		ret->cpu_usage_ns = v * 1000;

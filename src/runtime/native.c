@@ -1229,38 +1229,39 @@ static int native_destroy(const struct runtime_config *cfg, const char *id, stru
 	return r;
 }
 
-static int native_pause(const struct runtime_config *cfg, const char *id, struct error *err)
+/* What pause, resume and kill need: a valid cfg and id, and the cgroup hierarchy in use. */
+static int sandbox_cgroup(const struct runtime_config *cfg, const char *id,
+			  const struct cgroup_ops **ret_cg, struct error *err)
 {
 	int r;
 	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
 		return r;
-	const struct cgroup_ops *cg = cgroup_ops_cached();
-	if (!cg)
+	*ret_cg = cgroup_ops_cached();
+	if (!*ret_cg)
 		return error_set(err, ENOTSUP, "no usable cgroup hierarchy");
-	return cg->freeze(cgroup_parent(cfg), id, true, err);
+	return 0;
+}
+
+static int native_pause(const struct runtime_config *cfg, const char *id, struct error *err)
+{
+	const struct cgroup_ops *cg;
+	int r = sandbox_cgroup(cfg, id, &cg, err);
+	return r < 0 ? r : cg->freeze(cgroup_parent(cfg), id, true, err);
 }
 
 static int native_resume(const struct runtime_config *cfg, const char *id, struct error *err)
 {
-	int r;
-	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
-		return r;
-	const struct cgroup_ops *cg = cgroup_ops_cached();
-	if (!cg)
-		return error_set(err, ENOTSUP, "no usable cgroup hierarchy");
-	return cg->freeze(cgroup_parent(cfg), id, false, err);
+	const struct cgroup_ops *cg;
+	int r = sandbox_cgroup(cfg, id, &cg, err);
+	return r < 0 ? r : cg->freeze(cgroup_parent(cfg), id, false, err);
 }
 
 static int native_kill(const struct runtime_config *cfg, const char *id, struct error *err)
 {
-	int r;
-	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
-		return r;
-	const struct cgroup_ops *cg = cgroup_ops_cached();
-	if (!cg)
-		return error_set(err, ENOTSUP, "no usable cgroup hierarchy");
+	const struct cgroup_ops *cg;
 	bool empty;
-	return cg->kill(cgroup_parent(cfg), id, &empty, err);
+	int r = sandbox_cgroup(cfg, id, &cg, err);
+	return r < 0 ? r : cg->kill(cgroup_parent(cfg), id, &empty, err);
 }
 
 static int native_probe(const struct runtime_config *cfg, const char *id, pid_t pid,

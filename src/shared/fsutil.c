@@ -106,6 +106,25 @@ int fs_read_small(const char *path, char *buf, size_t len)
 	return 0;
 }
 
+int fs_read_u64(const char *path, uint64_t *ret)
+{
+	char buf[64];
+	int r = fs_read_small(path, buf, sizeof(buf));
+	if (r < 0)
+		return r;
+	if (strcmp(buf, "max") == 0) {
+		*ret = UINT64_MAX;
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(buf, &end, 10);
+	if (errno || end == buf)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
 int fs_write_string(const char *path, const char *s)
 {
 	_cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Write data to path atomically: tmp file in the same dir, fsync, rename, fsync the dir. */
@@ -10,6 +11,8 @@ int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
 int fs_read_file(const char *path, size_t max, char **ret_buf, size_t *ret_len);
 /* Read a small file into buf (NUL-terminated, trailing newline stripped). */
 int fs_read_small(const char *path, char *buf, size_t len);
+/* A small file holding a decimal number, or "max" (a cgroup limit) as UINT64_MAX. */
+int fs_read_u64(const char *path, uint64_t *ret);
 /* Write a short string to an existing file (cgroup knobs, /proc files): one write, no O_CREAT. */
 int fs_write_string(const char *path, const char *s);
 /* mkdir -p with mode for each created component. Existing directories are fine. */

@@ -140,6 +140,20 @@ static void test_read_limits(void)
 	CHECK_STR(tiny, "max");
 	CHECK_INT(fs_read_small(P("missing"), small, sizeof(small)), -ENOENT);
 
+	/* fs_read_u64: a decimal, or "max" as UINT64_MAX (cgroup limits). */
+	uint64_t v = 0;
+	write_file(f, "123\n");
+	CHECK_INT(fs_read_u64(f, &v), 0);
+	CHECK_U64(v, 123);
+	write_file(f, "max\n");
+	CHECK_INT(fs_read_u64(f, &v), 0);
+	CHECK_U64(v, UINT64_MAX);
+	write_file(f, "lots");
+	CHECK_INT(fs_read_u64(f, &v), -EINVAL);
+	write_file(f, "99999999999999999999999");
+	CHECK_INT(fs_read_u64(f, &v), -EINVAL);
+	CHECK_INT(fs_read_u64(P("missing"), &v), -ENOENT);
+
 	/* fs_write_string writes to an existing file only, without truncating (like a cgroup knob). */
 	write_file(f, "");
 	CHECK_INT(fs_write_string(f, "12345"), 0);
