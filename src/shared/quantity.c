@@ -5,11 +5,14 @@
 #include "quantity.h"
 
 /*
- * Parse "<digits>[.<digits>]" into a value scaled by 10^9 (nano-units), so "1.5" -> 1500000000.
- * Returns the number of characters consumed, or -EINVAL/-ERANGE.
+ * Parse the "<digits>[.<digits>]" that starts s into a value scaled by 10^9 (nano-units), so
+ * "1.5" -> 1500000000, and point ret_suffix at what follows. Returns 0, or -EINVAL/-ERANGE
+ * (also for a NULL or empty s).
  */
-static int parse_decimal_nano(const char *s, unsigned __int128 *ret)
+static int parse_decimal_nano(const char *s, unsigned __int128 *ret, const char **ret_suffix)
 {
+	if (!s || !*s)
+		return -EINVAL;
 	const char *p = s;
 	unsigned __int128 whole = 0, frac = 0, scale = 1000000000;
 	int digits = 0;
@@ -39,18 +42,17 @@ static int parse_decimal_nano(const char *s, unsigned __int128 *ret)
 	if (digits == 0)
 		return -EINVAL;
 	*ret = whole * 1000000000 + frac;
-	return (int)(p - s);
+	*ret_suffix = p;
+	return 0;
 }
 
 int quantity_parse_cpu(const char *s, uint64_t *ret_millicores)
 {
 	unsigned __int128 nano;
-	if (!s || !*s)
-		return -EINVAL;
-	int n = parse_decimal_nano(s, &nano);
-	if (n < 0)
-		return n;
-	const char *suffix = s + n;
+	const char *suffix;
+	int r = parse_decimal_nano(s, &nano, &suffix);
+	if (r < 0)
+		return r;
 	unsigned __int128 milli;
 	if (strcmp(suffix, "m") == 0) {
 		/* millicores must be whole */
@@ -94,12 +96,10 @@ int quantity_parse_bytes(const char *s, uint64_t *ret_bytes)
 		{"Ei", 1ULL << 60},
 	};
 	unsigned __int128 nano;
-	if (!s || !*s)
-		return -EINVAL;
-	int n = parse_decimal_nano(s, &nano);
-	if (n < 0)
-		return n;
-	const char *suffix = s + n;
+	const char *suffix;
+	int r = parse_decimal_nano(s, &nano, &suffix);
+	if (r < 0)
+		return r;
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
 		if (strcmp(suffix, units[i].suffix) != 0)
 			continue;
