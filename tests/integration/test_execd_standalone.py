@@ -3,7 +3,6 @@
 PID 1, no sandbox) and driven over real HTTP/1.1 on that socket, with http.client's strict parser
 (a chunked body that is not properly terminated makes read() raise)."""
 
-import http.client
 import json
 import os
 import re
@@ -16,21 +15,12 @@ import threading
 import time
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from unixhttp import UnixConnection  # noqa: E402
+
 BUILD = os.environ.get("CORRAL_BUILD_DIR", os.path.join(os.path.dirname(__file__), "../../build"))
 EXECD = os.path.join(BUILD, "corral-execd")
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
-
-
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout=30):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self.unix_path)
-        self.sock = s
 
 
 def parse_events(body):

@@ -11,36 +11,26 @@ which must never touch anything outside the root.
 """
 
 import hashlib
-import http.client
 import json
 import os
 import pwd
 import grp
 import signal
-import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
 import urllib.parse
 from datetime import datetime
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from unixhttp import UnixConnection  # noqa: E402
+
 BUILD = os.environ.get("CORRAL_BUILD_DIR", os.path.join(os.path.dirname(__file__), "../../build"))
 EXECD = os.path.join(BUILD, "corral-execd")
 BIG = 50 << 20
-
-
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout=60):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self.unix_path)
-        self.sock = s
 
 
 def q(**params):
@@ -153,7 +143,7 @@ class FilesTest(unittest.TestCase):
         cls.execd.stop()
 
     def setUp(self):
-        self.conn = UnixConnection(self.execd.sock)  # one keep-alive connection per test
+        self.conn = UnixConnection(self.execd.sock, 60)  # one keep-alive connection per test
 
     def test_resolver_in_use(self):
         self.info("/")
