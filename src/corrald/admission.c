@@ -127,10 +127,10 @@ static void on_wait_deadline(evutil_socket_t fd, short what, void *arg)
 	struct capacity req = {w->args.cpu_req, w->args.mem_req};
 	capacity_shortfall(&A.cap, &A.used, &req, shortfall, sizeof(shortfall));
 	snprintf(msg, sizeof(msg),
-		 "no capacity for sandbox %s within the create deadline (%d s): %s; retry later, or request less (resourceRequests)",
-		 sb->id, A.d->create_timeout_s, shortfall);
+		 "no capacity for sandbox %s within %d s of waiting (--capacity-wait): %s; retry later, or request less (resourceRequests)",
+		 sb->id, A.d->capacity_wait_s, shortfall);
 	admission_cancel(sb, 503, "SANDBOX::CAPACITY_TIMEOUT", msg);
-	lifecycle_teardown(sb, "no capacity before its create deadline");
+	lifecycle_teardown(sb, "no capacity within --capacity-wait");
 	sandbox_unref(sb);
 }
 
@@ -161,10 +161,9 @@ int admission_create(struct sandbox *sb, const struct create_args *a, create_don
 	sb->waiting = w;
 	TAILQ_INSERT_TAIL(&A.queue, w, link);
 	A.queued++;
-	describe_wait(w);
-	sandbox_save(sb);
+	describe_wait(w); /* not persisted: a restart could not answer it, so it must not return */
 	log_info("sandbox %s: waiting for capacity: %s", sb->id, sb->message ? sb->message : "");
-	struct timeval tv = {sb->d->create_timeout_s, 0};
+	struct timeval tv = {sb->d->capacity_wait_s, 0};
 	evtimer_add(w->deadline_ev, &tv);
 	return 0;
 }

@@ -2,8 +2,8 @@
  * Admission by resource requests: the sum of the requests of admitted sandboxes (those created or
  * being created, not yet ended or torn down) must fit --capacity. A create that does not fit waits
  * in a FIFO queue, visible as Pending with reason "InsufficientCapacity" and a message saying what
- * is short, until capacity frees (a sandbox ends or is deleted) or its deadline (--create-timeout)
- * passes: then 503 SANDBOX::CAPACITY_TIMEOUT. Strict FIFO: a later, smaller create never overtakes
+ * is short, until capacity frees (a sandbox ends or is deleted) or --capacity-wait passes: then
+ * 503 SANDBOX::CAPACITY_TIMEOUT. A queued create is not persisted: a restart could not answer it. Strict FIFO: a later, smaller create never overtakes
  * the head of the queue, so nothing starves. No polling: the queue moves only when capacity is
  * released. A request larger than the whole capacity is refused at once (400).
  */

@@ -16,6 +16,7 @@
 #include "corrald/corrald.h"
 #include "corrald/admission.h"
 #include "corrald/filter.h"
+#include "corrald/hangup.h"
 #include "corrald/stats.h"
 #include "corrald/upstream.h"
 #include "corrald/validate.h"
@@ -109,13 +110,49 @@ static bool body_json(struct evhttp_request *req, bool allow_empty, json_t **ret
 
 /* --- POST /sandboxes ---------------------------------------------------------------------- */
 
+/*
+ * A create's answer. Its client may give up while the create waits for capacity or is being made:
+ * nobody would then learn the sandbox's id, so the sandbox must not be left behind. A queued create
+ * is cancelled at once; one being made is rolled back when its runtime work ends (as a DELETE
+ * would), or torn down if it was answered 202 to nobody.
+ */
+struct create_reply {
+	struct evhttp_request *req; /* NULL once the client hung up: evhttp freed it */
+	struct sandbox *sb;         /* reference */
+	struct hangup hup;
+};
+
 static void on_created(struct sandbox *sb, int status, const char *code, const char *msg, void *arg)
 {
-	struct evhttp_request *req = arg;
-	if (status == 202)
-		http_send_json(req, 202, sandbox_to_api(sb, true));
-	else
-		http_send_error(req, status, code, "%s", msg);
+	struct create_reply *cr = arg;
+	hangup_unwatch(&cr->hup);
+	if (cr->req && status == 202)
+		http_send_json(cr->req, 202, sandbox_to_api(sb, true));
+	else if (cr->req)
+		http_send_error(cr->req, status, code, "%s", msg);
+	else if (status == 202)
+		lifecycle_teardown(sb, "created, but its client hung up before the answer");
+	sandbox_unref(cr->sb);
+	free(cr);
+}
+
+static void on_create_hangup(void *arg)
+{
+	struct create_reply *cr = arg;
+	struct sandbox *sb = sandbox_ref(cr->sb);
+	cr->req = NULL;
+	if (sb->waiting) {
+		char msg[160];
+		snprintf(msg, sizeof(msg), "the client of sandbox %s hung up while it waited for capacity",
+			 sb->id);
+		admission_cancel(sb, 499, "SANDBOX::CLIENT_CLOSED", msg); /* frees cr */
+		lifecycle_teardown(sb, "its client hung up while it waited for capacity");
+	} else if (sb->creating && !sb->delete_requested) {
+		sb->delete_requested = true; /* rolled back once the runtime work ends */
+		log_info("sandbox %s: its client hung up while it was being created: rolling back",
+			 sb->id);
+	}
+	sandbox_unref(sb);
 }
 
 static void h_create(struct corrald *d, struct evhttp_request *req)
@@ -180,7 +217,19 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	registry_add(d, sb);
 	struct create_args args = {p.cpu_limit_millis, p.memory_limit_bytes, p.pids_max,
 				   p.cpu_request_millis, p.memory_request_bytes};
-	r = sb->rootfs ? admission_create(sb, &args, on_created, req) : -ENOMEM;
+	struct create_reply *cr = sb->rootfs ? calloc(1, sizeof(*cr)) : NULL;
+	if (cr) {
+		cr->req = req;
+		cr->sb = sandbox_ref(sb);
+	}
+	/* admission_create() never answers before it returns: cr is still ours here. */
+	r = cr ? admission_create(sb, &args, on_created, cr) : -ENOMEM;
+	if (r == 0 && evhttp_request_get_connection(req))
+		hangup_watch(&cr->hup, evhttp_request_get_connection(req), on_create_hangup, cr);
+	if (r < 0 && cr) {
+		sandbox_unref(cr->sb);
+		free(cr);
+	}
 	if (r < 0) {
 		log_error("create sandbox %s: %s", id, strerror(-r));
 		http_send_error(req, 500, "SANDBOX::CREATE_FAILED", "create sandbox %s: %s", id,

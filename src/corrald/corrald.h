@@ -98,7 +98,8 @@ struct corrald {
 	const char *api_key;   /* NULL: no auth (loopback only) */
 	size_t api_key_len;
 	int idle_timeout_s;
-	int create_timeout_s;
+	int create_timeout_s; /* runtime work plus execd readiness, from admission */
+	int capacity_wait_s;  /* longest wait in the admission queue */
 	bool shutting_down;
 	struct sandbox_list sandboxes; /* newest first */
 	size_t n_sandboxes;

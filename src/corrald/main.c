@@ -29,6 +29,8 @@
 #define DEFAULT_STATE_DIR "/var/lib/corral"
 #define DEFAULT_IDLE_TIMEOUT 30
 #define DEFAULT_CREATE_TIMEOUT 30
+/* Below the stock SDKs' 30 s request timeout, so their clients see the 503 rather than time out. */
+#define DEFAULT_CAPACITY_WAIT 20
 #define SHUTDOWN_WAIT_S 10
 
 static void usage(FILE *f)
@@ -52,13 +54,16 @@ static void usage(FILE *f)
 		"  --cgroup-name NAME     parent cgroup of all sandboxes in each hierarchy (default corral)\n"
 		"  --idle-timeout SECS    close idle keep-alive connections after SECS (default %d);\n"
 		"                         advertised on every response as Keep-Alive: timeout=SECS\n"
-		"  --create-timeout SECS  deadline for a create, runtime work plus execd readiness (default %d)\n"
+		"  --create-timeout SECS  deadline for a create once admitted: runtime work plus execd\n"
+		"                         readiness (default %d)\n"
 		"  --capacity cpu=N,memory=SIZE\n"
 		"                         what sandboxes may request in total (resourceRequests; absent =\n"
 		"                         their limits); a create that does not fit waits as Pending until\n"
-		"                         capacity frees or --create-timeout passes (then 503\n"
+		"                         capacity frees or --capacity-wait passes (then 503\n"
 		"                         SANDBOX::CAPACITY_TIMEOUT). Default: every CPU corrald may use\n"
 		"                         and the host's memory less max(512Mi, 5%%)\n"
+		"  --capacity-wait SECS   longest wait of a create for capacity (default %d: below the\n"
+		"                         SDKs' 30 s request timeout, so clients get the 503)\n"
 		"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 		"  -h, --help             show this help\n"
 		"\n"
@@ -66,7 +71,7 @@ static void usage(FILE *f)
 		"  corrald --listen 127.0.0.1:8080 --state-dir /tmp/corral --image-dir /srv/images\n"
 		"  curl -s localhost:8080/v1/sandboxes -d '{\"image\":{\"uri\":\"host\"},\n"
 		"       \"entrypoint\":[\"sleep\",\"infinity\"],\"timeout\":600}'\n",
-		DEFAULT_IDLE_TIMEOUT, DEFAULT_CREATE_TIMEOUT);
+		DEFAULT_IDLE_TIMEOUT, DEFAULT_CREATE_TIMEOUT, DEFAULT_CAPACITY_WAIT);
 }
 
 static int parse_listen(const char *s, char *host, size_t hostlen, unsigned short *port)
@@ -166,7 +171,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 int main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
-	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY };
+	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -178,6 +183,7 @@ int main(int argc, char **argv)
 		{"cgroup-name", required_argument, NULL, OPT_CGROUP},
 		{"create-timeout", required_argument, NULL, OPT_CREATE_TIMEOUT},
 		{"capacity", required_argument, NULL, OPT_CAPACITY},
+		{"capacity-wait", required_argument, NULL, OPT_CAPACITY_WAIT},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -186,6 +192,7 @@ int main(int argc, char **argv)
 	const char *cgroup_name = "corral";
 	d->idle_timeout_s = DEFAULT_IDLE_TIMEOUT;
 	d->create_timeout_s = DEFAULT_CREATE_TIMEOUT;
+	d->capacity_wait_s = DEFAULT_CAPACITY_WAIT;
 	d->api_key = getenv("CORRAL_API_KEY");
 	TAILQ_INIT(&d->sandboxes);
 	log_set_ident("corrald");
@@ -224,6 +231,10 @@ int main(int argc, char **argv)
 			break;
 		case OPT_CREATE_TIMEOUT:
 			if (parse_seconds("--create-timeout", optarg, &d->create_timeout_s) < 0)
+				return 2;
+			break;
+		case OPT_CAPACITY_WAIT:
+			if (parse_seconds("--capacity-wait", optarg, &d->capacity_wait_s) < 0)
 				return 2;
 			break;
 		case OPT_CAPACITY: {

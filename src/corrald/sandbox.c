@@ -204,6 +204,8 @@ static json_t *sandbox_to_disk(const struct sandbox *sb)
 
 int sandbox_save(struct sandbox *sb)
 {
+	if (sb->waiting)
+		return 0; /* a queued create has no directory and is not persisted: admission.h */
 	json_t *o = sandbox_to_disk(sb);
 	_cleanup_free_ char *s = json_dumps(o, JSON_INDENT(1));
 	json_decref(o);

@@ -752,7 +752,7 @@ class Corrald:
             a += ["--image-dir", self.image_dir]
         if os.environ.get("CORRAL_TEST_LOG_LEVEL"):
             a += ["--log-level", os.environ["CORRAL_TEST_LOG_LEVEL"]]
-        if not any(x.startswith("--capacity") for x in self.extra_args):
+        if not any(x == "--capacity" or x.startswith("--capacity=") for x in self.extra_args):
             # Suites about other things create many 1-CPU sandboxes at once (requests default to
             # limits): admission is tested by test_resources.py with a --capacity of its own.
             a += ["--capacity", TEST_CAPACITY]

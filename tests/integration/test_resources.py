@@ -4,7 +4,10 @@ tool that counts CPUs, /proc/cpuinfo, /proc/meminfo), the CPU-cap environment va
 diagnosis (default 137 and counted; oomGroup -> Failed/OOMKilled and 410), usage stats, fork bombs
 contained."""
 
+import json
 import os
+import re
+import socket
 import sys
 import threading
 import time
@@ -319,7 +322,7 @@ class ForkBomb(CorralTestCase):
 class Admission(CorralTestCase):
     """Capacity 2 CPUs; requests drive admission, limits do not."""
 
-    corrald_kwargs = {"extra_args": ["--capacity", "cpu=2,memory=4Gi", "--create-timeout", "6"]}
+    corrald_kwargs = {"extra_args": ["--capacity", "cpu=2,memory=4Gi", "--capacity-wait", "6"]}
 
     def spec(self, **kw):
         s = {"image": {"uri": "host"}, "entrypoint": ["sleep", "infinity"],
@@ -451,6 +454,82 @@ class Admission(CorralTestCase):
         self.wait_until(lambda: self.client.get_sandbox(waiting[0]["id"]).status == 404,
                         timeout=10, msg="the deleted queued sandbox to 404")
 
+    def post_and_hang_up(self, spec, after):
+        """POST a create on a raw socket and close it once after() is true (without an answer)."""
+        body = json.dumps(spec).encode()
+        head = ("POST /v1/sandboxes HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                "Content-Length: %d\r\n" % len(body))
+        if self.corrald.api_key:
+            head += "OPEN-SANDBOX-API-KEY: %s\r\n" % self.corrald.api_key
+        s = socket.create_connection(("127.0.0.1", self.corrald.port))
+        try:
+            s.sendall(head.encode() + b"\r\n" + body)
+            return after()
+        finally:
+            s.close()
+
+    def test_client_hangup_while_queued_cancels_the_create(self):
+        a = self.create(**self.spec())["id"]
+        b = self.create(**self.spec())["id"]
+        waiting = self.post_and_hang_up(
+            self.spec(), lambda: self.wait_until(self.pending, timeout=5, msg="create to queue"))
+        sid = waiting[0]["id"]
+        # Cancelled as soon as the client is gone, not when capacity frees.
+        self.wait_until(lambda: self.client.get_sandbox(sid).status == 404, timeout=5,
+                        msg="the abandoned queued create to go")
+        self.assertEqual(self.client.delete_sandbox(a).status, 204)
+        self.wait_gone(a)
+        time.sleep(1.0)  # the queue would have moved by now
+        ids = [x["id"] for x in self.client.list_sandboxes().json()["items"]]
+        self.assertEqual(ids, [b])
+        self.assertEqual(self.corrald.sandbox_cgroups(sid), [])
+        self.assertFalse(os.path.exists(self.corrald.sandbox_dir(sid)))
+        with open(self.corrald.log_path) as f:
+            log = f.read()
+        self.assertIn("sandbox %s: teardown (its client hung up while it waited for capacity)"
+                      % sid, log)
+        self.assertNotIn("No such file or directory", log)
+
+    def test_client_hangup_while_being_created_rolls_back(self):
+        before = {x["id"] for x in self.client.list_sandboxes().json()["items"]}
+        self.addCleanup(lambda: [self._cleanup_sandbox(x["id"])
+                                 for x in self.client.list_sandboxes().json()["items"]
+                                 if x["id"] not in before])
+        # Closed right after the request is sent: corrald reads the whole request before it sees
+        # the hang-up, and the runtime takes milliseconds, so the create is under way then.
+        self.post_and_hang_up(self.spec(), lambda: None)
+        time.sleep(3.0)
+        after = {x["id"] for x in self.client.list_sandboxes().json()["items"]}
+        self.assertEqual(after, before)
+        with open(self.corrald.log_path) as f:
+            m = re.search(r"sandbox (\S+): its client hung up while it was being created", f.read())
+        self.assertTrue(m, self.corrald.log_tail())
+        self.wait_until(lambda: not self.corrald.sandbox_cgroups(m.group(1)), timeout=10,
+                        msg="the abandoned sandbox's cgroups to go")
+        self.assertFalse(os.path.exists(self.corrald.sandbox_dir(m.group(1))))
+
+
+class AdmissionDefaults(CorralTestCase):
+    """With default flags a stock SDK client (30 s request timeout) sees the capacity error."""
+
+    corrald_kwargs = {"extra_args": ["--capacity", "cpu=1,memory=4Gi"]}
+
+    def test_capacity_error_before_30s(self):
+        spec = {"image": {"uri": "host"}, "entrypoint": ["sleep", "infinity"],
+                "resourceLimits": {"cpu": "1", "memory": "128Mi"}}
+        self.create(**spec)
+        c = self.corrald.client(timeout=60)
+        try:
+            t0 = time.monotonic()
+            r = c.create_sandbox_raw(**spec)
+            took = time.monotonic() - t0
+        finally:
+            c.close()
+        self.assertEqual(r.status, 503, r)
+        self.assertEqual(r.json()["code"], "SANDBOX::CAPACITY_TIMEOUT")
+        self.assertIn("--capacity-wait", r.json()["message"])
+        self.assertLess(took, 28.0)
+
 
 class Disk(CorralTestCase):
 
@@ -501,7 +580,7 @@ class Disk(CorralTestCase):
 class AdmissionShutdown(CorralTestCase):
     """A create waiting for capacity when corrald stops gets an answer, not a dropped connection."""
 
-    corrald_kwargs = {"extra_args": ["--capacity", "cpu=1,memory=4Gi", "--create-timeout", "20"]}
+    corrald_kwargs = {"extra_args": ["--capacity", "cpu=1,memory=4Gi", "--capacity-wait", "20"]}
 
     def test_queued_create_answered_on_sigterm(self):
         self.create(image={"uri": "host"}, entrypoint=["sleep", "infinity"],
