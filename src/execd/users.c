@@ -169,15 +169,15 @@ static int pw_match(char **f, int nf, void *ud)
 	snprintf(q->ret->name, sizeof(q->ret->name), "%s", f[0]);
 	q->ret->uid = uid;
 	q->ret->gid = gid;
-	snprintf(q->ret->home, sizeof(q->ret->home), "%s", nf > 5 ? f[5] : "");
-	snprintf(q->ret->shell, sizeof(q->ret->shell), "%s", nf > 6 ? f[6] : "");
+	snprintf(q->ret->home, sizeof(q->ret->home), "%s", f[5]);
+	snprintf(q->ret->shell, sizeof(q->ret->shell), "%s", f[6]);
 	return 1;
 }
 
 int users_passwd_by_uid(uid_t uid, struct users_passwd *ret)
 {
 	struct pw_query q = {.uid = uid, .ret = ret};
-	return db_foreach(&passwd_db, 4, pw_match, &q);
+	return db_foreach(&passwd_db, 7, pw_match, &q);
 }
 
 int users_passwd_by_name(const char *name, struct users_passwd *ret)
@@ -185,7 +185,7 @@ int users_passwd_by_name(const char *name, struct users_passwd *ret)
 	if (!name || !*name)
 		return -EINVAL;
 	struct pw_query q = {.name = name, .ret = ret};
-	int r = db_foreach(&passwd_db, 4, pw_match, &q);
+	int r = db_foreach(&passwd_db, 7, pw_match, &q);
 	uint32_t id;
 	if (r == -ENOENT && parse_id(name, &id) == 0)
 		return users_passwd_by_uid(id, ret);
