@@ -266,6 +266,12 @@ CORRAL_API int corral_sandbox_list_json(corral_client *c, const char *const *met
 CORRAL_API int corral_sandbox_get_json(corral_client *c, const char *id, char **ret_json,
 				       corral_error *err);
 
+/* What a sandbox uses (corral extension GET /v1/sandboxes/{id}/stats: memory, OOM kills, CPU,
+ * pids, disk; docs/resources.md): the JSON object text in *ret_json (free()). Readable after the
+ * sandbox ended, until it is deleted. */
+CORRAL_API int corral_sandbox_stats_json(corral_client *c, const char *id, char **ret_json,
+					 corral_error *err);
+
 /* Label helpers, as the client applies them: the normalized key prefix ("corral" -> "corral/",
  * blank -> "", -EINVAL when not a DNS subdomain) and a value sanitized to label rules. */
 CORRAL_API int corral_label_prefix_normalize(const char *prefix, char **ret);

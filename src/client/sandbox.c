@@ -390,12 +390,15 @@ CORRAL_API int corral_sandbox_delete_id(corral_client *c, const char *id, corral
 	}
 }
 
-static int get_sandbox(struct corral_client *c, const char *id, json_t **ret, corral_error *err)
+/* GET /v1/sandboxes/{id}{suffix} with retries of transient failures; a JSON object answer. */
+static int get_object(struct corral_client *c, const char *id, const char *suffix, json_t **ret,
+		      corral_error *err)
 {
-	if (!id || !*id || strchr(id, '/') || strlen(id) >= CORRAL_ID_MAX)
-		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "bad sandbox id");
+	if (!id || !*id || strchr(id, '/') || strchr(id, '?') || strlen(id) >= CORRAL_ID_MAX)
+		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "'%s': not a sandbox id",
+				id ? id : "");
 	char path[256];
-	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s%s", id, suffix);
 	for (int attempt = 1;; attempt++) {
 		struct http_req rq = {.method = "GET", .path = path, .api_key = true,
 				      .timeout_ms = (long)(c->o.request_timeout_s * 1000)};
@@ -407,8 +410,11 @@ static int get_sandbox(struct corral_client *c, const char *id, json_t **ret, co
 			return 0;
 		}
 		char what[128];
-		snprintf(what, sizeof(what), "get sandbox %s", id);
-		int r = cerr_from_resp(err, &rs, what);
+		snprintf(what, sizeof(what), "get sandbox %s%s", id, suffix);
+		int r = rs.status == 200 ? cerr_set(err, CORRAL_E_PROTOCOL, "%s: the answer is not a JSON object", what)
+					 : cerr_from_resp(err, &rs, what);
+		if (rs.status == 200 && err)
+			snprintf(err->request_id, sizeof(err->request_id), "%s", rs.request_id);
 		http_resp_clear(&rs);
 		bool transient = rs.status == 0 || policy_status_retryable(rs.status);
 		if (!transient || attempt > c->o.operation_retries)
@@ -416,6 +422,23 @@ static int get_sandbox(struct corral_client *c, const char *id, json_t **ret, co
 		client_sleep_s(policy_backoff_s(attempt, c->o.operation_retry_delay_s,
 						c->o.operation_retry_max_delay_s, client_random()));
 	}
+}
+
+static int get_sandbox(struct corral_client *c, const char *id, json_t **ret, corral_error *err)
+{
+	return get_object(c, id, "", ret, err);
+}
+
+CORRAL_API int corral_sandbox_stats_json(corral_client *c, const char *id, char **ret_json,
+					 corral_error *err)
+{
+	json_t *j = NULL;
+	int r = get_object(c, id, "/stats", &j, err);
+	if (r < 0)
+		return r;
+	*ret_json = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(j);
+	return *ret_json ? 0 : cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
 }
 
 CORRAL_API int corral_sandbox_get_json(corral_client *c, const char *id, char **ret_json,
