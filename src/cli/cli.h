@@ -1,6 +1,7 @@
 /*
  * The corral command-line client: one file per subcommand (create.c, exec.c, ...), a dispatch
- * table in corral.c, and the HTTP plumbing all of them share in api.c.
+ * table in corral.c, and what all of them share in common.c. Every request goes through
+ * libcorral (include/corral/corral.h).
  *
  * Exit codes are part of the interface (scripts rely on them):
  *   0    success
@@ -14,13 +15,13 @@
  */
 #pragma once
 
+#include <corral/corral.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <signal.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "shared/id.h"
 #include "shared/macro.h"
 
 enum {
@@ -34,11 +35,7 @@ enum {
 };
 
 #define CLI_DEFAULT_SERVER "http://127.0.0.1:8080"
-#define CLI_EXECD_PORT 44772
-#define CLI_CONNECT_TIMEOUT_S 10L
-#define CLI_REQUEST_TIMEOUT_S 60L  /* GET, DELETE */
 #define CLI_CREATE_TIMEOUT_S 180L  /* create waits for admission and the first ping of execd */
-#define CLI_MAX_BODY (64u << 20)   /* largest non-streaming response kept in memory */
 
 /* Options every command accepts (before or after the command name). */
 struct cli {
@@ -59,8 +56,8 @@ int cmd_ps(struct cli *cli, int argc, char **argv);
 int cmd_rm(struct cli *cli, int argc, char **argv);
 int cmd_inspect(struct cli *cli, int argc, char **argv);
 int cmd_stats(struct cli *cli, int argc, char **argv);
-int cmd_reap(struct cli *cli, int argc, char **argv); /* on libcorral */
-int cmd_logs(struct cli *cli, int argc, char **argv); /* on libcorral */
+int cmd_reap(struct cli *cli, int argc, char **argv);
+int cmd_logs(struct cli *cli, int argc, char **argv);
 
 /* ---- options (corral.c) ---- */
 
@@ -84,59 +81,61 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) _printf_(2, 3);
 /* After getopt reported a bad option itself: prints the "Try" line; returns EXIT_USAGE. */
 int cli_try_help(const char *cmd);
 
-/* ---- HTTP (api.c) ---- */
+/* ---- the client and errors (common.c) ---- */
 
-struct api_reply {
-	long status;       /* HTTP status; 0 when no response arrived */
-	char *body;        /* NUL-terminated, may be empty */
-	size_t len;
-	json_t *json;      /* body parsed as JSON, or NULL */
-	char request_id[HEXID_LEN];
-	char transport_error[256]; /* set when status == 0 */
-	bool connected;            /* the TCP connection was made (the failure came later) */
+/* A libcorral client for the CLI: no attribution labels, no CPU variables, no probe command,
+ * modest retries, libcorral's notices on stderr. Prints why and returns EXIT_USAGE on failure. */
+int cli_client_new(const struct cli *cli, corral_client **ret);
+/* The same for corral run, whose sandbox is its own: each create attempt carries the label
+ * corral/attempt=<random id>, so the sandbox of an attempt whose answer was lost is found and
+ * deleted, and the attempt retried. */
+int cli_client_new_run(const struct cli *cli, corral_client **ret);
+/*
+ * Prints why an operation failed: "corral: [WHAT: ]CODE: message (HTTP n, request id R)" for
+ * an error answer, "corral: [WHAT: ]<what failed> (request id R)" otherwise. Returns the exit
+ * code (cli_exit_code).
+ */
+int cli_report(const char *what, const corral_error *e);
+/* EXIT_CONNECT for a server that could not be reached or did not answer in time,
+ * EXIT_INTERRUPTED for a cancelled operation, else EXIT_API. */
+int cli_exit_code(const corral_error *e);
+
+/* ---- signals (common.c) ---- */
+
+enum cli_interrupt_mode {
+	CLI_INT_EXIT, /* default: print "corral: interrupted" and exit 130 at once */
+	CLI_INT_FLAG, /* only note it (cli_interrupted()); the command stops where it can */
+	CLI_INT_HOLD, /* note it and say a request is being finished (nothing may be left behind) */
 };
-
-/*
- * One non-streaming request: METHOD {server}{path} with an optional JSON body, a fresh
- * X-Request-ID, the API key, a connect timeout and an overall timeout (seconds).
- * Returns 0 when the server answered (any status: check r->status), -EIO when it could not be
- * reached or timed out (r->transport_error says why), -EINTR when interrupted.
- */
-int api_request(const struct cli *cli, const char *method, const char *path, json_t *body,
-		long timeout_s, struct api_reply *r);
-void api_reply_clear(struct api_reply *r);
-static inline bool api_ok(const struct api_reply *r)
-{
-	return r->status >= 200 && r->status < 300;
-}
-/*
- * Prints why a request failed: "corral: CODE: message (request id ...)" for an error answer,
- * "corral: cannot reach SERVER: why (request id ...)" for a transport failure. what, when not NULL,
- * names the object ("sandbox 1234...") and is printed before the code. Returns the exit code to use
- * (EXIT_API, EXIT_CONNECT or EXIT_INTERRUPTED).
- */
-int api_report(const struct cli *cli, const char *what, const struct api_reply *r);
-
-/* Percent-encodes s for a URL path segment or query value; caller frees. */
-char *api_escape(const char *s);
-
-/* The curl handle setup every request shares (also used by the streaming exec). */
-struct curl_slist;
-void *api_curl_new(const struct cli *cli, const char *method, const char *url,
-		   const char *request_id, struct curl_slist **headers, bool json_body);
-
-/* ---- signals (api.c) ---- */
-
-/* SIGINT/SIGTERM/SIGHUP set a flag (no SA_RESTART) that aborts the transfer in progress. */
+/* SIGINT/SIGTERM/SIGHUP go to a thread of their own (before any other thread starts). */
 void cli_signals_install(void);
 /* The signal that arrived, or 0. */
 int cli_interrupted(void);
-/* Forget an interrupt (after handling it), so cleanup requests can run. */
+/* Forget an interrupt (after handling it). */
 void cli_interrupt_clear(void);
-/* While set, an interrupt does not abort transfers (cleanup requests must finish). */
-void cli_interrupt_hold(bool hold);
+void cli_interrupt_mode(enum cli_interrupt_mode mode);
+/* While set (not NULL), an interrupt triggers t instead (at once if one already arrived). */
+void cli_interrupt_cancel(corral_cancel *t);
 
-/* ---- helpers (api.c) ---- */
+/* ---- progress on long operations (common.c) ---- */
+
+/* "corral: WHAT 12/100" on stderr, redrawn in place, only when stderr is a terminal and there
+ * is more than one item; lines printed through it keep the two streams from mixing. */
+struct progress {
+	pthread_mutex_t mu;
+	const char *what;
+	size_t done, total, failed;
+	bool tty, shown;
+	int64_t last_ms;
+};
+void progress_init(struct progress *p, const char *what, size_t total);
+/* One item done; line (may be NULL) is printed on stdout. Thread-safe. */
+void progress_step(struct progress *p, bool ok, const char *line);
+/* A message on stderr (printf format, with its newline) around the progress line. */
+void progress_message(struct progress *p, const char *fmt, ...) _printf_(2, 3);
+void progress_end(struct progress *p);
+
+/* ---- helpers (common.c) ---- */
 
 /* Splits "K=V" at the first '='; K must be non-empty. Returns 0 or -EINVAL. */
 int cli_parse_kv(const char *s, char **ret_key, char **ret_value);
@@ -184,9 +183,12 @@ enum {
 };
 /* Handles one create option; returns 1 if handled, 0 if not c's, or -EXIT_USAGE on a bad value. */
 int create_option(const char *cmd, struct create_opts *o, int c, const char *arg);
-/* POSTs the sandbox; fills ret_id (caller frees) and, when ret_response, the whole answer. */
-int create_sandbox(const struct cli *cli, const struct create_opts *o, char **ret_id,
-		   json_t **ret_response);
+/*
+ * Creates the sandbox (ready when it returns) through libcorral; on success *ret is the handle
+ * and, when ret_json, the server's answer. Prints failures; returns 0 or an exit code.
+ */
+int create_sandbox(corral_client *client, const struct create_opts *o, corral_sandbox **ret,
+		   json_t **ret_json);
 
 struct exec_opts {
 	const char *cwd;
@@ -195,11 +197,17 @@ struct exec_opts {
 };
 /*
  * Runs CMD in the sandbox, streaming its stdout and stderr to ours. Returns the command's exit
- * code (0-255), or EXIT_EXEC_FAILED / EXIT_NO_RESULT / EXIT_INTERRUPTED.
+ * code (0-255), or EXIT_EXEC_FAILED / EXIT_NO_RESULT / EXIT_INTERRUPTED / 141 (stdout closed).
  */
-int exec_in_sandbox(const struct cli *cli, const char *id, const struct exec_opts *o, int argc,
-		    char *const *argv);
+int exec_in_sandbox(corral_sandbox *sb, const struct exec_opts *o, int argc, char *const *argv);
 /* Parses --timeout SECONDS into milliseconds; prints a usage error and returns EXIT_USAGE if bad. */
 int exec_parse_timeout(const char *cmd, const char *arg, long long *ret_ms);
-/* Deletes a sandbox; 404 counts as success. Prints failures; returns 0 or an exit code. */
-int rm_sandbox(const struct cli *cli, const char *id, bool quiet);
+/* Deletes a sandbox; one the server does not know counts as deleted. Prints failures; returns 0
+ * or an exit code. */
+int rm_sandbox(corral_client *client, const char *id);
+static inline void corral_strv_freep(char ***v)
+{
+	corral_strv_free(*v);
+}
+/* A NULL-terminated "K=V" vector of a JSON object of strings (free with corral_strv_free). */
+char **cli_kv_strv(json_t *obj);

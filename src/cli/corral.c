@@ -1,5 +1,4 @@
 /* corral: the command-line client of corrald. main(), global options and the dispatch table. */
-#include <curl/curl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,18 +140,13 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < ARRAY_SIZE(commands); i++) {
 		if (strcmp(commands[i].name, name) != 0)
 			continue;
-		if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
-			fprintf(stderr, "corral: cannot initialize libcurl\n");
-			return EXIT_CONNECT;
-		}
-		cli_signals_install();
+		cli_signals_install(); /* before libcorral starts its threads */
 		/* The command sees argv from its own name on; optind = 0 restarts getopt. */
 		optind = 0;
 		opterr = 1;
 		cmd_argv[0] = prog;
 		int r = commands[i].run(&cli, cmd_argc, cmd_argv);
 		fflush(stdout);
-		curl_global_cleanup();
 		return r;
 	}
 	return cli_usage_error(NULL, "'%s' is not a corral command", name);

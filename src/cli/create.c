@@ -1,4 +1,7 @@
-/* corral create: POST /sandboxes, print the id. The create flags are shared with corral run. */
+/*
+ * corral create: create a sandbox (corral_sandbox_create_json: ready when it returns, transient
+ * failures retried), print its id. The create flags are shared with corral run.
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +31,10 @@ static const char create_help[] =
 	"\n"
 	"Example:\n"
 	"  ID=$(corral create --cpu 1 --memory 512Mi --ttl 600 --label team=infra)\n"
+	"\n"
+	"Transient failures (connection failures, 5xx, a sandbox that did not become ready) are\n"
+	"retried with backoff within 180 s; a failed attempt's sandbox is deleted first. Ctrl-C lets\n"
+	"the create finish, then deletes the sandbox.\n"
 	"\n"
 	"Exit status: 0 created, 1 usage error, 2 the server refused (\"corral: CODE: message\"),\n"
 	"3 the server could not be reached or timed out, 130 interrupted.\n";
@@ -124,41 +131,36 @@ int create_option(const char *cmd, struct create_opts *o, int c, const char *arg
 	}
 }
 
-int create_sandbox(const struct cli *cli, const struct create_opts *o, char **ret_id,
-		   json_t **ret_response)
+int create_sandbox(corral_client *client, const struct create_opts *o, corral_sandbox **ret,
+		   json_t **ret_json)
 {
-	json_t *limits = json_object();
-	if (o->cpu)
-		json_object_set_new(limits, "cpu", json_string(o->cpu));
-	if (o->memory)
-		json_object_set_new(limits, "memory", json_string(o->memory));
-	json_t *body = json_pack("{s:{s:s}, s:O?, s:o, s:O, s:O}", "image", "uri", o->image,
-				 "entrypoint", o->entrypoint, "resourceLimits", limits, "env", o->env,
-				 "metadata", o->labels);
-	if (!o->entrypoint)
-		json_object_set_new(body, "entrypoint", json_pack("[ss]", "sleep", "infinity"));
-	if (o->ttl >= 0)
-		json_object_set_new(body, "timeout", json_integer(o->ttl));
-
-	struct api_reply r;
-	int ret = api_request(cli, "POST", "/sandboxes", body, CLI_CREATE_TIMEOUT_S, &r);
-	json_decref(body);
-	if (ret < 0 || !api_ok(&r)) {
-		ret = api_report(cli, "create", &r);
-		api_reply_clear(&r);
-		return ret;
+	_cleanup_(corral_strv_freep) char **env = cli_kv_strv(o->env);
+	_cleanup_(corral_strv_freep) char **labels = cli_kv_strv(o->labels);
+	_cleanup_(corral_strv_freep) char **ep = NULL;
+	if (o->entrypoint) {
+		ep = calloc(json_array_size(o->entrypoint) + 1, sizeof(char *));
+		size_t i;
+		json_t *w;
+		json_array_foreach(o->entrypoint, i, w) if (ep) ep[i] = strdup(json_string_value(w));
 	}
-	const char *id = json_string_value(json_object_get(r.json, "id"));
-	if (!id || !*id) {
-		fprintf(stderr, "corral: create: the answer has no sandbox id (HTTP %ld, request id %s)\n",
-			r.status, r.request_id);
-		api_reply_clear(&r);
+	if (!env || !labels || (o->entrypoint && !ep))
 		return EXIT_API;
-	}
-	*ret_id = strdup(id);
-	if (ret_response)
-		*ret_response = json_incref(r.json);
-	api_reply_clear(&r);
+	corral_sandbox_spec spec;
+	corral_sandbox_spec_init(&spec);
+	spec.image = o->image;
+	spec.entrypoint = (const char *const *)ep;
+	spec.cpu_quantity = o->cpu;
+	spec.memory_quantity = o->memory;
+	spec.env = (const char *const *)env;
+	spec.metadata = (const char *const *)labels;
+	spec.raw_metadata = true; /* the server checks label rules and says which one failed */
+	spec.ttl_s = o->ttl >= 0 ? (long)o->ttl : 0;
+	corral_error e;
+	_cleanup_free_ char *answer = NULL;
+	if (corral_sandbox_create_json(client, &spec, ret, ret_json ? &answer : NULL, &e) < 0)
+		return cli_report("create", &e);
+	if (ret_json)
+		*ret_json = json_loads(answer, 0, NULL);
 	return 0;
 }
 
@@ -201,17 +203,30 @@ int cmd_create(struct cli *cli, int argc, char **argv)
 	if (optind < argc)
 		return cli_usage_error("create", "unexpected argument '%s'", argv[optind]);
 
-	_cleanup_free_ char *id = NULL;
-	json_t *resp = NULL;
-	int r = create_sandbox(cli, &o, &id, o.json_output ? &resp : NULL);
+	corral_client *client;
+	int r = cli_client_new(cli, &client);
 	if (r)
 		return r;
-	if (resp) {
+	/* Ctrl-C while the server makes the sandbox: let it finish, then delete it. */
+	cli_interrupt_mode(CLI_INT_HOLD);
+	corral_sandbox *sb = NULL;
+	json_t *resp = NULL;
+	r = create_sandbox(client, &o, &sb, o.json_output ? &resp : NULL);
+	if (r == 0 && cli_interrupted()) {
+		if (rm_sandbox(client, corral_sandbox_id(sb)) == EXIT_OK)
+			fprintf(stderr, "corral: interrupted; deleted the sandbox just made\n");
+		else
+			fprintf(stderr, "corral: interrupted; sandbox %s was made\n",
+				corral_sandbox_id(sb));
+		r = EXIT_INTERRUPTED;
+	} else if (r == 0 && resp) {
 		json_dumpf(resp, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 		putchar('\n');
-		json_decref(resp);
-	} else {
-		printf("%s\n", id);
+	} else if (r == 0) {
+		printf("%s\n", corral_sandbox_id(sb));
 	}
-	return EXIT_OK;
+	json_decref(resp);
+	corral_sandbox_free(sb);
+	corral_client_free(client);
+	return r;
 }

@@ -1,4 +1,4 @@
-/* corral inspect: GET /sandboxes/{id}, pretty-printed. */
+/* corral inspect: one sandbox as the server describes it (corral_sandbox_get_json), pretty-printed. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -38,23 +38,23 @@ int cmd_inspect(struct cli *cli, int argc, char **argv)
 	if (optind + 1 < argc)
 		return cli_usage_error("inspect", "one sandbox ID at a time");
 	const char *id = argv[optind];
-	_cleanup_free_ char *eid = api_escape(id), *path = NULL, *what = NULL;
-	if (!eid || asprintf(&path, "/sandboxes/%s", eid) < 0 ||
-	    asprintf(&what, "sandbox %s", id) < 0)
+	_cleanup_free_ char *what = NULL;
+	if (asprintf(&what, "sandbox %s", id) < 0)
 		return EXIT_API;
-	struct api_reply r;
-	int ret = api_request(cli, "GET", path, NULL, CLI_REQUEST_TIMEOUT_S, &r);
-	if (ret == 0 && api_ok(&r) && r.json) {
-		json_dumpf(r.json, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-		putchar('\n');
-		ret = EXIT_OK;
-	} else if (ret == 0 && api_ok(&r)) {
-		fprintf(stderr, "corral: %s: the answer is not JSON (request id %s)\n", what,
-			r.request_id);
-		ret = EXIT_API;
+	corral_client *client;
+	int ret = cli_client_new(cli, &client);
+	if (ret)
+		return ret;
+	corral_error e;
+	_cleanup_free_ char *text = NULL;
+	if (corral_sandbox_get_json(client, id, &text, &e) < 0) {
+		ret = cli_report(what, &e);
 	} else {
-		ret = api_report(cli, what, &r);
+		json_t *j = json_loads(text, 0, NULL);
+		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		putchar('\n');
+		json_decref(j);
 	}
-	api_reply_clear(&r);
+	corral_client_free(client);
 	return ret;
 }

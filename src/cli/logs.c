@@ -9,9 +9,8 @@
 static const char logs_help[] =
 	"Usage: corral logs [OPTIONS] ID EXEC\n"
 	"\n"
-	"Prints the output of background execution EXEC (32 hex characters, as printed by\n"
-	"'corral exec --detach' or chosen by a libcorral client) in sandbox ID: stdout and stderr\n"
-	"combined, as the command wrote them.\n"
+	"Prints the output of background execution EXEC (32 hex characters, as chosen by a\n"
+	"libcorral client) in sandbox ID: stdout and stderr combined, as the command wrote them.\n"
 	"\n"
 	"Options:\n"
 	"  --cursor N            start at byte offset N (default 0); the next offset is printed on\n"
@@ -55,23 +54,14 @@ int cmd_logs(struct cli *cli, int argc, char **argv)
 	if (strlen(ex) != 32 || strspn(ex, "0123456789abcdef") != 32)
 		return cli_usage_error("logs", "execution id '%s': expected 32 lowercase hex characters",
 				       ex);
-	corral_options o;
-	corral_options_init(&o);
-	o.server = cli->server;
-	o.api_key = cli->api_key;
-	o.attribution = false;
-	o.reaper_threads = 1;
 	corral_client *client;
 	corral_error e;
-	if (corral_client_new(&o, &client, &e) < 0) {
-		fprintf(stderr, "corral: %s\n", e.message);
-		return EXIT_USAGE;
-	}
+	int ret = cli_client_new(cli, &client);
+	if (ret)
+		return ret;
 	corral_sandbox *sb = NULL;
-	int ret = EXIT_OK;
 	if (corral_sandbox_open(client, argv[optind], &sb, &e) < 0) {
-		fprintf(stderr, "corral: %s\n", e.message);
-		ret = e.code == CORRAL_E_CONNECTION ? EXIT_CONNECT : EXIT_API;
+		ret = cli_report(NULL, &e);
 		goto out;
 	}
 	for (;;) {
@@ -79,8 +69,7 @@ int cmd_logs(struct cli *cli, int argc, char **argv)
 		size_t len = 0;
 		uint64_t next = 0;
 		if (corral_exec_logs(sb, argv[optind + 1], cursor, &data, &len, &next, &e) < 0) {
-			fprintf(stderr, "corral: %s\n", e.message);
-			ret = e.code == CORRAL_E_CONNECTION ? EXIT_CONNECT : EXIT_API;
+			ret = cli_report(NULL, &e);
 			break;
 		}
 		fwrite(data, 1, len, stdout);

@@ -1,4 +1,4 @@
-/* corral ps: GET /sandboxes, every page, as a table, JSON or bare ids. */
+/* corral ps: every sandbox (corral_sandbox_list_json: all pages), as a table, JSON or bare ids. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,45 +25,6 @@ static const char ps_help[] =
 	"\n"
 	"Exit status: 0 listed (also when nothing matched); 1 usage error; 2 the server refused;\n"
 	"3 the server could not be reached; 130 interrupted.\n";
-
-#define PS_PAGE_SIZE 200
-#define PS_MAX_PAGES 100000
-
-/* "state=A&state=B&metadata=<k=v&k2=v2, encoded>" */
-static char *build_filter(json_t *states, json_t *labels)
-{
-	char *q = strdup(""), *next;
-	size_t i;
-	json_t *v;
-	json_array_foreach(states, i, v) {
-		_cleanup_free_ char *e = api_escape(json_string_value(v));
-		if (!e || asprintf(&next, "%s&state=%s", q, e) < 0)
-			goto oom;
-		free(q);
-		q = next;
-	}
-	if (json_object_size(labels)) {
-		_cleanup_free_ char *inner = strdup("");
-		const char *k;
-		json_object_foreach(labels, k, v) {
-			_cleanup_free_ char *ek = api_escape(k), *ev = api_escape(json_string_value(v));
-			if (!ek || !ev ||
-			    asprintf(&next, "%s%s%s=%s", inner, *inner ? "&" : "", ek, ev) < 0)
-				goto oom;
-			free(inner);
-			inner = next;
-		}
-		_cleanup_free_ char *outer = api_escape(inner);
-		if (!outer || asprintf(&next, "%s&metadata=%s", q, outer) < 0)
-			goto oom;
-		free(q);
-		q = next;
-	}
-	return q;
-oom:
-	free(q);
-	return NULL;
-}
 
 static void format_duration(int64_t ms, char *buf, size_t len)
 {
@@ -213,53 +174,35 @@ int cmd_ps(struct cli *cli, int argc, char **argv)
 	if (optind < argc)
 		return cli_usage_error("ps", "unexpected argument '%s'", argv[optind]);
 
-	_cleanup_free_ char *filter = build_filter(states, labels);
-	if (!filter)
+	_cleanup_(corral_strv_freep) char **meta = cli_kv_strv(labels);
+	char **st = calloc(json_array_size(states) + 1, sizeof(char *));
+	size_t i;
+	json_t *v;
+	_cleanup_(corral_strv_freep) char **state_v = st;
+	if (!meta || !st)
 		return EXIT_API;
-	_cleanup_(json_decrefp) json_t *all = json_array();
-	_cleanup_(json_decrefp) json_t *seen = json_object(); /* ids, in case pages shift */
-	for (int page = 1; page <= PS_MAX_PAGES; page++) {
-		_cleanup_free_ char *path = NULL;
-		if (asprintf(&path, "/sandboxes?page=%d&pageSize=%d%s", page, PS_PAGE_SIZE,
-			     filter) < 0)
-			return EXIT_API;
-		struct api_reply r;
-		int ret = api_request(cli, "GET", path, NULL, CLI_REQUEST_TIMEOUT_S, &r);
-		if (ret < 0 || !api_ok(&r) || !json_is_array(json_object_get(r.json, "items"))) {
-			if (ret == 0 && api_ok(&r)) {
-				fprintf(stderr,
-					"corral: list: the answer has no items array (request id %s)\n",
-					r.request_id);
-				ret = EXIT_API;
-			} else {
-				ret = api_report(cli, "list", &r);
-			}
-			api_reply_clear(&r);
-			return ret;
-		}
-		json_t *items = json_object_get(r.json, "items"), *it;
-		size_t i;
-		json_array_foreach(items, i, it) {
-			const char *id = json_string_value(json_object_get(it, "id"));
-			if (id && json_object_get(seen, id))
-				continue;
-			if (id)
-				json_object_set_new(seen, id, json_true());
-			json_array_append(all, it);
-		}
-		json_t *pg = json_object_get(r.json, "pagination");
-		bool more = json_is_true(json_object_get(pg, "hasNextPage")) &&
-			    json_array_size(items) > 0;
-		api_reply_clear(&r);
-		if (!more)
-			break;
+	json_array_foreach(states, i, v) st[i] = strdup(json_string_value(v));
+	corral_client *client;
+	int ret = cli_client_new(cli, &client);
+	if (ret)
+		return ret;
+	corral_error e;
+	_cleanup_free_ char *text = NULL;
+	if (corral_sandbox_list_json(client, (const char *const *)meta, (const char *const *)st,
+				     &text, &e) < 0) {
+		ret = cli_report("list", &e);
+		corral_client_free(client);
+		return ret;
 	}
+	corral_client_free(client);
+	_cleanup_(json_decrefp) json_t *all = json_loads(text, 0, NULL);
+	if (!json_is_array(all))
+		return EXIT_API;
 
 	if (out == OUT_JSON) {
 		json_dumpf(all, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 		putchar('\n');
 	} else if (out == OUT_IDS) {
-		size_t i;
 		json_t *it;
 		json_array_foreach(all, i, it) {
 			const char *id = json_string_value(json_object_get(it, "id"));

@@ -23,7 +23,8 @@ static const char reap_help[] =
 	"Finds the sandboxes a run left behind, by the attribution labels libcorral puts on every\n"
 	"sandbox (PREFIX + run, PREFIX + user), and lists them. With --reap it deletes them (32 at a\n"
 	"time; a sandbox already gone counts as deleted), lists again and repeats until none is left,\n"
-	"at most 3 sweeps. RUN and USER are sanitized like label values before matching.\n"
+	"at most 3 sweeps; on a terminal the progress is shown on stderr. RUN and USER are\n"
+	"sanitized like label values before matching. Ctrl-C lets the deletions under way finish.\n"
 	"\n"
 	"Options:\n"
 	"  --run-id RUN          the run's id (label PREFIX run); required\n"
@@ -38,7 +39,7 @@ static const char reap_help[] =
 	"\n"
 	"Exit status: 0 nothing matched or everything was deleted (audit: the listing worked);\n"
 	"1 usage error; 2 some sandboxes are left, or the server refused; 3 the server could not be\n"
-	"reached.\n";
+	"reached; 130 interrupted.\n";
 
 struct reap_job {
 	corral_client *c;
@@ -47,6 +48,7 @@ struct reap_job {
 	atomic_size_t next;
 	atomic_size_t deleted, failed;
 	bool json;
+	struct progress *progress;
 };
 
 static void *reap_worker(void *p)
@@ -59,20 +61,18 @@ static void *reap_worker(void *p)
 		corral_error e;
 		if (corral_sandbox_delete_id(j->c, j->ids[i], &e) == 0) {
 			atomic_fetch_add(&j->deleted, 1);
-			if (!j->json)
-				printf("Deleted %s\n", j->ids[i]);
+			char line[CORRAL_ID_MAX + 16];
+			snprintf(line, sizeof(line), "Deleted %s", j->ids[i]);
+			progress_step(j->progress, true, j->json ? NULL : line);
 		} else {
 			atomic_fetch_add(&j->failed, 1);
-			fprintf(stderr, "corral: failed to delete %s: %s\n", j->ids[i], e.message);
+			progress_message(j->progress, "corral: failed to delete %s: %s (request id %s)\n",
+					 j->ids[i], e.message, *e.request_id ? e.request_id : "none");
+			progress_step(j->progress, false, NULL);
 		}
-		fflush(stdout);
 	}
 }
 
-static int exit_for(const corral_error *e)
-{
-	return e->code == CORRAL_E_CONNECTION ? EXIT_CONNECT : EXIT_API;
-}
 
 static void json_ids(const char *name, char **ids, bool comma)
 {
@@ -144,25 +144,18 @@ int cmd_reap(struct cli *cli, int argc, char **argv)
 		return EXIT_API;
 	const char *filter[] = {f_run, f_user, NULL};
 
-	corral_options o;
-	corral_options_init(&o);
-	o.server = cli->server;
-	o.api_key = cli->api_key;
-	o.attribution = false;
-	o.reaper_threads = 1;
-	o.drain_timeout_s = 0;
 	corral_client *client;
 	corral_error e;
-	if (corral_client_new(&o, &client, &e) < 0) {
-		fprintf(stderr, "corral: %s\n", e.message);
-		return EXIT_USAGE;
-	}
+	int ret = cli_client_new(cli, &client);
+	if (ret)
+		return ret;
+	/* Ctrl-C: the deletions under way finish, no new one starts. */
+	cli_interrupt_mode(CLI_INT_FLAG);
 	char **ids = NULL;
-	int ret = EXIT_OK;
 	if (corral_sandbox_list(client, filter, &ids, &e) < 0) {
-		fprintf(stderr, "corral: %s\n", e.message);
+		ret = cli_report(NULL, &e);
 		corral_client_free(client);
-		return exit_for(&e);
+		return ret;
 	}
 	size_t n = 0;
 	while (ids[n])
@@ -197,7 +190,10 @@ int cmd_reap(struct cli *cli, int argc, char **argv)
 			m++;
 		if (m == 0)
 			break;
-		struct reap_job job = {.c = client, .ids = cur, .n = m, .json = json};
+		struct progress pr;
+		progress_init(&pr, sweep == 1 ? "deleted" : "deleted (again)", m);
+		struct reap_job job = {.c = client, .ids = cur, .n = m, .json = json,
+				       .progress = &pr};
 		size_t nt = m < REAP_PARALLEL ? m : REAP_PARALLEL;
 		pthread_t t[REAP_PARALLEL];
 		size_t started = 0;
@@ -208,6 +204,7 @@ int cmd_reap(struct cli *cli, int argc, char **argv)
 			reap_worker(&job);
 		for (size_t i = 0; i < started; i++)
 			pthread_join(t[i], NULL);
+		progress_end(&pr);
 		deleted += job.deleted;
 		if (cli_interrupted()) {
 			ret = EXIT_INTERRUPTED;
@@ -218,8 +215,7 @@ int cmd_reap(struct cli *cli, int argc, char **argv)
 		left = NULL;
 		/* Catch stragglers (created while we deleted); stop when a sweep deleted nothing. */
 		if (corral_sandbox_list(client, filter, &left, &e) < 0) {
-			fprintf(stderr, "corral: %s\n", e.message);
-			ret = exit_for(&e);
+			ret = cli_report(NULL, &e);
 			break;
 		}
 		if (job.deleted == 0)

@@ -1,16 +1,24 @@
-/* corral rm: DELETE /sandboxes/{id} for each id. A sandbox that is already gone is not an error. */
+/*
+ * corral rm: delete each id (corral_sandbox_delete_id: retries, 404 = already gone), up to
+ * RM_PARALLEL at once; the ids are printed in the order given, each once its deletion is done.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 
+#define RM_PARALLEL 16
+
 static const char rm_help[] =
 	"Usage: corral rm [OPTIONS] ID...\n"
 	"\n"
-	"Deletes sandboxes: their processes are killed and their files removed. Prints each id as it\n"
-	"is deleted. An id the server does not know (already deleted, or reaped by its TTL) counts as\n"
-	"deleted.\n"
+	"Deletes sandboxes: their processes are killed and their files removed. Prints each id, in\n"
+	"the order given, once it is deleted; up to 16 deletions run at once, and on a terminal the\n"
+	"progress is shown on stderr. An id the server does not know (already deleted, or reaped by\n"
+	"its TTL) counts as deleted.\n"
 	"\n"
 	"Options:\n"
 	"  -q, --quiet           do not print the ids\n"
@@ -21,25 +29,42 @@ static const char rm_help[] =
 	"\n"
 	"Exit status: 0 every sandbox is gone; 1 usage error; 2 the server refused at least one\n"
 	"deletion; 3 the server could not be reached; 130 interrupted. Failures are reported per id\n"
-	"and the remaining ids are still deleted.\n";
+	"and the remaining ids are still deleted; Ctrl-C lets the deletions under way finish.\n";
 
-int rm_sandbox(const struct cli *cli, const char *id, bool quiet)
+int rm_sandbox(corral_client *client, const char *id)
 {
-	_cleanup_free_ char *eid = api_escape(id), *path = NULL, *what = NULL;
-	if (!eid || asprintf(&path, "/sandboxes/%s", eid) < 0 ||
-	    asprintf(&what, "sandbox %s", id) < 0)
-		return EXIT_API;
-	struct api_reply r;
-	int ret = api_request(cli, "DELETE", path, NULL, CLI_REQUEST_TIMEOUT_S, &r);
-	if (ret == 0 && (api_ok(&r) || r.status == 404)) {
-		if (!quiet)
-			printf("%s\n", id);
-		ret = EXIT_OK;
-	} else {
-		ret = api_report(cli, what, &r);
+	corral_error e;
+	if (corral_sandbox_delete_id(client, id, &e) == 0)
+		return EXIT_OK;
+	_cleanup_free_ char *what = NULL;
+	if (asprintf(&what, "sandbox %s", id) < 0)
+		what = NULL;
+	return cli_report(what, &e);
+}
+
+struct rm_job {
+	corral_client *client;
+	char **ids;
+	int *status; /* per id: -1 not done yet, else its exit code */
+	size_t n;
+	atomic_size_t next;
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+};
+
+static void *rm_worker(void *p)
+{
+	struct rm_job *j = p;
+	for (;;) {
+		size_t i = atomic_fetch_add(&j->next, 1);
+		if (i >= j->n)
+			return NULL;
+		int r = cli_interrupted() ? EXIT_INTERRUPTED : rm_sandbox(j->client, j->ids[i]);
+		pthread_mutex_lock(&j->mu);
+		j->status[i] = r;
+		pthread_cond_broadcast(&j->cond);
+		pthread_mutex_unlock(&j->mu);
 	}
-	api_reply_clear(&r);
-	return ret;
 }
 
 int cmd_rm(struct cli *cli, int argc, char **argv)
@@ -67,17 +92,53 @@ int cmd_rm(struct cli *cli, int argc, char **argv)
 	}
 	if (optind >= argc)
 		return cli_usage_error("rm", "missing sandbox ID");
-	int ret = EXIT_OK;
-	for (int i = optind; i < argc; i++) {
-		if (cli_interrupted())
-			return EXIT_INTERRUPTED;
-		int r = rm_sandbox(cli, argv[i], quiet);
-		fflush(stdout);
-		/* Keep the most telling status: unreachable beats refused. */
-		if (r == EXIT_INTERRUPTED)
-			return r;
-		if (r && (ret == EXIT_OK || r == EXIT_CONNECT))
+	corral_client *client;
+	int ret = cli_client_new(cli, &client);
+	if (ret)
+		return ret;
+	cli_interrupt_mode(CLI_INT_FLAG); /* deletions under way finish; no new one starts */
+	struct rm_job job = {.client = client, .ids = argv + optind, .n = (size_t)(argc - optind)};
+	job.status = malloc(job.n * sizeof(int));
+	if (!job.status) {
+		corral_client_free(client);
+		return EXIT_API;
+	}
+	for (size_t i = 0; i < job.n; i++)
+		job.status[i] = -1;
+	pthread_mutex_init(&job.mu, NULL);
+	pthread_cond_init(&job.cond, NULL);
+	pthread_t t[RM_PARALLEL];
+	size_t started = 0;
+	for (; started < MIN(job.n, (size_t)RM_PARALLEL); started++)
+		if (pthread_create(&t[started], NULL, rm_worker, &job) != 0)
+			break;
+	if (started == 0)
+		rm_worker(&job);
+	struct progress pr;
+	progress_init(&pr, "deleted", job.n);
+	for (size_t i = 0; i < job.n; i++) {
+		pthread_mutex_lock(&job.mu);
+		while (job.status[i] < 0)
+			pthread_cond_wait(&job.cond, &job.mu);
+		int r = job.status[i];
+		pthread_mutex_unlock(&job.mu);
+		if (r == EXIT_INTERRUPTED) {
+			ret = r;
+			continue;
+		}
+		progress_step(&pr, r == EXIT_OK, r == EXIT_OK && !quiet ? job.ids[i] : NULL);
+		/* Keep the most telling status: interrupted, then unreachable, then refused. */
+		if (r && ret != EXIT_INTERRUPTED && (ret == EXIT_OK || r == EXIT_CONNECT))
 			ret = r;
 	}
+	progress_end(&pr);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	pthread_mutex_destroy(&job.mu);
+	pthread_cond_destroy(&job.cond);
+	free(job.status);
+	corral_client_free(client);
+	if (ret == EXIT_INTERRUPTED)
+		fprintf(stderr, "corral: interrupted\n");
 	return ret;
 }

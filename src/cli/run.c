@@ -19,8 +19,9 @@ static const char run_help[] =
 	"  --image NAME, --cpu Q, --memory Q, -e/--env K=V, -l/--label K=V, --ttl SECONDS,\n"
 	"  --entrypoint CMD... (up to the '--')\n"
 	"  --ttl is a safety net: the server deletes the sandbox then even if corral cannot.\n"
-	"  The sandbox also gets the label corral-run=<random id>: should the create's answer be\n"
-	"  lost (timeout), corral finds and deletes the sandbox by it.\n"
+	"  Each create attempt also carries the label corral/attempt=<random id>: should its answer\n"
+	"  be lost (timeout, dropped connection), corral finds and deletes the sandbox by it before\n"
+	"  trying again.\n"
 	"\n"
 	"Command options:\n"
 	"  --cwd DIR             working directory of the command\n"
@@ -34,36 +35,6 @@ static const char run_help[] =
 	"ran (usage error, create refused, server unreachable: the reason is on stderr); 255 the\n"
 	"command's result never arrived; 130 interrupted. A failed delete is reported on stderr and\n"
 	"does not change the exit status.\n";
-
-/* Every sandbox made by one corral run carries this label with a random value. */
-#define RUN_LABEL "corral-run"
-
-/* After a create whose answer was lost: delete whatever the server made for this run. */
-static void delete_by_run_label(const struct cli *cli, const char *value)
-{
-	_cleanup_free_ char *inner = NULL, *filter = NULL, *path = NULL;
-	if (!value || asprintf(&inner, RUN_LABEL "=%s", value) < 0 ||
-	    !(filter = api_escape(inner)) ||
-	    asprintf(&path, "/sandboxes?page=1&pageSize=200&metadata=%s", filter) < 0)
-		return;
-	struct api_reply r;
-	if (api_request(cli, "GET", path, NULL, 15, &r) == 0 && api_ok(&r)) {
-		size_t i;
-		json_t *it;
-		json_array_foreach(json_object_get(r.json, "items"), i, it) {
-			const char *sid = json_string_value(json_object_get(it, "id"));
-			if (sid && rm_sandbox(cli, sid, true) == EXIT_OK)
-				fprintf(stderr, "corral: deleted sandbox %s, made by the lost create\n",
-					sid);
-		}
-	} else {
-		fprintf(stderr,
-			"corral: warning: a sandbox may have been made with label " RUN_LABEL
-			"=%s; check with 'corral ps --label " RUN_LABEL "=%s'\n",
-			value, value);
-	}
-	api_reply_clear(&r);
-}
 
 int cmd_run(struct cli *cli, int argc, char **argv)
 {
@@ -112,35 +83,36 @@ int cmd_run(struct cli *cli, int argc, char **argv)
 	/*
 	 * Ctrl-C during the create must not leak the sandbox the server is making: let the create
 	 * finish, then delete what it made. And if the create's answer is lost (timeout, dropped
-	 * connection), the server may still have made it: the run label finds it.
+	 * connection), the server may still have made it: the attempt label finds it (libcorral
+	 * deletes it before the next attempt or before giving up).
 	 */
-	char run_id[HEXID_LEN];
-	if (id_hex32(run_id) == 0 && !json_object_get(co.labels, RUN_LABEL))
-		json_object_set_new(co.labels, RUN_LABEL, json_string(run_id));
-	_cleanup_free_ char *id = NULL;
-	cli_interrupt_hold(true);
-	int r = create_sandbox(cli, &co, &id, NULL);
-	if (r == EXIT_CONNECT)
-		delete_by_run_label(cli, json_string_value(json_object_get(co.labels, RUN_LABEL)));
-	cli_interrupt_hold(false);
-	if (r)
+	corral_client *client;
+	if (cli_client_new_run(cli, &client))
+		return EXIT_EXEC_FAILED;
+	corral_sandbox *sb = NULL;
+	cli_interrupt_mode(CLI_INT_HOLD);
+	int r = create_sandbox(client, &co, &sb, NULL);
+	if (r) {
+		corral_client_free(client);
 		return r == EXIT_INTERRUPTED ? r : EXIT_EXEC_FAILED;
+	}
 
 	int ret;
 	if (cli_interrupted()) {
 		fprintf(stderr, "corral: interrupted\n");
 		ret = EXIT_INTERRUPTED;
 	} else {
-		ret = exec_in_sandbox(cli, id, &eo, argc - optind, argv + optind);
+		ret = exec_in_sandbox(sb, &eo, argc - optind, argv + optind);
 	}
 
 	fflush(stdout);
 	cli_interrupt_clear();
-	cli_interrupt_hold(true);
-	if (rm_sandbox(cli, id, true) != EXIT_OK)
+	const char *id = corral_sandbox_id(sb);
+	if (rm_sandbox(client, id) != EXIT_OK)
 		fprintf(stderr, "corral: warning: sandbox %s was not deleted; delete it with "
 				"'corral rm %s'\n",
 			id, id);
-	cli_interrupt_hold(false);
+	corral_sandbox_free(sb);
+	corral_client_free(client);
 	return ret;
 }

@@ -1,7 +1,8 @@
-/* corral stats: GET /sandboxes/{id}/stats (corral extension), as a table or as JSON. */
+/* corral stats: what a sandbox uses (corral_sandbox_stats_json), as a table or as JSON. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "shared/quantity.h"
@@ -15,7 +16,7 @@ static const char stats_help[] =
 	"last moments stay readable. See docs/resources.md for every field.\n"
 	"\n"
 	"Options:\n"
-	"  --json              print the server's JSON answer instead of the table\n"
+	"  -o, --output FORMAT   table (default) or json (the server's answer); --json is -o json\n"
 	"\n" CLI_COMMON_HELP
 	"\n"
 	"Example:\n"
@@ -92,11 +93,12 @@ int cmd_stats(struct cli *cli, int argc, char **argv)
 	static const struct option options[] = {
 		CLI_COMMON_OPTIONS,
 		{"json", no_argument, NULL, OPT_JSON},
+		{"output", required_argument, NULL, 'o'},
 		{0},
 	};
 	bool json_out = false;
 	int c;
-	while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "ho:", options, NULL)) != -1) {
 		if (cli_common_option(cli, c, optarg))
 			continue;
 		if (c == 'h') {
@@ -107,6 +109,13 @@ int cmd_stats(struct cli *cli, int argc, char **argv)
 			json_out = true;
 			continue;
 		}
+		if (c == 'o') {
+			if (strcmp(optarg, "json") == 0 || strcmp(optarg, "table") == 0) {
+				json_out = strcmp(optarg, "json") == 0;
+				continue;
+			}
+			return cli_usage_error("stats", "-o '%s': expected table or json", optarg);
+		}
 		return cli_try_help("stats");
 	}
 	if (optind >= argc)
@@ -114,27 +123,27 @@ int cmd_stats(struct cli *cli, int argc, char **argv)
 	if (optind + 1 < argc)
 		return cli_usage_error("stats", "one sandbox ID at a time");
 	const char *id = argv[optind];
-	_cleanup_free_ char *eid = api_escape(id), *path = NULL, *what = NULL;
-	if (!eid || asprintf(&path, "/v1/sandboxes/%s/stats", eid) < 0 ||
-	    asprintf(&what, "sandbox %s", id) < 0)
+	_cleanup_free_ char *what = NULL;
+	if (asprintf(&what, "sandbox %s", id) < 0)
 		return EXIT_API;
-	struct api_reply r;
-	int ret = api_request(cli, "GET", path, NULL, CLI_REQUEST_TIMEOUT_S, &r);
-	if (ret == 0 && api_ok(&r) && json_is_object(r.json)) {
+	corral_client *client;
+	int ret = cli_client_new(cli, &client);
+	if (ret)
+		return ret;
+	corral_error e;
+	_cleanup_free_ char *text = NULL;
+	if (corral_sandbox_stats_json(client, id, &text, &e) < 0) {
+		ret = cli_report(what, &e);
+	} else {
+		json_t *j = json_loads(text, 0, NULL);
 		if (json_out) {
-			json_dumpf(r.json, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+			json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 			putchar('\n');
 		} else {
-			print_table(r.json);
+			print_table(j);
 		}
-		ret = EXIT_OK;
-	} else if (ret == 0 && api_ok(&r)) {
-		fprintf(stderr, "corral: %s: the answer is not JSON (request id %s)\n", what,
-			r.request_id);
-		ret = EXIT_API;
-	} else {
-		ret = api_report(cli, what, &r);
+		json_decref(j);
 	}
-	api_reply_clear(&r);
+	corral_client_free(client);
 	return ret;
 }

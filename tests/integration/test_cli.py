@@ -348,7 +348,7 @@ class ScriptedExecd(http.server.BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(n))
         ScriptedExecd.requests.append(("POST", self.path, body, self.headers.get("X-Request-ID")))
-        if self.path == "/sandboxes":
+        if self.path in ("/sandboxes", "/v1/sandboxes"):
             # Make the sandbox, then lose the answer (a server that died mid-reply).
             sid = "lost-%d" % len(ScriptedExecd.made)
             ScriptedExecd.made[sid] = body["metadata"]
@@ -424,6 +424,8 @@ class CliStream(unittest.TestCase):
         self.assertEqual((rc, out, err), (0, "one\n\nthree\n", "two\n"))
         method, path, body, rid = ScriptedExecd.requests[-1]
         self.assertEqual(path, "/sandboxes/sb1/proxy/44772/command")
+        # The client-chosen execution id (libcorral: a cut stream is resumed under it).
+        self.assertRegex(body.pop("id"), r"^[0-9a-f]{32}$")
         self.assertEqual(body, {"command": "mode bare", "cwd": "/w", "envs": {"K": "v"},
                                 "timeout": 9000})
         self.assertRegex(rid, r"^[0-9a-f]{32}$")
@@ -470,15 +472,24 @@ class CliStream(unittest.TestCase):
                       [r[:2] for r in ScriptedExecd.requests])
 
     def test_run_deletes_the_sandbox_of_a_lost_create(self):
+        # Every create attempt's answer is lost: each attempt carries its own label (libcurl may
+        # resend an attempt by itself on a fresh connection: same label), and every sandbox made
+        # is found by it and deleted, once, before the next attempt or giving up.
         ScriptedExecd.requests.clear()
+        ScriptedExecd.made.clear()
         p = subprocess.run([binary("corral"), "--server", self.url, "run", "--", "true"],
                            capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
         self.assertEqual(p.returncode, 125, p.stderr)
-        create = next(r for r in ScriptedExecd.requests if r[0] == "POST")
-        self.assertRegex(create[2]["metadata"]["corral-run"], r"^[0-9a-f]{32}$")
+        creates = [r for r in ScriptedExecd.requests if r[0] == "POST"]
+        self.assertGreaterEqual(len(creates), 1)
+        tokens = [c[2]["metadata"]["corral/attempt"] for c in creates]
+        for t in tokens:
+            self.assertRegex(t, r"^[0-9a-f]{12}$")
         deletes = [r[1] for r in ScriptedExecd.requests if r[0] == "DELETE"]
-        self.assertEqual(len(deletes), 1, ScriptedExecd.requests)
-        self.assertRegex(deletes[0], r"^/sandboxes/lost-\d+$")
+        for d in deletes:
+            self.assertRegex(d, r"^(/v1)?/sandboxes/lost-\d+$")
+        self.assertEqual(sorted(d.rsplit("/", 1)[1] for d in deletes),
+                         sorted(ScriptedExecd.made), ScriptedExecd.requests)
         self.assertIn(b"made by the lost create", p.stderr)
 
     def test_interrupt_stops_the_remote_command(self):
