@@ -203,6 +203,10 @@ typedef struct corral_sandbox_spec {
 					 * wins over memory_mib. NULL: from memory_mib */
 	bool raw_metadata;              /* send metadata values as given (the server validates them)
 					 * instead of sanitizing them to label rules */
+	struct corral_cancel *cancel;   /* optional: triggering it ends the create without leaving a
+					 * sandbox behind: a create request already sent is let finish
+					 * (aborting it could leave a sandbox nobody knows), what it made
+					 * is deleted, no new attempt starts; CORRAL_E_CANCELLED */
 } corral_sandbox_spec;
 
 CORRAL_API void corral_sandbox_spec_init(corral_sandbox_spec *spec);

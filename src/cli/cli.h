@@ -189,6 +189,9 @@ int create_option(const char *cmd, struct create_opts *o, int c, const char *arg
  */
 int create_sandbox(corral_client *client, const struct create_opts *o, corral_sandbox **ret,
 		   json_t **ret_json);
+/* create_sandbox where Ctrl-C ends the create without leaving a sandbox (EXIT_INTERRUPTED). */
+int create_sandbox_interruptible(corral_client *client, const struct create_opts *o,
+				 corral_sandbox **ret, json_t **ret_json);
 
 struct exec_opts {
 	const char *cwd;

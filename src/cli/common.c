@@ -37,13 +37,14 @@ static void *signal_thread(void *p)
 			continue;
 		bool first = atomic_exchange(&interrupted_by, sig) == 0;
 		pthread_mutex_lock(&cancel_mu);
-		if (armed) {
+		bool cancelled = armed != NULL;
+		if (armed)
 			corral_cancel_trigger(armed);
-			pthread_mutex_unlock(&cancel_mu);
-			continue;
-		}
 		pthread_mutex_unlock(&cancel_mu);
-		switch (atomic_load(&interrupt_mode)) {
+		enum cli_interrupt_mode mode = atomic_load(&interrupt_mode);
+		if (cancelled && mode != CLI_INT_HOLD)
+			continue;
+		switch (mode) {
 		case CLI_INT_HOLD:
 			if (first)
 				fputs("corral: finishing a request so nothing is left behind...\n", stderr);

@@ -131,8 +131,8 @@ int create_option(const char *cmd, struct create_opts *o, int c, const char *arg
 	}
 }
 
-int create_sandbox(corral_client *client, const struct create_opts *o, corral_sandbox **ret,
-		   json_t **ret_json)
+static int create_with(corral_client *client, const struct create_opts *o, corral_cancel *cancel,
+		       corral_sandbox **ret, json_t **ret_json)
 {
 	_cleanup_(corral_strv_freep) char **env = cli_kv_strv(o->env);
 	_cleanup_(corral_strv_freep) char **labels = cli_kv_strv(o->labels);
@@ -155,6 +155,7 @@ int create_sandbox(corral_client *client, const struct create_opts *o, corral_sa
 	spec.metadata = (const char *const *)labels;
 	spec.raw_metadata = true; /* the server checks label rules and says which one failed */
 	spec.ttl_s = o->ttl >= 0 ? (long)o->ttl : 0;
+	spec.cancel = cancel;
 	corral_error e;
 	_cleanup_free_ char *answer = NULL;
 	if (corral_sandbox_create_json(client, &spec, ret, ret_json ? &answer : NULL, &e) < 0)
@@ -162,6 +163,27 @@ int create_sandbox(corral_client *client, const struct create_opts *o, corral_sa
 	if (ret_json)
 		*ret_json = json_loads(answer, 0, NULL);
 	return 0;
+}
+
+int create_sandbox(corral_client *client, const struct create_opts *o, corral_sandbox **ret,
+		   json_t **ret_json)
+{
+	return create_with(client, o, NULL, ret, ret_json);
+}
+
+int create_sandbox_interruptible(corral_client *client, const struct create_opts *o,
+				 corral_sandbox **ret, json_t **ret_json)
+{
+	corral_cancel *cancel;
+	if (corral_cancel_new(&cancel) < 0)
+		return EXIT_API;
+	/* The create request under way finishes; what it made is deleted; no retry starts. */
+	cli_interrupt_mode(CLI_INT_HOLD);
+	cli_interrupt_cancel(cancel);
+	int r = create_with(client, o, cancel, ret, ret_json);
+	cli_interrupt_cancel(NULL);
+	corral_cancel_free(cancel);
+	return r;
 }
 
 int cmd_create(struct cli *cli, int argc, char **argv)
@@ -207,11 +229,9 @@ int cmd_create(struct cli *cli, int argc, char **argv)
 	int r = cli_client_new(cli, &client);
 	if (r)
 		return r;
-	/* Ctrl-C while the server makes the sandbox: let it finish, then delete it. */
-	cli_interrupt_mode(CLI_INT_HOLD);
 	corral_sandbox *sb = NULL;
 	json_t *resp = NULL;
-	r = create_sandbox(client, &o, &sb, o.json_output ? &resp : NULL);
+	r = create_sandbox_interruptible(client, &o, &sb, o.json_output ? &resp : NULL);
 	if (r == 0 && cli_interrupted()) {
 		if (rm_sandbox(client, corral_sandbox_id(sb)) == EXIT_OK)
 			fprintf(stderr, "corral: interrupted; deleted the sandbox just made\n");

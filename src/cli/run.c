@@ -90,8 +90,7 @@ int cmd_run(struct cli *cli, int argc, char **argv)
 	if (cli_client_new_run(cli, &client))
 		return EXIT_EXEC_FAILED;
 	corral_sandbox *sb = NULL;
-	cli_interrupt_mode(CLI_INT_HOLD);
-	int r = create_sandbox(client, &co, &sb, NULL);
+	int r = create_sandbox_interruptible(client, &co, &sb, NULL);
 	if (r) {
 		corral_client_free(client);
 		return r == EXIT_INTERRUPTED ? r : EXIT_EXEC_FAILED;

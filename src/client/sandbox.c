@@ -194,8 +194,8 @@ static void sweep_attempt(struct corral_client *c, const char *token, const char
 /* One attempt: POST, then the ping through the proxy. On failure after the POST succeeded,
  * *ret_id holds the id to delete. */
 static int create_once(struct corral_client *c, const char *body, int64_t deadline_ms,
-		       char ret_id[CORRAL_ID_MAX], bool *ret_unknown, bool *ret_resent,
-		       char **ret_json, corral_error *err)
+		       struct corral_cancel *cancel, char ret_id[CORRAL_ID_MAX], bool *ret_unknown,
+		       bool *ret_resent, char **ret_json, corral_error *err)
 {
 	ret_id[0] = '\0';
 	*ret_unknown = false;
@@ -236,7 +236,8 @@ static int create_once(struct corral_client *c, const char *body, int64_t deadli
 			return cerr_set(err, CORRAL_E_CREATE_TIMEOUT,
 					"sandbox %s: execd did not answer /ping before the create deadline",
 					ret_id);
-		struct http_req pq = {.method = "GET", .path = path, .timeout_ms = MIN(left, PING_TIMEOUT_MS)};
+		struct http_req pq = {.method = "GET", .path = path, .timeout_ms = MIN(left, PING_TIMEOUT_MS),
+				      .cancel = cancel};
 		r = http_do(c, &pq, &rs);
 		if (r == 0 && rs.status == 200) {
 			http_resp_clear(&rs);
@@ -285,11 +286,20 @@ CORRAL_API int corral_sandbox_create_json(corral_client *c, const corral_sandbox
 			return r;
 		}
 		bool unknown, resent;
-		r = create_once(c, body, deadline, id, &unknown, &resent, ret_json ? &answer : NULL,
-				&last);
+		r = create_once(c, body, deadline, spec->cancel, id, &unknown, &resent,
+				ret_json ? &answer : NULL, &last);
 		/* libcurl resent the create on its own: the first copy may have made a sandbox. */
 		if (resent && c->o.label_attempts)
 			sweep_attempt(c, token, id[0] ? id : NULL);
+		if (corral_cancel_triggered(spec->cancel)) {
+			if (id[0] && corral_sandbox_delete_id(c, id, NULL) < 0)
+				corral_sandbox_release(sandbox_new(c, id));
+			else if (!id[0] && unknown && !resent && c->o.label_attempts)
+				sweep_attempt(c, token, NULL);
+			client_op_end(c);
+			return cerr_set(err, CORRAL_E_CANCELLED, "create sandbox: cancelled%s%s",
+					id[0] ? "; deleted sandbox " : "", id);
+		}
 		if (r == 0) {
 			client_op_end(c);
 			struct corral_sandbox *sb = sandbox_new(c, id);
@@ -327,7 +337,11 @@ CORRAL_API int corral_sandbox_create_json(corral_client *c, const corral_sandbox
 			break;
 		client_log(c, 2, "create attempt %d failed (%s); retrying in %.2f s", attempt,
 			   last.message, MIN(d, left_s));
-		client_sleep_s(MIN(d, left_s));
+		client_sleep_cancel(spec->cancel, MIN(d, left_s));
+		if (corral_cancel_triggered(spec->cancel)) {
+			client_op_end(c);
+			return cerr_set(err, CORRAL_E_CANCELLED, "create sandbox: cancelled");
+		}
 	}
 	client_op_end(c);
 	if (attempts == 0)
