@@ -348,6 +348,8 @@ typedef struct corral_exec_result {
 	unsigned submits;  /* how many times the submit was sent (1 unless retried) */
 	bool started;      /* the server acknowledged the execution (its init event or output
 			    * arrived): after a failure the command may be running or have run */
+	bool stopped;      /* CORRAL_E_CANCELLED: the command was stopped in the sandbox (or
+			    * was never sent) */
 } corral_exec_result;
 
 /*

@@ -104,12 +104,14 @@ int exec_in_sandbox(corral_sandbox *sb, const struct exec_opts *o, int argc, cha
 		fprintf(stderr, "corral: %s\n", res.error_message);
 		ret = EXIT_NO_RESULT;
 	} else if (e.code == CORRAL_E_CANCELLED && out.stdout_closed) {
-		if (!strstr(e.message, "and stopped"))
+		if (!res.stopped)
 			fprintf(stderr, "corral: %s\n", e.message);
 		ret = 128 + SIGPIPE;
 	} else if (e.code == CORRAL_E_CANCELLED) {
-		if (strstr(e.message, "and stopped"))
+		if (res.stopped && res.submits)
 			fprintf(stderr, "corral: interrupted; stopped command %s\n", res.id);
+		else if (res.stopped)
+			fprintf(stderr, "corral: interrupted\n");
 		else
 			fprintf(stderr, "corral: interrupted: %s\n", e.message);
 		ret = EXIT_INTERRUPTED;

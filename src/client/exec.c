@@ -608,6 +608,7 @@ CORRAL_API int corral_exec(corral_sandbox *sb, const char *command, const corral
 				 : atomic_load(&sb->c->ids_supported) >= 0 && ret->submits ? r.id
 											    : NULL;
 		corral_error ie;
+		ret->stopped = !ret->submits;
 		if (!id)
 			rc = cerr_set(err, CORRAL_E_CANCELLED, "command in sandbox %s: cancelled%s",
 				      sb->id, ret->submits ? "; the server did not name it, so it could not be stopped" : " before it was sent");
@@ -615,9 +616,11 @@ CORRAL_API int corral_exec(corral_sandbox *sb, const char *command, const corral
 			rc = cerr_set(err, CORRAL_E_CANCELLED,
 				      "command %s in sandbox %s: cancelled, but stopping it failed: %s",
 				      id, sb->id, ie.message);
-		else
+		else {
+			ret->stopped = true;
 			rc = cerr_set(err, CORRAL_E_CANCELLED,
 				      "command %s in sandbox %s: cancelled and stopped", id, sb->id);
+		}
 	}
 	if (rc == 0 && err)
 		memset(err, 0, sizeof(*err));
