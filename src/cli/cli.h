@@ -96,6 +96,8 @@ int cli_client_new_run(const struct cli *cli, corral_client **ret);
  * code (cli_exit_code).
  */
 int cli_report(const char *what, const corral_error *e);
+/* The same line, without its newline, into buf. */
+void cli_format_error(char *buf, size_t len, const char *what, const corral_error *e);
 /* EXIT_CONNECT for a server that could not be reached or did not answer in time,
  * EXIT_INTERRUPTED for a cancelled operation, else EXIT_API. */
 int cli_exit_code(const corral_error *e);

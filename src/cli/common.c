@@ -160,13 +160,13 @@ int cli_exit_code(const corral_error *e)
 	}
 }
 
-int cli_report(const char *what, const corral_error *e)
+void cli_format_error(char *buf, size_t len, const char *what, const corral_error *e)
 {
 	char prefix[256] = "";
 	if (what)
 		snprintf(prefix, sizeof(prefix), "%s: ", what);
 	if (e->code == CORRAL_E_CANCELLED) {
-		fprintf(stderr, "corral: %sinterrupted\n", prefix);
+		snprintf(buf, len, "corral: %sinterrupted", prefix);
 	} else if (e->http_status && (e->code != CORRAL_E_CREATE_TIMEOUT &&
 				      e->code != CORRAL_E_CAPACITY_TIMEOUT)) {
 		char fallback[32];
@@ -175,13 +175,20 @@ int cli_report(const char *what, const corral_error *e)
 			snprintf(fallback, sizeof(fallback), "HTTP_%d", e->http_status);
 			code = fallback;
 		}
-		fprintf(stderr, "corral: %s%s: %s (HTTP %d, request id %s)\n", prefix, code,
-			*e->detail ? e->detail : "(empty response)", e->http_status,
-			*e->request_id ? e->request_id : "none");
+		snprintf(buf, len, "corral: %s%s: %s (HTTP %d, request id %s)", prefix, code,
+			 *e->detail ? e->detail : "(empty response)", e->http_status,
+			 *e->request_id ? e->request_id : "none");
 	} else {
-		fprintf(stderr, "corral: %s%s (request id %s)\n", prefix, e->message,
-			*e->request_id ? e->request_id : "none");
+		snprintf(buf, len, "corral: %s%s (request id %s)", prefix, e->message,
+			 *e->request_id ? e->request_id : "none");
 	}
+}
+
+int cli_report(const char *what, const corral_error *e)
+{
+	char line[1200];
+	cli_format_error(line, sizeof(line), what, e);
+	fprintf(stderr, "%s\n", line);
 	return cli_exit_code(e);
 }
 

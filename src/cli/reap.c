@@ -191,7 +191,7 @@ int cmd_reap(struct cli *cli, int argc, char **argv)
 		if (m == 0)
 			break;
 		struct progress pr;
-		progress_init(&pr, sweep == 1 ? "deleted" : "deleted (again)", m);
+		progress_init(&pr, sweep == 1 ? "deleting" : "deleting (again)", m);
 		struct reap_job job = {.c = client, .ids = cur, .n = m, .json = json,
 				       .progress = &pr};
 		size_t nt = m < REAP_PARALLEL ? m : REAP_PARALLEL;

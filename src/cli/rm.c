@@ -44,6 +44,7 @@ int rm_sandbox(corral_client *client, const char *id)
 
 struct rm_job {
 	corral_client *client;
+	struct progress *progress;
 	char **ids;
 	int *status; /* per id: -1 not done yet, else its exit code */
 	size_t n;
@@ -59,7 +60,19 @@ static void *rm_worker(void *p)
 		size_t i = atomic_fetch_add(&j->next, 1);
 		if (i >= j->n)
 			return NULL;
-		int r = cli_interrupted() ? EXIT_INTERRUPTED : rm_sandbox(j->client, j->ids[i]);
+		int r = EXIT_INTERRUPTED;
+		corral_error e;
+		if (cli_interrupted()) {
+			/* not started */
+		} else if (corral_sandbox_delete_id(j->client, j->ids[i], &e) == 0) {
+			r = EXIT_OK;
+		} else {
+			char what[CORRAL_ID_MAX + 16], line[1200];
+			snprintf(what, sizeof(what), "sandbox %s", j->ids[i]);
+			cli_format_error(line, sizeof(line), what, &e);
+			progress_message(j->progress, "%s\n", line);
+			r = cli_exit_code(&e);
+		}
 		pthread_mutex_lock(&j->mu);
 		j->status[i] = r;
 		pthread_cond_broadcast(&j->cond);
@@ -97,7 +110,10 @@ int cmd_rm(struct cli *cli, int argc, char **argv)
 	if (ret)
 		return ret;
 	cli_interrupt_mode(CLI_INT_FLAG); /* deletions under way finish; no new one starts */
-	struct rm_job job = {.client = client, .ids = argv + optind, .n = (size_t)(argc - optind)};
+	struct progress pr;
+	struct rm_job job = {.client = client, .progress = &pr, .ids = argv + optind,
+			     .n = (size_t)(argc - optind)};
+	progress_init(&pr, "deleting", job.n);
 	job.status = malloc(job.n * sizeof(int));
 	if (!job.status) {
 		corral_client_free(client);
@@ -114,8 +130,6 @@ int cmd_rm(struct cli *cli, int argc, char **argv)
 			break;
 	if (started == 0)
 		rm_worker(&job);
-	struct progress pr;
-	progress_init(&pr, "deleted", job.n);
 	for (size_t i = 0; i < job.n; i++) {
 		pthread_mutex_lock(&job.mu);
 		while (job.status[i] < 0)
@@ -131,9 +145,9 @@ int cmd_rm(struct cli *cli, int argc, char **argv)
 		if (r && ret != EXIT_INTERRUPTED && (ret == EXIT_OK || r == EXIT_CONNECT))
 			ret = r;
 	}
-	progress_end(&pr);
 	for (size_t i = 0; i < started; i++)
 		pthread_join(t[i], NULL);
+	progress_end(&pr);
 	pthread_mutex_destroy(&job.mu);
 	pthread_cond_destroy(&job.cond);
 	free(job.status);
