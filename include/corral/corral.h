@@ -198,9 +198,10 @@ typedef struct corral_sandbox_spec {
 	const char *const *metadata;    /* NULL-terminated "key=value"; wins over attribution */
 	bool no_cpu_env;                /* do not derive CPU-cap variables for this sandbox */
 	const char *cpu_quantity;       /* the CPU limit as a quantity string ("500m", "2"); wins over
-					 * cpu. NULL: from cpu */
+					 * cpu. NULL: from cpu. "": no CPU limit is sent (the server's
+					 * own default applies; corrald: none) */
 	const char *memory_quantity;    /* the memory limit as a quantity string ("1G", "512Mi");
-					 * wins over memory_mib. NULL: from memory_mib */
+					 * wins over memory_mib. NULL: from memory_mib. "": none sent */
 	bool raw_metadata;              /* send metadata values as given (the server validates them)
 					 * instead of sanitizing them to label rules */
 	struct corral_cancel *cancel;   /* optional: triggering it ends the create without leaving a

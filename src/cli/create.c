@@ -149,8 +149,9 @@ static int create_with(corral_client *client, const struct create_opts *o, corra
 	corral_sandbox_spec_init(&spec);
 	spec.image = o->image;
 	spec.entrypoint = (const char *const *)ep;
-	spec.cpu_quantity = o->cpu;
-	spec.memory_quantity = o->memory;
+	/* Not given: no limit sent, the server's default applies (as the help says). */
+	spec.cpu_quantity = o->cpu ? o->cpu : "";
+	spec.memory_quantity = o->memory ? o->memory : "";
 	spec.env = (const char *const *)env;
 	spec.metadata = (const char *const *)labels;
 	spec.raw_metadata = true; /* the server checks label rules and says which one failed */

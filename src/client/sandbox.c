@@ -92,10 +92,16 @@ static int create_body(struct corral_client *c, const corral_sandbox_spec *s, co
 		char *end = NULL;
 		double v = strtod(s->cpu_quantity, &end);
 		cpu = end && *end == 'm' && !end[1] ? v / 1000 : v;
+	} else if (s->cpu_quantity) {
+		cpu = 0; /* "": no CPU limit, so no CPU-cap variables */
 	}
 	json_t *limits = resources(cpu, s->memory_mib > 0 ? s->memory_mib : 512);
+	if (s->cpu_quantity)
+		json_object_del(limits, "cpu");
 	if (s->cpu_quantity && *s->cpu_quantity)
 		json_object_set_new(limits, "cpu", json_string(s->cpu_quantity));
+	if (s->memory_quantity)
+		json_object_del(limits, "memory");
 	if (s->memory_quantity && *s->memory_quantity)
 		json_object_set_new(limits, "memory", json_string(s->memory_quantity));
 	json_object_set_new(b, "resourceLimits", limits);

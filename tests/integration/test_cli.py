@@ -174,6 +174,15 @@ class Cli(CorralTestCase):
         sid = self.create("-e", "GREETING=hello world", "--entrypoint", "sleep", "3600")
         rc, out, err = self.corral("inspect", sid, check=0)
         self.assertEqual(json.loads(out)["entrypoint"], ["sleep", "3600"])
+        # No --cpu/--memory: no limit is sent (the server's default); given: sent as written.
+        rc, out, err = self.corral("stats", sid, "-o", "json", check=0)
+        st = json.loads(out)
+        self.assertIsNone(st["cpu"]["limitMillis"], st)
+        lim = self.create("--cpu", "500m", "--memory", "1Gi")
+        rc, out, err = self.corral("stats", lim, "-o", "json", check=0)
+        st = json.loads(out)
+        self.assertEqual((st["cpu"]["limitMillis"], st["memory"]["limitBytes"]),
+                         (500, 1 << 30), st)
         rc, out, err = self.corral("exec", sid, "--", "sh", "-c", 'echo "$GREETING"', check=0)
         self.assertEqual(out, "hello world\n")
         rc, out, err = self.corral("create", "-o", "json", "--label", "cli-test=" + self.tag,
