@@ -320,11 +320,18 @@ class ExecdTest(unittest.TestCase):
         self.assertEqual(self.json_of(r, data, 400)["code"], "INVALID_REQUEST_BODY")
         for name, want in (("stdout", b"fg\n"), ("stderr", b""), ("output", b"fg\n")):
             path = os.path.join(self.execd.state, cid, name)
-            deadline = time.time() + 5  # the files are written just off the critical path
-            while not os.path.exists(path) and time.time() < deadline:
+            # The files are created and filled just off the critical path, after the last
+            # event: wait until this one holds everything (or the deadline), then compare.
+            deadline = time.time() + 5
+            got = None
+            while time.time() < deadline:
+                if os.path.exists(path):
+                    with open(path, "rb") as f:
+                        got = f.read()
+                    if len(got) >= len(want):
+                        break
                 time.sleep(0.01)
-            with open(path, "rb") as f:
-                self.assertEqual(f.read(), want, name)
+            self.assertEqual(got, want, name)
 
     def test_unknown_ids(self):
         unknown = "0" * 32
