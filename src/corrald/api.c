@@ -179,8 +179,15 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	char rootfs[PATH_MAX], msg[1536];
 	bool host = false;
 	if (admission_never_fits(d, p.cpu_request_millis, p.memory_request_bytes, msg, sizeof(msg))) {
-		verr_set(&e, 400, "SANDBOX::REQUESTS_EXCEED_CAPACITY",
-			 ((const char *const[]){"resourceRequests", NULL}), "%s", msg);
+		/* Name the field the client sent: without resourceRequests its limits are the requests. */
+		if (p.requests_given)
+			verr_set(&e, 400, "SANDBOX::REQUESTS_EXCEED_CAPACITY",
+				 ((const char *const[]){"resourceRequests", NULL}), "%s", msg);
+		else
+			verr_set(&e, 400, "SANDBOX::REQUESTS_EXCEED_CAPACITY",
+				 ((const char *const[]){"resourceLimits", NULL}),
+				 "%s (no resourceRequests were given, so they default to resourceLimits)",
+				 msg);
 		send_verr(req, &e, "body");
 		create_params_clear(&p);
 		return;

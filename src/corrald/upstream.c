@@ -730,6 +730,10 @@ static void copy_response_headers(struct exchange *ex)
 			continue;
 		if (!keep_cl && h->name_len == 14 && !strncasecmp(h->name, "Content-Length", 14))
 			continue;
+		/* corrald already answers with the client's request id; never send two. */
+		if (h->name_len == 12 && !strncasecmp(h->name, "X-Request-ID", 12) &&
+		    evhttp_find_header(out, "X-Request-ID"))
+			continue;
 		memcpy(name, h->name, h->name_len);
 		name[h->name_len] = 0;
 		memcpy(value, h->value, h->value_len);

@@ -328,6 +328,7 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 		return r;
 	json_t *rq = field_get(body, "resourceRequests", "resource_requests");
 	if (rq && !json_is_null(rq)) {
+		p->requests_given = true;
 		r = string_map(rq, "resourceRequests", false, &p->requests, e);
 		if (r < 0)
 			return r;

@@ -36,6 +36,7 @@ struct create_params {
 	json_t *metadata;      /* object string->string, label rules checked */
 	json_t *limits;        /* object string->string as given */
 	json_t *requests;      /* object string->string; a copy of limits when absent */
+	bool requests_given;   /* resourceRequests was sent (else requests = limits) */
 	json_t *extensions;    /* object string->string */
 	json_t *platform;      /* object or NULL */
 	bool has_timeout;      /* false = manual cleanup, no expiry */

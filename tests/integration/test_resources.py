@@ -417,6 +417,9 @@ class Admission(CorralTestCase):
         self.assertEqual(r.status, 400, r)
         self.assertEqual(r.json()["code"], "SANDBOX::REQUESTS_EXCEED_CAPACITY")
         self.assertIn("resourceRequests.cpu", r.json()["message"])
+        # Only resourceLimits was sent: the error names that field and says why.
+        self.assertEqual(r.json()["detail"][0]["loc"], ["body", "resourceLimits"])
+        self.assertIn("default to resourceLimits", r.json()["message"])
         r = self.client.create_sandbox_raw(**self.spec(resourceLimits={"cpu": "1", "memory": "8Gi"}))
         self.assertEqual(r.status, 400, r)
         self.assertIn("resourceRequests.memory", r.json()["message"])
