@@ -4,7 +4,8 @@
 #
 #   tests/compat/run.sh                 default run: every *.test.mjs except pending.test.mjs
 #                                       (*.serial.test.mjs run one by one after the rest)
-#   tests/compat/run.sh --all           also pending.test.mjs (features known not to work yet)
+#   tests/compat/run.sh --all           also pending.test.mjs, when one exists: tests of features
+#                                       known not to work yet (none today, so there is no such file)
 #   tests/compat/run.sh files.test.mjs  only the named test files (paths relative to tests/compat/)
 #
 # Environment: CORRAL_BUILD_DIR (default <repo>/build), CORRAL_COMPAT_JOBS (test files run at once,
