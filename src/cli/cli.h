@@ -98,6 +98,17 @@ int cli_client_new_run(const struct cli *cli, corral_client **ret);
 int cli_report(const char *what, const corral_error *e);
 /* The same line, without its newline, into buf. */
 void cli_format_error(char *buf, size_t len, const char *what, const corral_error *e);
+
+/* A libcorral call answering one sandbox's JSON text (corral_sandbox_get_json, ..._stats_json). */
+typedef int (*cli_sandbox_json_fn)(corral_client *c, const char *id, char **ret_json,
+				   corral_error *err);
+/*
+ * The shared tail of `corral inspect` and `corral stats`: argv[optind..] must be exactly one
+ * sandbox ID; fetches it with fetch and parses the answer. Returns EXIT_OK with *ret set (the
+ * caller json_decrefs it), or prints why and returns the exit code.
+ */
+int cli_sandbox_json(const struct cli *cli, const char *cmd, int argc, char **argv,
+		     cli_sandbox_json_fn fetch, json_t **ret);
 /* EXIT_CONNECT for a server that could not be reached or did not answer in time,
  * EXIT_INTERRUPTED for a cancelled operation, else EXIT_API. */
 int cli_exit_code(const corral_error *e);

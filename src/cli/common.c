@@ -367,3 +367,30 @@ char **cli_kv_strv(json_t *obj)
 	}
 	return v;
 }
+
+int cli_sandbox_json(const struct cli *cli, const char *cmd, int argc, char **argv,
+		     cli_sandbox_json_fn fetch, json_t **ret)
+{
+	if (optind >= argc)
+		return cli_usage_error(cmd, "missing sandbox ID");
+	if (optind + 1 < argc)
+		return cli_usage_error(cmd, "one sandbox ID at a time");
+	const char *id = argv[optind];
+	_cleanup_free_ char *what = NULL;
+	if (asprintf(&what, "sandbox %s", id) < 0)
+		return EXIT_API;
+	corral_client *client;
+	int r = cli_client_new(cli, &client);
+	if (r)
+		return r;
+	corral_error e;
+	_cleanup_free_ char *text = NULL;
+	if (fetch(client, id, &text, &e) < 0) {
+		r = cli_report(what, &e);
+	} else if (!(*ret = json_loads(text, 0, NULL))) {
+		fprintf(stderr, "corral: %s: the server's answer is not JSON\n", what);
+		r = EXIT_API;
+	}
+	corral_client_free(client);
+	return r;
+}

@@ -33,28 +33,12 @@ int cmd_inspect(struct cli *cli, int argc, char **argv)
 		}
 		return cli_try_help("inspect");
 	}
-	if (optind >= argc)
-		return cli_usage_error("inspect", "missing sandbox ID");
-	if (optind + 1 < argc)
-		return cli_usage_error("inspect", "one sandbox ID at a time");
-	const char *id = argv[optind];
-	_cleanup_free_ char *what = NULL;
-	if (asprintf(&what, "sandbox %s", id) < 0)
-		return EXIT_API;
-	corral_client *client;
-	int ret = cli_client_new(cli, &client);
+	json_t *j = NULL;
+	int ret = cli_sandbox_json(cli, "inspect", argc, argv, corral_sandbox_get_json, &j);
 	if (ret)
 		return ret;
-	corral_error e;
-	_cleanup_free_ char *text = NULL;
-	if (corral_sandbox_get_json(client, id, &text, &e) < 0) {
-		ret = cli_report(what, &e);
-	} else {
-		json_t *j = json_loads(text, 0, NULL);
-		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-		putchar('\n');
-		json_decref(j);
-	}
-	corral_client_free(client);
-	return ret;
+	json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	putchar('\n');
+	json_decref(j);
+	return EXIT_OK;
 }

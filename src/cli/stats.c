@@ -118,32 +118,16 @@ int cmd_stats(struct cli *cli, int argc, char **argv)
 		}
 		return cli_try_help("stats");
 	}
-	if (optind >= argc)
-		return cli_usage_error("stats", "missing sandbox ID");
-	if (optind + 1 < argc)
-		return cli_usage_error("stats", "one sandbox ID at a time");
-	const char *id = argv[optind];
-	_cleanup_free_ char *what = NULL;
-	if (asprintf(&what, "sandbox %s", id) < 0)
-		return EXIT_API;
-	corral_client *client;
-	int ret = cli_client_new(cli, &client);
+	json_t *j = NULL;
+	int ret = cli_sandbox_json(cli, "stats", argc, argv, corral_sandbox_stats_json, &j);
 	if (ret)
 		return ret;
-	corral_error e;
-	_cleanup_free_ char *text = NULL;
-	if (corral_sandbox_stats_json(client, id, &text, &e) < 0) {
-		ret = cli_report(what, &e);
+	if (json_out) {
+		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		putchar('\n');
 	} else {
-		json_t *j = json_loads(text, 0, NULL);
-		if (json_out) {
-			json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-			putchar('\n');
-		} else {
-			print_table(j);
-		}
-		json_decref(j);
+		print_table(j);
 	}
-	corral_client_free(client);
-	return ret;
+	json_decref(j);
+	return EXIT_OK;
 }
