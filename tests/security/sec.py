@@ -1,0 +1,24 @@
+"""
+Shared pieces of the escape suite: the integration harness (real corrald, real sandboxes) plus
+what several attack files need. Each test states its attack in one comment line.
+"""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
+
+from harness import *  # noqa: E402,F401,F403
+from harness import CorralTestCase, main  # noqa: E402,F401
+
+
+class AttackCase(CorralTestCase):
+    """A CorralTestCase that, after every attack, checks the platform still answers."""
+
+    def assert_platform_alive(self, *sids):
+        r = self.corrald.client(timeout=10).get("/health")
+        self.assertEqual(r.status, 200, "corrald stopped answering: %r" % r)
+        for sid in sids:
+            res = self.client.run(sid, "echo alive")
+            self.assertEqual(res.exit_code, 0, "sandbox %s stopped answering: %r" % (sid, res))
+            self.assertEqual(res.stdout.strip(), "alive")
