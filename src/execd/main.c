@@ -31,6 +31,7 @@ struct event_base *execd_base;
 
 static struct {
 	const char *socket_path;
+	int listen_fd; /* -1, or the inherited listening socket (--listen-fd) */
 	const char *state_dir;
 	char exit_file[PATH_MAX];
 	char *const *entrypoint;
@@ -127,12 +128,14 @@ static void on_term(evutil_socket_t sig, short what, void *arg)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: corral-execd --socket PATH --state DIR [OPTIONS] [-- ENTRYPOINT...]\n"
+		"Usage: corral-execd (--socket PATH | --listen-fd N) --state DIR [OPTIONS] [-- ENTRYPOINT...]\n"
 		"\n"
 		"PID 1 of a corral sandbox: serves the OpenSandbox execd API over HTTP/1.1 on a unix\n"
 		"socket, reaps zombies and runs the optional entrypoint.\n"
 		"\n"
 		"  --socket PATH      unix socket to listen on (a stale socket is replaced; mode 0600)\n"
+		"  --listen-fd N      serve on inherited fd N instead: a unix stream socket bound outside\n"
+		"                     the sandbox (how corral's runtime starts execd)\n"
 		"  --state DIR        per-execution output and status files (created if missing)\n"
 		"  --exit-file PATH   where to write {\"reason\",\"exitCode\",\"message\"} on exit\n"
 		"                     (default: dirname(DIR)/exit.json)\n"
@@ -146,9 +149,10 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_SOCKET = 256, OPT_STATE, OPT_EXIT_FILE, OPT_LOG_LEVEL, OPT_HELP };
+	enum { OPT_SOCKET = 256, OPT_LISTEN_FD, OPT_STATE, OPT_EXIT_FILE, OPT_LOG_LEVEL, OPT_HELP };
 	static const struct option opts[] = {
 		{"socket", required_argument, NULL, OPT_SOCKET},
+		{"listen-fd", required_argument, NULL, OPT_LISTEN_FD},
 		{"state", required_argument, NULL, OPT_STATE},
 		{"exit-file", required_argument, NULL, OPT_EXIT_FILE},
 		{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
@@ -156,11 +160,28 @@ int main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	log_set_ident("corral-execd");
+	/* Nothing else in the sandbox may trace this process, read or write its memory, or reach its
+	 * file descriptors (the listening socket, the state dir) through /proc/1/{mem,fd,root} or
+	 * pidfd_getfd(): those need ptrace access, which a non-dumpable process grants only to
+	 * CAP_SYS_PTRACE, and no sandbox process has it. Children become dumpable again at execve. */
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	M.listen_fd = -1;
 	const char *exit_file = NULL;
 	int c;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
 		switch (c) {
 		case OPT_SOCKET: M.socket_path = optarg; break;
+		case OPT_LISTEN_FD: {
+			char *end;
+			errno = 0;
+			long v = strtol(optarg, &end, 10);
+			if (errno || *end || v < 3 || v > INT_MAX) {
+				fprintf(stderr, "corral-execd: invalid --listen-fd '%s'\n", optarg);
+				return 2;
+			}
+			M.listen_fd = (int)v;
+			break;
+		}
 		case OPT_STATE: M.state_dir = optarg; break;
 		case OPT_EXIT_FILE: exit_file = optarg; break;
 		case OPT_LOG_LEVEL: {
@@ -176,8 +197,8 @@ int main(int argc, char **argv)
 		default: usage(stderr); return 2;
 		}
 	}
-	if (!M.socket_path || !M.state_dir) {
-		fprintf(stderr, "corral-execd: --socket and --state are required\n");
+	if (!M.socket_path == (M.listen_fd < 0) || !M.state_dir) {
+		fprintf(stderr, "corral-execd: --state and one of --socket or --listen-fd are required\n");
 		usage(stderr);
 		return 2;
 	}
@@ -244,7 +265,8 @@ int main(int argc, char **argv)
 	    event_add(ev_term, NULL) < 0 || event_add(ev_int, NULL) < 0)
 		execd_exit("ExecdExited", 1, "cannot install signal handlers");
 
-	if (server_start(execd_base, M.socket_path, &err) < 0) {
+	if ((M.listen_fd >= 0 ? server_start_fd(execd_base, M.listen_fd, &err)
+			      : server_start(execd_base, M.socket_path, &err)) < 0) {
 		log_error("%s", err.msg);
 		execd_exit("ExecdExited", 1, err.msg);
 	}
@@ -261,7 +283,10 @@ int main(int argc, char **argv)
 		}
 		log_info("entrypoint '%s' started (pid %d)", M.entrypoint[0], (int)M.entry_pid);
 	}
-	log_info("listening on %s (state %s)", M.socket_path, M.state_dir);
+	if (M.socket_path)
+		log_info("listening on %s (state %s)", M.socket_path, M.state_dir);
+	else
+		log_info("listening on fd %d (state %s)", M.listen_fd, M.state_dir);
 	/* The entrypoint may have exited already (its SIGCHLD is pending in the loop). */
 	event_base_dispatch(execd_base);
 	execd_exit("ExecdExited", 1, "event loop ended unexpectedly");

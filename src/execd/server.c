@@ -1,5 +1,7 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -130,6 +132,29 @@ static void route(struct evhttp_request *req, void *arg)
 	not_found(req, path);
 }
 
+/* Serve on fd, a listening (or only bound) unix socket; takes ownership. what names it in errors. */
+static int serve_fd(struct event_base *base, int fd, const char *what, struct error *err)
+{
+	http = evhttp_new(base);
+	if (!http) {
+		close(fd);
+		return error_set(err, ENOMEM, "evhttp_new");
+	}
+	evhttp_set_max_headers_size(http, SERVER_MAX_HEADERS_SIZE);
+	evhttp_set_max_body_size(http, SERVER_MAX_BODY_SIZE);
+	evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE |
+						 EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD | EVHTTP_REQ_PATCH |
+						 EVHTTP_REQ_OPTIONS);
+	/* No invented Content-Type on empty replies (ping, "success with no data"). */
+	evhttp_set_default_content_type(http, NULL);
+	evhttp_set_gencb(http, route, NULL);
+	if (!evhttp_accept_socket_with_handle(http, fd)) {
+		close(fd);
+		return error_set(err, EIO, "evhttp cannot accept on %s", what);
+	}
+	return 0;
+}
+
 int server_start(struct event_base *base, const char *socket_path, struct error *err)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -151,29 +176,32 @@ int server_start(struct event_base *base, const char *socket_path, struct error 
 	mode_t old = umask(0177); /* the socket is created 0600 */
 	int r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
 	umask(old);
-	if (r < 0 || chmod(socket_path, 0600) < 0 || listen(fd, 1024) < 0) {
+	if (r < 0 || chmod(socket_path, 0600) < 0 || listen(fd, SERVER_BACKLOG) < 0) {
 		int e = errno;
 		close(fd);
 		return error_set_errno(err, e, "listen on '%s'", socket_path);
 	}
-	http = evhttp_new(base);
-	if (!http) {
-		close(fd);
-		return error_set(err, ENOMEM, "evhttp_new");
-	}
-	evhttp_set_max_headers_size(http, SERVER_MAX_HEADERS_SIZE);
-	evhttp_set_max_body_size(http, SERVER_MAX_BODY_SIZE);
-	evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE |
-						 EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD | EVHTTP_REQ_PATCH |
-						 EVHTTP_REQ_OPTIONS);
-	/* No invented Content-Type on empty replies (ping, "success with no data"). */
-	evhttp_set_default_content_type(http, NULL);
-	evhttp_set_gencb(http, route, NULL);
-	if (!evhttp_accept_socket_with_handle(http, fd)) {
-		close(fd);
-		return error_set(err, EIO, "evhttp cannot accept on '%s'", socket_path);
-	}
-	return 0;
+	char what[PATH_MAX + 16];
+	snprintf(what, sizeof(what), "'%s'", socket_path);
+	return serve_fd(base, fd, what, err);
+}
+
+int server_start_fd(struct event_base *base, int fd, struct error *err)
+{
+	struct stat st;
+	int type = 0;
+	socklen_t len = sizeof(type);
+	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode) ||
+	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM)
+		return error_set(err, EBADF, "--listen-fd %d is not a stream socket", fd);
+	/* listen() here, not in whoever bound it: the listener's credentials are then execd's, which
+	 * is what a connecting corrald checks (SO_PEERCRED). */
+	if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0 || fcntl(fd, F_SETFL, O_NONBLOCK) < 0 ||
+	    listen(fd, SERVER_BACKLOG) < 0)
+		return error_set_errno(err, errno, "listen on --listen-fd %d", fd);
+	char what[32];
+	snprintf(what, sizeof(what), "fd %d", fd);
+	return serve_fd(base, fd, what, err);
 }
 
 void server_stop(void)
