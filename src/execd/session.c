@@ -1,8 +1,10 @@
 /*
- * Bash sessions: one long-lived shell per session, reading scripts from a pipe. Each run writes
- * the command to <state>/sessions/<sid>/run.sh and sends the shell
+ * Bash sessions: one long-lived shell per session, reading scripts from a pipe. Each run sends the
+ * shell
  *
- *     . '<run.sh>' </dev/null; printf '\036<marker> %d\n' "$?"
+ *     . /dev/fd/3 3<<'__CORRAL_EOF_<marker>' </dev/null; printf '\036<marker> %d\n' "$?"
+ *     <command>
+ *     __CORRAL_EOF_<marker>
  *
  * (with a cd to the run's cwd and back around it when one is given), so cd and exported
  * variables persist between runs. stdout is scanned for the marker, which carries the exit code
@@ -13,6 +15,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,12 +31,14 @@
 #include "session.h"
 #include "shared/fsutil.h"
 #include "shared/httputil.h"
+#include "shared/macro.h"
 #include "shared/id.h"
 #include "shared/log.h"
 #include "spawn.h"
 
 #define SESSION_READ_CHUNK 65536
 #define MARKER_MAX 48
+#define SESSION_PIPE_SIZE (1 << 20) /* the longest command a run can send, less the wrapper */
 
 struct session {
 	char id[HEXID_LEN];
@@ -347,8 +352,10 @@ void session_create(struct evhttp_request *req)
 		http_send_error(req, 500, "RUNTIME_ERROR", "start the session's shell: %s", err.msg);
 		return;
 	}
-	/* Writes to a shell that died must fail, not block execd. */
+	/* Writes to a shell that died must fail, not block execd; a run's script goes in one write
+	 * (best effort: pipe-max-size may be lower). */
 	fcntl(s->in_fd, F_SETFL, O_NONBLOCK);
+	fcntl(s->in_fd, F_SETPIPE_SZ, SESSION_PIPE_SIZE);
 	s->ev_out = event_new(S.base, s->out_fd, EV_READ | EV_PERSIST, on_out, s);
 	s->ev_err = event_new(S.base, s->err_fd, EV_READ | EV_PERSIST, on_err, s);
 	if (s->ev_out)
@@ -425,38 +432,55 @@ void session_run(struct evhttp_request *req, const char *id)
 		return;
 	}
 
-	/* The command goes through a file, so no quoting of it is ever needed. */
-	char dir[PATH_MAX], file[PATH_MAX + 16], qfile[2 * PATH_MAX], qcwd[2 * PATH_MAX];
-	session_dir(s, dir, sizeof(dir));
-	snprintf(file, sizeof(file), "%s/run.sh", dir);
-	int r = 0, fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	size_t clen = strlen(command);
-	if (fd < 0 || write(fd, command, clen) != (ssize_t)clen)
-		r = -errno;
-	if (fd >= 0)
-		close(fd);
-	if (r < 0 || sh_quote(file, qfile, sizeof(qfile)) < 0 ||
-	    (cwd_in && *cwd_in && sh_quote(cwd, qcwd, sizeof(qcwd)) < 0)) {
-		http_send_error(req, 500, "RUNTIME_ERROR", "write the session's command file: %s",
-				strerror(r < 0 ? -r : ENAMETOOLONG));
+	/*
+	 * The command reaches the shell as a here-document on fd 3, sourced from /dev/fd/3, with a
+	 * delimiter line it cannot contain by accident (the session's random marker). Nothing goes
+	 * through a file, which another process of the sandbox could swap between write and source,
+	 * and the command is never quoted. The whole script must fit the pipe at once (execd never
+	 * blocks on the shell): its size is raised at session start.
+	 */
+	char qcwd[2 * PATH_MAX], delim[MARKER_MAX + 16];
+	if (cwd_in && *cwd_in && sh_quote(cwd, qcwd, sizeof(qcwd)) < 0) {
+		http_send_error(req, 400, "INVALID_REQUEST_BODY", "field 'cwd' is too long");
 		return;
 	}
-	char script[6 * PATH_MAX];
+	snprintf(delim, sizeof(delim), "__CORRAL_EOF_%s", s->marker + 1);
+	if (strstr(command, delim)) {
+		http_send_error(req, 400, "INVALID_REQUEST_BODY",
+				"field 'command' contains the session's delimiter line");
+		return;
+	}
+	size_t clen = strlen(command);
+	bool nl = clen > 0 && command[clen - 1] == '\n';
+	char head[3 * PATH_MAX];
 	if (cwd_in && *cwd_in)
-		snprintf(script, sizeof(script),
-			 "__corral_pwd=$PWD; if cd -- %s; then . %s </dev/null; __corral_rc=$?; "
+		snprintf(head, sizeof(head),
+			 "__corral_pwd=$PWD; if cd -- %s; then . /dev/fd/3 3<<'%s' </dev/null; __corral_rc=$?; "
 			 "cd -- \"$__corral_pwd\"; else __corral_rc=1; fi; printf '%s %%d\\n' \"$__corral_rc\"\n",
-			 qcwd, qfile, s->marker);
+			 qcwd, delim, s->marker);
 	else
-		snprintf(script, sizeof(script), ". %s </dev/null; printf '%s %%d\\n' \"$?\"\n", qfile,
-			 s->marker);
+		snprintf(head, sizeof(head), ". /dev/fd/3 3<<'%s' </dev/null; printf '%s %%d\\n' \"$?\"\n",
+			 delim, s->marker);
+	size_t len = strlen(head) + clen + (nl ? 0 : 1) + strlen(delim) + 1;
+	int room = fcntl(s->in_fd, F_GETPIPE_SZ);
+	if (room > 0 && len > (size_t)room) {
+		http_send_error(req, 413, "INVALID_REQUEST_BODY",
+				"field 'command' is too long for a session: at most %zu bytes",
+				(size_t)room - (len - clen));
+		return;
+	}
+	_cleanup_free_ char *script = malloc(len + 1);
+	if (!script) {
+		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		return;
+	}
+	snprintf(script, len + 1, "%s%s%s%s\n", head, command, nl ? "" : "\n", delim);
 
 	struct execution *ex = exec_new_external(command, s->id, &err);
 	if (!ex) {
 		http_send_error(req, 500, "RUNTIME_ERROR", "%s", err.msg);
 		return;
 	}
-	size_t len = strlen(script);
 	if (write(s->in_fd, script, len) != (ssize_t)len) {
 		int e = errno;
 		exec_external_finish(ex, 255, "cannot write to the session's shell");
