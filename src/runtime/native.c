@@ -3,12 +3,18 @@
  *
  * create() runs in a corrald worker (or any single-threaded process):
  *
- *   caller: dirs, upper/etc files, cgroup + limits, pipe(CLOEXEC)
+ *   caller: dirs, id range + user namespace (userns.h), upper/etc files, execd's socket (bound),
+ *           state dir and binary as fds, cgroup + limits, pipe(CLOEXEC)
  *     clone(VM|VFORK) -> intermediate: joins the sandbox cgroup(s)
  *                                      unshare(mnt, pid, uts, ipc, net, cgroup)
- *                                      clone(VM|VFORK) -> PID 1: mounts, pivot_root, caps,
- *                                                         seccomp, execve corral-execd
+ *                                      clone(VM|VFORK) -> PID 1: mounts, pivot_root, fds 3 and 4,
+ *                                                         setns(user), caps, seccomp,
+ *                                                         execveat corral-execd
  *                                      reports PID 1's pid, _exit(0)
+ *
+ * The namespaces other than the user namespace belong to the host's user namespace: PID 1 sets
+ * them up as host root, then enters the sandbox's user namespace, where it is root over nothing
+ * but its own id range (it can never mount, set the hostname or configure the network again).
  *
  * Both children borrow the caller's memory, posix_spawn style (no page tables copied), and each
  * parent sleeps until its child has exec'd or exited. The intermediate exits right then, so PID 1 is
@@ -28,13 +34,16 @@
  *   /home, /work, /etc/shadow, /etc/gshadow, /etc/shadow-, /etc/gshadow-, /var/backups (shadow
  *   backups), /var/mail, /var/spool/cron;
  *   /root gets an empty *writable* tmpfs (mode 0700) instead, so HOME=/root stays usable.
- * /tmp is a fresh tmpfs in every sandbox anyway.
+ * /tmp is a fresh tmpfs in every sandbox anyway. Beyond the masks, the host image is not idmapped
+ * (userns.h): host files show as owned by nobody, so root-only host files cannot be read.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <jansson.h>
 #include <linux/capability.h>
+#include <linux/openat2.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <net/if.h>
@@ -63,9 +72,11 @@
 #include "runtime/disk.h"
 #include "runtime/runtime.h"
 #include "runtime/sysview.h"
+#include "runtime/userns.h"
 #include "shared/fsutil.h"
 #include "shared/macro.h"
 #include "shared/timeutil.h"
+#include "shared/unixsock.h"
 
 #define NS_FLAGS                                                                                   \
 	(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWCGROUP)
@@ -73,6 +84,8 @@
 #define DESTROY_TIMEOUT_MS 10000
 #define DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DEFAULT_HOME "HOME=/root"
+#define EXECD_SOCKET "execd.sock"
+#define SANDBOX_EXIT_FILE_MAX 4096 /* execd writes a few hundred bytes */
 
 /* Phase timestamps for profiling create (build with -DRUNTIME_TRACE; off in normal builds). */
 #ifdef RUNTIME_TRACE
@@ -191,10 +204,18 @@ struct child_ctx {
 	int read_fd;
 	char *pid1_stack;
 	int cap_last;
+	char dir[PATH_MAX];	  /* <state>/sandboxes/<id>: the overlay's layers are named from here */
 	char rootfs[PATH_MAX];
-	char run[PATH_MAX];
-	char execd_mnt[PATH_MAX]; /* run/corral-execd: mount point of the execd binary */
+	char run[PATH_MAX];	  /* execd's state dir: run/ or disk/run/ */
 	char empty[PATH_MAX];	  /* the sandbox's one empty read-only tmpfs, once mounted */
+	uid_t base;		  /* host id of sandbox root (0 without a user namespace) */
+	int userns_fd;		  /* the sandbox's user namespace, or -1 (cfg->no_userns) */
+	bool idmap_lower;	  /* mount the image idmapped on <dir>/lower first */
+	int listen_fd;		  /* execd's socket, bound at <dir>/execd.sock: EXECD_LISTEN_FD */
+	int state_fd;		  /* run/: EXECD_STATE_FD */
+	int execd_fd;		  /* O_PATH of the host's corral-execd, exec'd by PID 1 */
+	/* tmpfs options of the sandbox's own mounts: owned by sandbox root */
+	char opt_dev[96], opt_shm[96], opt_tmp[96], opt_root[96], opt_pts[128];
 	bool etc_in_upper;	  /* /etc files already written into the upper layer */
 	struct sysview view;	  /* the CPU/memory view; pin to view.cpus when view.cpu */
 	char upper[PATH_MAX]; /* the overlay's upper dir (<dir>/upper, or <dir>/disk/upper) */
@@ -382,7 +403,7 @@ static int setup_dev(const struct child_ctx *c, struct error *err)
 	};
 	char src[64];
 	int r = do_mount("tmpfs", R(c, "/dev"), "tmpfs", MS_NOSUID | MS_NOEXEC | MS_STRICTATIME,
-			 "mode=755,size=65536k", err);
+			 c->opt_dev, err);
 	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(devs); i++) {
 		snprintf(src, sizeof(src), "/dev/%s", devs[i]);
 		const char *dst = R(c, src);
@@ -399,16 +420,24 @@ static int setup_dev(const struct child_ctx *c, struct error *err)
 	if (r == 0 && (mkdir(R(c, "/dev/pts"), 0755) < 0 || mkdir(R(c, "/dev/shm"), 01777) < 0))
 		return error_set_errno(err, errno, "mkdir in '%s'", R(c, "/dev"));
 	if (r == 0)
-		r = do_mount("devpts", R(c, "/dev/pts"), "devpts", MS_NOSUID | MS_NOEXEC,
-			     "newinstance,ptmxmode=0666,mode=0620,gid=5", err);
+		r = do_mount("devpts", R(c, "/dev/pts"), "devpts", MS_NOSUID | MS_NOEXEC, c->opt_pts,
+			     err);
 	if (r == 0)
 		r = do_mount("shm", R(c, "/dev/shm"), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-			     "mode=1777,size=65536k", err);
+			     c->opt_shm, err);
 	return r;
 }
 
+/* The overlay's options name its layers relative to the sandbox dir (cwd here), so the sandbox's
+ * /proc/self/mountinfo shows "lowerdir=lower,upperdir=upper": no host path, no id. */
 static int mount_overlay(struct child_ctx *c, struct error *err)
 {
+	if (chdir(c->dir) < 0)
+		return error_set_errno(err, errno, "chdir '%s'", c->dir);
+	int r;
+	if (c->idmap_lower &&
+	    (r = userns_idmap_mount(c->spec->rootfs, "lower", c->userns_fd, err)) < 0)
+		return r;
 	/* "volatile" (5.10+): no syncs on the upper layer; the layer dies with the sandbox. */
 	size_t n = strlen(c->overlay_opts);
 	snprintf(c->overlay_opts + n, sizeof(c->overlay_opts) - n, ",volatile");
@@ -445,12 +474,14 @@ static int mask_host(struct child_ctx *c, struct error *err)
 	    "/var/lib/corral", "/home",		"/work",	"/etc/shadow", "/etc/gshadow",
 	    "/etc/shadow-",    "/etc/gshadow-", "/var/backups", "/var/mail",   "/var/spool/cron",
 	};
-	int r = mask_path(c, c->cfg->state_dir, "/dev/null", err);
+	/* With a user namespace the state dir needs no mask (a mask would show its path in the
+	 * sandbox's mountinfo): sandboxes/ is host root's and 0700 (native_prepare). */
+	int r = c->userns_fd >= 0 ? 0 : mask_path(c, c->cfg->state_dir, "/dev/null", err);
 	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(masked); i++)
 		r = mask_path(c, masked[i], "/dev/null", err);
 	struct stat st;
 	if (r == 0 && lstat("/root", &st) == 0 && S_ISDIR(st.st_mode))
-		r = do_mount("tmpfs", "/root", "tmpfs", MS_NOSUID | MS_NODEV, "mode=700", err);
+		r = do_mount("tmpfs", "/root", "tmpfs", MS_NOSUID | MS_NODEV, c->opt_root, err);
 	return r;
 }
 
@@ -466,6 +497,17 @@ static int loopback_up(struct error *err)
 	ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
 	if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
 		return error_set_errno(err, errno, "bring lo up");
+	return 0;
+}
+
+/* Give fd the number target, inherited across execve. fds below 10 are 0-2 and what the caller
+ * (PID 1's setup) already placed; anything else is moved out of the way first. */
+static int place_fd(int fd, int target, struct error *err)
+{
+	if (fd == target)
+		return fcntl(fd, F_SETFD, 0) < 0 ? error_set_errno(err, errno, "fd %d", fd) : 0;
+	if (dup2(fd, target) < 0)
+		return error_set_errno(err, errno, "dup2 %d to %d", fd, target);
 	return 0;
 }
 
@@ -500,17 +542,10 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	if ((r = mount_overlay(c, err)) < 0)
 		return r;
 	TRACE(4);
-	static const char *const points[] = {"/.corral", "/proc", "/sys", "/dev", "/tmp"};
+	static const char *const points[] = {"/proc", "/sys", "/dev", "/tmp"};
 	for (size_t i = 0; i < ARRAY_SIZE(points); i++)
 		if ((r = mount_point(c, points[i], err)) < 0)
 			return r;
-	if ((r = do_mount(c->run, R(c, "/.corral"), NULL, MS_BIND, NULL, err)) < 0 ||
-	    (r = do_mount(NULL, R(c, "/.corral"), NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV,
-			  NULL, err)) < 0)
-		return r;
-	if ((r = bind_ro(c->cfg->execd_path, R(c, SANDBOX_IN_EXECD), MS_NOSUID | MS_NODEV, err)) <
-	    0)
-		return r;
 	TRACE(5);
 	if ((r = setup_proc(c, err)) < 0)
 		return r;
@@ -521,7 +556,7 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	if ((r = setup_dev(c, err)) < 0)
 		return r;
 	TRACE(8);
-	if ((r = do_mount("tmpfs", R(c, "/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", err)) <
+	if ((r = do_mount("tmpfs", R(c, "/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, c->opt_tmp, err)) <
 	    0)
 		return r;
 
@@ -551,6 +586,12 @@ static int child_setup(struct child_ctx *c, struct error *err)
 				 (r = write_file("/etc/hosts", c->hosts, 0644, err)) < 0 ||
 				 (r = write_file("/etc/resolv.conf", c->resolv, 0644, err)) < 0))
 		return r;
+	if (!c->etc_in_upper && c->base) {
+		static const char *const own[] = {"/etc/hostname", "/etc/hosts", "/etc/resolv.conf"};
+		for (size_t i = 0; i < ARRAY_SIZE(own); i++)
+			if (lchown(own[i], c->base, c->base) < 0)
+				return error_set_errno(err, errno, "chown '%s'", own[i]);
+	}
 	TRACE(11);
 	if (sethostname(c->hostname, strlen(c->hostname)) < 0)
 		return error_set_errno(err, errno, "sethostname '%s'", c->hostname);
@@ -562,6 +603,21 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	if (r < 0 && r != -EACCES && r != -EPERM)
 		return error_set_errno(err, -r, "set oom_score_adj");
 
+	if ((r = place_fd(c->listen_fd, EXECD_LISTEN_FD, err)) < 0 ||
+	    (r = place_fd(c->state_fd, EXECD_STATE_FD, err)) < 0)
+		return r;
+	/* Into the user namespace last: everything above needed host root (mounts, pivot_root,
+	 * hostname and lo belong to namespaces the host's user namespace owns, which sandbox root
+	 * can therefore never change). Raw syscalls: glibc's setxid would signal the threads of the
+	 * caller whose memory this process borrows. */
+	if (c->userns_fd >= 0) {
+		if (setns(c->userns_fd, CLONE_NEWUSER) < 0)
+			return error_set_errno(err, errno, "enter the sandbox's user namespace");
+		if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, 0, 0, 0) < 0 ||
+		    syscall(SYS_setresuid, 0, 0, 0) < 0)
+			return error_set_errno(err, errno, "become root of the user namespace");
+	}
+
 	TRACE(12);
 	if ((r = confine_drop_caps(c->cap_last, err)) < 0)
 		return r;
@@ -571,8 +627,8 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &c->seccomp, 0, 0) < 0)
 		return error_set_errno(err, errno, "load seccomp filter");
 	TRACE(14);
-	execve(SANDBOX_IN_EXECD, c->argv, c->envp);
-	return error_set_errno(err, errno, "execve %s", SANDBOX_IN_EXECD);
+	syscall(SYS_execveat, c->execd_fd, "", c->argv, c->envp, AT_EMPTY_PATH);
+	return error_set_errno(err, errno, "execve '%s'", c->cfg->execd_path);
 }
 
 static int pid1_main(void *arg)
@@ -639,8 +695,10 @@ static int build_env(const struct sandbox_spec *spec, char ***ret)
 
 static int build_argv(const struct sandbox_spec *spec, char ***ret)
 {
-	static const char *const head[] = {SANDBOX_IN_EXECD, "--socket", SANDBOX_IN_SOCKET,
-					   "--state", SANDBOX_IN_EXECS};
+	static const char *const head[] = {"corral-execd", "--listen-fd", STR(EXECD_LISTEN_FD),
+					   "--state", "/proc/self/fd/" STR(EXECD_STATE_FD) "/execs",
+					   "--exit-file",
+					   "/proc/self/fd/" STR(EXECD_STATE_FD) "/exit.json"};
 	size_t n = 0;
 	for (char *const *a = spec->entrypoint; a && *a; a++)
 		n++;
@@ -662,25 +720,23 @@ static int build_argv(const struct sandbox_spec *spec, char ***ret)
 static int prepare_child(struct child_ctx *c, const struct runtime_config *cfg,
 			 const struct sandbox_spec *spec, struct error *err)
 {
-	char work[PATH_MAX];
 	const char *lower = spec->host_image ? "/" : spec->rootfs;
 	bool disk = spec->disk_limit_bytes > 0;
 	if (!lower || lower[0] != '/' || strpbrk(lower, ",:\\"))
 		return error_set(err, EINVAL,
 				 "image rootfs '%s' must be an absolute path without ',' ':' '\\'",
 				 lower ? lower : "");
-	if (sb_path(c->rootfs, sizeof(c->rootfs), cfg, spec->id, "rootfs") < 0 ||
-	    sb_path(c->run, sizeof(c->run), cfg, spec->id, "run") < 0 ||
-	    sb_path(c->execd_mnt, sizeof(c->execd_mnt), cfg, spec->id, "run/corral-execd") < 0 ||
+	if (sb_path(c->dir, sizeof(c->dir), cfg, spec->id, NULL) < 0 ||
+	    sb_path(c->rootfs, sizeof(c->rootfs), cfg, spec->id, "rootfs") < 0 ||
+	    sb_path(c->run, sizeof(c->run), cfg, spec->id, disk ? DISK_MOUNT "/run" : "run") < 0 ||
 	    sb_path(c->upper, sizeof(c->upper), cfg, spec->id, disk ? DISK_MOUNT "/upper" : "upper") <
-		0 ||
-	    sb_path(work, sizeof(work), cfg, spec->id, disk ? DISK_MOUNT "/work" : "work") < 0)
+		0)
 		return error_set(err, ENAMETOOLONG, "state dir path too long");
-	if (strpbrk(c->rootfs, ",:\\"))
-		return error_set(err, EINVAL, "state dir '%s' must not contain ',' ':' '\\'",
-				 cfg->state_dir);
+	/* An image other than the host's keeps its owners through an idmapped mount (userns.h). */
+	c->idmap_lower = !cfg->no_userns && !spec->host_image;
 	snprintf(c->overlay_opts, sizeof(c->overlay_opts), "lowerdir=%s,upperdir=%s,workdir=%s",
-		 lower, c->upper, work);
+		 c->idmap_lower ? "lower" : lower, disk ? DISK_MOUNT "/upper" : "upper",
+		 disk ? DISK_MOUNT "/work" : "work");
 
 	const char *h = spec->hostname && *spec->hostname ? spec->hostname : NULL;
 	if (h) {
@@ -714,12 +770,33 @@ static int prepare_child(struct child_ctx *c, const struct runtime_config *cfg,
 	return confine_seccomp_build(&c->seccomp, err);
 }
 
+/* Sandbox root owns what the sandbox gets to itself: its tmpfs mounts, its /etc files, its layer. */
+static void set_owner(struct child_ctx *c, uid_t base)
+{
+	char ids[64] = "";
+	c->base = base;
+	if (base)
+		snprintf(ids, sizeof(ids), ",uid=%u,gid=%u", (unsigned)base, (unsigned)base);
+	snprintf(c->opt_dev, sizeof(c->opt_dev), "mode=755,size=65536k%s", ids);
+	snprintf(c->opt_shm, sizeof(c->opt_shm), "mode=1777,size=65536k%s", ids);
+	snprintf(c->opt_tmp, sizeof(c->opt_tmp), "mode=1777%s", ids);
+	snprintf(c->opt_root, sizeof(c->opt_root), "mode=700%s", ids);
+	snprintf(c->opt_pts, sizeof(c->opt_pts), "newinstance,ptmxmode=0666,mode=0620,gid=%u",
+		 (unsigned)base + 5);
+}
+
 static void child_ctx_clear(struct child_ctx *c)
 {
 	free(c->argv);
 	free(c->envp);
 	c->argv = c->envp = NULL;
 	sysview_clear(&c->view);
+	int *fds[] = {&c->userns_fd, &c->listen_fd, &c->state_fd, &c->execd_fd};
+	for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
+		if (*fds[i] >= 0) {
+			close(*fds[i]);
+			*fds[i] = -1;
+		}
 }
 
 /* Read the sync pipe until EOF: PID 1's pid, or the first error. */
@@ -780,6 +857,19 @@ static int write_pid_file(const struct runtime_config *cfg, const char *id, pid_
 static int remove_files(const struct runtime_config *cfg, const char *id, struct error *err);
 static int detach_leftover_mounts(const char *dir);
 
+static const char *userns_lock_dir(const struct runtime_config *cfg)
+{
+	return cfg->userns_dir && *cfg->userns_dir ? cfg->userns_dir : USERNS_DEFAULT_LOCK_DIR;
+}
+
+/* The host id that shows as id inside the sandbox (an image's owners beyond the range: root). */
+static uid_t host_id(const struct child_ctx *c, uid_t id)
+{
+	if (!c->base)
+		return id;
+	return c->base + (id < USERNS_SIZE ? id : 0);
+}
+
 /*
  * Write /etc/hostname, hosts and resolv.conf straight into the fresh upper layer, before the
  * overlay exists: plain file creation instead of overlay copy-ups and whiteouts, and nothing of
@@ -801,7 +891,8 @@ static int write_etc_upper(struct child_ctx *c, const char *lower, const char *u
 	snprintf(path, sizeof(path), "%s/etc", upper);
 	if (mkdir(path, st.st_mode & 07777) < 0)
 		return error_set_errno(err, errno, "mkdir '%s'", path);
-	if ((st.st_uid || st.st_gid) && chown(path, st.st_uid, st.st_gid) < 0)
+	if ((c->base || st.st_uid || st.st_gid) &&
+	    chown(path, host_id(c, st.st_uid), host_id(c, st.st_gid)) < 0)
 		return error_set_errno(err, errno, "chown '%s'", path);
 	const char *const files[][2] = {
 	    {"hostname", c->hostname}, {"hosts", c->hosts}, {"resolv.conf", c->resolv}};
@@ -811,13 +902,115 @@ static int write_etc_upper(struct child_ctx *c, const char *lower, const char *u
 		if (fd < 0)
 			return error_set_errno(err, errno, "create '%s'", path);
 		size_t len = strlen(files[i][1]);
-		ssize_t w = write(fd, files[i][1], len);
+		ssize_t w = c->base && fchown(fd, c->base, c->base) < 0 ? -1 : write(fd, files[i][1], len);
 		int e = errno;
 		close(fd);
 		if (w != (ssize_t)len)
 			return error_set_errno(err, w < 0 ? e : EIO, "write '%s'", path);
 	}
 	c->etc_in_upper = true;
+	return 0;
+}
+
+/* fd moved to 10 or above (close-on-exec), out of the way of the numbers PID 1 gives it. */
+static int fd_high(int fd)
+{
+	if (fd < 0)
+		return -errno;
+	int h = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+	int e = errno;
+	close(fd);
+	return h < 0 ? -e : h;
+}
+
+/* Sandbox root's host ids (userns.h): a slot reserved host-wide, recorded in <dir>/userns so that
+ * remove_files() gives it back, and the user namespace PID 1 will enter. */
+static int setup_userns(struct child_ctx *c, const char *dir, struct error *err)
+{
+	if (c->cfg->no_userns) {
+		set_owner(c, 0);
+		return 0;
+	}
+	unsigned slot, hint = 0;
+	for (const char *p = c->spec->id; *p; p++)
+		hint = hint * 31 + (unsigned char)*p;
+	int r = userns_reserve(userns_lock_dir(c->cfg), dir, hint, &slot, err);
+	if (r < 0)
+		return r;
+	char path[PATH_MAX + 16], buf[16];
+	snprintf(path, sizeof(path), "%s/userns", dir);
+	snprintf(buf, sizeof(buf), "%u\n", slot);
+	_cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0 || write(fd, buf, strlen(buf)) != (ssize_t)strlen(buf)) {
+		r = error_set_errno(err, errno, "write '%s'", path);
+		userns_release(userns_lock_dir(c->cfg), slot, dir);
+		return r;
+	}
+	set_owner(c, userns_base(slot));
+	r = userns_open(c->base, err);
+	if (r >= 0 && (c->userns_fd = fd_high(r)) < 0)
+		return error_set_errno(err, -c->userns_fd, "user namespace fd");
+	return r < 0 ? r : 0;
+}
+
+static int mkdir_owned(const char *path, mode_t mode, uid_t owner, struct error *err)
+{
+	if (mkdir(path, mode) < 0 && errno != EEXIST)
+		return error_set_errno(err, errno, "mkdir '%s'", path);
+	if (owner && chown(path, owner, owner) < 0)
+		return error_set_errno(err, errno, "chown '%s'", path);
+	return 0;
+}
+
+/* The writable layer (upper/ work/, or the disk's) and execd's state dir run/ (inside the disk
+ * with one, so it counts against the limit). The upper dir is the merged root's owner. */
+static int make_layer_dirs(struct child_ctx *c, const char *dir, struct error *err)
+{
+	const struct sandbox_spec *spec = c->spec;
+	char path[PATH_MAX + 16];
+	int r;
+	if (spec->disk_limit_bytes) {
+		if ((r = disk_setup(dir, spec->disk_limit_bytes, err)) < 0)
+			return r;
+	} else {
+		snprintf(path, sizeof(path), "%s/work", dir);
+		if ((r = mkdir_owned(path, 0700, 0, err)) < 0 ||
+		    (r = mkdir_owned(c->upper, 0755, 0, err)) < 0)
+			return r;
+	}
+	struct stat st = {0};
+	if (stat(spec->host_image ? "/" : spec->rootfs, &st) < 0)
+		return error_set_errno(err, errno, "stat image '%s'", spec->rootfs);
+	if (c->base && chown(c->upper, host_id(c, st.st_uid), host_id(c, st.st_gid)) < 0)
+		return error_set_errno(err, errno, "chown '%s'", c->upper);
+	if ((r = mkdir_owned(c->run, 0700, c->base, err)) < 0)
+		return r;
+	snprintf(path, sizeof(path), "%s/lower", dir);
+	return c->idmap_lower ? mkdir_owned(path, 0755, 0, err) : 0;
+}
+
+/* What PID 1 hands to execd: its listening socket, bound here at <dir>/execd.sock (a path only the
+ * host sees), its state dir, and the binary itself. */
+static int open_execd_fds(struct child_ctx *c, const char *dir, struct error *err)
+{
+	char path[PATH_MAX + 16];
+	int r;
+	c->execd_fd = fd_high(open(c->cfg->execd_path, O_PATH | O_CLOEXEC));
+	if (c->execd_fd < 0)
+		return error_set_errno(err, -c->execd_fd, "open '%s'", c->cfg->execd_path);
+	c->state_fd = fd_high(open(c->run, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+	if (c->state_fd < 0)
+		return error_set_errno(err, -c->state_fd, "open '%s'", c->run);
+	snprintf(path, sizeof(path), "%s/" EXECD_SOCKET, dir);
+	struct sockaddr_un sa;
+	_cleanup_close_ int dirfd = -1;
+	if ((r = unix_sockaddr(path, &sa, &dirfd)) < 0)
+		return error_set_errno(err, -r, "socket path '%s'", path);
+	c->listen_fd = fd_high(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	if (c->listen_fd < 0)
+		return error_set_errno(err, -c->listen_fd, "socket");
+	if (bind(c->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return error_set_errno(err, errno, "bind '%s'", path);
 	return 0;
 }
 
@@ -840,7 +1033,8 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 		(void)cgroup_favor_dynmods(); /* best effort: only speed depends on it */
 	}
 
-	struct child_ctx c = {.cfg = cfg, .spec = spec, .cg = cg, .parent = parent, .sync_fd = -1};
+	struct child_ctx c = {.cfg = cfg, .spec = spec, .cg = cg, .parent = parent, .sync_fd = -1,
+			      .userns_fd = -1, .listen_fd = -1, .state_fd = -1, .execd_fd = -1};
 	r = prepare_child(&c, cfg, spec, err);
 	if (r < 0) {
 		child_ctx_clear(&c);
@@ -849,7 +1043,7 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 
 	/* Directories. A leftover rootfs means someone else's sandbox or an unfinished destroy:
 	 * never reuse it. */
-	char dir[PATH_MAX], path[PATH_MAX];
+	char dir[PATH_MAX];
 	sb_path(dir, sizeof(dir), cfg, spec->id, NULL);
 	if ((r = fs_mkdir_p(dir, 0700)) < 0) {
 		child_ctx_clear(&c);
@@ -860,33 +1054,14 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 		child_ctx_clear(&c);
 		return r;
 	}
-	static const struct {
-		const char *name;
-		mode_t mode;
-	} subdirs[] = {{"run", 0700}, {"upper", 0755}, {"work", 0700}};
-	for (size_t i = 0; i < (spec->disk_limit_bytes ? 1 : ARRAY_SIZE(subdirs)); i++) {
-		sb_path(path, sizeof(path), cfg, spec->id, subdirs[i].name);
-		if (mkdir(path, subdirs[i].mode) < 0) {
-			r = error_set_errno(err, errno, "mkdir '%s'", path);
-			goto fail_files;
-		}
-	}
-	int mfd = open(c.execd_mnt, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
-	if (mfd < 0) {
-		r = error_set_errno(err, errno, "create '%s'", c.execd_mnt);
+	if ((r = setup_userns(&c, dir, err)) < 0)
 		goto fail_files;
-	}
-	close(mfd);
-	if (spec->disk_limit_bytes && (r = disk_setup(dir, spec->disk_limit_bytes, err)) < 0)
+	if ((r = make_layer_dirs(&c, dir, err)) < 0)
 		goto fail_files;
 	if ((r = write_etc_upper(&c, spec->host_image ? "/" : spec->rootfs, c.upper, err)) < 0)
 		goto fail_files;
-	/* The /.corral mount point, made the same cheap way (no image has it). */
-	snprintf(path, sizeof(path), "%s/.corral", c.upper);
-	if (mkdir(path, 0755) < 0) {
-		r = error_set_errno(err, errno, "mkdir '%s'", path);
+	if ((r = open_execd_fds(&c, dir, err)) < 0)
 		goto fail_files;
-	}
 
 	if ((r = sysview_build(spec->id, spec->cpu_limit_millis, spec->memory_limit_bytes, &c.view,
 			       err)) < 0)
@@ -945,8 +1120,7 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 	uint64_t start = 0;
 	char state = 0;
 	if (r == 0 && (pid_stat(pid, &state, &start) < 0 || state == 'Z' || state == 'X'))
-		r = error_set(err, ESRCH, "sandbox PID 1 died right after starting %s",
-			      SANDBOX_IN_EXECD);
+		r = error_set(err, ESRCH, "sandbox PID 1 died right after starting corral-execd");
 	if (r == 0)
 		r = write_pid_file(cfg, spec->id, pid, start, err);
 	TRACE(17);
@@ -1003,10 +1177,18 @@ static int detach_leftover_mounts(const char *dir)
 static int remove_files(const struct runtime_config *cfg, const char *id, struct error *err)
 {
 	/* DISK_MOUNT is unmounted by then (destroy detaches every mount below the dir first). */
-	static const char *const names[] = {"rootfs",  "upper",    "work",    "run",
-					    "pid",     "pid.tmp",  DISK_MOUNT, DISK_IMAGE};
-	char path[PATH_MAX];
+	static const char *const names[] = {"rootfs", "upper",	   "work",     "run",	   "lower",
+					    "pid",    "pid.tmp",   DISK_MOUNT, DISK_IMAGE, EXECD_SOCKET};
+	char path[PATH_MAX], buf[16];
 	int ret = 0;
+	/* The id range goes back to the pool once nothing of the sandbox can run any more. */
+	if (sb_path(path, sizeof(path), cfg, id, "userns") == 0 &&
+	    fs_read_small(path, buf, sizeof(buf)) == 0) {
+		char dir[PATH_MAX];
+		sb_path(dir, sizeof(dir), cfg, id, NULL);
+		userns_release(userns_lock_dir(cfg), (unsigned)strtoul(buf, NULL, 10), dir);
+		unlink(path);
+	}
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
 		if (sb_path(path, sizeof(path), cfg, id, names[i]) < 0)
 			return error_set(err, ENAMETOOLONG, "state dir path too long");
@@ -1146,6 +1328,74 @@ static int native_oom_watch(const struct runtime_config *cfg, const char *id, st
 	return cg->oom_watch(cgroup_parent(cfg), id, err);
 }
 
+static int native_endpoint(const struct runtime_config *cfg, const char *id, char *ret_path,
+			   size_t len, struct error *err)
+{
+	int r;
+	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
+		return r;
+	if (sb_path(ret_path, len, cfg, id, EXECD_SOCKET) < 0)
+		return error_set(err, ENAMETOOLONG, "state dir path too long");
+	return 0;
+}
+
+/* name beneath dirfd, never through a link of any kind, without blocking (a FIFO or a device
+ * opens as what it is, then fails the regular-file check). */
+static int open_report(int dirfd, const char *name)
+{
+	struct open_how how = {
+	    .flags = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC,
+	    .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+	};
+	int fd = (int)syscall(SYS_openat2, dirfd, name, &how, sizeof(how));
+	return fd < 0 ? -errno : fd;
+}
+
+static int native_read_exit(const struct runtime_config *cfg, const char *id,
+			    struct sandbox_exit *ret, struct error *err)
+{
+	int r;
+	memset(ret, 0, sizeof(*ret));
+	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
+		return r;
+	char dir[PATH_MAX], buf[SANDBOX_EXIT_FILE_MAX + 1];
+	sb_path(dir, sizeof(dir), cfg, id, NULL);
+	_cleanup_close_ int dirfd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dirfd < 0)
+		return error_set_errno(err, errno, "open '%s'", dir);
+	_cleanup_close_ int fd = open_report(dirfd, "run/exit.json");
+	if (fd == -ENOENT)
+		fd = open_report(dirfd, DISK_MOUNT "/run/exit.json");
+	if (fd < 0)
+		return error_set_errno(err, -fd, "open the exit report of sandbox %s", id);
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > SANDBOX_EXIT_FILE_MAX)
+		return error_set(err, EBADMSG, "the exit report of sandbox %s is not a small file", id);
+	ssize_t n = RETRY_EINTR(read(fd, buf, SANDBOX_EXIT_FILE_MAX));
+	if (n < 0)
+		return error_set_errno(err, errno, "read the exit report of sandbox %s", id);
+	buf[n] = '\0';
+	json_error_t jerr;
+	json_t *j = json_loadb(buf, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
+	const char *reason = json_string_value(json_object_get(j, "reason"));
+	json_t *code = json_object_get(j, "exitCode");
+	const char *msg = json_string_value(json_object_get(j, "message"));
+	bool ok = reason && msg && json_is_integer(code) && json_integer_value(code) >= -1 &&
+		  json_integer_value(code) <= 255 &&
+		  (strcmp(reason, "EntrypointExited") == 0 || strcmp(reason, "ExecdExited") == 0);
+	if (ok) {
+		snprintf(ret->reason, sizeof(ret->reason), "%s", reason);
+		ret->exit_code = (int)json_integer_value(code);
+		/* Printable ASCII only: the message reaches logs and API replies. */
+		size_t i = 0;
+		for (; msg[i] && i < sizeof(ret->message) - 1; i++)
+			ret->message[i] = msg[i] >= 0x20 && msg[i] < 0x7f ? msg[i] : '?';
+		ret->message[i] = '\0';
+	}
+	json_decref(j);
+	return ok ? 0 : error_set(err, EBADMSG, "the exit report of sandbox %s is malformed", id);
+}
+
 static int native_prepare(const struct runtime_config *cfg, struct error *err)
 {
 	int r = check_config(cfg, err);
@@ -1158,6 +1408,17 @@ static int native_prepare(const struct runtime_config *cfg, struct error *err)
 		tuned = true;
 		(void)cgroup_favor_dynmods();
 	}
+	/* Sandbox ids are keys: no sandbox may list them, whatever the state dir's own mode. */
+	char dir[PATH_MAX];
+	if (sb_path(dir, sizeof(dir), cfg, "", NULL) < 0)
+		return error_set(err, ENAMETOOLONG, "state dir path too long");
+	if ((r = fs_mkdir_p(dir, 0700)) < 0 || chmod(dir, 0700) < 0)
+		return error_set_errno(err, r < 0 ? -r : errno, "make '%s' private", dir);
+	/* --image-dir images are idmapped: refuse to start where that cannot work, rather than at
+	 * the first create. */
+	if (!cfg->no_userns && (r = userns_probe_idmap(cfg->state_dir, err)) < 0)
+		return error_prefix(err,
+				    "user namespaces with idmapped mounts (Linux 5.12+, a file system that supports them) are needed to keep sandbox root apart from host root; pass --no-userns to run without them (sandbox root is then host root)");
 	struct sock_fprog prog;
 	return confine_seccomp_build(&prog, err);
 }
@@ -1172,4 +1433,6 @@ const struct runtime_ops runtime_native = {
     .probe = native_probe,
     .prepare = native_prepare,
     .oom_watch = native_oom_watch,
+    .endpoint = native_endpoint,
+    .read_exit = native_read_exit,
 };

@@ -9,26 +9,33 @@
  *  - A sandbox outlives the process that created it: its PID 1 (corral-execd) is not a child of
  *    corrald, so corrald watches it with a pidfd and identifies it by (pid, start time).
  *
- * On-disk layout of one sandbox, shared by corrald, the runtime and corral-execd:
+ * On-disk layout of one sandbox (everything below <id>/ is on the host side: the sandbox sees none
+ * of these paths, and the directory itself is 0700 root):
  *
  *   <state_dir>/sandboxes/<id>/
  *     sandbox.json      corrald's record (spec, metadata, expiry, status); corrald owns it
  *     rootfs/           overlay mount point (lower = image, upper/work below); runtime owns it
- *     upper/ work/      the sandbox's private writable layer
- *     disk.img disk/    instead of upper/ work/ with an ephemeral-storage limit: the layer's own
- *                       ext4 image, mounted on disk/ (holding upper/ and work/); see disk.h
- *     run/              bind-mounted at /.corral inside the sandbox (mode 0700)
- *       execd.sock      corral-execd's HTTP/1.1 listener (OpenSandbox execd API)
+ *     upper/ work/      the sandbox's private writable layer (upper owned by sandbox root)
+ *     disk.img disk/    instead of upper/ work/ with a disk limit: the layer's own ext4 image,
+ *                       mounted on disk/ (holding upper/, work/ and run/); see disk.h
+ *     lower/            mount point of an --image-dir image, idmapped (in PID 1's namespace only)
+ *     run/              execd's state (disk/run/ with a disk limit), owned by sandbox root, 0700:
  *       execs/          one entry per execution: output, status (execd owns it)
  *       exit.json       written by execd just before PID 1 exits: {"reason","exitCode","message"}
- *       corral-execd    empty file: mount point of the host's execd binary (runtime)
+ *     execd.sock        corral-execd's HTTP/1.1 listener (OpenSandbox execd API): bound here by
+ *                       the runtime, listened on by execd through an inherited fd (fd 3)
  *     pid               "<pid> <starttime-in-clock-ticks>\n" of the sandbox's PID 1 (runtime;
  *                       written to pid.tmp and renamed, so a reader never sees half of it)
+ *     userns            the sandbox's slot of host ids (userns.h), "<slot>\n"
  *
- * Inside the sandbox, PID 1 is:  /.corral/corral-execd --socket /.corral/execd.sock
- *                                 --state /.corral/execs [-- ENTRYPOINT...]
- * with the spec's environment (plus PATH and HOME=/root when the spec has none), stdin/stdout/
- * stderr on /dev/null, all signals at their defaults, in its own session.
+ * PID 1 is corral-execd, exec'd from an fd of the host's binary (no path of it in the sandbox):
+ *     corral-execd --listen-fd 3 --state /proc/self/fd/4/execs --exit-file /proc/self/fd/4/exit.json
+ *                  [-- ENTRYPOINT...]
+ * fd 4 is run/. execd is non-dumpable, so no other process of the sandbox can open its fds through
+ * /proc; nothing in the sandbox can reach, replace or impersonate the socket or the state.
+ * It runs with the spec's environment (plus PATH and HOME=/root when the spec has none),
+ * stdin/stdout/stderr on /dev/null, all signals at their defaults, in its own session, as root of
+ * the sandbox's user namespace (host ids base..base+65535, userns.h) unless cfg->no_userns.
  *
  * Native backend (runtime_native, src/runtime/native.c; cgroup managers in cgroup.h):
  *  - cgroups: <root>/<cgroup_name>/<id> (v2), <root>/<ctrl>/<cgroup_name>/<id> for ctrl in cpu,
@@ -44,22 +51,33 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "shared/error.h"
 #include "shared/id.h"
 
-#define SANDBOX_IN_RUN_DIR "/.corral"
-#define SANDBOX_IN_EXECD "/.corral/corral-execd"
-#define SANDBOX_IN_SOCKET "/.corral/execd.sock"
-#define SANDBOX_IN_EXECS "/.corral/execs"
+#define EXECD_LISTEN_FD 3 /* PID 1's inherited listening socket */
+#define EXECD_STATE_FD 4  /* PID 1's inherited run/ directory */
+#define SANDBOX_EXIT_REASON_MAX 32
+#define SANDBOX_EXIT_MESSAGE_MAX 256
 #define RUNTIME_DEFAULT_PIDS_MAX 4096
 
 struct runtime_config {
 	const char *state_dir;  /* e.g. /var/lib/corral */
 	const char *execd_path; /* host path of the static corral-execd binary */
 	const char *cgroup_name; /* parent cgroup under each hierarchy, default "corral" */
+	bool no_userns;         /* opt-out: no user namespace (sandbox root is host root) */
+	const char *userns_dir; /* host-wide id-range slots (userns.h); NULL = the default */
+};
+
+/* What PID 1 reported as it ended, as read by the backend from where the sandbox cannot write,
+ * checked: reason is one execd writes, message printable ASCII only. */
+struct sandbox_exit {
+	char reason[SANDBOX_EXIT_REASON_MAX]; /* "EntrypointExited" or "ExecdExited" */
+	int exit_code;                        /* -1..255 */
+	char message[SANDBOX_EXIT_MESSAGE_MAX];
 };
 
 struct sandbox_spec {
@@ -123,6 +141,14 @@ struct runtime_ops {
 	 * needs no watch (cgroup v2: memory.oom.group makes the kernel kill the group itself).
 	 * Quick; fine on the event loop. The caller closes the fd. */
 	int (*oom_watch)(const struct runtime_config *cfg, const char *id, struct error *err);
+	/* Where to reach the sandbox's execd: the unix socket path (host side; nothing the sandbox
+	 * can replace). Quick, no I/O. */
+	int (*endpoint)(const struct runtime_config *cfg, const char *id, char *ret_path, size_t len,
+			struct error *err);
+	/* PID 1's exit report: -ENOENT when there is none, -EBADMSG when it is not one execd writes.
+	 * Never blocks (no FIFO can stall it) and never follows a link. Quick; fine on the loop. */
+	int (*read_exit)(const struct runtime_config *cfg, const char *id, struct sandbox_exit *ret,
+			 struct error *err);
 };
 
 extern const struct runtime_ops runtime_native;

@@ -11,6 +11,8 @@
 #define _printf_(a, b) __attribute__((format(printf, a, b)))
 #define _noreturn_ __attribute__((noreturn))
 #define _must_check_ __attribute__((warn_unused_result))
+#define STR_(x) #x
+#define STR(x) STR_(x) /* a macro's value as a string literal */
 
 static inline void freep(void *p)
 {

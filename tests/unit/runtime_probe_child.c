@@ -1,6 +1,6 @@
 /*
  * Stand-in for corral-execd in test_runtime_native: runs as the sandbox's PID 1, looks at what it
- * can see from inside, writes "key=value" lines to /.corral/report (tmp + rename), then waits to be
+ * can see from inside, writes "key=value" lines to report (tmp + rename) in its state dir (fd 4), then waits to be
  * killed. Statically linked, so it runs in an empty image. Arguments after "--" may include
  * "hidden=PATH": report how many entries PATH has as seen from inside (masked state dir: 0).
  */
@@ -79,8 +79,9 @@ static int err_of(long r)
 
 int main(int argc, char **argv)
 {
-	int fds = count_entries("/proc/self/fd"); /* 0, 1, 2 and the directory's own fd */
-	out = fopen("/.corral/report.tmp", "w");
+	/* 0, 1, 2, execd's socket (3) and state dir (4), and the directory's own fd */
+	int fds = count_entries("/proc/self/fd");
+	out = fopen("/proc/self/fd/4/report.tmp", "w");
 	if (!out)
 		return 1;
 	char host[128] = "";
@@ -144,12 +145,17 @@ int main(int argc, char **argv)
 	int fd = open("/proc/sys/kernel/hostname", O_WRONLY);
 	fprintf(out, "proc_sys_write_errno=%d\n", fd < 0 ? errno : 0);
 	fprintf(out, "sys_mkdir_errno=%d\n", err_of(mkdir("/sys/corral-x", 0755)));
-	fprintf(out, "execd_write_errno=%d\n", err_of(access("/.corral/corral-execd", W_OK)));
+	struct stat st;
+	fprintf(out, "fd3_socket=%d\n", fstat(3, &st) == 0 && S_ISSOCK(st.st_mode));
+	fprintf(out, "corral_dir_errno=%d\n", err_of(lstat("/.corral", &st)));
+	fprintf(out, "root_owner=%d\n", stat("/", &st) == 0 ? (int)st.st_uid : -1);
+	fprintf(out, "usr_owner=%d\n", stat("/usr", &st) == 0 ? (int)st.st_uid : -1);
+	file_field("uid_map", "/proc/self/uid_map");
+
 	fd = open("/tmp/probe", O_WRONLY | O_CREAT, 0644);
 	fprintf(out, "tmp_write_errno=%d\n", fd < 0 ? errno : 0);
 	fd = open("/dev/null", O_WRONLY);
 	fprintf(out, "devnull_write=%zd\n", fd < 0 ? -1 : write(fd, "x", 1));
-	struct stat st;
 	fprintf(out, "dev_ptmx=%d\n", lstat("/dev/ptmx", &st) == 0);
 	fprintf(out, "dev_shm_dir=%d\n", stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode));
 	fprintf(out, "root_entries=%d\n", count_entries("/root"));
@@ -163,10 +169,28 @@ int main(int argc, char **argv)
 		s >= 0 && ioctl(s, SIOCGIFFLAGS, &ifr) == 0 && (ifr.ifr_flags & IFF_UP));
 
 	for (int i = 1; i < argc; i++)
-		if (strncmp(argv[i], "hidden=", 7) == 0)
+		if (strncmp(argv[i], "hidden=", 7) == 0) {
 			fprintf(out, "hidden_entries=%d\n", count_entries(argv[i] + 7));
+			/* Does any mount of the sandbox name the host's state dir? */
+			static char mi[1 << 16];
+			int mfd = open("/proc/self/mountinfo", O_RDONLY);
+			ssize_t n = mfd < 0 ? -1 : read(mfd, mi, sizeof(mi) - 1);
+			mi[n > 0 ? n : 0] = '\0';
+			char *hit = strstr(mi, argv[i] + 7);
+			if (!hit)
+				hit = strstr(mi, "sandboxes");
+			fprintf(out, "mountinfo_names_state=%d\n", hit != NULL);
+			if (hit) {
+				char *line = hit;
+				while (line > mi && line[-1] != '\n')
+					line--;
+				fprintf(out, "mountinfo_line=%.*s\n", (int)strcspn(line, "\n"), line);
+			}
+		}
+		else if (strncmp(argv[i], "secret=", 7) == 0)
+			file_field("secret", argv[i] + 7);
 	fclose(out);
-	rename("/.corral/report.tmp", "/.corral/report");
+	rename("/proc/self/fd/4/report.tmp", "/proc/self/fd/4/report");
 	for (;;)
 		pause();
 }

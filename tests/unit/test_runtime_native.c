@@ -107,6 +107,23 @@ static const char *cg_file(const char *id, const char *v1ctrl, const char *file)
 	return p;
 }
 
+/* Whether some slot of the host-wide id-range pool is held by sandbox id of this test. */
+static bool slot_held_by(const char *id)
+{
+	char want[PATH_MAX], held[PATH_MAX], p[PATH_MAX + 32];
+	snprintf(want, sizeof(want), "%s/sandboxes/%s", state, id);
+	DIR *d = opendir("/run/corral/userns");
+	bool found = false;
+	for (struct dirent *de; d && !found && (de = readdir(d));) {
+		snprintf(p, sizeof(p), "/run/corral/userns/%s", de->d_name);
+		found = de->d_name[0] != '.' && fs_read_small(p, held, sizeof(held)) == 0 &&
+			strcmp(held, want) == 0;
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
 static void test_host_image(void)
 {
 	struct sandbox_spec spec = {
@@ -117,9 +134,14 @@ static void test_host_image(void)
 	    .pids_max = limits ? 100 : 0,
 	};
 	CHECK_INT(id_uuid4(spec.id), 0);
-	char hidden[PATH_MAX + 8];
+	char hidden[PATH_MAX + 8], secret[PATH_MAX + 8];
 	snprintf(hidden, sizeof(hidden), "hidden=%s", state);
-	char *entry[] = {hidden, NULL};
+	/* A root-only host file outside every masked path: the host image must not give it away. */
+	snprintf(secret, sizeof(secret), "secret=/var/tmp/corral-rt-secret-%d", (int)getpid());
+	int sfd = open(secret + 7, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	CHECK(sfd >= 0 && write(sfd, "TOPSECRET", 9) == 9);
+	close(sfd);
+	char *entry[] = {hidden, secret, NULL};
 	char foo[] = "FOO=bar";
 	char *env[] = {foo, NULL};
 	spec.entrypoint = entry;
@@ -144,7 +166,15 @@ static void test_host_image(void)
 	snprintf(want, sizeof(want), "%d %" PRIu64, (int)pid, start);
 	CHECK_STR(pidfile, want);
 	struct stat st;
+	/* execd's state dir: sandbox root's (its user namespace's id range), 0700, host side only. */
 	CHECK(stat(S(spec.id, "run"), &st) == 0 && (st.st_mode & 07777) == 0700);
+	CHECK(st.st_uid >= 0x10000000u && st.st_uid % 65536 == 0);
+	char slotbuf[16], slotfile[64];
+	CHECK_INT(fs_read_small(S(spec.id, "userns"), slotbuf, sizeof(slotbuf)), 0);
+	CHECK_U64((uint64_t)st.st_uid, 0x10000000u + strtoull(slotbuf, NULL, 10) * 65536);
+	snprintf(slotfile, sizeof(slotfile), "/run/corral/userns/%s", slotbuf);
+	CHECK(exists(slotfile));
+	CHECK(stat(S(spec.id, "execd.sock"), &st) == 0 && S_ISSOCK(st.st_mode));
 	/* Not our child: the intermediate process exited and PID 1 was reparented. */
 	char path[64], statbuf[512];
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
@@ -178,18 +208,33 @@ static void test_host_image(void)
 	char shortid[13];
 	snprintf(shortid, sizeof(shortid), "%.12s", spec.id);
 	CHECK_STR(R("pid"), "1");
-	CHECK_STR(R("fds"), "4");
+	CHECK_STR(R("fds"), "6");
+	CHECK_STR(R("fd3_socket"), "1");
 	close(leak);
 	CHECK_STR(R("ppid"), "0");
 	CHECK_STR(R("uid"), "0");
 	CHECK_STR(R("hostname"), shortid);
-	CHECK_STR(R("argv0"), SANDBOX_IN_EXECD);
-	CHECK_STR(R("argv1"), "--socket");
-	CHECK_STR(R("argv2"), SANDBOX_IN_SOCKET);
+	CHECK_STR(R("argv0"), "corral-execd");
+	CHECK_STR(R("argv1"), "--listen-fd");
+	CHECK_STR(R("argv2"), "3");
 	CHECK_STR(R("argv3"), "--state");
-	CHECK_STR(R("argv4"), SANDBOX_IN_EXECS);
-	CHECK_STR(R("argv5"), "--");
-	CHECK_STR(R("argv6"), hidden);
+	CHECK_STR(R("argv4"), "/proc/self/fd/4/execs");
+	CHECK_STR(R("argv5"), "--exit-file");
+	CHECK_STR(R("argv6"), "/proc/self/fd/4/exit.json");
+	CHECK_STR(R("argv7"), "--");
+	CHECK_STR(R("argv8"), hidden);
+	CHECK_STR(R("argv9"), secret);
+	/* Sandbox root is not host root: a user namespace of its own range, host files not its own,
+	 * nothing of execd's in reach, no host path in its mount table. */
+	CHECK(strstr(R("uid_map"), "4294967295") == NULL);
+	CHECK(strstr(R("uid_map"), "65536") != NULL);
+	CHECK_STR(R("secret"), "<errno 13>");
+	CHECK_STR(R("root_owner"), "0");
+	CHECK_STR(R("usr_owner"), "65534");
+	CHECK_STR(R("corral_dir_errno"), "2");
+	CHECK_STR(R("mountinfo_names_state"), "0");
+	if (strcmp(R("mountinfo_names_state"), "0") != 0)
+		fprintf(stderr, "mountinfo: %s\n", R("mountinfo_line"));
 	CHECK_STR(R("env_FOO"), "bar");
 	CHECK_STR(R("env_HOME"), "/root");
 	CHECK(strstr(R("env_PATH"), "/usr/bin") != NULL);
@@ -214,16 +259,19 @@ static void test_host_image(void)
 	CHECK_STR(R("i386_mount"), "-1");
 	CHECK_STR(R("i386_unshare"), "-1");
 #endif
-	CHECK_STR(R("proc_sys_write_errno"), "30");
+	/* EACCES with a user namespace (its files are host root's), EROFS without. */
+	CHECK(strcmp(R("proc_sys_write_errno"), "13") == 0 ||
+	      strcmp(R("proc_sys_write_errno"), "30") == 0);
 	CHECK_STR(R("sys_mkdir_errno"), "30");
-	CHECK_STR(R("execd_write_errno"), "30");
 	CHECK_STR(R("tmp_write_errno"), "0");
 	CHECK_STR(R("devnull_write"), "1");
 	CHECK_STR(R("dev_ptmx"), "1");
 	CHECK_STR(R("dev_shm_dir"), "1");
 	CHECK_STR(R("etc_shadow"), ""); /* /dev/null */
 	CHECK(strcmp(R("proc_kcore"), "") == 0 || strcmp(R("proc_kcore"), "<errno 2>") == 0);
-	CHECK_STR(R("hidden_entries"), "0"); /* the state dir, with this very sandbox in it */
+	/* The state dir, with this very sandbox in it: not masked (a mask would name it in the
+	 * sandbox's mountinfo), but host root's and 0700, so sandbox root cannot list it. */
+	CHECK_STR(R("hidden_entries"), "-13");
 	CHECK_STR(R("root_entries"), "0");
 	CHECK(strtol(R("home_entries"), NULL, 10) <= 0);
 	CHECK_STR(R("etc_hostname"), shortid);
@@ -314,6 +362,10 @@ static void test_host_image(void)
 	CHECK(!exists(S(spec.id, "upper")));
 	CHECK(!exists(S(spec.id, "work")));
 	CHECK(!exists(S(spec.id, "run")));
+	CHECK(!exists(S(spec.id, "execd.sock")));
+	CHECK(!exists(S(spec.id, "userns")));
+	CHECK(!exists(slotfile)); /* the id range is back in the pool */
+	unlink(secret + 7);
 	CHECK(!exists(S(spec.id, "pid")));
 	CHECK(!cgroup_exists(spec.id));
 	CHECK_INT(count_mounts(), mounts_before);
@@ -421,14 +473,16 @@ static void test_image_etc_symlink(void)
 	CHECK_INT(rmdir(image), 0);
 }
 
-/* Host image with the state dir given through a symlink: the mask follows the link. */
-static void test_symlinked_state_dir(void)
+/* Host image with the state dir given through a symlink: unreadable with a user namespace; without
+ * one (--no-userns) the mask follows the link. */
+static void test_symlinked_state_dir(bool no_userns)
 {
 	char link[PATH_MAX + 8], hidden[PATH_MAX + 16];
 	snprintf(link, sizeof(link), "%s-link", state);
 	CHECK_INT(symlink(state, link), 0);
 	struct runtime_config lcfg = cfg;
 	lcfg.state_dir = link;
+	lcfg.no_userns = no_userns;
 	struct sandbox_spec spec = {.host_image = true, .rootfs = "/"};
 	CHECK_INT(id_uuid4(spec.id), 0);
 	snprintf(hidden, sizeof(hidden), "hidden=%s", state);
@@ -440,7 +494,8 @@ static void test_symlinked_state_dir(void)
 	CHECK_INT(runtime_native.create(&lcfg, &spec, &pid, &start, &err), 0);
 	if (err.code == 0) {
 		CHECK_INT(wait_report(spec.id), 0);
-		CHECK_STR(R("hidden_entries"), "0");
+		CHECK_STR(R("hidden_entries"), no_userns ? "0" : "-13");
+		CHECK_STR(R("uid_map"), no_userns ? "         0          0 4294967295|" : R("uid_map"));
 		CHECK_INT(runtime_native.destroy(&lcfg, spec.id, &err), 0);
 		CHECK(!cgroup_exists(spec.id));
 		CHECK_INT(rmdir(S(spec.id, "")), 0);
@@ -460,8 +515,9 @@ static void test_failed_create(void)
 	struct error err = {0};
 	int r = runtime_native.create(&cfg, &spec, &pid, &start, &err);
 	CHECK_INT(r, -ENOENT);
-	CHECK(strstr(err.msg, "mount overlay") != NULL);
+	CHECK(strstr(err.msg, "/nonexistent-corral-image") != NULL);
 	printf("failed create says: %s\n", err.msg);
+	CHECK(!slot_held_by(spec.id)); /* the id range went back with the rest */
 	CHECK(!exists(S(spec.id, "rootfs")));
 	CHECK(!exists(S(spec.id, "upper")));
 	CHECK(!exists(S(spec.id, "run")));
@@ -548,7 +604,8 @@ int main(int argc, char **argv)
 	CHECK_INT(runtime_native.prepare(&cfg, &perr), 0);
 	test_host_image();
 	test_image_dir();
-	test_symlinked_state_dir();
+	test_symlinked_state_dir(false);
+	test_symlinked_state_dir(true);
 	test_image_etc_symlink();
 	test_failed_create();
 
