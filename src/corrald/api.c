@@ -593,7 +593,7 @@ static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbo
 		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
 		return;
 	}
-	upstream_proxy(d->base, sb->sock_path, req, target, on_proxy_fail, d);
+	upstream_proxy(d->base, sb->sock_path, sb->pid, req, target, on_proxy_fail, d);
 }
 
 /* --- routing ------------------------------------------------------------------------------ */

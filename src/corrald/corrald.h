@@ -45,7 +45,7 @@ struct sandbox {
 
 	char id[UUID_STR_LEN];
 	char dir[PATH_MAX];       /* <state>/sandboxes/<id> */
-	char sock_path[PATH_MAX]; /* <dir>/run/execd.sock */
+	char sock_path[PATH_MAX]; /* where execd listens (runtime's endpoint()) */
 
 	enum sb_state state;
 	char *reason;

@@ -157,7 +157,7 @@ static void ping_start(struct create_ctx *c)
 	int64_t left = c->deadline_mono_ms - time_mono_ms();
 	int timeout = (int)MAX(1, MIN(left, PING_TIMEOUT_MS));
 	c->ping_in_flight = true;
-	int r = upstream_ping(c->sb->d->base, c->sb->sock_path, timeout, on_ping, c);
+	int r = upstream_ping(c->sb->d->base, c->sb->sock_path, c->sb->pid, timeout, on_ping, c);
 	if (r < 0)
 		on_ping(r, c);
 }
@@ -213,7 +213,7 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 	}
 	if (res->rc == -ESRCH) {
 		/* PID 1 was gone before the runtime returned: the entrypoint exited or could not run
-		 * (its run/exit.json went with the rolled-back files). */
+		 * (its exit report went with the rolled-back files). */
 		create_fail(c, 422, "SANDBOX::ENTRYPOINT_EXITED",
 			    "entrypoint: the sandbox ended as soon as it started (%s); check that the entrypoint exists in the image and keeps running, e.g. [\"sleep\",\"infinity\"]",
 			    res->msg);
@@ -497,7 +497,7 @@ void lifecycle_check_alive(struct sandbox *sb)
 }
 
 /*
- * Why PID 1 ended. execd's run/exit.json says what it saw; the OOM-kill counter is only blamed
+ * Why PID 1 ended. execd's exit report (the runtime's read_exit()) says what it saw; the OOM-kill counter is only blamed
  * when it explains the ending: PID 1 vanished without a word (the kernel or a group OOM kill took
  * execd), or the entrypoint died of SIGKILL (137). An OOM kill of some earlier command must not
  * relabel a clean exit.
@@ -510,21 +510,19 @@ static void describe_death(struct sandbox *sb, enum sb_state *state, char *reaso
 	struct error err = {0};
 	bool probed = d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) >= 0;
 
-	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/run/exit.json", sb->dir);
-	_cleanup_free_ char *buf = NULL;
-	size_t len;
-	json_t *ex = NULL;
-	if (fs_read_file(path, 64 * 1024, &buf, &len) >= 0)
-		ex = json_loadb(buf, len, 0, NULL);
-	const char *ereason = json_string_value(json_object_get(ex, "reason"));
-	json_t *ecode = json_object_get(ex, "exitCode");
-	const char *emsg = json_string_value(json_object_get(ex, "message"));
-	long long code = json_is_integer(ecode) ? json_integer_value(ecode) : -1;
+	struct sandbox_exit ex;
+	struct error xerr = {0};
+	int xr = d->rt->read_exit(&d->rt_cfg, sb->id, &ex, &xerr);
+	bool have_ex = xr == 0;
+	if (xr < 0 && xr != -ENOENT)
+		log_warn("sandbox %s: %s", sb->id, xerr.msg);
+	const char *ereason = have_ex ? ex.reason : NULL;
+	const char *emsg = have_ex ? ex.message : NULL;
+	long long code = have_ex ? ex.exit_code : -1;
 	bool entry_exit = ereason && strcmp(ereason, "EntrypointExited") == 0;
 	/* oom_fired: corrald's own group kill may beat the kernel's OOM kill to the counter. */
 	bool oom = ((probed && pr.oom_kills > 0) || sb->oom_fired) &&
-		   (!ex || (entry_exit && code == 137));
+		   (!have_ex || (entry_exit && code == 137));
 
 	if (oom) {
 		char lim[32] = "unlimited";
@@ -536,7 +534,7 @@ static void describe_death(struct sandbox *sb, enum sb_state *state, char *reaso
 			 "sandbox ended after the out-of-memory killer killed %llu process(es) (memory limit %s, peak %llu bytes)%s%s",
 			 (unsigned long long)pr.oom_kills, lim, (unsigned long long)pr.memory_peak,
 			 emsg ? "; execd: " : "", emsg ? emsg : "");
-	} else if (ex) {
+	} else if (have_ex) {
 		snprintf(reason, rlen, "%s", ereason ? ereason : "ExecdExited");
 		*state = entry_exit && code == 0 ? SB_TERMINATED : SB_FAILED;
 		snprintf(msg, mlen, "sandbox PID 1 (pid %d) exited: %s (exit code %lld)", (int)sb->pid,
@@ -545,10 +543,9 @@ static void describe_death(struct sandbox *sb, enum sb_state *state, char *reaso
 		*state = SB_FAILED;
 		snprintf(reason, rlen, "ExecdExited");
 		snprintf(msg, mlen,
-			 "sandbox PID 1 (corral-execd, pid %d) exited without writing run/exit.json (killed by a signal?)",
+			 "sandbox PID 1 (corral-execd, pid %d) exited without an exit report (killed by a signal?)",
 			 (int)sb->pid);
 	}
-	json_decref(ex);
 }
 
 static void sandbox_died(struct sandbox *sb)
@@ -788,7 +785,7 @@ static void recover_one(struct corrald *d, const char *id)
 			admission_adopt(sb);
 			watch_death(sb);
 			if (sb->state == SB_RUNNING &&
-			    upstream_ping(d->base, sb->sock_path, 2000, on_adopt_ping, sandbox_ref(sb)) < 0)
+			    upstream_ping(d->base, sb->sock_path, sb->pid, 2000, on_adopt_ping, sandbox_ref(sb)) < 0)
 				sandbox_unref(sb);
 			log_info("sandbox %s: re-adopted (%s, pid %d)", id, sb_state_name(sb->state),
 				 (int)sb->pid);

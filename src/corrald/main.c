@@ -64,6 +64,10 @@ static void usage(FILE *f)
 		"                         and the host's memory less max(512Mi, 5%%)\n"
 		"  --capacity-wait SECS   longest wait of a create for capacity (default %d: below the\n"
 		"                         SDKs' 30 s request timeout, so clients get the 503)\n"
+		"  --no-userns            run sandboxes without a user namespace: sandbox root is then host\n"
+		"                         root (only for kernels without idmapped mounts; see\n"
+		"                         docs/security.md). Default: every sandbox gets its own range of\n"
+		"                         65536 host ids, and host files it did not get are not its own\n"
 		"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 		"  -h, --help             show this help\n"
 		"\n"
@@ -171,7 +175,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 int main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
-	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT };
+	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -184,6 +188,7 @@ int main(int argc, char **argv)
 		{"create-timeout", required_argument, NULL, OPT_CREATE_TIMEOUT},
 		{"capacity", required_argument, NULL, OPT_CAPACITY},
 		{"capacity-wait", required_argument, NULL, OPT_CAPACITY_WAIT},
+		{"no-userns", no_argument, NULL, OPT_NO_USERNS},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -215,6 +220,7 @@ int main(int argc, char **argv)
 		case OPT_IMAGES: d->image_dir = optarg; break;
 		case OPT_EXECD: execd = optarg; break;
 		case OPT_CGROUP: cgroup_name = optarg; break;
+		case OPT_NO_USERNS: d->rt_cfg.no_userns = true; break;
 		case OPT_LOG: {
 			enum log_level lvl;
 			if (log_level_parse(optarg, &lvl) < 0) {
@@ -333,6 +339,15 @@ int main(int argc, char **argv)
 	d->rt_cfg.state_dir = d->state_dir;
 	d->rt_cfg.execd_path = execd;
 	d->rt_cfg.cgroup_name = cgroup_name;
+	{
+		/* Per-process runtime work once, before the first worker is forked; and a runtime
+		 * that cannot keep sandboxes apart here refuses to start instead of failing later. */
+		struct error err = {0};
+		if (d->rt->prepare && d->rt->prepare(&d->rt_cfg, &err) < 0) {
+			fprintf(stderr, "corrald: %s\n", err.msg);
+			return 1;
+		}
+	}
 
 	/* One pidfd per live sandbox plus client and execd connections: 1024 is far too few. */
 	struct rlimit rl;
@@ -373,8 +388,9 @@ int main(int argc, char **argv)
 
 	char capmem[32];
 	quantity_format_bytes(cap.memory_bytes, capmem, sizeof(capmem));
-	log_info("listening on %s (state %s, execd %s, cgroup %s, auth %s, capacity cpu %llum memory %s)",
+	log_info("listening on %s (state %s, execd %s, cgroup %s, auth %s, user namespaces %s, capacity cpu %llum memory %s)",
 		 listen, d->state_dir, execd, cgroup_name, d->api_key ? "on" : "off (loopback only)",
+		 d->rt_cfg.no_userns ? "off (--no-userns)" : "on",
 		 (unsigned long long)cap.cpu_millis, capmem);
 	event_base_dispatch(d->base);
 	upstream_shutdown();

@@ -52,7 +52,9 @@ struct sandbox *sandbox_new(struct corrald *d, const char *id)
 	sb->teardown = (struct worker)WORKER_INIT;
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
 	snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->sandboxes_dir, id);
-	snprintf(sb->sock_path, sizeof(sb->sock_path), "%s/run/execd.sock", sb->dir);
+	struct error err = {0};
+	if (d->rt->endpoint(&d->rt_cfg, id, sb->sock_path, sizeof(sb->sock_path), &err) < 0)
+		sb->sock_path[0] = '\0'; /* an invalid id: nothing to connect to */
 	return sb;
 }
 

@@ -36,6 +36,7 @@
 
 #include "shared/httputil.h"
 #include "shared/macro.h"
+#include "shared/unixsock.h"
 
 #include "http_parse.h"
 #include "upstream.h"
@@ -193,28 +194,13 @@ unsigned upstream_pool_idle(void)
  * listener's backlog is full and the caller retries. Paths too long for sun_path go through
  * /proc/self/fd/<dirfd>/<name>.
  */
-static int unix_connect(const char *path)
+static int unix_connect(const char *path, pid_t peer_pid)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa;
 	_cleanup_close_ int dirfd = -1;
-
-	if (strlen(path) < sizeof(sa.sun_path)) {
-		memcpy(sa.sun_path, path, strlen(path) + 1);
-	} else {
-		const char *slash = strrchr(path, '/');
-		char dir[PATH_MAX_LEN];
-		if (!slash || (size_t)(slash - path) >= sizeof(dir))
-			return -ENAMETOOLONG;
-		memcpy(dir, path, (size_t)(slash - path));
-		dir[slash - path] = 0;
-		dirfd = open(slash == path ? "/" : dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-		if (dirfd < 0)
-			return -errno;
-		int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", dirfd,
-				 slash + 1);
-		if (n < 0 || (size_t)n >= sizeof(sa.sun_path))
-			return -ENAMETOOLONG;
-	}
+	int r = unix_sockaddr(path, &sa, &dirfd);
+	if (r < 0)
+		return r;
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
@@ -222,6 +208,15 @@ static int unix_connect(const char *path)
 		int e = errno;
 		close(fd);
 		return e == EINPROGRESS ? -EAGAIN : -e;
+	}
+	/* The listener must be the sandbox's own PID 1: the process that called listen() on the
+	 * socket (a backlog-full connect is refused above, so the peer is known here). */
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	if (peer_pid > 0 && (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+			     cred.pid != peer_pid)) {
+		close(fd);
+		return -EPERM;
 	}
 	return fd;
 }
@@ -232,6 +227,7 @@ struct exchange {
 	struct event_base *base;
 	struct uconn *conn;
 	char path[PATH_MAX_LEN];
+	pid_t peer_pid; /* > 0: a new connection's listener must be this process (SO_PEERCRED) */
 	uint32_t hash;
 
 	/* proxy */
@@ -279,7 +275,7 @@ struct exchange {
 static struct exchange *free_exchanges;
 static unsigned n_free_exchanges;
 
-static struct exchange *exchange_new(struct event_base *base, const char *path)
+static struct exchange *exchange_new(struct event_base *base, const char *path, pid_t peer_pid)
 {
 	size_t len = strlen(path);
 	if (len >= PATH_MAX_LEN)
@@ -309,6 +305,7 @@ static struct exchange *exchange_new(struct event_base *base, const char *path)
 	memset(ex, 0, sizeof(*ex));
 	ex->base = base;
 	memcpy(ex->path, path, len + 1);
+	ex->peer_pid = peer_pid;
 	ex->hash = path_hash(path);
 	ex->head = head;
 	ex->chunk = chunk;
@@ -645,7 +642,7 @@ static void exchange_send(struct exchange *ex)
 /* A new connection to ex->path into ex->conn: 0, -EAGAIN (backlog full) or a negative errno. */
 static int new_connection(struct exchange *ex)
 {
-	int fd = unix_connect(ex->path);
+	int fd = unix_connect(ex->path, ex->peer_pid);
 	if (fd < 0)
 		return fd;
 	struct uconn *c = malloc(sizeof(*c) + strlen(ex->path) + 1);
@@ -690,8 +687,7 @@ static int exchange_connect(struct exchange *ex)
 			}
 			if (timercmp(&now, &ex->connect_deadline, >)) {
 				exchange_fail(ex, UPSTREAM_TIMEOUT, -ETIMEDOUT,
-					      "connect to execd socket '%s': timed out, listen backlog full",
-					      ex->path);
+					      "connect to execd: timed out, listen backlog full");
 				return -ETIMEDOUT;
 			}
 			delay = ms_tv(1 << MIN(ex->connect_tries, 5));
@@ -702,8 +698,9 @@ static int exchange_connect(struct exchange *ex)
 			return 0;
 		}
 		if (r < 0) {
-			exchange_fail(ex, UPSTREAM_CONNECT_FAILED, r, "connect to execd socket '%s': %s",
-				      ex->path, strerror(-r));
+			exchange_fail(ex, UPSTREAM_CONNECT_FAILED, r, "connect to execd: %s",
+				      r == -EPERM ? "the socket is not served by the sandbox's PID 1"
+						  : strerror(-r));
 			return r;
 		}
 	}
@@ -821,7 +818,7 @@ static bool process(struct exchange *ex)
 		ssize_t r = http_resp_parse_head(&ex->resp, data, n, &err);
 		if (r < 0) {
 			exchange_fail(ex, UPSTREAM_PROTOCOL_ERROR, -EPROTO,
-				      "invalid response from execd socket '%s': %s", ex->path, err);
+				      "invalid response from execd: %s", err);
 			return false;
 		}
 		if (r == 0)
@@ -830,7 +827,7 @@ static bool process(struct exchange *ex)
 		if (status == 101) {
 			if (!ex->upgrade || !ex->req) {
 				exchange_fail(ex, UPSTREAM_PROTOCOL_ERROR, -EPROTO,
-					      "execd socket '%s' switched protocols unasked", ex->path);
+					      "execd switched protocols unasked");
 				return false;
 			}
 			return start_splice(ex, (size_t)r);
@@ -838,7 +835,7 @@ static bool process(struct exchange *ex)
 		if (status < 200) {
 			if (++ex->interim > MAX_INTERIM) {
 				exchange_fail(ex, UPSTREAM_PROTOCOL_ERROR, -EPROTO,
-					      "execd socket '%s' sent too many 1xx responses", ex->path);
+					      "execd sent too many 1xx responses");
 				return false;
 			}
 			evbuffer_drain(in, (size_t)r);
@@ -867,8 +864,7 @@ static bool process(struct exchange *ex)
 				evbuffer_drain(in, take);
 				if (ex->ping_body > PING_BODY_MAX) {
 					exchange_fail(ex, UPSTREAM_PROTOCOL_ERROR, -EPROTO,
-						      "execd socket '%s': ping body too large",
-						      ex->path);
+						      "execd: ping body too large");
 					return false;
 				}
 			} else {
@@ -883,8 +879,7 @@ static bool process(struct exchange *ex)
 		ssize_t r = http_resp_parse_framing(&ex->resp, v.iov_base, v.iov_len, &err);
 		if (r < 0) {
 			exchange_fail(ex, UPSTREAM_PROTOCOL_ERROR, -EPROTO,
-				      "invalid response body from execd socket '%s': %s", ex->path,
-				      err);
+				      "invalid response body from execd: %s", err);
 			return false;
 		}
 		evbuffer_drain(in, (size_t)r);
@@ -952,8 +947,8 @@ static bool maybe_retry(struct exchange *ex)
 	ex->connect_tries = 1; /* from here on exchange_connect never consults the pool */
 	int r = new_connection(ex);
 	if (r < 0) {
-		exchange_fail(ex, UPSTREAM_CONNECT_FAILED, r, "reconnect to execd socket '%s': %s",
-			      ex->path, strerror(-r));
+		exchange_fail(ex, UPSTREAM_CONNECT_FAILED, r, "reconnect to execd: %s",
+			      strerror(-r));
 		return true;
 	}
 	exchange_send(ex);
@@ -966,8 +961,7 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
 	int err = EVUTIL_SOCKET_ERROR();
 
 	if (what & BEV_EVENT_TIMEOUT) {
-		exchange_fail(ex, UPSTREAM_TIMEOUT, -ETIMEDOUT, "execd socket '%s': no %s within %d ms",
-			      ex->path,
+		exchange_fail(ex, UPSTREAM_TIMEOUT, -ETIMEDOUT, "execd: no %s within %d ms",
 			      (what & BEV_EVENT_WRITING) ? "progress writing the request" : "response",
 			      ex->ping_cb ? opts.connect_timeout_ms : opts.io_timeout_ms);
 		return;
@@ -984,12 +978,11 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
 		}
 		exchange_fail(ex, UPSTREAM_PROTOCOL_ERROR, -EPROTO,
 			      ex->resp.head_done
-				      ? "execd socket '%s' closed the connection mid-response"
-				      : "execd socket '%s' closed the connection without answering",
-			      ex->path);
+				      ? "execd closed the connection mid-response"
+				      : "execd closed the connection without answering");
 		return;
 	}
-	exchange_fail(ex, UPSTREAM_PROTOCOL_ERROR, -EPROTO, "execd socket '%s': %s", ex->path,
+	exchange_fail(ex, UPSTREAM_PROTOCOL_ERROR, -EPROTO, "execd: %s",
 		      strerror(err ? err : EIO));
 }
 
@@ -1113,7 +1106,8 @@ static bool start_splice(struct exchange *ex, size_t head_len)
 
 /* ---- entry points ---- */
 
-void upstream_proxy(struct event_base *base, const char *sock_path, struct evhttp_request *req,
+void upstream_proxy(struct event_base *base, const char *sock_path, pid_t peer_pid,
+		    struct evhttp_request *req,
 		    const char *target, upstream_fail_cb fail_cb, void *arg)
 {
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
@@ -1135,11 +1129,10 @@ void upstream_proxy(struct event_base *base, const char *sock_path, struct evhtt
 		return;
 	}
 
-	struct exchange *ex = exchange_new(base, sock_path);
+	struct exchange *ex = exchange_new(base, sock_path, peer_pid);
 	if (!ex) {
 		char detail[PATH_MAX_LEN + 64];
-		snprintf(detail, sizeof(detail), "execd socket path too long or out of memory: '%.*s'",
-			 PATH_MAX_LEN, sock_path);
+		snprintf(detail, sizeof(detail), "execd socket path too long or out of memory");
 		if (fail_cb)
 			fail_cb(req, UPSTREAM_CONNECT_FAILED, detail, arg);
 		else
@@ -1181,14 +1174,13 @@ static void ping_deadline(evutil_socket_t fd, short what, void *arg)
 {
 	struct exchange *ex = arg;
 	ex->deadline_armed = false;
-	exchange_fail(ex, UPSTREAM_TIMEOUT, -ETIMEDOUT, "ping execd socket '%s': timed out",
-		      ex->path);
+	exchange_fail(ex, UPSTREAM_TIMEOUT, -ETIMEDOUT, "ping execd: timed out");
 }
 
-int upstream_ping(struct event_base *base, const char *sock_path, int timeout_ms,
+int upstream_ping(struct event_base *base, const char *sock_path, pid_t peer_pid, int timeout_ms,
 		  void (*cb)(int result, void *arg), void *arg)
 {
-	struct exchange *ex = exchange_new(base, sock_path);
+	struct exchange *ex = exchange_new(base, sock_path, peer_pid);
 	if (!ex)
 		return strlen(sock_path) >= PATH_MAX_LEN ? -ENAMETOOLONG : -ENOMEM;
 	ex->ping_cb = cb;

@@ -7,6 +7,7 @@
 
 #include <event2/event.h>
 #include <event2/http.h>
+#include <sys/types.h>
 
 /* How an upstream exchange failed before any response byte was relayed to the client. */
 enum upstream_failure {
@@ -25,7 +26,8 @@ typedef void (*upstream_fail_cb)(struct evhttp_request *req, enum upstream_failu
 				 const char *detail, void *arg);
 
 /*
- * Forward req to the execd at sock_path. target is the path and query to send upstream
+ * Forward req to the execd at sock_path. When peer_pid > 0, a new connection whose listener is not
+ * that process (SO_PEERCRED) is refused (-EPERM, reported as a connect failure). target is the path and query to send upstream
  * (e.g. "/command?x=1"). Method, headers (minus hop-by-hop and credential headers, plus
  * X-Forwarded-*), and body are forwarded; the response status, headers and body are streamed back
  * chunk by chunk as they arrive, so a long-running command's events reach the client live.
@@ -46,14 +48,15 @@ typedef void (*upstream_fail_cb)(struct evhttp_request *req, enum upstream_failu
  *  - The client socket's read timeout is suspended while waiting on execd and while a response
  *    streams, and restored afterwards. corrald must ignore SIGPIPE.
  */
-void upstream_proxy(struct event_base *base, const char *sock_path, struct evhttp_request *req,
+void upstream_proxy(struct event_base *base, const char *sock_path, pid_t peer_pid,
+		    struct evhttp_request *req,
 		    const char *target, upstream_fail_cb fail_cb, void *arg);
 
 /*
  * Asynchronous GET /ping to the execd at sock_path. cb gets 0 when execd answered 200 within
  * timeout_ms, else a negative errno (-ECONNREFUSED, -ENOENT, -ETIMEDOUT, -EPROTO).
  */
-int upstream_ping(struct event_base *base, const char *sock_path, int timeout_ms,
+int upstream_ping(struct event_base *base, const char *sock_path, pid_t peer_pid, int timeout_ms,
 		  void (*cb)(int result, void *arg), void *arg);
 
 /*

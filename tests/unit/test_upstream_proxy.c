@@ -350,7 +350,7 @@ static void front_handler(struct evhttp_request *req, void *arg)
 		sock = sock_hang;
 	else if (!strncmp(uri + 1, "whole", seglen))
 		sock = sock_whole;
-	upstream_proxy(base, sock, req, rest, fcb, NULL);
+	upstream_proxy(base, sock, 0, req, rest, fcb, NULL);
 }
 
 /* ---------------- the client (its own thread, blocking I/O) ---------------- */
@@ -774,14 +774,14 @@ static void test_failures(void)
 	CHECK(body_has(&r, "custom failure"));
 	CHECK_INT(fail_calls, 1);
 	CHECK_INT(fail_why, UPSTREAM_CONNECT_FAILED);
-	CHECK(strstr(fail_detail, sock_missing) != NULL);
+	CHECK(strstr(fail_detail, sock_missing) == NULL); /* no host path reaches a client */
 	CHECK(strstr(fail_detail, "No such file or directory") != NULL);
 	response_clear(&r);
 
 	request(fd, "GET", "/missing502/ping", NULL, NULL, 0, &r);
 	CHECK_INT(r.status, 502);
 	CHECK(body_has(&r, "\"code\":\"SANDBOX::BACKEND_UNREACHABLE\""));
-	CHECK(body_has(&r, "missing.sock"));
+	CHECK(!body_has(&r, "missing.sock"));
 	response_clear(&r);
 
 	/* Garbage from the upstream: a clear 502, the client connection stays usable. */
@@ -901,7 +901,7 @@ static void *client_main(void *arg)
 
 /* ---------------- pings (on the loop thread, before the client starts) ---------------- */
 
-static int ping_results[3];
+static int ping_results[5];
 static int pings_done;
 
 static void ping_cb(int result, void *arg)
@@ -961,17 +961,22 @@ int main(void)
 	front_port = ntohs(sa.sin_port);
 
 	/* Pings: a live execd, a missing socket, a socket that never answers. */
-	CHECK_INT(upstream_ping(base, sock_ok, 1000, ping_cb, (void *)0), 0);
-	CHECK_INT(upstream_ping(base, sock_missing, 1000, ping_cb, (void *)1), 0);
-	CHECK_INT(upstream_ping(base, sock_silent, 200, ping_cb, (void *)2), 0);
+	CHECK_INT(upstream_ping(base, sock_ok, 0, 1000, ping_cb, (void *)0), 0);
+	CHECK_INT(upstream_ping(base, sock_missing, 0, 1000, ping_cb, (void *)1), 0);
+	CHECK_INT(upstream_ping(base, sock_silent, 0, 200, ping_cb, (void *)2), 0);
+	/* The listener's process is checked (SO_PEERCRED): this one serves sock_ok. */
+	CHECK_INT(upstream_ping(base, sock_ok, getpid(), 1000, ping_cb, (void *)3), 0);
+	CHECK_INT(upstream_ping(base, sock_ok, getpid() + 1, 1000, ping_cb, (void *)4), 0);
 	CHECK_INT(pings_done, 0); /* never before returning */
 	double t0 = now_ms();
-	while (pings_done < 3 && now_ms() - t0 < 3000)
+	while (pings_done < 5 && now_ms() - t0 < 3000)
 		event_base_loop(base, EVLOOP_ONCE);
-	CHECK_INT(pings_done, 3);
+	CHECK_INT(pings_done, 5);
 	CHECK_INT(ping_results[0], 0);
 	CHECK_INT(ping_results[1], -ENOENT);
 	CHECK_INT(ping_results[2], -ETIMEDOUT);
+	CHECK_INT(ping_results[3], 0);
+	CHECK_INT(ping_results[4], -EPERM);
 
 	pthread_t th;
 	pthread_create(&th, NULL, client_main, NULL);
