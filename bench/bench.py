@@ -183,6 +183,64 @@ def meminfo_available():
     return 0
 
 
+class BuildCorrald(harness.Corrald):
+    """A corrald of another build (its own corral-execd beside it), with extra flags."""
+
+    def __init__(self, build_dir, extra_args=None):
+        super().__init__(extra_args=extra_args)
+        self.build_dir = build_dir
+
+    def argv(self, port):
+        a = super().argv(port)
+        a[0] = os.path.join(self.build_dir, "corrald")
+        return a
+
+
+def create_first_command(c):
+    t0 = time.perf_counter()
+    r = c.create_sandbox_raw(**SPEC)
+    if r.status != 202:
+        raise RuntimeError("create failed: %r" % r)
+    sid = r.json()["id"]
+    res = c.run(sid, "true")
+    dt = time.perf_counter() - t0
+    if res.exit_code != 0:
+        raise RuntimeError("first command failed: %r" % res)
+    c.delete_sandbox(sid)
+    return dt
+
+
+def bench_variants(args, notes):
+    """create -> first command of this build against other corralds (--baseline BUILD, and this
+    build with --no-userns), interleaved in rounds of 5 so machine noise hits all alike."""
+    variants = [("this build", harness.Corrald())]
+    if args.baseline:
+        variants.append(("baseline %s" % args.baseline, BuildCorrald(args.baseline)))
+    variants.append(("this build, --no-userns", harness.Corrald(extra_args=["--no-userns"])))
+    out = {name: [] for name, _ in variants}
+    started = []
+    try:
+        clients = []
+        for name, d in variants:
+            d.start()
+            started.append(d)
+            clients.append((name, d.client()))
+        for name, c in clients:
+            for _ in range(3):
+                create_first_command(c)  # warm-up
+        for _ in range(max(1, args.n // 5)):
+            for name, c in clients:
+                for _ in range(5):
+                    out[name].append(create_first_command(c))
+    finally:
+        for d in started:
+            try:
+                d.shutdown_and_check()
+            except AssertionError as e:
+                notes.append("variants: %s" % e)
+    return out
+
+
 def bench_corrald(args, notes):
     d = harness.Corrald()
     d.start()
@@ -352,6 +410,11 @@ def main():
     ap.add_argument("--bg", type=int, default=30, help="background commands timed to completion")
     ap.add_argument("--wrk-secs", type=int, default=3, help="seconds per wrk run")
     ap.add_argument("--json", help="also write the raw numbers (seconds) to this file")
+    ap.add_argument("--baseline", metavar="BUILD_DIR",
+                    help="also time create -> first command of the corrald in BUILD_DIR (e.g. a "
+                         "build of main), interleaved with this build's, and print the ratio")
+    ap.add_argument("--variants-only", action="store_true",
+                    help="only the interleaved create -> first command comparison")
     ap.add_argument("--crun-child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.crun_child is not None:
@@ -364,6 +427,14 @@ def main():
 
     notes = []
     t_start = time.time()
+    v = bench_variants(args, notes)
+    base = pct(v["this build"], 50)
+    print("\ncreate -> first command, interleaved in rounds of 5 (%s)" % time.strftime("%H:%M:%S"))
+    for name, xs in v.items():
+        print("  %-44s n=%-4d p50 %7.2f ms  p95 %7.2f ms  this build / it = %.2fx"
+              % (name, len(xs), ms(pct(xs, 50)), ms(pct(xs, 95)), base / pct(xs, 50)))
+    if args.variants_only:
+        return
     c = bench_corrald(args, notes)
     a = c.pop("_anchors")
 
