@@ -171,6 +171,9 @@ int confine_seccomp_build(struct sock_fprog *ret, struct error *err)
 	    "add_key",
 	    "request_key",
 	    "perf_event_open",
+	    /* the kernel log: names every sandbox's cgroup (its id) and more; only hosts with
+	     * kernel.dmesg_restrict=1 keep it from processes without CAP_SYSLOG */
+	    "syslog",
 	    "reboot",
 	    "swapon",
 	    "swapoff",

@@ -312,12 +312,15 @@ static int setup_proc(struct child_ctx *c, struct error *err)
 {
 	/* Docker's and runc's list, then what Podman adds (interrupts), then kernel heap and
 	 * physical page layouts (slabinfo, vmallocinfo, pagetypeinfo, kpage*: heap grooming and
-	 * Rowhammer aids; only root can read them, and root in a sandbox is root). */
+	 * Rowhammer aids; only root can read them, and root in a sandbox is root), and kallsyms
+	 * (kernel addresses for everyone on a host with kptr_restrict=0 and perf_event_paranoid<=1:
+	 * no KASLR). */
 	static const char *const masked[] = {
 	    "/proc/acpi",	    "/proc/asound",	    "/proc/kcore",	 "/proc/keys",
 	    "/proc/latency_stats",  "/proc/timer_list",	    "/proc/timer_stats", "/proc/sched_debug",
 	    "/proc/scsi",	    "/proc/interrupts",	    "/proc/slabinfo",	 "/proc/vmallocinfo",
 	    "/proc/pagetypeinfo",   "/proc/kpagecount",	    "/proc/kpageflags",	 "/proc/kpagecgroup",
+	    "/proc/kallsyms",
 	};
 	static const char *const readonly[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
 					       "/proc/sysrq-trigger"};

@@ -178,11 +178,11 @@ class KernelSurface(AttackCase):
     # --- masked /proc and /sys ---------------------------------------------------------------
 
     def test_masked_proc_files(self):
-        # Attack: read the kernel's heap and page layouts and timers (slab/vmalloc grooming,
-        # Rowhammer aids, other tenants' activity).
+        # Attack: read the kernel's heap and page layouts, symbols and timers (slab/vmalloc
+        # grooming, Rowhammer and KASLR aids, other tenants' activity).
         masked = ["slabinfo", "vmallocinfo", "pagetypeinfo", "kpagecount", "kpageflags",
                   "kpagecgroup", "interrupts", "sched_debug", "timer_list", "keys", "kcore",
-                  "latency_stats", "timer_stats"]
+                  "latency_stats", "timer_stats", "kallsyms"]
         checked = []
         for name in masked:
             path = "/proc/" + name
@@ -299,7 +299,7 @@ print(soft, hard, raised, len(fds), err)
     @x86_64_only
     def test_escape_syscalls_stay_refused(self):
         # Attack: the classic container escapes: mount, namespaces, ptrace, file handles, keys,
-        # BPF, io_uring, modules, kexec, perf, userfaultfd.
+        # BPF, io_uring, modules, kexec, perf, userfaultfd, the kernel log.
         calls = [
             ["mount", 165, [0, "@buf", 0, 0, 0]],
             ["umount2", 166, ["@buf", 0]],
@@ -320,6 +320,7 @@ print(soft, hard, raised, len(fds), err)
             ["finit_module", 313, [0, "@buf", 0]],
             ["kexec_load", 246, [0, 0, 0, 0]],
             ["perf_event_open", 298, ["@buf", 0, -1, -1, 0]],
+            ["syslog(READ_ALL)", 103, [3, "@buf", 4096]],
             ["userfaultfd", 323, [0]],
         ]
         got = self.syscalls(self.attacker, calls)
