@@ -157,6 +157,11 @@ int main(int argc, char **argv)
 		err_of(syscall(SYS_personality, (long)ADDR_NO_RANDOMIZE)));
 	fprintf(out, "personality_high_bits_errno=%d\n",
 		err_of(syscall(SYS_personality, 0x100000000L | READ_IMPLIES_EXEC)));
+#ifdef __x86_64__
+	/* The x32 ABI's personality (0x40000000 | 135): refused whether or not the kernel has x32. */
+	fprintf(out, "x32_personality_errno=%d\n",
+		err_of(syscall(0x40000000L | 135, (long)READ_IMPLIES_EXEC)));
+#endif
 	syscall(SYS_personality, 0L);
 	fprintf(out, "personality_after=%ld\n", syscall(SYS_personality, 0xffffffffL));
 	fprintf(out, "vsock_errno=%d\n", err_of(socket(40 /* AF_VSOCK */, SOCK_STREAM, 0)));

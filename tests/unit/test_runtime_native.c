@@ -236,6 +236,7 @@ static void test_host_image(void)
 	CHECK_STR(R("i386_vsock"), "-97");
 	CHECK(strtol(R("i386_socketcall"), NULL, 10) < 0); /* every socketcall(SYS_SOCKET) */
 	CHECK_STR(R("i386_personality"), "-1");
+	CHECK_STR(R("x32_personality_errno"), "1");
 	CHECK_STR(R("i386_mount"), "-1");
 	CHECK_STR(R("i386_unshare"), "-1");
 #endif
