@@ -51,9 +51,8 @@ static struct capacity args_charge(const struct create_args *a)
 	return charge(a->cpu_req, a->mem_req, a->pids_max);
 }
 
-bool admission_never_fits(struct corrald *d, uint64_t cpu_req, uint64_t mem_req,
-			  uint64_t pids_max, enum admission_table *ret_table, char *msg,
-			  size_t msglen)
+bool admission_never_fits(struct corrald *d, uint64_t cpu_req, uint64_t mem_req, uint64_t pids_max,
+			  enum admission_table *ret_table, char *msg, size_t msglen)
 {
 	struct capacity req = charge(cpu_req, mem_req, pids_max);
 	if (!capacity_never_fits(&A.cap, &req, msg, msglen))

@@ -25,9 +25,8 @@ enum admission_table {
 };
 /* Why a sandbox can never fit (msg set, *ret_table says which part of the capacity, true),
  * checked before the sandbox exists. pids_max 0: the default pids limit. */
-bool admission_never_fits(struct corrald *d, uint64_t cpu_req, uint64_t mem_req,
-			  uint64_t pids_max, enum admission_table *ret_table, char *msg,
-			  size_t msglen);
+bool admission_never_fits(struct corrald *d, uint64_t cpu_req, uint64_t mem_req, uint64_t pids_max,
+			  enum admission_table *ret_table, char *msg, size_t msglen);
 /* lifecycle_create() now, or once capacity frees. Same contract as lifecycle_create(). */
 int admission_create(struct sandbox *sb, const struct create_args *a, create_done_fn done,
 		     void *arg);
