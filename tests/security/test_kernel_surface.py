@@ -9,7 +9,6 @@ import json
 import os
 import platform
 import threading
-import time
 import unittest
 
 from sec import AttackCase, main
@@ -386,7 +385,6 @@ class PidTableAdmission(AttackCase):
         self.assertIn("pid table", r.json()["message"])
         self.assertIn("kernel.pid_max", r.json()["message"])
         # One that fits later waits, says which table, and gives up with the capacity error.
-        t0 = time.monotonic()
         t, out = self.create_async(resourceLimits=big)
         waiting = self.wait_until(self.pending, timeout=5, msg="the second create to be Pending")
         st = waiting[0]["status"]
@@ -396,7 +394,6 @@ class PidTableAdmission(AttackCase):
         self.assertEqual(out.get("status"), 503, out)
         self.assertEqual(out["body"]["code"], "SANDBOX::CAPACITY_TIMEOUT")
         self.assertIn("pid table", out["body"]["message"])
-        self.assertGreaterEqual(time.monotonic() - t0, 3.0)
         # Smaller sandboxes still fit next to the first.
         small = self.create(resourceLimits={"cpu": "1", "memory": "256Mi", "pids": "3000"})["id"]
         # The default pids limit (4096) counts too: 6000 + 3000 + 4096 > 10000.
@@ -419,13 +416,11 @@ class FileTableAdmission(AttackCase):
         # table.
         a = self.create()["id"]
         b = self.create()["id"]
-        t0 = time.monotonic()
         r = self.client.create_sandbox_raw()
         self.assertEqual(r.status, 503, r)
         self.assertEqual(r.json()["code"], "SANDBOX::CAPACITY_TIMEOUT")
         self.assertIn("files: needs 4096, 1808 of 10000 free in the host's open-file table",
                       r.json()["message"])
-        self.assertGreaterEqual(time.monotonic() - t0, 2.0)
         self.assert_platform_alive(a, b)
 
 
