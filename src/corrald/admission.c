@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "corrald/admission.h"
+#include "runtime/confine.h"
 #include "shared/log.h"
 #include "shared/quantity.h"
 #include "shared/timeutil.h"
@@ -37,20 +38,43 @@ int admission_init(struct corrald *d, const struct capacity *cap)
 	return A.pump_ev ? 0 : -ENOMEM;
 }
 
-bool admission_never_fits(struct corrald *d, uint64_t cpu_req, uint64_t mem_req, char *msg,
-			  size_t msglen)
+/* What a sandbox holds: its requests, its pids limit and its RLIMIT_NOFILE. */
+static struct capacity charge(uint64_t cpu_req, uint64_t mem_req, uint64_t pids_max)
 {
-	struct capacity req = {cpu_req, mem_req};
-	return capacity_never_fits(&A.cap, &req, msg, msglen);
+	uint64_t nofile = A.d->rt_cfg.nofile ? A.d->rt_cfg.nofile : CONFINE_DEFAULT_NOFILE;
+	return (struct capacity){cpu_req, mem_req, pids_max ? pids_max : RUNTIME_DEFAULT_PIDS_MAX,
+				 nofile};
 }
 
-static void hold(struct sandbox *sb, uint64_t cpu, uint64_t mem)
+static struct capacity args_charge(const struct create_args *a)
 {
-	sb->adm_cpu = cpu;
-	sb->adm_mem = mem;
+	return charge(a->cpu_req, a->mem_req, a->pids_max);
+}
+
+bool admission_never_fits(struct corrald *d, uint64_t cpu_req, uint64_t mem_req, uint64_t pids_max,
+			  enum admission_table *ret_table, char *msg, size_t msglen)
+{
+	struct capacity req = charge(cpu_req, mem_req, pids_max);
+	if (!capacity_never_fits(&A.cap, &req, msg, msglen))
+		return false;
+	*ret_table = req.cpu_millis > A.cap.cpu_millis || req.memory_bytes > A.cap.memory_bytes
+			 ? ADMISSION_REQUESTS
+		     : req.pids > A.cap.pids ? ADMISSION_PIDS
+					     : ADMISSION_FILES;
+	return true;
+}
+
+static void hold(struct sandbox *sb, const struct capacity *c)
+{
+	sb->adm_cpu = c->cpu_millis;
+	sb->adm_mem = c->memory_bytes;
+	sb->adm_pids = c->pids;
+	sb->adm_files = c->files;
 	sb->admitted = true;
-	A.used.cpu_millis += cpu;
-	A.used.memory_bytes += mem;
+	A.used.cpu_millis += c->cpu_millis;
+	A.used.memory_bytes += c->memory_bytes;
+	A.used.pids += c->pids;
+	A.used.files += c->files;
 }
 
 static void wait_free(struct admit_wait *w)
@@ -70,7 +94,8 @@ static void dequeue(struct admit_wait *w)
 
 static void start(struct sandbox *sb, const struct create_args *a, create_done_fn done, void *arg)
 {
-	hold(sb, a->cpu_req, a->mem_req);
+	struct capacity req = args_charge(a);
+	hold(sb, &req);
 	int r = lifecycle_create(sb, a->cpu_limit, a->mem_limit, a->pids_max, a->cpu_req,
 				 a->mem_req, done, arg);
 	if (r < 0) {
@@ -84,8 +109,8 @@ static void start(struct sandbox *sb, const struct create_args *a, create_done_f
 
 static void describe_wait(struct admit_wait *w)
 {
-	char shortfall[256];
-	struct capacity req = {w->args.cpu_req, w->args.mem_req};
+	char shortfall[384];
+	struct capacity req = args_charge(&w->args);
 	capacity_shortfall(&A.cap, &A.used, &req, shortfall, sizeof(shortfall));
 	sandbox_set_status(w->sb, SB_PENDING, "InsufficientCapacity",
 			   "waiting for capacity (%u create(s) queued): %s", A.queued, shortfall);
@@ -96,7 +121,7 @@ static void pump(evutil_socket_t fd, short what, void *arg)
 {
 	struct admit_wait *w;
 	while ((w = TAILQ_FIRST(&A.queue))) {
-		struct capacity req = {w->args.cpu_req, w->args.mem_req};
+		struct capacity req = args_charge(&w->args);
 		if (!capacity_fits(&A.cap, &A.used, &req))
 			break;
 		dequeue(w);
@@ -123,8 +148,8 @@ static void on_wait_deadline(evutil_socket_t fd, short what, void *arg)
 {
 	struct admit_wait *w = arg;
 	struct sandbox *sb = sandbox_ref(w->sb);
-	char shortfall[256], msg[512];
-	struct capacity req = {w->args.cpu_req, w->args.mem_req};
+	char shortfall[384], msg[640];
+	struct capacity req = args_charge(&w->args);
 	capacity_shortfall(&A.cap, &A.used, &req, shortfall, sizeof(shortfall));
 	snprintf(msg, sizeof(msg),
 		 "no capacity for sandbox %s within %d s of waiting (--capacity-wait): %s; retry later, or request less (resourceRequests)",
@@ -137,9 +162,9 @@ static void on_wait_deadline(evutil_socket_t fd, short what, void *arg)
 int admission_create(struct sandbox *sb, const struct create_args *a, create_done_fn done,
 		     void *arg)
 {
-	struct capacity req = {a->cpu_req, a->mem_req};
+	struct capacity req = args_charge(a);
 	if (TAILQ_EMPTY(&A.queue) && capacity_fits(&A.cap, &A.used, &req)) {
-		hold(sb, a->cpu_req, a->mem_req);
+		hold(sb, &req);
 		int r = lifecycle_create(sb, a->cpu_limit, a->mem_limit, a->pids_max, a->cpu_req,
 					 a->mem_req, done, arg);
 		if (r < 0)
@@ -176,12 +201,14 @@ void admission_release(struct sandbox *sb)
 	A.used.cpu_millis -= sb->adm_cpu < A.used.cpu_millis ? sb->adm_cpu : A.used.cpu_millis;
 	A.used.memory_bytes -=
 	    sb->adm_mem < A.used.memory_bytes ? sb->adm_mem : A.used.memory_bytes;
+	A.used.pids -= sb->adm_pids < A.used.pids ? sb->adm_pids : A.used.pids;
+	A.used.files -= sb->adm_files < A.used.files ? sb->adm_files : A.used.files;
 	schedule_pump();
 }
 
 void admission_adopt(struct sandbox *sb)
 {
-	uint64_t cpu = 0, mem = 0;
+	uint64_t cpu = 0, mem = 0, pids = 0;
 	const char *v;
 	if (sb->admitted)
 		return;
@@ -189,7 +216,14 @@ void admission_adopt(struct sandbox *sb)
 		(void)quantity_parse_cpu(v, &cpu);
 	if ((v = json_string_value(json_object_get(sb->requests, "memory"))))
 		(void)quantity_parse_bytes(v, &mem);
-	hold(sb, cpu, mem); /* may exceed a smaller new --capacity: new creates then wait */
+	if ((v = json_string_value(json_object_get(sb->limits, "pids")))) {
+		char *end;
+		unsigned long long n = strtoull(v, &end, 10);
+		pids = *end ? 0 : n;
+	}
+	/* may exceed a smaller new --capacity (or a lower kernel table): new creates then wait */
+	struct capacity c = charge(cpu, mem, pids);
+	hold(sb, &c);
 }
 
 bool admission_cancel(struct sandbox *sb, int status, const char *code, const char *msg)

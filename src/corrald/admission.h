@@ -1,6 +1,7 @@
 /*
  * Admission by resource requests: the sum of the requests of admitted sandboxes (those created or
- * being created, not yet ended or torn down) must fit --capacity. A create that does not fit waits
+ * being created, not yet ended or torn down) must fit --capacity, and so must the sum of their
+ * shares of the host's pid and open-file tables (capacity.h). A create that does not fit waits
  * in a FIFO queue, visible as Pending with reason "InsufficientCapacity" and a message saying what
  * is short, until capacity frees (a sandbox ends or is deleted) or --capacity-wait passes: then
  * 503 SANDBOX::CAPACITY_TIMEOUT. A queued create is not persisted: a restart could not answer it. Strict FIFO: a later, smaller create never overtakes
@@ -17,9 +18,15 @@ struct create_args {
 };
 
 int admission_init(struct corrald *d, const struct capacity *cap);
-/* Why a request can never fit (msg set, true), checked before the sandbox exists. */
-bool admission_never_fits(struct corrald *d, uint64_t cpu_req, uint64_t mem_req, char *msg,
-			  size_t msglen);
+enum admission_table {
+	ADMISSION_REQUESTS, /* resourceRequests (cpu, memory) */
+	ADMISSION_PIDS,     /* the host's pid table */
+	ADMISSION_FILES,    /* the host's open-file table */
+};
+/* Why a sandbox can never fit (msg set, *ret_table says which part of the capacity, true),
+ * checked before the sandbox exists. pids_max 0: the default pids limit. */
+bool admission_never_fits(struct corrald *d, uint64_t cpu_req, uint64_t mem_req, uint64_t pids_max,
+			  enum admission_table *ret_table, char *msg, size_t msglen);
 /* lifecycle_create() now, or once capacity frees. Same contract as lifecycle_create(). */
 int admission_create(struct sandbox *sb, const struct create_args *a, create_done_fn done,
 		     void *arg);

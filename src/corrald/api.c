@@ -178,9 +178,16 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	}
 	char rootfs[PATH_MAX], msg[1536];
 	bool host = false;
-	if (admission_never_fits(d, p.cpu_request_millis, p.memory_request_bytes, msg, sizeof(msg))) {
+	enum admission_table table;
+	if (admission_never_fits(d, p.cpu_request_millis, p.memory_request_bytes, p.pids_max, &table,
+				 msg, sizeof(msg))) {
 		/* Name the field the client sent: without resourceRequests its limits are the requests. */
-		if (p.requests_given)
+		if (table == ADMISSION_PIDS)
+			verr_set(&e, 400, "SANDBOX::EXCEEDS_HOST_PID_TABLE",
+				 ((const char *const[]){"resourceLimits", "pids", NULL}), "%s", msg);
+		else if (table == ADMISSION_FILES)
+			verr_set(&e, 400, "SANDBOX::EXCEEDS_HOST_FILE_TABLE", NULL, "%s", msg);
+		else if (p.requests_given)
 			verr_set(&e, 400, "SANDBOX::REQUESTS_EXCEED_CAPACITY",
 				 ((const char *const[]){"resourceRequests", NULL}), "%s", msg);
 		else

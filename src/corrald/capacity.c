@@ -9,12 +9,25 @@
 #include "shared/quantity.h"
 
 #define RESERVE_MIN (512ULL << 20)
+#define PID_RESERVE_MIN 2048
+#define FILE_RESERVE_MIN 65536
+
+static int parse_count(const char *v, uint64_t *ret)
+{
+	char *end;
+	errno = 0;
+	unsigned long long n = strtoull(v, &end, 10);
+	if (!*v || *v == '-' || *end || errno || n == 0)
+		return -EINVAL;
+	*ret = n;
+	return 0;
+}
 
 int capacity_parse(const char *s, struct capacity *cap, char *msg, size_t msglen)
 {
 	char buf[256];
 	if (!s || !*s || strlen(s) >= sizeof(buf)) {
-		snprintf(msg, msglen, "expected cpu=N,memory=SIZE (e.g. cpu=8,memory=30Gi)");
+		snprintf(msg, msglen, "expected cpu=N,memory=SIZE,pids=N,files=N (e.g. cpu=8,memory=30Gi)");
 		return -EINVAL;
 	}
 	snprintf(buf, sizeof(buf), "%s", s);
@@ -23,7 +36,7 @@ int capacity_parse(const char *s, struct capacity *cap, char *msg, size_t msglen
 	for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
 		char *eq = strchr(kv, '=');
 		if (!eq) {
-			snprintf(msg, msglen, "'%s' is not KEY=VALUE (keys: cpu, memory)", kv);
+			snprintf(msg, msglen, "'%s' is not KEY=VALUE (keys: cpu, memory, pids, files)", kv);
 			return -EINVAL;
 		}
 		*eq = '\0';
@@ -38,8 +51,13 @@ int capacity_parse(const char *s, struct capacity *cap, char *msg, size_t msglen
 				snprintf(msg, msglen, "memory: '%s' is not a positive size (e.g. 30Gi)", v);
 				return -EINVAL;
 			}
+		} else if (strcmp(kv, "pids") == 0 || strcmp(kv, "files") == 0) {
+			if (parse_count(v, kv[0] == 'p' ? &c.pids : &c.files) < 0) {
+				snprintf(msg, msglen, "%s: '%s' is not a positive count (e.g. 100000)", kv, v);
+				return -EINVAL;
+			}
 		} else {
-			snprintf(msg, msglen, "unknown key '%s' (keys: cpu, memory)", kv);
+			snprintf(msg, msglen, "unknown key '%s' (keys: cpu, memory, pids, files)", kv);
 			return -EINVAL;
 		}
 	}
@@ -54,13 +72,29 @@ void capacity_default(unsigned host_cpus, uint64_t host_memory, struct capacity 
 		reserve = RESERVE_MIN;
 	ret->cpu_millis = (uint64_t)(host_cpus ? host_cpus : 1) * 1000;
 	ret->memory_bytes = host_memory > reserve ? host_memory - reserve : host_memory;
+	ret->pids = ret->files = UINT64_MAX; /* capacity_default_tables() */
+}
+
+void capacity_default_tables(uint64_t pid_table, uint64_t file_table, struct capacity *ret)
+{
+	uint64_t r = pid_table / 16 > PID_RESERVE_MIN ? pid_table / 16 : PID_RESERVE_MIN;
+	ret->pids = pid_table == 0 ? UINT64_MAX : pid_table > r ? pid_table - r : 1;
+	r = file_table / 20 > FILE_RESERVE_MIN ? file_table / 20 : FILE_RESERVE_MIN;
+	ret->files = file_table == 0 ? UINT64_MAX : file_table > r ? file_table - r : 1;
+}
+
+/* used + req <= cap without overflow (a capacity may be UINT64_MAX: unlimited) */
+static bool fits(uint64_t cap, uint64_t used, uint64_t req)
+{
+	return used <= cap && req <= cap - used;
 }
 
 bool capacity_fits(const struct capacity *cap, const struct capacity *used,
 		   const struct capacity *req)
 {
-	return used->cpu_millis + req->cpu_millis <= cap->cpu_millis &&
-	       used->memory_bytes + req->memory_bytes <= cap->memory_bytes;
+	return fits(cap->cpu_millis, used->cpu_millis, req->cpu_millis) &&
+	       fits(cap->memory_bytes, used->memory_bytes, req->memory_bytes) &&
+	       fits(cap->pids, used->pids, req->pids) && fits(cap->files, used->files, req->files);
 }
 
 bool capacity_never_fits(const struct capacity *cap, const struct capacity *req, char *msg,
@@ -79,6 +113,18 @@ bool capacity_never_fits(const struct capacity *cap, const struct capacity *req,
 		snprintf(msg, msglen,
 			 "resourceRequests.memory: %s is more than this host's whole capacity (%s); request less (limits may stay higher)",
 			 a, b);
+		return true;
+	}
+	if (req->pids > cap->pids) {
+		snprintf(msg, msglen,
+			 "resourceLimits.pids: %" PRIu64 " is more than this host's whole pid table gives sandboxes (%" PRIu64 ": kernel.pid_max less a reserve for the host); ask for fewer, or raise kernel.pid_max",
+			 req->pids, cap->pids);
+		return true;
+	}
+	if (req->files > cap->files) {
+		snprintf(msg, msglen,
+			 "open files: each sandbox holds %" PRIu64 " (RLIMIT_NOFILE) of the host's file table, which gives sandboxes %" PRIu64 " (fs.file-max less a reserve); lower --sandbox-nofile or raise fs.file-max",
+			 req->files, cap->files);
 		return true;
 	}
 	return false;
@@ -103,6 +149,21 @@ void capacity_shortfall(const struct capacity *cap, const struct capacity *used,
 		quantity_format_bytes(cap->memory_bytes, c, sizeof(c));
 		off += (size_t)snprintf(msg + off, msglen - off, "%smemory: needs %s, %s of %s free",
 					off ? "; " : "", a, b, c);
+	}
+	const struct {
+		const char *name;
+		uint64_t cap, used, req;
+	} tables[] = {
+	    {"pids", cap->pids, used->pids, req->pids},
+	    {"files", cap->files, used->files, req->files},
+	};
+	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]) && off < msglen; i++) {
+		uint64_t tfree = tables[i].used < tables[i].cap ? tables[i].cap - tables[i].used : 0;
+		if (tables[i].req > tfree)
+			off += (size_t)snprintf(msg + off, msglen - off,
+						"%s%s: needs %" PRIu64 ", %" PRIu64 " of %" PRIu64 " free in the host's %s table",
+						off ? "; " : "", tables[i].name, tables[i].req, tfree,
+						tables[i].cap, i == 0 ? "pid" : "open-file");
 	}
 	if (off == 0)
 		snprintf(msg, msglen, "queued behind earlier creates (first in, first out)");

@@ -1,6 +1,14 @@
 /*
  * Admission arithmetic (pure; corrald/admission.c drives it): the host's allocatable capacity, the
  * sum of admitted requests, and whether one more sandbox's requests fit.
+ *
+ * Besides CPU and memory requests, two host-wide kernel tables that every sandbox draws from
+ * (docs/resources.md, "Host-wide tables"):
+ *  - pids: each sandbox holds its whole pids limit (pids.max) of the host's pid table
+ *    (min(kernel.pid_max, kernel.threads-max)): the sum of the limits never passes it, so no set
+ *    of sandboxes can leave the host unable to fork;
+ *  - files: each sandbox holds its RLIMIT_NOFILE (one full fd table) of the host's open-file
+ *    table (fs.file-max).
  */
 #pragma once
 
@@ -11,15 +19,23 @@
 struct capacity {
 	uint64_t cpu_millis;
 	uint64_t memory_bytes;
+	uint64_t pids;  /* entries of the host's pid table */
+	uint64_t files; /* entries of the host's open-file table */
 };
 
-/* "cpu=N,memory=SIZE" (either key may be left out: it keeps its value in *cap; quantities as in
- * resourceLimits). -EINVAL with msg saying what is wrong. */
+/* "cpu=N,memory=SIZE,pids=N,files=N" (any key may be left out: it keeps its value in *cap;
+ * quantities as in resourceLimits). -EINVAL with msg saying what is wrong. */
 int capacity_parse(const char *s, struct capacity *cap, char *msg, size_t msglen);
 
 /* The default: every CPU this process may run on, and the host's memory less a reserve for the
- * host itself (max(512 MiB, 5%)). host_cpus/host_memory are what the host has. */
+ * host itself (max(512 MiB, 5%)). host_cpus/host_memory are what the host has. The tables are
+ * left unlimited. */
 void capacity_default(unsigned host_cpus, uint64_t host_memory, struct capacity *ret);
+
+/* The default shares of the host's tables: pid_table (min(kernel.pid_max, kernel.threads-max))
+ * less max(2048, 1/16) for the host's own processes, and file_table (fs.file-max) less
+ * max(65536, 5%). A table read as 0 (unknown) is left unlimited. */
+void capacity_default_tables(uint64_t pid_table, uint64_t file_table, struct capacity *ret);
 
 /* Whether req fits next to used within cap. */
 bool capacity_fits(const struct capacity *cap, const struct capacity *used,

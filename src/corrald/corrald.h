@@ -79,8 +79,9 @@ struct sandbox {
 	struct create_ctx *creating;
 
 	/* admission.c */
-	bool admitted;              /* holds adm_cpu/adm_mem of the capacity */
+	bool admitted;              /* holds adm_* of the capacity */
 	uint64_t adm_cpu, adm_mem;  /* its requests: millicores, bytes */
+	uint64_t adm_pids, adm_files; /* its shares of the host's pid and open-file tables */
 	struct admit_wait *waiting; /* queued for capacity (state Pending) */
 };
 

@@ -21,6 +21,7 @@
 #include "corrald/admission.h"
 #include "corrald/corrald.h"
 #include "corrald/upstream.h"
+#include "runtime/confine.h"
 #include "shared/fsutil.h"
 #include "shared/log.h"
 #include "shared/quantity.h"
@@ -56,12 +57,18 @@ static void usage(FILE *f)
 		"                         advertised on every response as Keep-Alive: timeout=SECS\n"
 		"  --create-timeout SECS  deadline for a create once admitted: runtime work plus execd\n"
 		"                         readiness (default %d)\n"
-		"  --capacity cpu=N,memory=SIZE\n"
+		"  --capacity cpu=N,memory=SIZE,pids=N,files=N\n"
 		"                         what sandboxes may request in total (resourceRequests; absent =\n"
 		"                         their limits); a create that does not fit waits as Pending until\n"
 		"                         capacity frees or --capacity-wait passes (then 503\n"
 		"                         SANDBOX::CAPACITY_TIMEOUT). Default: every CPU corrald may use\n"
-		"                         and the host's memory less max(512Mi, 5%%)\n"
+		"                         and the host's memory less max(512Mi, 5%%). pids and files are\n"
+		"                         the host's pid and open-file tables: each sandbox holds its pids\n"
+		"                         limit (default 4096) and its RLIMIT_NOFILE of them. Default: the\n"
+		"                         smaller of kernel.pid_max and kernel.threads-max less\n"
+		"                         max(2048, 1/16), and fs.file-max less max(65536, 5%%)\n"
+		"  --sandbox-nofile N     RLIMIT_NOFILE (soft and hard) of every sandbox process (default\n"
+		"                         %d; at most corrald's own hard limit without CAP_SYS_RESOURCE)\n"
 		"  --capacity-wait SECS   longest wait of a create for capacity (default %d: below the\n"
 		"                         SDKs' 30 s request timeout, so clients get the 503)\n"
 		"  --no-userns            run sandboxes without a user namespace: sandbox root is then host\n"
@@ -75,7 +82,8 @@ static void usage(FILE *f)
 		"  corrald --listen 127.0.0.1:8080 --state-dir /tmp/corral --image-dir /srv/images\n"
 		"  curl -s localhost:8080/v1/sandboxes -d '{\"image\":{\"uri\":\"host\"},\n"
 		"       \"entrypoint\":[\"sleep\",\"infinity\"],\"timeout\":600}'\n",
-		DEFAULT_IDLE_TIMEOUT, DEFAULT_CREATE_TIMEOUT, DEFAULT_CAPACITY_WAIT);
+		DEFAULT_IDLE_TIMEOUT, DEFAULT_CREATE_TIMEOUT, CONFINE_DEFAULT_NOFILE,
+		DEFAULT_CAPACITY_WAIT);
 }
 
 static int parse_listen(const char *s, char *host, size_t hostlen, unsigned short *port)
@@ -124,6 +132,22 @@ static int parse_seconds(const char *flag, const char *s, int *ret)
 	}
 	*ret = (int)v;
 	return 0;
+}
+
+/* A kernel table's size from /proc/sys, 0 when unknown. */
+static uint64_t sysctl_u64(const char *path)
+{
+	uint64_t v = 0;
+	return fs_read_u64(path, &v) < 0 ? 0 : v;
+}
+
+/* The host's pid table: every task of every sandbox takes an entry of the initial pid namespace
+ * too, and fork fails (for root as well) once either limit is reached. */
+static uint64_t host_pid_table(void)
+{
+	uint64_t pid_max = sysctl_u64("/proc/sys/kernel/pid_max");
+	uint64_t threads = sysctl_u64("/proc/sys/kernel/threads-max");
+	return pid_max && threads && threads < pid_max ? threads : pid_max;
 }
 
 static struct corrald D;
@@ -175,7 +199,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 int main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
-	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS };
+	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS,
+	       OPT_NOFILE };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -189,6 +214,7 @@ int main(int argc, char **argv)
 		{"capacity", required_argument, NULL, OPT_CAPACITY},
 		{"capacity-wait", required_argument, NULL, OPT_CAPACITY_WAIT},
 		{"no-userns", no_argument, NULL, OPT_NO_USERNS},
+		{"sandbox-nofile", required_argument, NULL, OPT_NOFILE},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -209,6 +235,7 @@ int main(int argc, char **argv)
 				    : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
 		uint64_t mem = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
 		capacity_default(ncpu, mem, &cap);
+		capacity_default_tables(host_pid_table(), sysctl_u64("/proc/sys/fs/file-max"), &cap);
 	}
 
 	int c;
@@ -249,6 +276,20 @@ int main(int argc, char **argv)
 				fprintf(stderr, "corrald: --capacity: %s\n", msg);
 				return 2;
 			}
+			break;
+		}
+		case OPT_NOFILE: {
+			uint64_t nr_open = sysctl_u64("/proc/sys/fs/nr_open");
+			char *end;
+			errno = 0;
+			unsigned long long n = strtoull(optarg, &end, 10);
+			if (!*optarg || *optarg == '-' || *end || errno || n < 64 ||
+			    n > (nr_open ? nr_open : 1048576)) {
+				fprintf(stderr, "corrald: --sandbox-nofile: '%s' is not a number of open files from 64 to %llu (fs.nr_open)\n",
+					optarg, (unsigned long long)(nr_open ? nr_open : 1048576));
+				return 2;
+			}
+			d->rt_cfg.nofile = n;
 			break;
 		}
 		case 'h': usage(stdout); return 0;
@@ -388,10 +429,16 @@ int main(int argc, char **argv)
 
 	char capmem[32];
 	quantity_format_bytes(cap.memory_bytes, capmem, sizeof(capmem));
-	log_info("listening on %s (state %s, execd %s, cgroup %s, auth %s, user namespaces %s, capacity cpu %llum memory %s)",
+	log_info("listening on %s (state %s, execd %s, cgroup %s, auth %s, user namespaces %s, capacity cpu %llum memory %s pids %llu files %llu, sandbox nofile %llu)",
 		 listen, d->state_dir, execd, cgroup_name, d->api_key ? "on" : "off (loopback only)",
 		 d->rt_cfg.no_userns ? "off (--no-userns)" : "on",
-		 (unsigned long long)cap.cpu_millis, capmem);
+		 (unsigned long long)cap.cpu_millis, capmem, (unsigned long long)cap.pids,
+		 (unsigned long long)cap.files,
+		 (unsigned long long)(d->rt_cfg.nofile ? d->rt_cfg.nofile : CONFINE_DEFAULT_NOFILE));
+	if (cap.pids / RUNTIME_DEFAULT_PIDS_MAX < 16)
+		log_warn("the host's pid table admits only %llu sandboxes at the default pids limit %d: raise kernel.pid_max (e.g. sysctl kernel.pid_max=4194304) or create sandboxes with a lower resourceLimits.pids",
+			 (unsigned long long)(cap.pids / RUNTIME_DEFAULT_PIDS_MAX),
+			 RUNTIME_DEFAULT_PIDS_MAX);
 	event_base_dispatch(d->base);
 	upstream_shutdown();
 	log_info("stopped");

@@ -331,10 +331,17 @@ static int mount_point(const struct child_ctx *c, const char *rel, struct error 
 
 static int setup_proc(struct child_ctx *c, struct error *err)
 {
+	/* Docker's and runc's list, then what Podman adds (interrupts), then kernel heap and
+	 * physical page layouts (slabinfo, vmallocinfo, pagetypeinfo, kpage*: heap grooming and
+	 * Rowhammer aids; only root can read them, and root in a sandbox is root), and kallsyms
+	 * (kernel addresses for everyone on a host with kptr_restrict=0 and perf_event_paranoid<=1:
+	 * no KASLR). */
 	static const char *const masked[] = {
-	    "/proc/acpi",	 "/proc/asound",	"/proc/kcore",
-	    "/proc/keys",	 "/proc/latency_stats", "/proc/timer_list",
-	    "/proc/timer_stats", "/proc/sched_debug",	"/proc/scsi",
+	    "/proc/acpi",	    "/proc/asound",	    "/proc/kcore",	 "/proc/keys",
+	    "/proc/latency_stats",  "/proc/timer_list",	    "/proc/timer_stats", "/proc/sched_debug",
+	    "/proc/scsi",	    "/proc/interrupts",	    "/proc/slabinfo",	 "/proc/vmallocinfo",
+	    "/proc/pagetypeinfo",   "/proc/kpagecount",	    "/proc/kpageflags",	 "/proc/kpagecgroup",
+	    "/proc/kallsyms",
 	};
 	static const char *const readonly[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
 					       "/proc/sysrq-trigger"};
@@ -353,10 +360,16 @@ static int setup_sys(struct child_ctx *c, struct error *err)
 			 MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, err);
 	if (r == 0)
 		r = c->cg->mount_ns(R(c, "/sys/fs/cgroup"), err);
-	if (r == 0)
-		r = mask_path(c, R(c, "/sys/firmware"), "/dev/null", err);
-	if (r == 0)
-		r = mask_path(c, R(c, "/sys/devices/virtual/powercap"), "/dev/null", err);
+	/* Block devices: every loop device's loop/backing_file names a sandbox's disk.img (its id
+	 * and the host's state path), of any corrald on the host. The devices live under
+	 * devices/virtual/block (loop) or a bus path (real disks, reached only through the
+	 * others); block, class/block and dev/block hold the links to them. */
+	static const char *const masked[] = {
+	    "/sys/firmware",	  "/sys/devices/virtual/powercap", "/sys/block",
+	    "/sys/class/block", "/sys/dev/block",		   "/sys/devices/virtual/block",
+	};
+	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(masked); i++)
+		r = mask_path(c, R(c, masked[i]), "/dev/null", err);
 	return r;
 }
 
@@ -603,8 +616,10 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	if (r < 0 && r != -EACCES && r != -EPERM)
 		return error_set_errno(err, -r, "set oom_score_adj");
 
+	/* Before the user namespace: raising a hard limit takes CAP_SYS_RESOURCE of the host's. */
 	if ((r = place_fd(c->listen_fd, EXECD_LISTEN_FD, err)) < 0 ||
-	    (r = place_fd(c->state_fd, EXECD_STATE_FD, err)) < 0)
+	    (r = place_fd(c->state_fd, EXECD_STATE_FD, err)) < 0 ||
+	    (r = confine_rlimits(c->cfg->nofile, err)) < 0)
 		return r;
 	/* Into the user namespace last: everything above needed host root (mounts, pivot_root,
 	 * hostname and lo belong to namespaces the host's user namespace owns, which sandbox root

@@ -68,6 +68,7 @@ struct runtime_config {
 	const char *state_dir;  /* e.g. /var/lib/corral */
 	const char *execd_path; /* host path of the static corral-execd binary */
 	const char *cgroup_name; /* parent cgroup under each hierarchy, default "corral" */
+	uint64_t nofile;        /* RLIMIT_NOFILE of every sandbox; 0 = CONFINE_DEFAULT_NOFILE */
 	bool no_userns;         /* opt-out: no user namespace (sandbox root is host root) */
 	const char *userns_dir; /* host-wide id-range slots (userns.h); NULL = the default */
 };

@@ -43,7 +43,9 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 EXECD_PORT = 44772
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 HEX32_RE = re.compile(r"^[0-9a-f]{32}$")
-TEST_CAPACITY = "cpu=100000,memory=100Ti"
+# Far above this host's, host-wide tables included (50 sandboxes at the default pids 4096 pass a
+# pid_max of 32768): admission is tested by test_resources.py and tests/security with their own.
+TEST_CAPACITY = "cpu=100000,memory=100Ti,pids=1000000000,files=1000000000000"
 
 DEFAULT_SPEC = {
     "image": {"uri": "host"},

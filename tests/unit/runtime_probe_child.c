@@ -15,6 +15,9 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <linux/netlink.h>
+#include <sys/personality.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -134,8 +137,64 @@ int main(int argc, char **argv)
 	fprintf(out, "sethostname_errno=%d\n", err_of(sethostname("x", 1)));
 	fprintf(out, "io_uring_errno=%d\n", err_of(syscall(SYS_io_uring_setup, 1L, 0L)));
 #ifdef __x86_64__
-	/* The 32-bit ABI from a 64-bit process: i386 mount (21) and unshare (310). */
 	long r32;
+#endif
+	fprintf(out, "kcmp_errno=%d\n", err_of(syscall(SYS_kcmp, 1L, 1L, 0L, 0L, 0L)));
+	fprintf(out, "pidfd_getfd_errno=%d\n", err_of(syscall(SYS_pidfd_getfd, 0L, 0L, 0L)));
+	fprintf(out, "process_madvise_errno=%d\n",
+		err_of(syscall(SYS_process_madvise, 0L, 0L, 0L, 0L, 0L)));
+	fprintf(out, "process_vm_writev_errno=%d\n",
+		err_of(syscall(SYS_process_vm_writev, 1L, 0L, 0L, 0L, 0L, 0L)));
+#ifdef SYS_modify_ldt
+	fprintf(out, "modify_ldt_errno=%d\n", err_of(syscall(SYS_modify_ldt, 0L, 0L, 0L)));
+#endif
+	/* personality: the allowed ones work (and are undone), the rest are refused */
+	long persona = syscall(SYS_personality, 0xffffffffL);
+	fprintf(out, "personality_query=%ld\n", persona);
+	fprintf(out, "personality_linux32_errno=%d\n", err_of(syscall(SYS_personality, 8L)));
+	fprintf(out, "personality_read_implies_exec_errno=%d\n",
+		err_of(syscall(SYS_personality, (long)READ_IMPLIES_EXEC)));
+	fprintf(out, "personality_no_randomize_errno=%d\n",
+		err_of(syscall(SYS_personality, (long)ADDR_NO_RANDOMIZE)));
+	fprintf(out, "personality_high_bits_errno=%d\n",
+		err_of(syscall(SYS_personality, 0x100000000L | READ_IMPLIES_EXEC)));
+#ifdef __x86_64__
+	/* The x32 ABI's personality (0x40000000 | 135): refused whether or not the kernel has x32. */
+	fprintf(out, "x32_personality_errno=%d\n",
+		err_of(syscall(0x40000000L | 135, (long)READ_IMPLIES_EXEC)));
+#endif
+	syscall(SYS_personality, 0L);
+	fprintf(out, "personality_after=%ld\n", syscall(SYS_personality, 0xffffffffL));
+	fprintf(out, "vsock_errno=%d\n", err_of(socket(40 /* AF_VSOCK */, SOCK_STREAM, 0)));
+	fprintf(out, "vsock_high_bits_errno=%d\n",
+		err_of(syscall(SYS_socket, 0x100000000L | 40, (long)SOCK_STREAM, 0L)));
+	fprintf(out, "netlink_audit_errno=%d\n",
+		err_of(socket(AF_NETLINK, SOCK_RAW, NETLINK_AUDIT)));
+	fprintf(out, "netlink_route_errno=%d\n",
+		err_of(socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE)));
+	struct rlimit rl;
+	getrlimit(RLIMIT_NOFILE, &rl);
+	fprintf(out, "nofile=%llu/%llu\n", (unsigned long long)rl.rlim_cur,
+		(unsigned long long)rl.rlim_max);
+	file_field("proc_slabinfo", "/proc/slabinfo");
+	file_field("proc_vmallocinfo", "/proc/vmallocinfo");
+	fprintf(out, "sys_block_entries=%d\n", count_entries("/sys/block"));
+	fprintf(out, "sys_virtual_block_entries=%d\n", count_entries("/sys/devices/virtual/block"));
+#ifdef __x86_64__
+	/* The 32-bit ABI: i386 socket(AF_VSOCK) (359), socketcall(SYS_SOCKET) (102), personality
+	 * (136) with READ_IMPLIES_EXEC. */
+	__asm__ volatile("int $0x80"
+			 : "=a"(r32)
+			 : "a"(359L), "b"(40L), "c"((long)SOCK_STREAM), "d"(0L)
+			 : "memory");
+	fprintf(out, "i386_vsock=%ld\n", r32);
+	__asm__ volatile("int $0x80" : "=a"(r32) : "a"(102L), "b"(1L), "c"(0L) : "memory");
+	fprintf(out, "i386_socketcall=%ld\n", r32);
+	__asm__ volatile("int $0x80" : "=a"(r32) : "a"(136L), "b"((long)READ_IMPLIES_EXEC) : "memory");
+	fprintf(out, "i386_personality=%ld\n", r32);
+#endif
+#ifdef __x86_64__
+	/* The 32-bit ABI from a 64-bit process: i386 mount (21) and unshare (310). */
 	__asm__ volatile("int $0x80" : "=a"(r32) : "a"(21L), "b"(0L), "c"(0L), "d"(0L) : "memory");
 	fprintf(out, "i386_mount=%ld\n", r32);
 	__asm__ volatile("int $0x80" : "=a"(r32) : "a"(310L), "b"((long)CLONE_NEWUSER) : "memory");

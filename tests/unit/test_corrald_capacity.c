@@ -1,5 +1,6 @@
 /* Admission arithmetic (corrald/capacity.c). */
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "check.h"
@@ -26,6 +27,17 @@ static void test_parse(void)
 	CHECK_INT(capacity_parse("", &c, msg, sizeof(msg)), -EINVAL);
 	/* a failed parse leaves the capacity alone */
 	CHECK_U64(c.cpu_millis, 1500);
+	CHECK_INT(capacity_parse("pids=20000,files=300000", &c, msg, sizeof(msg)), 0);
+	CHECK_U64(c.pids, 20000);
+	CHECK_U64(c.files, 300000);
+	CHECK_U64(c.cpu_millis, 1500);
+	CHECK_INT(capacity_parse("pids=0", &c, msg, sizeof(msg)), -EINVAL);
+	CHECK(strstr(msg, "pids") != NULL);
+	CHECK_INT(capacity_parse("files=-1", &c, msg, sizeof(msg)), -EINVAL);
+	CHECK(strstr(msg, "files") != NULL);
+	CHECK_INT(capacity_parse("pids=12x", &c, msg, sizeof(msg)), -EINVAL);
+	CHECK_INT(capacity_parse("pids=99999999999999999999999", &c, msg, sizeof(msg)), -EINVAL);
+	CHECK_U64(c.pids, 20000);
 }
 
 static void test_default(void)
@@ -36,6 +48,16 @@ static void test_default(void)
 	CHECK_U64(c.memory_bytes, (24ULL << 30) - (24ULL << 30) / 20);
 	capacity_default(1, 2ULL << 30, &c); /* small host: the 512 MiB floor */
 	CHECK_U64(c.memory_bytes, (2ULL << 30) - (512ULL << 20));
+	CHECK_U64(c.pids, UINT64_MAX); /* the tables are capacity_default_tables()'s */
+	capacity_default_tables(32768, 2466170, &c);
+	CHECK_U64(c.pids, 32768 - 2048);
+	CHECK_U64(c.files, 2466170 - 2466170 / 20);
+	capacity_default_tables(4194304, 100000, &c); /* large pid table, small file table */
+	CHECK_U64(c.pids, 4194304 - 4194304 / 16);
+	CHECK_U64(c.files, 100000 - 65536);
+	capacity_default_tables(0, 1000, &c); /* unknown; smaller than the reserve */
+	CHECK_U64(c.pids, UINT64_MAX);
+	CHECK_U64(c.files, 1);
 }
 
 static void test_fits(void)
@@ -65,10 +87,51 @@ static void test_fits(void)
 	CHECK(!capacity_never_fits(&cap, &one, msg, sizeof(msg)));
 }
 
+static void test_tables(void)
+{
+	/* 30720 pids: 7 sandboxes at 4096 */
+	struct capacity cap = {100000, 1ULL << 40, 30720, UINT64_MAX}, used = {0};
+	struct capacity one = {1000, 1ULL << 30, 4096, 65536};
+	char msg[384];
+	for (int i = 0; i < 7; i++) {
+		CHECK(capacity_fits(&cap, &used, &one));
+		used.cpu_millis += one.cpu_millis;
+		used.memory_bytes += one.memory_bytes;
+		used.pids += one.pids;
+		used.files += one.files;
+	}
+	CHECK(!capacity_fits(&cap, &used, &one));
+	capacity_shortfall(&cap, &used, &one, msg, sizeof(msg));
+	CHECK_STR(msg, "pids: needs 4096, 2048 of 30720 free in the host's pid table");
+	struct capacity small = {1000, 1ULL << 30, 2048, 65536};
+	CHECK(capacity_fits(&cap, &used, &small));
+	/* files */
+	cap.files = 458752; /* 7 x 65536 */
+	cap.pids = UINT64_MAX;
+	CHECK(!capacity_fits(&cap, &used, &small));
+	capacity_shortfall(&cap, &used, &small, msg, sizeof(msg));
+	CHECK_STR(msg, "files: needs 65536, 0 of 458752 free in the host's open-file table");
+	/* never */
+	struct capacity big = {0, 0, 40000, 0};
+	cap.pids = 30720;
+	CHECK(capacity_never_fits(&cap, &big, msg, sizeof(msg)));
+	CHECK(strstr(msg, "resourceLimits.pids: 40000") != NULL);
+	CHECK(strstr(msg, "kernel.pid_max") != NULL);
+	big = (struct capacity){0, 0, 1, 1000000};
+	CHECK(capacity_never_fits(&cap, &big, msg, sizeof(msg)));
+	CHECK(strstr(msg, "fs.file-max") != NULL);
+	/* an unlimited table never overflows */
+	cap.files = UINT64_MAX;
+	used.files = UINT64_MAX - 10;
+	big = (struct capacity){0, 0, 1, 65536};
+	CHECK(!capacity_fits(&cap, &used, &big));
+}
+
 int main(void)
 {
 	test_parse();
 	test_default();
 	test_fits();
+	test_tables();
 	return check_summary("corrald_capacity");
 }

@@ -238,10 +238,10 @@ static void test_host_image(void)
 	CHECK_STR(R("env_FOO"), "bar");
 	CHECK_STR(R("env_HOME"), "/root");
 	CHECK(strstr(R("env_PATH"), "/usr/bin") != NULL);
-	/* Docker's set: chown dac_override fowner fsetid kill setgid setuid setpcap
-	 * net_bind_service sys_chroot audit_write setfcap. */
-	CHECK_STR(R("CapEff"), "00000000a00405fb");
-	CHECK_STR(R("CapBnd"), "00000000a00405fb");
+	/* Docker's set less audit_write: chown dac_override fowner fsetid kill setgid setuid
+	 * setpcap net_bind_service sys_chroot setfcap. */
+	CHECK_STR(R("CapEff"), "00000000800405fb");
+	CHECK_STR(R("CapBnd"), "00000000800405fb");
 	CHECK_STR(R("CapAmb"), "0000000000000000");
 	CHECK_STR(R("NoNewPrivs"), "1");
 	CHECK_STR(R("Seccomp"), "2");
@@ -255,7 +255,33 @@ static void test_host_image(void)
 	CHECK_STR(R("ptrace_errno"), "1");
 	CHECK_STR(R("sethostname_errno"), "1");
 	CHECK_STR(R("io_uring_errno"), "1");
+	CHECK_STR(R("kcmp_errno"), "1");
+	CHECK_STR(R("pidfd_getfd_errno"), "1");
+	CHECK_STR(R("process_madvise_errno"), "1");
+	CHECK_STR(R("process_vm_writev_errno"), "1");
 #ifdef __x86_64__
+	CHECK_STR(R("modify_ldt_errno"), "1");
+#endif
+	CHECK_STR(R("personality_query"), "0");
+	CHECK_STR(R("personality_linux32_errno"), "0");
+	CHECK_STR(R("personality_read_implies_exec_errno"), "1");
+	CHECK_STR(R("personality_no_randomize_errno"), "1");
+	CHECK_STR(R("personality_high_bits_errno"), "1");
+	CHECK_STR(R("personality_after"), "0");
+	CHECK_STR(R("vsock_errno"), "97");	       /* EAFNOSUPPORT */
+	CHECK_STR(R("vsock_high_bits_errno"), "97");
+	CHECK_STR(R("netlink_audit_errno"), "93"); /* EPROTONOSUPPORT */
+	CHECK_STR(R("netlink_route_errno"), "0");
+	CHECK_STR(R("proc_slabinfo"), "");	       /* /dev/null */
+	CHECK_STR(R("proc_vmallocinfo"), "");
+	CHECK(strtol(R("sys_block_entries"), NULL, 10) <= 0);
+	CHECK(strtol(R("sys_virtual_block_entries"), NULL, 10) <= 0);
+	CHECK_STR(R("nofile"), "4000/4000"); /* cfg.nofile, whatever this process has */
+#ifdef __x86_64__
+	CHECK_STR(R("i386_vsock"), "-97");
+	CHECK(strtol(R("i386_socketcall"), NULL, 10) < 0); /* every socketcall(SYS_SOCKET) */
+	CHECK_STR(R("i386_personality"), "-1");
+	CHECK_STR(R("x32_personality_errno"), "1");
 	CHECK_STR(R("i386_mount"), "-1");
 	CHECK_STR(R("i386_unshare"), "-1");
 #endif
@@ -588,7 +614,7 @@ int main(int argc, char **argv)
 		return 2;
 	snprintf(cgname, sizeof(cgname), "corral-rt-test-%d", (int)getpid());
 	cfg = (struct runtime_config){
-	    .state_dir = state, .execd_path = argv[1], .cgroup_name = cgname};
+	    .state_dir = state, .execd_path = argv[1], .cgroup_name = cgname, .nofile = 4000};
 	printf("cgroup manager: %s at %s\n", cgroup_detect() ? cgroup_detect()->name : "none",
 	       cgroup_root());
 	if (cgroup_detect() == &cgroup_v2_ops) {
