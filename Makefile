@@ -10,8 +10,9 @@ all: build
 bootstrap:
 	@./scripts/bootstrap.sh
 
+# Warnings are errors in CI builds (CI=true, as .ci/run is run), not on a developer's compiler.
 $(BUILD)/build.ninja:
-	@meson setup $(BUILD) >/dev/null
+	@meson setup $(BUILD) $(if $(filter true,$(CI)),-Dwerror=true) >/dev/null
 
 build: bootstrap $(BUILD)/build.ninja
 	@ninja -C $(BUILD)
@@ -24,10 +25,12 @@ run: build
 test: build
 	@./scripts/test.sh $(BUILD)
 
+# The ASan + UBSan build that `make test` runs again in CI (scripts/test.sh calls this target).
 asan: bootstrap
 	@[ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined \
-		-Dc_args=-fno-sanitize-recover=all >/dev/null
-	@ninja -C build-asan
+		-Db_lundef=false -Dc_args=-fno-sanitize-recover=all \
+		$(if $(filter true,$(CI)),-Dwerror=true) >/dev/null
+	@ninja -C build-asan -j2 >/dev/null
 
 clean:
 	rm -rf $(BUILD) build-asan

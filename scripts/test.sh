@@ -44,12 +44,8 @@ count "$BUILD/meson-logs/testlog.json" $rc
 if [ "${CI:-}" = "true" ] || [ "${CORRAL_TEST_ASAN:-}" = "1" ]; then
 	ASAN_BUILD=build-asan
 	echo "== the unit and integration suites again, under ASan + UBSan ($ASAN_BUILD) =="
-	if [ ! -f "$ASAN_BUILD/build.ninja" ]; then
-		meson setup "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false \
-			-Dc_args=-fno-sanitize-recover=all >/dev/null
-	fi
 	rm -f "$ASAN_BUILD/meson-logs/testlog.json"
-	if ninja -C "$ASAN_BUILD" -j2 >/dev/null; then
+	if make -s asan; then
 		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 			UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 			meson test -C "$ASAN_BUILD" --print-errorlogs --num-processes 2 \

@@ -178,7 +178,7 @@ int cmd_ps(struct cli *cli, int argc, char **argv)
 	char **st = calloc(json_array_size(states) + 1, sizeof(char *));
 	size_t i;
 	json_t *v;
-	_cleanup_(corral_strv_freep) char **state_v = st;
+	_cleanup_(corral_strv_freep) _unused_ char **state_v = st; /* frees st */
 	if (!meta || !st)
 		return EXIT_API;
 	json_array_foreach(states, i, v) st[i] = strdup(json_string_value(v));

@@ -3,7 +3,8 @@
 
 #include "error.h"
 
-static int error_vset(struct error *e, int errnum, int with_errno, const char *fmt, va_list ap)
+static _printf_(4, 0) int error_vset(struct error *e, int errnum, int with_errno, const char *fmt,
+				       va_list ap)
 {
 	if (errnum < 0)
 		errnum = -errnum;

@@ -243,9 +243,6 @@ static int mode_exactly_once(const char *proxy, const char *direct, int n_sb, in
 		corral_exec_result_clear(&r);
 	}
 	fclose(mem);
-	long lines = 0;
-	for (char *p = all; *p; p++)
-		lines += *p == '\n';
 	for (int i = 0; i < threads * commands; i++) {
 		int n = occurrences(all, ids[i]);
 		if (n > 1)

@@ -16,7 +16,11 @@ class AttackCase(CorralTestCase):
     """A CorralTestCase that, after every attack, checks the platform still answers."""
 
     def assert_platform_alive(self, *sids):
-        r = self.corrald.client(timeout=10).get("/health")
+        c = self.corrald.client(timeout=10)
+        try:
+            r = c.get("/health")
+        finally:
+            c.close()
         self.assertEqual(r.status, 200, "corrald stopped answering: %r" % r)
         for sid in sids:
             res = self.client.run(sid, "echo alive")
