@@ -64,7 +64,7 @@ struct sandbox {
 
 	pid_t pid; /* sandbox PID 1 (corral-execd); 0 until created */
 	uint64_t starttime;
-	int pidfd;
+	int watch_fd; /* the runtime's watch() fd on PID 1, or -1 */
 	struct event *death_ev;
 	struct event *ttl_ev;
 	struct event *oom_ev; /* oom_group on v1 (no kernel group kill): the OOM eventfd's event, or

@@ -1,6 +1,6 @@
 /*
  * The life of a sandbox as corrald drives it: create (worker + readiness pings), the death watch
- * (pidfd), TTL timers, pause/resume, teardown (worker), and recovery of the registry at start-up.
+ * (the runtime's watch fd), TTL timers, pause/resume, teardown (worker), and recovery of the registry at start-up.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -428,9 +428,9 @@ static void unwatch_death(struct sandbox *sb)
 		event_free(sb->death_ev);
 		sb->death_ev = NULL;
 	}
-	if (sb->pidfd >= 0) {
-		close(sb->pidfd);
-		sb->pidfd = -1;
+	if (sb->watch_fd >= 0) {
+		close(sb->watch_fd);
+		sb->watch_fd = -1;
 	}
 }
 
@@ -442,20 +442,17 @@ static void on_died_later(evutil_socket_t fd, short what, void *arg)
 	sandbox_unref(sb);
 }
 
-/* PID 1 still runs: same start time, not a zombie. */
+/* PID 1 still runs: same start time, not a zombie (the runtime's probe checks all). */
 static bool pid1_alive(const struct sandbox *sb)
 {
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)sb->pid);
-	if (sb->pid <= 0 || fs_read_small(path, buf, sizeof(buf)) < 0)
-		return false;
-	const char *p = strrchr(buf, ')');
-	uint64_t st = 0;
-	return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X' &&
-	       runtime_pid_starttime(sb->pid, &st) >= 0 && st == sb->starttime;
+	struct corrald *d = sb->d;
+	struct sandbox_probe pr = {0};
+	struct error err = {0};
+	return sb->pid > 0 && d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) >= 0 &&
+	       pr.alive;
 }
 
-/* Without pidfd_open (old kernels, valgrind) PID 1 is polled instead. */
+/* Where the runtime has no watch fd, PID 1 is polled instead. */
 static void on_death_poll(evutil_socket_t fd, short what, void *arg)
 {
 	struct sandbox *sb = arg;
@@ -465,24 +462,24 @@ static void on_death_poll(evutil_socket_t fd, short what, void *arg)
 
 static void watch_death(struct sandbox *sb)
 {
+	struct corrald *d = sb->d;
+	struct error err = {0};
 	unwatch_death(sb);
-	int fd = (int)syscall(SYS_pidfd_open, sb->pid, 0);
-	if (fd < 0 && errno != ESRCH && pid1_alive(sb)) {
-		sb->death_ev = event_new(sb->d->base, -1, EV_PERSIST, on_death_poll, sb);
+	int fd = d->rt->watch(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &err);
+	if (fd == -ENOSYS && pid1_alive(sb)) {
+		sb->death_ev = event_new(d->base, -1, EV_PERSIST, on_death_poll, sb);
 		struct timeval tv = {0, 200 * 1000};
 		event_add(sb->death_ev, &tv);
 		watch_oom(sb);
 		return;
 	}
-	if (fd < 0 || !pid1_alive(sb)) {
+	if (fd < 0) {
 		/* Already gone (or the pid was recycled): report it from the loop, not from here. */
-		if (fd >= 0)
-			close(fd);
-		event_base_once(sb->d->base, -1, EV_TIMEOUT, on_died_later, sandbox_ref(sb), NULL);
+		event_base_once(d->base, -1, EV_TIMEOUT, on_died_later, sandbox_ref(sb), NULL);
 		return;
 	}
-	sb->pidfd = fd;
-	sb->death_ev = event_new(sb->d->base, fd, EV_READ, on_death_ev, sb);
+	sb->watch_fd = fd;
+	sb->death_ev = event_new(d->base, fd, EV_READ, on_death_ev, sb);
 	event_add(sb->death_ev, NULL);
 	watch_oom(sb);
 }
@@ -491,8 +488,8 @@ void lifecycle_check_alive(struct sandbox *sb)
 {
 	if (!sb->death_ev || sandbox_ended(sb))
 		return;
-	struct pollfd p = {.fd = sb->pidfd, .events = POLLIN};
-	if (sb->pidfd >= 0 ? poll(&p, 1, 0) > 0 : !pid1_alive(sb))
+	struct pollfd p = {.fd = sb->watch_fd, .events = POLLIN};
+	if (sb->watch_fd >= 0 ? poll(&p, 1, 0) > 0 : !pid1_alive(sb))
 		sandbox_died(sb);
 }
 
@@ -769,12 +766,9 @@ static void recover_one(struct corrald *d, const char *id)
 		/* Alive = same pid, same start time, not a zombie (the runtime's probe checks all). */
 		struct sandbox_probe pr = {0};
 		struct error err = {0};
-		uint64_t st = 0;
 		bool probed = sb->pid > 0 &&
 			      d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) >= 0;
-		bool alive = probed ? pr.alive
-				    : sb->pid > 0 && runtime_pid_starttime(sb->pid, &st) >= 0 &&
-					      st == sb->starttime;
+		bool alive = probed && pr.alive;
 		if (alive) {
 			enum sb_state want = !probed ? sb->state : pr.frozen ? SB_PAUSED : SB_RUNNING;
 			if (want != sb->state) {

@@ -47,7 +47,7 @@ struct sandbox *sandbox_new(struct corrald *d, const char *id)
 		return NULL;
 	sb->ref = 1;
 	sb->d = d;
-	sb->pidfd = -1;
+	sb->watch_fd = -1;
 	sb->oom_fd = -1;
 	sb->teardown = (struct worker)WORKER_INIT;
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
@@ -75,8 +75,8 @@ static void sandbox_free(struct sandbox *sb)
 		event_free(sb->retry_ev);
 	if (sb->oom_ev)
 		event_free(sb->oom_ev);
-	if (sb->pidfd >= 0)
-		close(sb->pidfd);
+	if (sb->watch_fd >= 0)
+		close(sb->watch_fd);
 	if (sb->oom_fd >= 0)
 		close(sb->oom_fd);
 	worker_clear(&sb->teardown);

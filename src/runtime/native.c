@@ -1343,6 +1343,28 @@ static int native_oom_watch(const struct runtime_config *cfg, const char *id, st
 	return cg->oom_watch(cgroup_parent(cfg), id, err);
 }
 
+static int native_watch(const struct runtime_config *cfg, const char *id, pid_t pid,
+			uint64_t starttime, struct error *err)
+{
+	int r;
+	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
+		return r;
+	if (pid <= 1)
+		return -ESRCH;
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (fd < 0)
+		return errno == ESRCH ? -ESRCH : -ENOSYS;
+	/* Checked once the pidfd pins the process: a match cannot go stale. */
+	char state = 0;
+	uint64_t start = 0;
+	if (pid_stat(pid, &state, &start) < 0 || start != starttime || state == 'Z' ||
+	    state == 'X') {
+		close(fd);
+		return -ESRCH;
+	}
+	return fd;
+}
+
 static int native_endpoint(const struct runtime_config *cfg, const char *id, char *ret_path,
 			   size_t len, struct error *err)
 {
@@ -1448,6 +1470,7 @@ const struct runtime_ops runtime_native = {
     .probe = native_probe,
     .prepare = native_prepare,
     .oom_watch = native_oom_watch,
+    .watch = native_watch,
     .endpoint = native_endpoint,
     .read_exit = native_read_exit,
 };

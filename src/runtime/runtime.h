@@ -142,6 +142,12 @@ struct runtime_ops {
 	 * needs no watch (cgroup v2: memory.oom.group makes the kernel kill the group itself).
 	 * Quick; fine on the event loop. The caller closes the fd. */
 	int (*oom_watch)(const struct runtime_config *cfg, const char *id, struct error *err);
+	/* An fd (close-on-exec) that turns readable once PID 1 (pid, starttime) has ended: a pidfd
+	 * for the native backend. -ESRCH when it has ended already (or pid is another process by
+	 * now), -ENOSYS when the backend cannot give one here (the caller polls probe()'s alive).
+	 * Quick; fine on the event loop. The caller closes the fd. */
+	int (*watch)(const struct runtime_config *cfg, const char *id, pid_t pid, uint64_t starttime,
+		     struct error *err);
 	/* Where to reach the sandbox's execd: the unix socket path (host side; nothing the sandbox
 	 * can replace). Quick, no I/O. */
 	int (*endpoint)(const struct runtime_config *cfg, const char *id, char *ret_path, size_t len,
