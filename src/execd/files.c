@@ -498,7 +498,7 @@ static void handle_mv(struct evhttp_request *req)
 struct walk {
 	json_t *out;
 	size_t count;
-	const char *pattern; /* search: glob on base names; NULL for list */
+	struct files_glob *glob; /* search: glob on base names; NULL for list */
 	int max_depth;	     /* list: levels to descend (1 = children only) */
 	int err;	     /* negative errno */
 	char where[PATH_MAX];
@@ -585,9 +585,15 @@ static int walk_dir(struct walk *w, int dfd, const char *dir, int depth)
 			snprintf(w->where, sizeof(w->where), "%s", child);
 			break;
 		}
-		bool take = w->pattern
-				? S_ISREG(st.st_mode) && files_glob_match(w->pattern, names[i]) == 1
-				: true;
+		bool take = true;
+		if (w->glob) {
+			int m = S_ISREG(st.st_mode) ? files_glob_matches(w->glob, names[i]) : 0;
+			if (m < 0) {
+				r = m;
+				break;
+			}
+			take = m == 1;
+		}
 		if (take) {
 			if (w->count >= FILES_LIST_MAX) {
 				r = -E2BIG;
@@ -597,7 +603,7 @@ static int walk_dir(struct walk *w, int dfd, const char *dir, int depth)
 			w->count++;
 		}
 		bool descend = S_ISDIR(st.st_mode) && depth + 1 < FILES_WALK_DEPTH_MAX &&
-			       (w->pattern || depth + 1 < w->max_depth);
+			       (w->glob || depth + 1 < w->max_depth);
 		if (descend) {
 			int cfd =
 			    openat(self, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -623,10 +629,14 @@ static void reply_walk(struct evhttp_request *req, struct walk *w, int r)
 		return;
 	}
 	json_decref(w->out);
-	if (r == -E2BIG)
+	if (r == -E2BIG && w->count >= FILES_LIST_MAX)
 		http_send_error(req, 400, CODE_BAD_BODY,
 				"more than %d entries; narrow the path, depth or pattern",
 				FILES_LIST_MAX);
+	else if (r == -E2BIG)
+		http_send_error(req, 400, CODE_BAD_BODY,
+				"pattern is too costly to match against this tree (more than %llu pattern bytes scanned); simplify the pattern or narrow the path",
+				(unsigned long long)GLOB_MATCH_BUDGET);
 	else
 		reply_errno(req, r, CODE_BAD_BODY, "walking '%s'", w->where);
 }
@@ -644,8 +654,11 @@ static void handle_search(struct evhttp_request *req)
 	const char *pattern = http_query_get(q, "pattern");
 	if (!pattern || !*pattern)
 		pattern = "**";
-	if (files_glob_check(pattern) < 0) {
-		http_send_error(req, 400, CODE_BAD_BODY, "invalid pattern '%.200s'", pattern);
+	char why[160];
+	_cleanup_(files_glob_freep) struct files_glob *glob = NULL;
+	if (files_glob_new(pattern, &glob, why, sizeof(why)) < 0) {
+		http_send_error(req, 400, CODE_BAD_BODY, "invalid pattern '%.200s': it %s", pattern,
+				why);
 		return;
 	}
 	char abs[PATH_MAX];
@@ -655,7 +668,7 @@ static void handle_search(struct evhttp_request *req)
 	struct stat st;
 	if (!open_stat(req, abs, O_RDONLY | O_NONBLOCK, path, &fd, &st))
 		return;
-	struct walk w = {.out = json_array(), .pattern = pattern};
+	struct walk w = {.out = json_array(), .glob = glob};
 	int r = 0;
 	if (S_ISDIR(st.st_mode)) {
 		/* A symlinked root is followed (like the reference's os.Stat); nothing below is. */
@@ -663,7 +676,8 @@ static void handle_search(struct evhttp_request *req)
 		r = dfd < 0 ? -errno : walk_dir(&w, dfd, abs, 0);
 	} else if (S_ISREG(st.st_mode)) {
 		const char *base = strrchr(abs, '/') + 1;
-		if (files_glob_match(pattern, base) == 1)
+		r = files_glob_matches(glob, base);
+		if (r == 1)
 			json_array_append_new(w.out, file_info(abs, &st));
 	}
 	reply_walk(req, &w, r);
