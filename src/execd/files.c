@@ -1356,8 +1356,10 @@ static void handle_upload(struct evhttp_request *req)
 		if (p->kind != UP_METADATA)
 			continue;
 		json_error_t jerr;
-		_cleanup_json_ json_t *j =
-		    p->meta ? json_loadb(p->meta, p->metalen, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+		bool deep = p->meta && json_depth_exceeds(p->meta, p->metalen, HTTP_JSON_DEPTH_MAX);
+		_cleanup_json_ json_t *j = p->meta && !deep ? json_loadb(p->meta, p->metalen,
+									 JSON_REJECT_DUPLICATES, &jerr)
+							    : NULL;
 		if (!json_is_object(j)) {
 			const char *msg = "expected a JSON object {path, owner, group, mode}";
 			http_send_error(req, 400, CODE_INVALID_METADATA,
