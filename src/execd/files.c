@@ -141,6 +141,11 @@ static bool normalize(struct evhttp_request *req, const char *in, char abs[PATH_
 		http_send_error(req, 400, code, "path must not be empty");
 		return false;
 	}
+	if (r == -E2BIG) {
+		http_send_error(req, 400, code, "path has more than %d components: %.200s...",
+				FPATH_DEPTH_MAX, in);
+		return false;
+	}
 	if (r < 0) {
 		http_send_error(req, 400, code, "path is too long: %.200s...", in);
 		return false;

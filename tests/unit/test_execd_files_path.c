@@ -125,6 +125,19 @@ static void test_normalize(void)
 	CHECK_STR(out, "/~user");
 	CHECK_INT(fpath_normalize("", "/root", out, sizeof(out)), -EINVAL);
 	CHECK_INT(fpath_normalize("/abcdef", "/", out, 4), -ENAMETOOLONG);
+	/* Depth is bounded: 256 components, not the 2,000 a PATH_MAX path can hold. */
+	char deep[2 * 2000 + 1] = "";
+	for (int i = 0; i < FPATH_DEPTH_MAX; i++)
+		strcat(deep, "/a");
+	CHECK_INT(fpath_normalize(deep, "/root", out, sizeof(out)), 0);
+	strcat(deep, "/a");
+	CHECK_INT(fpath_normalize(deep, "/root", out, sizeof(out)), -E2BIG);
+	strcat(deep, "/..");
+	CHECK_INT(fpath_normalize(deep + 2, "/root", out, sizeof(out)), 0);
+	for (int i = 0; i < 1500; i++)
+		strcat(deep, "/a");
+	CHECK_INT(fpath_normalize(deep, "/root", out, sizeof(out)), -E2BIG);
+	CHECK_INT(fpath_normalize("/../../../../../../../../../../../../etc", "/", out, sizeof(out)), 0);
 }
 
 static void test_resolution(const char *mode_name)
