@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""
+Escape suite: parsers of untrusted input (issue 8 items 10 and 11).
+
+A network client (or the workload, which can reach execd too) sends inputs built to exhaust a
+parser's stack or time: a glob of nested braces, deeply nested JSON, deep directory trees and long
+paths. The workload plants symlinks into /proc so that the files API, run by PID 1, would act on
+its own descriptors. And inputs that used to pass validation and fail later as a 500 or a spawn
+error. Each must be a clear 4xx (or a contained answer) while corrald, execd and the sandbox keep
+answering.
+"""
+import json
+import os
+import sys
+import urllib.parse
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sec import AttackCase, main  # noqa: E402
+
+
+def q(**params):
+    return urllib.parse.urlencode(params)
+
+
+def upload_body(path, data, boundary="----corralParsersBoundary"):
+    """A /files/upload body: one metadata part naming path, then the file."""
+    meta = json.dumps({"path": path}).encode() if not isinstance(path, bytes) else path
+    b = boundary.encode()
+    return (b"--" + b + b"\r\nContent-Disposition: form-data; name=\"metadata\"; filename=\"metadata\"\r\n"
+            b"Content-Type: application/json\r\n\r\n" + meta + b"\r\n"
+            b"--" + b + b"\r\nContent-Disposition: form-data; name=\"file\"; filename=\"blob\"\r\n"
+            b"Content-Type: application/octet-stream\r\n\r\n" + data + b"\r\n"
+            b"--" + b + b"--\r\n"), "multipart/form-data; boundary=" + boundary
+
+
+class ParserAttacks(AttackCase):
+
+    def setUp(self):
+        super().setUp()
+        self.sid = self.create()["id"]
+
+    def execd(self, method, path, **kw):
+        return self.client.request(method, self.client.execd_path(self.sid, path), **kw)
+
+    def assert_state_running(self):
+        r = self.client.get_sandbox(self.sid)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["status"]["state"], "Running", r.json())
+
+    def assert_4xx(self, r, *words):
+        self.assertGreaterEqual(r.status, 400, r)
+        self.assertLess(r.status, 500, r)
+        for w in words:
+            self.assertIn(w, r.text, r)
+
+    # --- glob -----------------------------------------------------------------------------
+
+    def test_glob_brace_bomb(self):
+        # attack: GET /files/search with 2,000 nested braces (4 KB) to overflow PID 1's stack.
+        self.run_ok(self.sid, "mkdir -p /tmp/g && touch /tmp/g/x /tmp/g/ab")
+        r = self.execd("GET", "/files/search?" + q(path="/tmp/g", pattern="{" * 2000 + "}" * 2000))
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("more than 64 brace groups", r.text)
+        self.assert_state_running()
+        self.assert_platform_alive(self.sid)
+
+    def test_glob_expansion_bombs(self):
+        # attack: brace patterns that recurse as deep without nesting, or multiply alternatives.
+        self.run_ok(self.sid, "mkdir -p /tmp/g && touch /tmp/g/aaaaaaaaa")
+        cases = [("{a}" * 1300, "brace groups"),
+                 ("{a,b}" * 9, "more than 256 alternatives"),
+                 ("{a,b}" * 8 + "z" * 1000, "more than 65536 bytes"),
+                 ("a" * 5000, "longer than 4095 bytes")]
+        for pattern, rule in cases:
+            r = self.execd("GET", "/files/search?" + q(path="/tmp/g", pattern=pattern))
+            self.assertEqual(r.status, 400, "%s...: %r" % (pattern[:20], r))
+            self.assertIn(rule, r.text)
+        # The largest legal forms still work.
+        r = self.execd("GET", "/files/search?" + q(path="/tmp/g", pattern="{a,b}" * 8 + "a"))
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual([e["path"] for e in r.json()], ["/tmp/g/aaaaaaaaa"])
+        self.assert_platform_alive(self.sid)
+
+    def test_glob_costly_match(self):
+        # attack: a pattern whose matching backtracks over every long name of a big tree.
+        self.run_ok(self.sid, "mkdir -p /tmp/n && cd /tmp/n && for i in $(seq 1 400); do "
+                              "touch $(printf 'a%.0s' $(seq 1 200))$i; done")
+        pattern = "*" + "[a-z]*" * 400 + "!"
+        r = self.execd("GET", "/files/search?" + q(path="/tmp/n", pattern=pattern), timeout=60)
+        self.assertIn(r.status, (200, 400), r)
+        if r.status == 400:
+            self.assertIn("too costly", r.text)
+        self.assert_platform_alive(self.sid)
+
+    # --- JSON depth -----------------------------------------------------------------------
+
+    def test_deep_json_create(self):
+        # attack: a create body nesting 100,000 arrays, to exhaust corrald's parser.
+        deep = "[" * 100000 + "]" * 100000
+        body = ('{"image":{"uri":"host"},"entrypoint":["sleep","infinity"],'
+                '"resourceLimits":{"cpu":"1","memory":"512Mi"},"extensions":%s}' % deep)
+        r = self.client.post("/v1/sandboxes", raw=body.encode())
+        self.assert_4xx(r, "deeper than 32 levels")
+        self.assert_platform_alive(self.sid)
+
+    def test_deep_json_execd(self):
+        # attack: deeply nested JSON to PID 1's command route and in upload metadata.
+        deep = "[" * 50000 + "]" * 50000
+        r = self.execd("POST", "/command", raw=('{"command":"true","envs":%s}' % deep).encode())
+        self.assert_4xx(r, "deeper than 32 levels")
+        data, ctype = upload_body(b'{"path":"/tmp/u","x":' + deep.encode() + b"}", b"hello")
+        r = self.execd("POST", "/files/upload", raw=data, headers={"Content-Type": ctype})
+        self.assert_4xx(r)
+        self.assertNotIn("u", self.sh(self.sid, "ls /tmp").split())
+        self.assert_state_running()
+        self.assert_platform_alive(self.sid)
+
+    # --- paths ------------------------------------------------------------------------------
+
+    def test_deep_tree_walks(self):
+        # attack: the workload builds a 400-level tree (paths past PATH_MAX) for search and list.
+        self.run_ok(self.sid, "cd /tmp && mkdir d && cd d && for i in $(seq 1 400); do "
+                              "mkdir n$(printf 'x%.0s' $(seq 1 20)) && cd n*; done && touch leaf.txt")
+        r = self.execd("GET", "/files/search?" + q(path="/tmp/d", pattern="*.txt"), timeout=60)
+        self.assertIn(r.status, (200, 400), r)
+        r = self.execd("GET", "/directories/list?" + q(path="/tmp/d", depth="100000"), timeout=60)
+        self.assertIn(r.status, (200, 400), r)
+        self.assert_state_running()
+        self.assert_platform_alive(self.sid)
+
+    def test_long_and_deep_paths(self):
+        # attack: client paths of 2,000 components and past PATH_MAX, through the files routes.
+        deep = "/a" * 2000
+        longp = "/" + "b" * 255 + ("/" + "c" * 255) * 20
+        for p in (deep, longp, "/" + "x" * 300):
+            for route in ("/files/info", "/files/download", "/directories/list"):
+                r = self.execd("GET", "%s?%s" % (route, q(path=p)))
+                self.assert_4xx(r)
+        r = self.execd("POST", "/directories", body={deep: {"mode": 755}})
+        self.assert_4xx(r, "more than 256 components")
+        self.assertEqual(self.sh(self.sid, "test -e /a && echo made || echo none").strip(), "none")
+        # 2,000 ".." are cleaned lexically and stay at the sandbox's root.
+        r = self.execd("GET", "/files/info?" + q(path="/.." * 2000 + "/etc/hostname"))
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual([v["path"] for v in r.json().values()], ["/etc/hostname"], r)
+        self.assert_platform_alive(self.sid)
+
+    # --- magic links ----------------------------------------------------------------------
+
+    def test_magic_links_planted_by_the_workload(self):
+        # attack: links to /proc/1/fd/N, /proc/1/root, /proc/1/cwd so PID 1 opens its own files.
+        out = self.sh(self.sid, "ls /proc/1/fd")
+        fds = [int(x) for x in out.split()]
+        self.assertTrue(fds, out)
+        script = ["mkdir -p /tmp/m"]
+        for n in fds:
+            script.append("ln -s /proc/1/fd/%d /tmp/m/fd%d" % (n, n))
+            script.append("ln -s /proc/self/fd/%d /tmp/m/self%d" % (n, n))
+        script += ["ln -s /proc/1/root /tmp/m/root", "ln -s /proc/1/cwd /tmp/m/cwd",
+                   "ln -s /proc/1/fd /tmp/m/fddir", "ln -s /proc/thread-self/root /tmp/m/tself"]
+        self.run_ok(self.sid, " && ".join(script))
+        paths = ["/tmp/m/fd%d" % n for n in fds] + ["/tmp/m/self%d" % n for n in fds]
+        paths += ["/proc/1/fd/%d" % n for n in fds]
+        paths += ["/tmp/m/root/etc/hostname", "/tmp/m/cwd/etc/hostname", "/tmp/m/tself/etc/hostname",
+                  "/proc/1/root/etc/hostname", "/proc/self/cwd/etc/hostname"]
+        for p in paths:
+            r = self.execd("GET", "/files/download?" + q(path=p))
+            self.assert_4xx(r)
+            # info describes a planted link itself (lstat), never what it points to.
+            r = self.execd("GET", "/files/info?" + q(path=p))
+            if r.status == 200:
+                self.assertEqual(r.json()[p]["type"], "symlink", r)
+            else:
+                self.assert_4xx(r)
+        for p in ("/tmp/m/fddir/new", "/tmp/m/root/tmp/new", "/tmp/m/fd%d" % fds[-1]):
+            data, ctype = upload_body(p, b"planted")
+            r = self.execd("POST", "/files/upload", raw=data, headers={"Content-Type": ctype})
+            self.assert_4xx(r)
+        r = self.execd("POST", "/directories", body={"/tmp/m/root/tmp/newdir": {"mode": 755}})
+        self.assert_4xx(r)
+        r = self.execd("GET", "/directories/list?" + q(path="/tmp/m/fddir"))
+        self.assert_4xx(r)
+        self.assertEqual(self.sh(self.sid, "ls /tmp/newdir /tmp/new 2>&1 | grep -c 'No such'").strip(),
+                         "2")
+        self.assert_state_running()
+        self.assert_platform_alive(self.sid)
+
+    # --- validation gaps (item 10) ----------------------------------------------------------
+
+    def test_memory_limit_too_small(self):
+        # attack: resourceLimits.memory "1" (one byte) reached the runtime and came back a 500.
+        for mem in ("1", "1Ki", "5Mi"):
+            r = self.client.create_sandbox_raw(resourceLimits={"cpu": "1", "memory": mem})
+            if r.status == 202:
+                self.addCleanup(self._cleanup_sandbox, r.json()["id"])
+            self.assertEqual(r.status, 422, "%s: %r" % (mem, r))
+            self.assertIn("resourceLimits.memory", r.json()["message"])
+            self.assertIn("6Mi", r.json()["message"])
+            self.assertEqual(r.json()["detail"][0]["loc"], ["body", "resourceLimits", "memory"])
+        self.assert_platform_alive(self.sid)
+
+    def test_pids_and_exec_strings(self):
+        # attack: pids "1" and a 200 KB env value or argument, which failed in the runtime (500).
+        cases = [({"resourceLimits": {"cpu": "1", "memory": "64Mi", "pids": "1"}}, "pids"),
+                 ({"env": {"A": "x" * 200000}}, "env"),
+                 ({"entrypoint": ["sleep", "infinity", "y" * 200000]}, "entrypoint"),
+                 ({"platform": {"os": 5}}, "platform")]
+        for spec, field in cases:
+            r = self.client.create_sandbox_raw(**spec)
+            if r.status == 202:
+                self.addCleanup(self._cleanup_sandbox, r.json()["id"])
+            self.assertEqual(r.status, 422, "%s: %r" % (field, r))
+            self.assertIn(field, r.json()["detail"][0]["loc"], r.json())
+        self.assert_platform_alive(self.sid)
+
+    def test_command_uid_out_of_range(self):
+        # attack: uid/gid 4294967295 ((uid_t)-1, "no change" to setuid) accepted, failing at spawn.
+        for body, field in (({"command": "id -u", "uid": 4294967295}, "uid"),
+                            ({"command": "id -u", "uid": 1000, "gid": 4294967295}, "gid"),
+                            ({"command": "id -u", "uid": 4294967296}, "uid"),
+                            ({"command": "id -u", "uid": -1}, "uid")):
+            r = self.execd("POST", "/command", body=body)
+            self.assertEqual(r.status, 400, "%r: %r" % (body, r))
+            self.assertIn("'%s'" % field, r.json()["message"])
+        res = self.client.run(self.sid, "id -u", uid=65534)
+        self.assertEqual(res.http_status, 200, res)
+        self.assertEqual(res.stdout.strip(), "65534")
+        self.assert_platform_alive(self.sid)
+
+
+if __name__ == "__main__":
+    main()
