@@ -565,11 +565,20 @@ static int read_names(int dfd, char ***ret, size_t *ret_n)
 	return 0;
 }
 
-/* Walk dfd (consumed) whose client-visible path is dir; symlinks are never followed. */
+/*
+ * Walk dfd (consumed) whose client-visible path is dir; symlinks are never followed. Recurses once
+ * per level, at most FILES_WALK_DEPTH_MAX: the frame stays small (the child's path is on the heap).
+ */
 static int walk_dir(struct walk *w, int dfd, const char *dir, int depth)
 {
 	char **names = NULL;
 	size_t n = 0;
+	_cleanup_free_ char *child = malloc(PATH_MAX);
+	if (!child) {
+		close(dfd);
+		snprintf(w->where, sizeof(w->where), "%s", dir);
+		return -ENOMEM;
+	}
 	/* fdopendir consumes dfd: keep our own handle for the *at calls below. */
 	_cleanup_close_ int self = openat(dfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	int r = self < 0 ? -errno : read_names(dfd, &names, &n);
@@ -580,7 +589,6 @@ static int walk_dir(struct walk *w, int dfd, const char *dir, int depth)
 		return r;
 	}
 	for (size_t i = 0; i < n && r == 0; i++) {
-		char child[PATH_MAX];
 		struct stat st;
 		join_path(child, dir, names[i]);
 		if (fstatat(self, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
