@@ -128,6 +128,29 @@ class ParserAttacks(AttackCase):
         self.assert_state_running()
         self.assert_platform_alive(self.sid)
 
+    def test_deep_tree_removal(self):
+        # attack: the workload builds trees 25,000 levels deep (more than the fd limit) in the
+        # writable layer, so that removing them (files API, teardown) fails or overflows.
+        sid = self.create()["id"]
+        self.run_ok(sid, "python3 -c \"import os\nos.mkdir('/var/tmp/deep-x')\n"
+                         "for top in ('/var/tmp/deep-x/a', '/var/tmp/deep-x/b'):\n"
+                         "  os.mkdir(top)\n  os.chdir(top)\n  for i in range(25000):\n"
+                         "    os.mkdir('d')\n    os.chdir('d')\n  open('leaf', 'w').close()\"",
+                    read_timeout=300)
+        # Through the files API: PID 1 removes it (it ran out of fds: a 500).
+        path = self.client.execd_path(sid, "/directories?" + q(path="/var/tmp/deep-x/a"))
+        r = self.client.delete(path, timeout=300)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.sh(sid, "ls /var/tmp/deep-x").split(), ["b"])
+        self.assert_platform_alive(sid)
+        # Through teardown: corrald removes the sandbox's directory (it retried forever).
+        r = self.client.delete_sandbox(sid)
+        self.assertEqual(r.status, 204, r)
+        self.wait_until(lambda: not os.path.exists(self.corrald.sandbox_dir(sid)), timeout=120,
+                        msg="the sandbox directory to be removed")
+        self.assertNotIn("teardown of sandbox %s failed" % sid, self.corrald.log_tail(200))
+        self.assert_platform_alive(self.sid)
+
     def test_long_and_deep_paths(self):
         # attack: client paths of 2,000 components and past PATH_MAX, through the files routes.
         deep = "/a" * 2000
