@@ -5,17 +5,24 @@ Escape suite: parsers of untrusted input (issue 8 items 10 and 11).
 A network client (or the workload, which can reach execd too) sends inputs built to exhaust a
 parser's stack or time: a glob of nested braces, deeply nested JSON, deep directory trees and long
 paths. The workload plants symlinks into /proc so that the files API, run by PID 1, would act on
-its own descriptors. And inputs that used to pass validation and fail later as a 500 or a spawn
-error. Each must be a clear 4xx (or a contained answer) while corrald, execd and the sandbox keep
-answering.
+its own descriptors, builds trees deeper than any fd budget, and signals PID 1 to forge a crash
+report. And inputs that used to pass validation and fail later as a 500 or a spawn error. Each
+must be a clear 4xx (or a contained answer) while corrald, execd and the sandbox keep answering.
+Last, a real fault with no usable stack (injected with ptrace into a standalone execd) must still
+leave a crash report that names the signal.
 """
+import ctypes
 import json
 import os
+import platform
+import signal
 import sys
+import unittest
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sec import AttackCase, main  # noqa: E402
+from test_execd_standalone import Execd  # noqa: E402
 
 
 def q(**params):
@@ -208,6 +215,19 @@ class ParserAttacks(AttackCase):
         self.assert_state_running()
         self.assert_platform_alive(self.sid)
 
+    # --- the crash report -------------------------------------------------------------------
+
+    def test_fault_signals_from_the_workload(self):
+        # attack: the workload sends SIGSEGV/SIGABRT/SIGBUS to PID 1 to forge a crash report.
+        self.run_ok(self.sid, "kill -SEGV 1; kill -ABRT 1; kill -BUS 1; kill -FPE 1; kill -ILL 1; "
+                              "sleep 0.2")
+        d = self.corrald.sandbox_dir(self.sid)
+        reports = [p for p in (os.path.join(d, "exit.json"), os.path.join(d, "run", "exit.json"))
+                   if os.path.exists(p)]
+        self.assertEqual(reports, [], "a crash report was written for signals the workload sent")
+        self.assert_state_running()
+        self.assert_platform_alive(self.sid)
+
     # --- validation gaps (item 10) ----------------------------------------------------------
 
     def test_memory_limit_too_small(self):
@@ -249,6 +269,38 @@ class ParserAttacks(AttackCase):
         self.assertEqual(res.http_status, 200, res)
         self.assertEqual(res.stdout.strip(), "65534")
         self.assert_platform_alive(self.sid)
+
+
+class CrashReport(unittest.TestCase):
+    """A real fault in corral-execd (run standalone), injected from outside with ptrace."""
+
+    def test_fault_without_a_usable_stack_is_reported(self):
+        # attack: PID 1 faults with no usable stack (as on a stack overflow): it must still report.
+        if platform.machine() != "x86_64":
+            self.skipTest("register layout known for x86_64 only")
+        e = Execd()
+        self.addCleanup(e.stop)
+        pid = e.proc.pid
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.ptrace.restype = ctypes.c_long
+        libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+        PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_ATTACH, PTRACE_DETACH = 12, 13, 16, 17
+        if libc.ptrace(PTRACE_ATTACH, pid, None, None) < 0:
+            self.skipTest("ptrace: %s" % os.strerror(ctypes.get_errno()))
+        os.waitpid(pid, 0)
+        regs = (ctypes.c_ulong * 27)()
+        self.assertEqual(libc.ptrace(PTRACE_GETREGS, pid, None, ctypes.addressof(regs)), 0)
+        regs[16] = 0                  # rip: jump to address 0
+        regs[19] = 0x10               # rsp: no stack to push a signal frame on
+        regs[15] = 0xffffffffffffffff  # orig_rax: no syscall restart
+        self.assertEqual(libc.ptrace(PTRACE_SETREGS, pid, None, ctypes.addressof(regs)), 0)
+        self.assertEqual(libc.ptrace(PTRACE_DETACH, pid, None, None), 0)
+        rc = e.proc.wait(10)
+        self.assertEqual(rc, -signal.SIGSEGV, e.logtext())
+        with open(os.path.join(e.run, "exit.json")) as f:
+            report = json.load(f)
+        self.assertEqual(report["exitCode"], 139, report)
+        self.assertIn("signal 11 (SIGSEGV", report["message"], report)
 
 
 if __name__ == "__main__":
