@@ -161,8 +161,9 @@ static int string_map(json_t *v, const char *field, bool allow_null, json_t **re
 	return 0;
 }
 
-static int resources_parse(json_t *map, const char *field, uint64_t *cpu, uint64_t *mem,
-			   uint64_t *pids, struct verr *e)
+/* pids_min: the floor for a limit (a sandbox must start); a request is only for admission. */
+static int resources_parse(json_t *map, const char *field, unsigned pids_min, uint64_t *cpu,
+			   uint64_t *mem, uint64_t *pids, struct verr *e)
 {
 	json_t *v;
 	*cpu = *mem = *pids = 0;
@@ -185,10 +186,12 @@ static int resources_parse(json_t *map, const char *field, uint64_t *cpu, uint64
 		char *end;
 		errno = 0;
 		unsigned long long n = s && *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
-		if (!s || errno || n < CREATE_PIDS_MIN || *end || n > 4194304)
+		if (!s || errno || n < pids_min || *end || n > 4194304)
 			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC(field, "pids"),
-					"%s.pids: '%s' is not a valid process count (an integer from %d to 4194304: corral-execd, the entrypoint and one command need %d)",
-					field, s ? s : "", CREATE_PIDS_MIN, CREATE_PIDS_MIN);
+					"%s.pids: '%s' is not a valid process count (an integer from %u to 4194304%s)",
+					field, s ? s : "", pids_min,
+					pids_min > 1 ? ": corral-execd, the entrypoint and one command need 3"
+						     : "");
 		*pids = n;
 	}
 	/* ephemeral-storage: only checked here; lifecycle reads it from the map (see disk.h). */
@@ -326,7 +329,7 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	r = string_map(rl, "resourceLimits", false, &p->limits, e);
 	if (r < 0)
 		return r;
-	r = resources_parse(p->limits, "resourceLimits", &p->cpu_limit_millis,
+	r = resources_parse(p->limits, "resourceLimits", CREATE_PIDS_MIN, &p->cpu_limit_millis,
 			    &p->memory_limit_bytes, &p->pids_max, e);
 	if (r < 0)
 		return r;
@@ -343,7 +346,7 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 		if (r < 0)
 			return r;
 		uint64_t unused_pids;
-		r = resources_parse(p->requests, "resourceRequests", &p->cpu_request_millis,
+		r = resources_parse(p->requests, "resourceRequests", 1, &p->cpu_request_millis,
 				    &p->memory_request_bytes, &unused_pids, e);
 		if (r < 0)
 			return r;

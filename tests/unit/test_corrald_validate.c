@@ -225,7 +225,7 @@ static void test_create_gaps(void)
 		   422, "resourceLimits");
 	j = J("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],"
 	      "\"resourceLimits\":{\"memory\":\"6Mi\",\"pids\":\"3\"},"
-	      "\"resourceRequests\":{\"memory\":\"1\"}}");
+	      "\"resourceRequests\":{\"memory\":\"1\",\"pids\":\"1\"}}");
 	CHECK_INT(create_params_parse(j, &p, &e), 0); /* a request is only for admission */
 	create_params_clear(&p);
 	json_decref(j);
