@@ -114,9 +114,9 @@ int files_parse_range(const char *h, uint64_t size, struct files_range *ret)
 
 /* Every input bounds its own work: see files_util.h for the limits and why. */
 struct files_glob {
-	size_t n;		 /* brace-free alternatives */
-	size_t bytes;		 /* their lengths together */
-	uint64_t budget;	 /* matching steps left */
+	size_t n;	 /* brace-free alternatives */
+	size_t bytes;	 /* their lengths together */
+	uint64_t budget; /* matching steps left */
 	char *alt[GLOB_ALTS_MAX];
 };
 
@@ -289,7 +289,9 @@ static int expand_fail(struct expansion *x, int r, const char *msg)
 static int expand(const char *pat, struct expansion *x)
 {
 	if (++x->steps > GLOB_STEPS_MAX)
-		return expand_fail(x, -E2BIG, "needs more than " STRINGIFY(GLOB_STEPS_MAX) " brace expansion steps");
+		return expand_fail(
+		    x, -E2BIG,
+		    "needs more than " STRINGIFY(GLOB_STEPS_MAX) " brace expansion steps");
 	const char *open = NULL;
 	for (const char *p = pat; *p; p++) {
 		if (*p == '\\') {
@@ -299,7 +301,8 @@ static int expand(const char *pat, struct expansion *x)
 		} else if (*p == '[') {
 			const char *e = class_end(p);
 			if (!e)
-				return expand_fail(x, -EINVAL, "has an unterminated or empty [...] class");
+				return expand_fail(x, -EINVAL,
+						   "has an unterminated or empty [...] class");
 			p = e;
 		} else if (*p == '{') {
 			open = p;
@@ -311,9 +314,13 @@ static int expand(const char *pat, struct expansion *x)
 	if (!open) {
 		size_t len = strlen(pat);
 		if (x->g->n >= GLOB_ALTS_MAX)
-			return expand_fail(x, -E2BIG, "expands to more than " STRINGIFY(GLOB_ALTS_MAX) " alternatives");
+			return expand_fail(
+			    x, -E2BIG,
+			    "expands to more than " STRINGIFY(GLOB_ALTS_MAX) " alternatives");
 		if (x->g->bytes + len > GLOB_EXPANDED_MAX)
-			return expand_fail(x, -E2BIG, "expands to more than " STRINGIFY(GLOB_EXPANDED_MAX) " bytes");
+			return expand_fail(
+			    x, -E2BIG,
+			    "expands to more than " STRINGIFY(GLOB_EXPANDED_MAX) " bytes");
 		if (!(x->g->alt[x->g->n] = strdup(pat)))
 			return expand_fail(x, -ENOMEM, "ran out of memory");
 		x->g->n++;

@@ -346,20 +346,22 @@ int users_map_contains(const char *map, uint32_t id, char *ret_ranges, size_t le
 	while (map && *map) {
 		unsigned long long inside, outside, count;
 		int used = 0;
-		if (sscanf(map, " %llu %llu %llu%n", &inside, &outside, &count, &used) != 3 || !count)
+		if (sscanf(map, " %llu %llu %llu%n", &inside, &outside, &count, &used) != 3 ||
+		    !count)
 			break;
 		map += used;
 		while (*map && *map != '\n')
 			map++;
 		/* (uid_t)-1 means "no change" to setuid and friends: it is never an id. */
-		unsigned long long last = MIN(inside + count - 1, (unsigned long long)UINT32_MAX - 1);
+		unsigned long long last =
+		    MIN(inside + count - 1, (unsigned long long)UINT32_MAX - 1);
 		if (inside > last)
 			continue;
 		if (id >= inside && id <= last)
 			found = true;
 		if (ret_ranges && n < len) {
-			int w = snprintf(ret_ranges + n, len - n, "%s%llu-%llu", n ? ", " : "", inside,
-					 last);
+			int w = snprintf(ret_ranges + n, len - n, "%s%llu-%llu", n ? ", " : "",
+					 inside, last);
 			n = w < 0 ? len : MIN(len, n + (size_t)w);
 		}
 	}

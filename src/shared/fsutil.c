@@ -243,7 +243,8 @@ static int remove_inside(int dfd, dev_t dev, uint64_t mnt)
 			}
 			closedir(d);
 			n--;
-			if (unlinkat(dirfd(level[n - 1]), names[n], AT_REMOVEDIR) < 0 && errno != ENOENT)
+			if (unlinkat(dirfd(level[n - 1]), names[n], AT_REMOVEDIR) < 0 &&
+			    errno != ENOENT)
 				keep_first(&ret, -errno);
 			continue;
 		}
@@ -274,7 +275,8 @@ static int remove_inside(int dfd, dev_t dev, uint64_t mnt)
 				keep_first(&ret, r);
 			continue;
 		}
-		int cfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int cfd =
+		    openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		DIR *child = cfd < 0 ? NULL : fdopendir(cfd);
 		if (!child) {
 			if (errno != ENOENT)

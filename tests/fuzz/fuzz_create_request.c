@@ -34,7 +34,10 @@ static void check_string_map(json_t *m)
 	json_t *v;
 	if (!json_is_object(m))
 		abort();
-	json_object_foreach(m, k, v) if (!json_is_string(v)) abort();
+	json_object_foreach(m, k, v) {
+		if (!json_is_string(v))
+			abort();
+	}
 }
 
 static void check_create(const struct create_params *p)
@@ -57,11 +60,13 @@ static void check_create(const struct create_params *p)
 	check_string_map(p->extensions);
 	const char *k;
 	json_object_foreach(p->env, k, x) {
-		if (!*k || strchr(k, '=') || strlen(k) + 1 + json_string_length(x) > CREATE_EXEC_STRING_MAX)
+		if (!*k || strchr(k, '=') ||
+		    strlen(k) + 1 + json_string_length(x) > CREATE_EXEC_STRING_MAX)
 			abort();
 	}
 	json_object_foreach(p->metadata, k, x) {
-		if (!label_key_valid(k) || label_key_reserved(k) || !label_value_valid(json_string_value(x)))
+		if (!label_key_valid(k) || label_key_reserved(k) ||
+		    !label_value_valid(json_string_value(x)))
 			abort();
 	}
 	if (p->memory_limit_bytes && p->memory_limit_bytes < CREATE_MEMORY_MIN)

@@ -33,7 +33,8 @@ def upload_body(path, data, boundary="----corralParsersBoundary"):
     """A /files/upload body: one metadata part naming path, then the file."""
     meta = json.dumps({"path": path}).encode() if not isinstance(path, bytes) else path
     b = boundary.encode()
-    return (b"--" + b + b"\r\nContent-Disposition: form-data; name=\"metadata\"; filename=\"metadata\"\r\n"
+    return (b"--" + b + b"\r\nContent-Disposition: form-data; name=\"metadata\"; "
+            b"filename=\"metadata\"\r\n"
             b"Content-Type: application/json\r\n\r\n" + meta + b"\r\n"
             b"--" + b + b"\r\nContent-Disposition: form-data; name=\"file\"; filename=\"blob\"\r\n"
             b"Content-Type: application/octet-stream\r\n\r\n" + data + b"\r\n"
@@ -127,7 +128,8 @@ class ParserAttacks(AttackCase):
     def test_deep_tree_walks(self):
         # attack: the workload builds a 400-level tree (paths past PATH_MAX) for search and list.
         self.run_ok(self.sid, "cd /tmp && mkdir d && cd d && for i in $(seq 1 400); do "
-                              "mkdir n$(printf 'x%.0s' $(seq 1 20)) && cd n*; done && touch leaf.txt")
+                              "mkdir n$(printf 'x%.0s' $(seq 1 20)) && cd n*; done && "
+                              "touch leaf.txt")
         r = self.execd("GET", "/files/search?" + q(path="/tmp/d", pattern="*.txt"), timeout=60)
         self.assertIn(r.status, (200, 400), r)
         r = self.execd("GET", "/directories/list?" + q(path="/tmp/d", depth="100000"), timeout=60)
@@ -191,8 +193,9 @@ class ParserAttacks(AttackCase):
         self.run_ok(self.sid, " && ".join(script))
         paths = ["/tmp/m/fd%d" % n for n in fds] + ["/tmp/m/self%d" % n for n in fds]
         paths += ["/proc/1/fd/%d" % n for n in fds]
-        paths += ["/tmp/m/root/etc/hostname", "/tmp/m/cwd/etc/hostname", "/tmp/m/tself/etc/hostname",
-                  "/proc/1/root/etc/hostname", "/proc/self/cwd/etc/hostname"]
+        paths += ["/tmp/m/root/etc/hostname", "/tmp/m/cwd/etc/hostname",
+                  "/tmp/m/tself/etc/hostname", "/proc/1/root/etc/hostname",
+                  "/proc/self/cwd/etc/hostname"]
         for p in paths:
             r = self.execd("GET", "/files/download?" + q(path=p))
             self.assert_4xx(r)
@@ -210,8 +213,8 @@ class ParserAttacks(AttackCase):
         self.assert_4xx(r)
         r = self.execd("GET", "/directories/list?" + q(path="/tmp/m/fddir"))
         self.assert_4xx(r)
-        self.assertEqual(self.sh(self.sid, "ls /tmp/newdir /tmp/new 2>&1 | grep -c 'No such'").strip(),
-                         "2")
+        left = self.sh(self.sid, "ls /tmp/newdir /tmp/new 2>&1 | grep -c 'No such'")
+        self.assertEqual(left.strip(), "2")
         self.assert_state_running()
         self.assert_platform_alive(self.sid)
 
