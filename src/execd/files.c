@@ -190,9 +190,11 @@ static json_t *file_info(const char *path, const struct stat *st)
 			 files_mode_encode(st->st_mode));
 }
 
-static void join_path(char out[PATH_MAX], const char *dir, const char *name)
+/* dir + "/" + name into out; false when that is longer than a path can be. */
+static bool join_path(char out[PATH_MAX], const char *dir, const char *name)
 {
-	snprintf(out, PATH_MAX, "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", name);
+	int n = snprintf(out, PATH_MAX, "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", name);
+	return n >= 0 && n < PATH_MAX;
 }
 
 /* ---- owner, group and mode in request bodies ---- */
@@ -590,7 +592,9 @@ static int walk_dir(struct walk *w, int dfd, const char *dir, int depth)
 	}
 	for (size_t i = 0; i < n && r == 0; i++) {
 		struct stat st;
-		join_path(child, dir, names[i]);
+		/* Deeper than a path can name (a tree built with relative mkdirs): not listed. */
+		if (!join_path(child, dir, names[i]))
+			continue;
 		if (fstatat(self, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno == ENOENT)
 				continue; /* removed while we walk */
