@@ -3,8 +3,9 @@
 # compat with the stock SDK), then one closing line "N passed, N failed" counted from Meson's own
 # test logs.
 #
-# With CI=true (or CORRAL_TEST_ASAN=1) the unit and integration suites run a second time against an
-# ASan + UBSan build (-fno-sanitize-recover=all), as the house style asks of CI. The 'runtime'
+# With CI=true (or CORRAL_TEST_ASAN=1) the unit, fuzz-corpus replay and integration suites run a
+# second time against an ASan + UBSan build (-fno-sanitize-recover=all), as the house style asks of
+# CI: every corpus in tests/fuzz/corpus is replayed under the sanitizers. The 'runtime'
 # suite (the runtime test's own clone(CLONE_VM) children, which ASan cannot follow across the stack
 # switch) is left out of that pass; the integration suites still drive the runtime under ASan
 # through corrald.
@@ -43,13 +44,13 @@ count "$BUILD/meson-logs/testlog.json" $rc
 
 if [ "${CI:-}" = "true" ] || [ "${CORRAL_TEST_ASAN:-}" = "1" ]; then
 	ASAN_BUILD=build-asan
-	echo "== the unit and integration suites again, under ASan + UBSan ($ASAN_BUILD) =="
+	echo "== the unit, fuzz and integration suites again, under ASan + UBSan ($ASAN_BUILD) =="
 	rm -f "$ASAN_BUILD/meson-logs/testlog.json"
 	if make -s asan; then
 		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 			UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 			meson test -C "$ASAN_BUILD" --print-errorlogs --num-processes 2 \
-			--suite unit --suite integration --no-suite runtime
+			--suite unit --suite fuzz --suite integration --no-suite runtime
 		rc=$?
 	else
 		echo "ASan build failed" >&2

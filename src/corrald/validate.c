@@ -161,8 +161,9 @@ static int string_map(json_t *v, const char *field, bool allow_null, json_t **re
 	return 0;
 }
 
-static int resources_parse(json_t *map, const char *field, uint64_t *cpu, uint64_t *mem,
-			   uint64_t *pids, struct verr *e)
+/* pids_min: the floor for a limit (a sandbox must start); a request is only for admission. */
+static int resources_parse(json_t *map, const char *field, unsigned pids_min, uint64_t *cpu,
+			   uint64_t *mem, uint64_t *pids, struct verr *e)
 {
 	json_t *v;
 	*cpu = *mem = *pids = 0;
@@ -185,10 +186,12 @@ static int resources_parse(json_t *map, const char *field, uint64_t *cpu, uint64
 		char *end;
 		errno = 0;
 		unsigned long long n = s && *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
-		if (!s || errno || n == 0 || *end || n > 4194304)
+		if (!s || errno || n < pids_min || *end || n > 4194304)
 			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC(field, "pids"),
-					"%s.pids: '%s' is not a valid process count (an integer from 1 to 4194304)",
-					field, s ? s : "");
+					"%s.pids: '%s' is not a valid process count (an integer from %u to 4194304%s)",
+					field, s ? s : "", pids_min,
+					pids_min > 1 ? ": corral-execd, the entrypoint and one command need 3"
+						     : "");
 		*pids = n;
 	}
 	/* ephemeral-storage: only checked here; lifecycle reads it from the map (see disk.h). */
@@ -280,12 +283,15 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	size_t i;
 	json_t *x;
 	json_array_foreach(ep, i, x) {
-		if (!json_is_string(x)) {
-			char idx[24];
-			snprintf(idx, sizeof(idx), "%zu", i);
+		char idx[24];
+		snprintf(idx, sizeof(idx), "%zu", i);
+		if (!json_is_string(x))
 			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("entrypoint", idx),
 					"entrypoint[%zu] must be a string", i);
-		}
+		if (json_string_length(x) > CREATE_EXEC_STRING_MAX)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("entrypoint", idx),
+					"entrypoint[%zu] is longer than %d bytes (the kernel's limit on one argument)",
+					i, CREATE_EXEC_STRING_MAX);
 	}
 	if (json_string_length(json_array_get(ep, 0)) == 0)
 		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("entrypoint", "0"),
@@ -299,10 +305,11 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	json_t *to = json_object_get(body, "timeout");
 	if (to && !json_is_null(to)) {
 		json_int_t t;
+		double d = json_is_real(to) ? json_real_value(to) : 0;
 		if (json_is_integer(to))
 			t = json_integer_value(to);
-		else if (json_is_real(to) && json_real_value(to) == (double)(json_int_t)json_real_value(to))
-			t = (json_int_t)json_real_value(to);
+		else if (json_is_real(to) && d >= -1e18 && d <= 1e18 && d == (double)(json_int_t)d)
+			t = (json_int_t)d; /* in range before the cast: out of range it is undefined */
 		else
 			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("timeout"),
 					"timeout must be an integer number of seconds (>= 1) or null for manual cleanup");
@@ -322,10 +329,16 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	r = string_map(rl, "resourceLimits", false, &p->limits, e);
 	if (r < 0)
 		return r;
-	r = resources_parse(p->limits, "resourceLimits", &p->cpu_limit_millis,
+	r = resources_parse(p->limits, "resourceLimits", CREATE_PIDS_MIN, &p->cpu_limit_millis,
 			    &p->memory_limit_bytes, &p->pids_max, e);
 	if (r < 0)
 		return r;
+	/* Below this the sandbox dies starting, or its first command is OOM-killed. */
+	if (p->memory_limit_bytes && p->memory_limit_bytes < CREATE_MEMORY_MIN)
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("resourceLimits", "memory"),
+				"resourceLimits.memory: '%s' is below the minimum of %dMi a sandbox needs to start",
+				json_string_value(json_object_get(p->limits, "memory")),
+				(int)(CREATE_MEMORY_MIN >> 20));
 	json_t *rq = field_get(body, "resourceRequests", "resource_requests");
 	if (rq && !json_is_null(rq)) {
 		p->requests_given = true;
@@ -333,7 +346,7 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 		if (r < 0)
 			return r;
 		uint64_t unused_pids;
-		r = resources_parse(p->requests, "resourceRequests", &p->cpu_request_millis,
+		r = resources_parse(p->requests, "resourceRequests", 1, &p->cpu_request_millis,
 				    &p->memory_request_bytes, &unused_pids, e);
 		if (r < 0)
 			return r;
@@ -358,7 +371,11 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	json_object_foreach(p->env, k, x) {
 		if (!*k || strchr(k, '='))
 			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("env", k),
-					"env key '%s' is not a valid variable name (non-empty, no '=')", k);
+					"env key '%.200s' is not a valid variable name (non-empty, no '=')", k);
+		if (strlen(k) + 1 + json_string_length(x) > CREATE_EXEC_STRING_MAX)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("env", k),
+					"env.%.200s: NAME=VALUE is longer than %d bytes (the kernel's limit on one variable)",
+					k, CREATE_EXEC_STRING_MAX);
 	}
 
 	/* metadata: Kubernetes label rules, reserved prefix refused. */
@@ -408,6 +425,13 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 		if (!json_is_object(pl))
 			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("platform"),
 					"platform must be an object {\"os\",\"arch\"}");
+		static const char *const keys[] = {"os", "arch"};
+		for (size_t j = 0; j < 2; j++) {
+			json_t *v = json_object_get(pl, keys[j]);
+			if (v && !json_is_null(v) && !json_is_string(v))
+				return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("platform", keys[j]),
+						"platform.%s must be a string", keys[j]);
+		}
 		const char *os = json_string_value(json_object_get(pl, "os"));
 		const char *arch = json_string_value(json_object_get(pl, "arch"));
 #if defined(__x86_64__)

@@ -46,6 +46,15 @@ struct create_params {
 	bool oom_group;
 };
 
+/*
+ * Floors below which a sandbox cannot start (measured: with 1Mi its first command is OOM-killed,
+ * below that execd dies starting; 6Mi is Docker's minimum too), and the kernel's limit on one
+ * exec string (MAX_ARG_STRLEN, 32 pages, with the NUL) for entrypoint items and NAME=VALUE.
+ */
+#define CREATE_MEMORY_MIN (6ULL << 20)
+#define CREATE_PIDS_MIN 3
+#define CREATE_EXEC_STRING_MAX (32 * 4096 - 1)
+
 /* Timeouts are capped at ten years so expiry arithmetic can never overflow. */
 #define CREATE_TIMEOUT_MAX_S (10LL * 366 * 24 * 3600)
 

@@ -18,6 +18,7 @@
 #include "session.h"
 #include "shared/log.h"
 #include "shared/timeutil.h"
+#include "users.h"
 
 #define STREAM_HIGH_WATER (256u * 1024) /* bytes queued to a client before we wait for it */
 #define STREAM_READ_CHUNK (64u * 1024)
@@ -278,17 +279,23 @@ void command_run(struct evhttp_request *req)
 		r.timeout_ms = json_integer_value(v);
 	}
 	uint32_t u;
+	char ranges[128];
 	v = json_object_get(j, "uid");
 	if (v && !json_is_null(v)) {
 		if (!get_u32(v, &u))
-			BAD("field 'uid' must be an integer between 0 and 4294967295");
+			BAD("field 'uid' must be an integer between 0 and 4294967294");
+		/* Refused here rather than by setuid() in the child after the command was accepted. */
+		if (users_id_mapped(false, u, ranges, sizeof(ranges)) < 0)
+			BAD("field 'uid': %u is not a user id of this sandbox (valid: %s)", u, ranges);
 		r.has_uid = true;
 		r.uid = u;
 	}
 	v = json_object_get(j, "gid");
 	if (v && !json_is_null(v)) {
 		if (!get_u32(v, &u))
-			BAD("field 'gid' must be an integer between 0 and 4294967295");
+			BAD("field 'gid' must be an integer between 0 and 4294967294");
+		if (users_id_mapped(true, u, ranges, sizeof(ranges)) < 0)
+			BAD("field 'gid': %u is not a group id of this sandbox (valid: %s)", u, ranges);
 		if (!r.has_uid)
 			BAD("field 'gid' requires field 'uid'");
 		r.has_gid = true;

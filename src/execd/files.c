@@ -141,6 +141,11 @@ static bool normalize(struct evhttp_request *req, const char *in, char abs[PATH_
 		http_send_error(req, 400, code, "path must not be empty");
 		return false;
 	}
+	if (r == -E2BIG) {
+		http_send_error(req, 400, code, "path has more than %d components: %.200s...",
+				FPATH_DEPTH_MAX, in);
+		return false;
+	}
 	if (r < 0) {
 		http_send_error(req, 400, code, "path is too long: %.200s...", in);
 		return false;
@@ -185,9 +190,11 @@ static json_t *file_info(const char *path, const struct stat *st)
 			 files_mode_encode(st->st_mode));
 }
 
-static void join_path(char out[PATH_MAX], const char *dir, const char *name)
+/* dir + "/" + name into out; false when that is longer than a path can be. */
+static bool join_path(char out[PATH_MAX], const char *dir, const char *name)
 {
-	snprintf(out, PATH_MAX, "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", name);
+	int n = snprintf(out, PATH_MAX, "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", name);
+	return n >= 0 && n < PATH_MAX;
 }
 
 /* ---- owner, group and mode in request bodies ---- */
@@ -498,7 +505,7 @@ static void handle_mv(struct evhttp_request *req)
 struct walk {
 	json_t *out;
 	size_t count;
-	const char *pattern; /* search: glob on base names; NULL for list */
+	struct files_glob *glob; /* search: glob on base names; NULL for list */
 	int max_depth;	     /* list: levels to descend (1 = children only) */
 	int err;	     /* negative errno */
 	char where[PATH_MAX];
@@ -560,11 +567,20 @@ static int read_names(int dfd, char ***ret, size_t *ret_n)
 	return 0;
 }
 
-/* Walk dfd (consumed) whose client-visible path is dir; symlinks are never followed. */
+/*
+ * Walk dfd (consumed) whose client-visible path is dir; symlinks are never followed. Recurses once
+ * per level, at most FILES_WALK_DEPTH_MAX: the frame stays small (the child's path is on the heap).
+ */
 static int walk_dir(struct walk *w, int dfd, const char *dir, int depth)
 {
 	char **names = NULL;
 	size_t n = 0;
+	_cleanup_free_ char *child = malloc(PATH_MAX);
+	if (!child) {
+		close(dfd);
+		snprintf(w->where, sizeof(w->where), "%s", dir);
+		return -ENOMEM;
+	}
 	/* fdopendir consumes dfd: keep our own handle for the *at calls below. */
 	_cleanup_close_ int self = openat(dfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	int r = self < 0 ? -errno : read_names(dfd, &names, &n);
@@ -575,9 +591,10 @@ static int walk_dir(struct walk *w, int dfd, const char *dir, int depth)
 		return r;
 	}
 	for (size_t i = 0; i < n && r == 0; i++) {
-		char child[PATH_MAX];
 		struct stat st;
-		join_path(child, dir, names[i]);
+		/* Deeper than a path can name (a tree built with relative mkdirs): not listed. */
+		if (!join_path(child, dir, names[i]))
+			continue;
 		if (fstatat(self, names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno == ENOENT)
 				continue; /* removed while we walk */
@@ -585,9 +602,15 @@ static int walk_dir(struct walk *w, int dfd, const char *dir, int depth)
 			snprintf(w->where, sizeof(w->where), "%s", child);
 			break;
 		}
-		bool take = w->pattern
-				? S_ISREG(st.st_mode) && files_glob_match(w->pattern, names[i]) == 1
-				: true;
+		bool take = true;
+		if (w->glob) {
+			int m = S_ISREG(st.st_mode) ? files_glob_matches(w->glob, names[i]) : 0;
+			if (m < 0) {
+				r = m;
+				break;
+			}
+			take = m == 1;
+		}
 		if (take) {
 			if (w->count >= FILES_LIST_MAX) {
 				r = -E2BIG;
@@ -597,7 +620,7 @@ static int walk_dir(struct walk *w, int dfd, const char *dir, int depth)
 			w->count++;
 		}
 		bool descend = S_ISDIR(st.st_mode) && depth + 1 < FILES_WALK_DEPTH_MAX &&
-			       (w->pattern || depth + 1 < w->max_depth);
+			       (w->glob || depth + 1 < w->max_depth);
 		if (descend) {
 			int cfd =
 			    openat(self, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -623,10 +646,14 @@ static void reply_walk(struct evhttp_request *req, struct walk *w, int r)
 		return;
 	}
 	json_decref(w->out);
-	if (r == -E2BIG)
+	if (r == -E2BIG && w->count >= FILES_LIST_MAX)
 		http_send_error(req, 400, CODE_BAD_BODY,
 				"more than %d entries; narrow the path, depth or pattern",
 				FILES_LIST_MAX);
+	else if (r == -E2BIG)
+		http_send_error(req, 400, CODE_BAD_BODY,
+				"pattern is too costly to match against this tree (more than %llu pattern bytes scanned); simplify the pattern or narrow the path",
+				(unsigned long long)GLOB_MATCH_BUDGET);
 	else
 		reply_errno(req, r, CODE_BAD_BODY, "walking '%s'", w->where);
 }
@@ -644,8 +671,11 @@ static void handle_search(struct evhttp_request *req)
 	const char *pattern = http_query_get(q, "pattern");
 	if (!pattern || !*pattern)
 		pattern = "**";
-	if (files_glob_check(pattern) < 0) {
-		http_send_error(req, 400, CODE_BAD_BODY, "invalid pattern '%.200s'", pattern);
+	char why[160];
+	_cleanup_(files_glob_freep) struct files_glob *glob = NULL;
+	if (files_glob_new(pattern, &glob, why, sizeof(why)) < 0) {
+		http_send_error(req, 400, CODE_BAD_BODY, "invalid pattern '%.200s': it %s", pattern,
+				why);
 		return;
 	}
 	char abs[PATH_MAX];
@@ -655,7 +685,7 @@ static void handle_search(struct evhttp_request *req)
 	struct stat st;
 	if (!open_stat(req, abs, O_RDONLY | O_NONBLOCK, path, &fd, &st))
 		return;
-	struct walk w = {.out = json_array(), .pattern = pattern};
+	struct walk w = {.out = json_array(), .glob = glob};
 	int r = 0;
 	if (S_ISDIR(st.st_mode)) {
 		/* A symlinked root is followed (like the reference's os.Stat); nothing below is. */
@@ -663,7 +693,8 @@ static void handle_search(struct evhttp_request *req)
 		r = dfd < 0 ? -errno : walk_dir(&w, dfd, abs, 0);
 	} else if (S_ISREG(st.st_mode)) {
 		const char *base = strrchr(abs, '/') + 1;
-		if (files_glob_match(pattern, base) == 1)
+		r = files_glob_matches(glob, base);
+		if (r == 1)
 			json_array_append_new(w.out, file_info(abs, &st));
 	}
 	reply_walk(req, &w, r);
@@ -1342,8 +1373,10 @@ static void handle_upload(struct evhttp_request *req)
 		if (p->kind != UP_METADATA)
 			continue;
 		json_error_t jerr;
-		_cleanup_json_ json_t *j =
-		    p->meta ? json_loadb(p->meta, p->metalen, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+		bool deep = p->meta && json_depth_exceeds(p->meta, p->metalen, HTTP_JSON_DEPTH_MAX);
+		_cleanup_json_ json_t *j = p->meta && !deep ? json_loadb(p->meta, p->metalen,
+									 JSON_REJECT_DUPLICATES, &jerr)
+							    : NULL;
 		if (!json_is_object(j)) {
 			const char *msg = "expected a JSON object {path, owner, group, mode}";
 			http_send_error(req, 400, CODE_INVALID_METADATA,

@@ -72,6 +72,7 @@ int fpath_normalize(const char *in, const char *home, char *out, size_t outlen)
 		return -ENAMETOOLONG;
 
 	size_t len = 1;
+	unsigned depth = 0;
 	out[0] = '/';
 	out[1] = '\0';
 	const char *p = tmp;
@@ -85,6 +86,8 @@ int fpath_normalize(const char *in, const char *home, char *out, size_t outlen)
 		if (cn == 0 || (cn == 1 && s[0] == '.'))
 			continue;
 		if (cn == 2 && s[0] == '.' && s[1] == '.') {
+			if (len > 1)
+				depth--;
 			while (len > 1 && out[len - 1] != '/')
 				len--;
 			if (len > 1)
@@ -94,6 +97,8 @@ int fpath_normalize(const char *in, const char *home, char *out, size_t outlen)
 		}
 		if (len + (len > 1) + cn + 1 > outlen)
 			return -ENAMETOOLONG;
+		if (++depth > FPATH_DEPTH_MAX)
+			return -E2BIG;
 		if (len > 1)
 			out[len++] = '/';
 		memcpy(out + len, s, cn);

@@ -19,6 +19,8 @@
 #include <sys/types.h>
 
 #define FPATH_MAX_LINKS 40
+/* Components in a client path: every resolution and mkdir -p step is linear in them. */
+#define FPATH_DEPTH_MAX 256
 
 enum fpath_mode {
 	FPATH_AUTO,	/* openat2 when the kernel has it, else the walk */
@@ -34,7 +36,8 @@ bool fpath_using_openat2(void);
 /*
  * Turn a client path into a normalized absolute one: "~" and "~/x" expand to home, a relative path
  * is taken relative to "/", and "." / ".." / repeated slashes are cleaned lexically (as Go's
- * filepath.Clean, so "/../a" is "/a"). -EINVAL for an empty path, -ENAMETOOLONG past out's size.
+ * filepath.Clean, so "/../a" is "/a"). -EINVAL for an empty path, -ENAMETOOLONG past out's size,
+ * -E2BIG past FPATH_DEPTH_MAX components.
  */
 int fpath_normalize(const char *in, const char *home, char *out, size_t outlen);
 

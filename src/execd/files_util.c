@@ -6,6 +6,9 @@
 #include "files_util.h"
 #include "shared/macro.h"
 
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
+
 int files_mode_decode(long long v, mode_t *ret)
 {
 	if (v < 0 || v > 7777)
@@ -109,8 +112,13 @@ int files_parse_range(const char *h, uint64_t size, struct files_range *ret)
 
 /* ---- glob ---- */
 
-#define GLOB_ALTS_MAX 256
-#define GLOB_LEN_MAX 4096
+/* Every input bounds its own work: see files_util.h for the limits and why. */
+struct files_glob {
+	size_t n;	 /* brace-free alternatives */
+	size_t bytes;	 /* their lengths together */
+	uint64_t budget; /* matching steps left */
+	char *alt[GLOB_ALTS_MAX];
+};
 
 static size_t utf8_len(const char *s)
 {
@@ -179,10 +187,17 @@ static bool class_match(const char *p, const char *end, uint32_t rune)
 	return matched != negate;
 }
 
-/* Match a brace-free pattern; a '*' backtracks linearly, so no input is exponential. */
-static bool match_simple(const char *p, const char *n)
+/*
+ * Match a brace-free pattern of length plen: 1, 0, or -E2BIG when *budget runs out. A '*'
+ * backtracks linearly, so one pass costs at most plen steps and there are at most strlen(n)+1
+ * passes; each pass is charged to *budget up front.
+ */
+static int match_simple(const char *p, size_t plen, const char *n, uint64_t *budget)
 {
 	const char *star_p = NULL, *star_n = NULL;
+	if (*budget < plen + 1)
+		return -E2BIG;
+	*budget -= plen + 1;
 	while (*n) {
 		if (*p == '*') {
 			while (*p == '*')
@@ -217,7 +232,10 @@ static bool match_simple(const char *p, const char *n)
 			continue;
 		}
 		if (!star_p)
-			return false;
+			return 0;
+		if (*budget < plen + 1)
+			return -E2BIG;
+		*budget -= plen + 1;
 		star_n += utf8_len(star_n);
 		p = star_p;
 		n = star_n;
@@ -251,51 +269,72 @@ static const char *brace_end(const char *p)
 	return NULL;
 }
 
-struct alts {
-	char *v[GLOB_ALTS_MAX];
-	size_t n;
+struct expansion {
+	struct files_glob *g;
+	size_t steps;
+	char *err;
+	size_t errlen;
 };
 
-static void alts_clear(struct alts *a)
+static int expand_fail(struct expansion *x, int r, const char *msg)
 {
-	for (size_t i = 0; i < a->n; i++)
-		free(a->v[i]);
-	a->n = 0;
+	snprintf(x->err, x->errlen, "%s", msg);
+	return r;
 }
 
-/* Expand the first {a,b} of pat recursively into a. */
-static int expand(const char *pat, struct alts *a)
+/*
+ * Expand the first {a,b} of pat into x->g, recursively. Each level removes one brace group, so
+ * the recursion is at most GLOB_BRACES_MAX deep; its buffers live on the heap.
+ */
+static int expand(const char *pat, struct expansion *x)
 {
+	if (++x->steps > GLOB_STEPS_MAX)
+		return expand_fail(
+		    x, -E2BIG,
+		    "needs more than " STRINGIFY(GLOB_STEPS_MAX) " brace expansion steps");
 	const char *open = NULL;
 	for (const char *p = pat; *p; p++) {
 		if (*p == '\\') {
 			if (!p[1])
-				return -EINVAL;
+				return expand_fail(x, -EINVAL, "ends with a lone backslash");
 			p++;
 		} else if (*p == '[') {
 			const char *e = class_end(p);
 			if (!e)
-				return -EINVAL;
+				return expand_fail(x, -EINVAL,
+						   "has an unterminated or empty [...] class");
 			p = e;
 		} else if (*p == '{') {
 			open = p;
 			break;
 		} else if (*p == '}') {
-			return -EINVAL;
+			return expand_fail(x, -EINVAL, "has a '}' without its '{'");
 		}
 	}
 	if (!open) {
-		if (a->n >= GLOB_ALTS_MAX)
-			return -E2BIG;
-		a->v[a->n] = strdup(pat);
-		if (!a->v[a->n])
-			return -ENOMEM;
-		a->n++;
+		size_t len = strlen(pat);
+		if (x->g->n >= GLOB_ALTS_MAX)
+			return expand_fail(
+			    x, -E2BIG,
+			    "expands to more than " STRINGIFY(GLOB_ALTS_MAX) " alternatives");
+		if (x->g->bytes + len > GLOB_EXPANDED_MAX)
+			return expand_fail(
+			    x, -E2BIG,
+			    "expands to more than " STRINGIFY(GLOB_EXPANDED_MAX) " bytes");
+		if (!(x->g->alt[x->g->n] = strdup(pat)))
+			return expand_fail(x, -ENOMEM, "ran out of memory");
+		x->g->n++;
+		x->g->bytes += len;
 		return 0;
 	}
 	const char *close = brace_end(open);
 	if (!close)
-		return -EINVAL;
+		return expand_fail(x, -EINVAL, "has a '{' without its '}'");
+	size_t pre = (size_t)(open - pat), post = strlen(close + 1);
+	_cleanup_free_ char *buf = malloc(pre + (size_t)(close - open) + post + 1);
+	if (!buf)
+		return expand_fail(x, -ENOMEM, "ran out of memory");
+	memcpy(buf, pat, pre);
 	const char *s = open + 1;
 	int depth = 0;
 	for (const char *p = s;; p++) {
@@ -312,15 +351,10 @@ static int expand(const char *pat, struct alts *a)
 		else if (*p == '}' && p != close)
 			depth--;
 		if (p == close || (*p == ',' && depth == 0)) {
-			size_t pre = (size_t)(open - pat), mid = (size_t)(p - s),
-			       post = strlen(close + 1);
-			if (pre + mid + post + 1 > GLOB_LEN_MAX)
-				return -E2BIG;
-			char buf[GLOB_LEN_MAX];
-			memcpy(buf, pat, pre);
+			size_t mid = (size_t)(p - s);
 			memcpy(buf + pre, s, mid);
 			memcpy(buf + pre + mid, close + 1, post + 1);
-			int r = expand(buf, a);
+			int r = expand(buf, x);
 			if (r < 0)
 				return r;
 			s = p + 1;
@@ -364,32 +398,92 @@ static bool strip_doublestar(char *pat)
 	return true;
 }
 
+void files_glob_free(struct files_glob *g)
+{
+	if (!g)
+		return;
+	for (size_t i = 0; i < g->n; i++)
+		free(g->alt[i]);
+	free(g);
+}
+
+int files_glob_new(const char *pattern, struct files_glob **ret, char *err, size_t errlen)
+{
+	char dummy[1];
+	if (!err || !errlen) {
+		err = dummy;
+		errlen = sizeof(dummy);
+	}
+	if (strlen(pattern) >= GLOB_LEN_MAX) {
+		snprintf(err, errlen, "is longer than %d bytes", GLOB_LEN_MAX - 1);
+		return -E2BIG;
+	}
+	/* Count the groups first: the expansion's recursion depth is bounded by their number. */
+	size_t groups = 0;
+	for (const char *p = pattern; *p; p++) {
+		if (*p == '\\' && p[1])
+			p++;
+		else if (*p == '[' && class_end(p))
+			p = class_end(p);
+		else if (*p == '{')
+			groups++;
+	}
+	if (groups > GLOB_BRACES_MAX) {
+		snprintf(err, errlen, "has more than %d brace groups '{...}'", GLOB_BRACES_MAX);
+		return -E2BIG;
+	}
+	struct files_glob *g = calloc(1, sizeof(*g));
+	if (!g) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	struct expansion x = {.g = g, .err = err, .errlen = errlen};
+	int r = expand(pattern, &x);
+	if (r < 0) {
+		files_glob_free(g);
+		return r;
+	}
+	/* Alternatives that need a '/' can never match a base name: dropped here, once. */
+	size_t k = 0;
+	for (size_t i = 0; i < g->n; i++) {
+		if (strip_doublestar(g->alt[i]))
+			g->alt[k++] = g->alt[i];
+		else
+			free(g->alt[i]);
+	}
+	g->n = k;
+	g->budget = GLOB_MATCH_BUDGET;
+	*ret = g;
+	return 0;
+}
+
+int files_glob_matches(struct files_glob *g, const char *name)
+{
+	for (size_t i = 0; i < g->n; i++) {
+		int r = match_simple(g->alt[i], strlen(g->alt[i]), name, &g->budget);
+		if (r != 0)
+			return r;
+	}
+	return 0;
+}
+
 int files_glob_check(const char *pattern)
 {
-	struct alts a = {.n = 0};
-	if (strlen(pattern) >= GLOB_LEN_MAX)
-		return -EINVAL;
-	int r = expand(pattern, &a);
-	alts_clear(&a);
-	return r < 0 ? -EINVAL : 0;
+	struct files_glob *g = NULL;
+	int r = files_glob_new(pattern, &g, NULL, 0);
+	files_glob_free(g);
+	return r;
 }
 
 int files_glob_match(const char *pattern, const char *name)
 {
-	struct alts a = {.n = 0};
-	if (strlen(pattern) >= GLOB_LEN_MAX)
-		return -EINVAL;
-	int r = expand(pattern, &a);
-	if (r < 0) {
-		alts_clear(&a);
-		return -EINVAL;
-	}
-	int m = 0;
-	for (size_t i = 0; i < a.n && !m; i++)
-		if (strip_doublestar(a.v[i]) && match_simple(a.v[i], name))
-			m = 1;
-	alts_clear(&a);
-	return m;
+	struct files_glob *g = NULL;
+	int r = files_glob_new(pattern, &g, NULL, 0);
+	if (r < 0)
+		return r;
+	r = files_glob_matches(g, name);
+	files_glob_free(g);
+	return r;
 }
 
 void files_content_disposition(const char *base, char *out, size_t len)

@@ -27,10 +27,34 @@ struct files_range {
 int files_parse_range(const char *header, uint64_t size, struct files_range *ret);
 
 /*
- * Glob match of a base name with doublestar semantics (*, **, ?, [...] with ! or ^, {a,b},
- * backslash escapes; "**" can only stand for an empty path prefix since a base name has no '/').
- * files_glob_check: 0 or -EINVAL for a malformed pattern. files_glob_match: 1, 0 or -EINVAL.
+ * Globs on base names with doublestar semantics (*, **, ?, [...] with ! or ^, {a,b}, backslash
+ * escapes; "**" can only stand for an empty path prefix since a base name has no '/').
+ *
+ * A pattern comes from the client, so every step is bounded: its length, the number of brace
+ * groups (which bounds the expansion's recursion), the steps, alternatives and bytes the braces
+ * expand to, and the matching work one compiled glob may do over its whole life (a search walks
+ * many names with it). Past a bound the answer is -E2BIG with the rule in err; a malformed
+ * pattern is -EINVAL.
+ *
+ * files_glob_new: compile pattern (err, optional, says why it was refused). files_glob_matches:
+ * 1, 0, or -E2BIG once the matching budget is spent. files_glob_check and files_glob_match are
+ * the one-shot forms (0 or the negative errno; 1, 0 or the negative errno).
  */
+#define GLOB_LEN_MAX 4096		  /* bytes of a pattern, with its NUL */
+#define GLOB_BRACES_MAX 64		  /* brace groups in a pattern */
+#define GLOB_STEPS_MAX 4096		  /* brace expansion steps */
+#define GLOB_ALTS_MAX 256		  /* brace-free alternatives */
+#define GLOB_EXPANDED_MAX 65536		  /* bytes of all alternatives */
+#define GLOB_MATCH_BUDGET (256ull << 20) /* pattern bytes scanned while matching */
+
+struct files_glob;
+int files_glob_new(const char *pattern, struct files_glob **ret, char *err, size_t errlen);
+int files_glob_matches(struct files_glob *g, const char *name);
+void files_glob_free(struct files_glob *g);
+static inline void files_glob_freep(struct files_glob **g)
+{
+	files_glob_free(*g);
+}
 int files_glob_check(const char *pattern);
 int files_glob_match(const char *pattern, const char *name);
 

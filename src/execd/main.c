@@ -25,6 +25,7 @@
 #include "session.h"
 #include "shared/fsutil.h"
 #include "shared/log.h"
+#include "shared/macro.h"
 #include "spawn.h"
 
 struct event_base *execd_base;
@@ -39,8 +40,14 @@ static struct {
 	bool pid1;
 } M;
 
-/* Preformatted for the crash handler, which may only call async-signal-safe functions. */
-static char crash_json[256];
+/*
+ * The crash handler may only call async-signal-safe functions, and runs on its own stack: a stack
+ * overflow leaves none to run it on. stack_top and stack_limit let it tell an overflow apart.
+ */
+static char crash_stack[64 * 1024];
+static uintptr_t stack_top;
+static rlim_t stack_limit;
+static volatile sig_atomic_t crashed;
 
 static void write_exit_file(const char *reason, int code, const char *message)
 {
@@ -77,15 +84,89 @@ static _noreturn_ void execd_exit(const char *reason, int code, const char *mess
 	exit(code);
 }
 
-static void on_crash(int sig)
+/* Append s to buf[*n..len) without overflowing; async-signal-safe. */
+static void crash_put(char *buf, size_t len, size_t *n, const char *s)
 {
-	int fd = open(M.exit_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	while (*s && *n + 1 < len)
+		buf[(*n)++] = *s++;
+	buf[*n] = '\0';
+}
+
+static void crash_put_num(char *buf, size_t len, size_t *n, unsigned long v)
+{
+	char d[24];
+	int i = (int)sizeof(d) - 1;
+	d[i] = '\0';
+	do {
+		d[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v && i > 0);
+	crash_put(buf, len, n, d + i);
+}
+
+static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL};
+
+static void on_crash(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	/* A fault signal sent by another process (the workload may signal PID 1) is no crash. */
+	if (si && si->si_code <= 0 && si->si_pid != getpid())
+		return;
+	/* Whatever happens next (a re-fault, abort's second raise) ends the process unreported. */
+	for (size_t i = 0; i < ARRAY_SIZE(crash_signals); i++)
+		signal(crash_signals[i], SIG_DFL);
+	if (crashed)
+		return;
+	crashed = 1;
+
+	static const char *const names[] = {
+	    [SIGSEGV] = "SIGSEGV", [SIGBUS] = "SIGBUS", [SIGABRT] = "SIGABRT",
+	    [SIGFPE] = "SIGFPE",   [SIGILL] = "SIGILL",
+	};
+	bool overflow = false;
+	if (sig == SIGSEGV && si && stack_top && stack_limit != RLIM_INFINITY) {
+		/* The fault is in the guard gap below a stack grown to its limit (env and auxv sit
+		 * above main's frame, hence the slack). */
+		uintptr_t a = (uintptr_t)si->si_addr, used = stack_top - a;
+		overflow = a < stack_top && used + (1u << 20) >= stack_limit &&
+			   used <= stack_limit + (4u << 20);
+	}
+	char buf[256];
+	size_t n = 0;
+	crash_put(buf, sizeof(buf), &n, "{\"reason\":\"ExecdExited\",\"exitCode\":");
+	crash_put_num(buf, sizeof(buf), &n, 128 + (unsigned long)sig);
+	crash_put(buf, sizeof(buf), &n, ",\"message\":\"corral-execd crashed: signal ");
+	crash_put_num(buf, sizeof(buf), &n, (unsigned long)sig);
+	crash_put(buf, sizeof(buf), &n, " (");
+	crash_put(buf, sizeof(buf), &n,
+		  sig < (int)ARRAY_SIZE(names) && names[sig] ? names[sig] : "unknown");
+	if (overflow)
+		crash_put(buf, sizeof(buf), &n, ", stack overflow");
+	crash_put(buf, sizeof(buf), &n, ")\"}");
+	int fd = open(M.exit_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd >= 0) {
-		(void)!write(fd, crash_json, strlen(crash_json));
+		(void)!write(fd, buf, n);
 		close(fd);
 	}
-	signal(sig, SIG_DFL);
-	raise(sig);
+	/* A fault re-executes and ends the process; a raised signal is raised again. */
+	if (!si || si->si_code <= 0)
+		raise(sig);
+}
+
+/* Catch the fatal signals on an alternate stack, so even a stack overflow leaves a report. */
+static void crash_handler_install(void)
+{
+	char here;
+	stack_top = (uintptr_t)&here;
+	struct rlimit rl;
+	stack_limit = getrlimit(RLIMIT_STACK, &rl) == 0 ? rl.rlim_cur : RLIM_INFINITY;
+	stack_t ss = {.ss_sp = crash_stack, .ss_size = sizeof(crash_stack)};
+	if (sigaltstack(&ss, NULL) < 0)
+		log_warn("sigaltstack: %s (a stack overflow will go unreported)", strerror(errno));
+	struct sigaction sa = {.sa_sigaction = on_crash, .sa_flags = SA_SIGINFO | SA_ONSTACK};
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < ARRAY_SIZE(crash_signals); i++)
+		sigaction(crash_signals[i], &sa, NULL);
 }
 
 static void on_sigchld(evutil_socket_t fd, short what, void *arg)
@@ -214,8 +295,6 @@ int main(int argc, char **argv)
 			tmp[--l] = '\0';
 		snprintf(M.exit_file, sizeof(M.exit_file), "%s/exit.json", dirname(tmp));
 	}
-	snprintf(crash_json, sizeof(crash_json),
-		 "{\"reason\":\"ExecdExited\",\"exitCode\":255,\"message\":\"corral-execd crashed\"}");
 
 	M.pid1 = getpid() == 1;
 	if (M.pid1) {
@@ -237,12 +316,7 @@ int main(int argc, char **argv)
 		if (raised.rlim_cur > nofile.rlim_cur)
 			setrlimit(RLIMIT_NOFILE, &raised);
 	}
-	struct sigaction sa = {.sa_handler = on_crash, .sa_flags = SA_RESETHAND};
-	sigaction(SIGSEGV, &sa, NULL);
-	sigaction(SIGBUS, &sa, NULL);
-	sigaction(SIGABRT, &sa, NULL);
-	sigaction(SIGFPE, &sa, NULL);
-	sigaction(SIGILL, &sa, NULL);
+	crash_handler_install();
 
 	execd_base = event_base_new();
 	if (!execd_base) {

@@ -336,3 +336,48 @@ int users_groups_of(const char *name, gid_t *out, size_t max)
 		return r;
 	return (int)MIN(q.n, (size_t)INT_MAX);
 }
+
+int users_map_contains(const char *map, uint32_t id, char *ret_ranges, size_t len)
+{
+	bool found = false;
+	size_t n = 0;
+	if (ret_ranges && len)
+		ret_ranges[0] = '\0';
+	while (map && *map) {
+		unsigned long long inside, outside, count;
+		int used = 0;
+		if (sscanf(map, " %llu %llu %llu%n", &inside, &outside, &count, &used) != 3 ||
+		    !count)
+			break;
+		map += used;
+		while (*map && *map != '\n')
+			map++;
+		/* (uid_t)-1 means "no change" to setuid and friends: it is never an id. */
+		unsigned long long last =
+		    MIN(inside + count - 1, (unsigned long long)UINT32_MAX - 1);
+		if (inside > last)
+			continue;
+		if (id >= inside && id <= last)
+			found = true;
+		if (ret_ranges && n < len) {
+			int w = snprintf(ret_ranges + n, len - n, "%s%llu-%llu", n ? ", " : "",
+					 inside, last);
+			n = w < 0 ? len : MIN(len, n + (size_t)w);
+		}
+	}
+	return found ? 0 : -ERANGE;
+}
+
+int users_id_mapped(bool group, uint32_t id, char *ret_ranges, size_t len)
+{
+	char *map = NULL;
+	size_t maplen;
+	int r = fs_read_file(group ? "/proc/self/gid_map" : "/proc/self/uid_map", 64 * 1024, &map,
+			     &maplen);
+	if (r < 0) /* no /proc: only the kernel's own rule */
+		r = users_map_contains("0 0 4294967295", id, ret_ranges, len);
+	else
+		r = users_map_contains(map, id, ret_ranges, len);
+	free(map);
+	return r;
+}

@@ -12,7 +12,9 @@
 #pragma once
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #define USERS_FILE_MAX (4u << 20)
@@ -42,6 +44,14 @@ int users_name_by_gid(gid_t gid, char *buf, size_t len);
  * group. Fills up to max ids and returns how many there are (may exceed max), or a negative errno.
  */
 int users_groups_of(const char *name, gid_t *out, size_t max);
+
+/*
+ * Whether id is a user (group) id a process of this sandbox can switch to: inside one of the ranges
+ * of /proc/self/uid_map (gid_map), "inside outside count" lines, and never (uid_t)-1. 0, or -ERANGE
+ * with the valid ranges ("0-65535") in ret_ranges (optional). users_map_contains is the parser.
+ */
+int users_map_contains(const char *map, uint32_t id, char *ret_ranges, size_t len);
+int users_id_mapped(bool group, uint32_t id, char *ret_ranges, size_t len);
 
 /* Read other files than /etc/passwd and /etc/group (tests). NULL restores the default. */
 void users_set_files(const char *passwd_path, const char *group_path);

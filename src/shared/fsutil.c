@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -172,52 +173,124 @@ static int mount_id_of(int dirfd, const char *name, uint64_t *ret)
 	return 0;
 }
 
-/* Remove everything inside dfd (which sits on device dev, mount mnt). Consumes dfd. */
+/*
+ * Remove everything inside dfd (which sits on device dev, mount mnt). Consumes dfd.
+ *
+ * The tree may have been built by a sandbox to any depth (relative mkdir needs no PATH_MAX), so
+ * this is a loop over at most FS_REMOVE_DEPTH_MAX open directories, not a recursion: a directory
+ * found at that depth is moved up into the top directory (same file system, so a rename) and
+ * removed on a later pass. Stack, fds and memory stay bounded whatever the depth.
+ */
+#define FS_REMOVE_DEPTH_MAX 64
+
+static void keep_first(int *ret, int r)
+{
+	if (r < 0 && !*ret)
+		*ret = r;
+}
+
+/* Move dir name (in parent) into top under a fresh name; 0 or a negative errno. */
+static int move_to_top(int parent, const char *name, int top, unsigned long *counter)
+{
+	for (int tries = 0; tries < 1000; tries++) {
+		char tmp[64];
+		snprintf(tmp, sizeof(tmp), ".corral-rm-%lu", (*counter)++);
+		int r = renameat2(parent, name, top, tmp, RENAME_NOREPLACE);
+		if (r < 0 && errno == EINVAL) { /* file systems without RENAME_NOREPLACE */
+			struct stat st;
+			if (fstatat(top, tmp, &st, AT_SYMLINK_NOFOLLOW) == 0)
+				continue;
+			r = renameat(parent, name, top, tmp);
+		}
+		if (r == 0)
+			return 0;
+		if (errno != EEXIST)
+			return -errno;
+	}
+	return -EEXIST;
+}
+
 static int remove_inside(int dfd, dev_t dev, uint64_t mnt)
 {
-	DIR *d = fdopendir(dfd);
-	if (!d) {
+	DIR *level[FS_REMOVE_DEPTH_MAX];
+	char(*names)[NAME_MAX + 1] = malloc(sizeof(*names) * FS_REMOVE_DEPTH_MAX);
+	if (!names) {
 		close(dfd);
-		return -errno;
+		return -ENOMEM;
 	}
-	int ret = 0;
-	struct dirent *de;
-	while ((de = readdir(d))) {
+	level[0] = fdopendir(dfd);
+	if (!level[0]) {
+		int r = -errno;
+		close(dfd);
+		free(names);
+		return r;
+	}
+	int n = 1, ret = 0;
+	unsigned long counter = 0;
+	bool moved = false;
+	for (;;) {
+		DIR *d = level[n - 1];
+		errno = 0;
+		struct dirent *de = readdir(d);
+		if (!de) {
+			keep_first(&ret, -errno);
+			if (n == 1) {
+				if (!moved)
+					break;
+				moved = false; /* another pass for what was moved up */
+				rewinddir(d);
+				continue;
+			}
+			closedir(d);
+			n--;
+			if (unlinkat(dirfd(level[n - 1]), names[n], AT_REMOVEDIR) < 0 &&
+			    errno != ENOENT)
+				keep_first(&ret, -errno);
+			continue;
+		}
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		struct stat st;
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			if (errno != ENOENT && !ret)
-				ret = -errno;
+			if (errno != ENOENT)
+				keep_first(&ret, -errno);
 			continue;
 		}
-		if (S_ISDIR(st.st_mode)) {
-			uint64_t child_mnt = 0;
-			mount_id_of(dirfd(d), de->d_name, &child_mnt);
-			if (st.st_dev != dev || (mnt && child_mnt && child_mnt != mnt)) {
-				if (!ret)
-					ret = -EBUSY; /* a mount point: never recurse into it */
-				continue;
-			}
-			int cfd = openat(dirfd(d), de->d_name,
-					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (cfd < 0) {
-				if (errno != ENOENT && !ret)
-					ret = -errno;
-				continue;
-			}
-			int r = remove_inside(cfd, dev, mnt);
-			if (r < 0 && !ret)
-				ret = r;
-			if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT &&
-			    !ret)
-				ret = -errno;
-		} else {
-			if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT && !ret)
-				ret = -errno;
+		if (!S_ISDIR(st.st_mode)) {
+			if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT)
+				keep_first(&ret, -errno);
+			continue;
 		}
+		uint64_t child_mnt = 0;
+		mount_id_of(dirfd(d), de->d_name, &child_mnt);
+		if (st.st_dev != dev || (mnt && child_mnt && child_mnt != mnt)) {
+			keep_first(&ret, -EBUSY); /* a mount point: never descend into it */
+			continue;
+		}
+		if (n == FS_REMOVE_DEPTH_MAX) {
+			int r = move_to_top(dirfd(d), de->d_name, dirfd(level[0]), &counter);
+			if (r == 0)
+				moved = true;
+			else
+				keep_first(&ret, r);
+			continue;
+		}
+		int cfd =
+		    openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		DIR *child = cfd < 0 ? NULL : fdopendir(cfd);
+		if (!child) {
+			if (errno != ENOENT)
+				keep_first(&ret, -errno);
+			if (cfd >= 0)
+				close(cfd);
+			continue;
+		}
+		snprintf(names[n], sizeof(names[n]), "%s", de->d_name);
+		level[n++] = child;
 	}
-	closedir(d);
+	while (n > 0)
+		closedir(level[--n]);
+	free(names);
 	return ret;
 }
 

@@ -90,6 +90,29 @@ char *http_body_string(struct evhttp_request *req, size_t *ret_len)
 	return s;
 }
 
+bool json_depth_exceeds(const char *s, size_t len, unsigned max)
+{
+	unsigned depth = 0;
+	bool in_string = false;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		if (in_string) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_string = false;
+		} else if (c == '"') {
+			in_string = true;
+		} else if (c == '[' || c == '{') {
+			if (++depth > max)
+				return true;
+		} else if ((c == ']' || c == '}') && depth) {
+			depth--;
+		}
+	}
+	return false;
+}
+
 int http_body_json(struct evhttp_request *req, bool allow_empty, json_t **ret, char *msg, size_t msglen)
 {
 	size_t len;
@@ -106,6 +129,11 @@ int http_body_json(struct evhttp_request *req, bool allow_empty, json_t **ret, c
 		if (allow_empty)
 			return 0;
 		snprintf(msg, msglen, "request body is empty; a JSON object is required");
+		return -EINVAL;
+	}
+	if (json_depth_exceeds(s, len, HTTP_JSON_DEPTH_MAX)) {
+		snprintf(msg, msglen, "request body nests JSON deeper than %d levels",
+			 HTTP_JSON_DEPTH_MAX);
 		return -EINVAL;
 	}
 	json_error_t jerr;

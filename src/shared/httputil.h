@@ -22,6 +22,14 @@ void http_send_empty(struct evhttp_request *req, int status);
 const char *http_reason(int status);
 
 /*
+ * JSON nested deeper than this is refused before it is parsed: no request body of either daemon
+ * needs more than a few levels, and the parser and every walk over its result recurse per level.
+ * json_depth_exceeds scans text for it (brackets outside strings) in one pass.
+ */
+#define HTTP_JSON_DEPTH_MAX 32
+bool json_depth_exceeds(const char *s, size_t len, unsigned max);
+
+/*
  * Parse the request body as JSON. On failure returns -EINVAL and fills msg (for a 4xx reply).
  * An empty body gives *ret = NULL and 0 when allow_empty, else an error.
  */

@@ -1,5 +1,6 @@
 /* corrald's request validation: label rules, CreateSandboxRequest, metadata merge patch, renew. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -205,6 +206,65 @@ static void test_create_bad(void)
 	expect_bad("{" GOOD_BASE ",\"platform\":{\"os\":\"windows\"}}", 400, "platform");
 }
 
+/* Issue 8 item 10: inputs that used to reach the runtime and come back as a 500. */
+static void test_create_gaps(void)
+{
+	struct create_params p;
+	struct verr e;
+	/* A memory limit below what a sandbox needs: 422 naming the field and the minimum. */
+	json_t *j = J("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],"
+		      "\"resourceLimits\":{\"memory\":\"1\"}}");
+	CHECK_INT(create_params_parse(j, &p, &e), -EINVAL);
+	CHECK_INT(e.status, 422);
+	CHECK_INT(e.nloc, 2);
+	CHECK_STR(e.loc[0], "resourceLimits");
+	CHECK_STR(e.loc[1], "memory");
+	CHECK(strstr(e.msg, "resourceLimits.memory") && strstr(e.msg, "6Mi"));
+	json_decref(j);
+	expect_bad("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],\"resourceLimits\":{\"memory\":\"6143Ki\"}}",
+		   422, "resourceLimits");
+	j = J("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],"
+	      "\"resourceLimits\":{\"memory\":\"6Mi\",\"pids\":\"3\"},"
+	      "\"resourceRequests\":{\"memory\":\"1\",\"pids\":\"1\"}}");
+	CHECK_INT(create_params_parse(j, &p, &e), 0); /* a request is only for admission */
+	create_params_clear(&p);
+	json_decref(j);
+	/* pids 1 and 2 cannot start execd, the entrypoint and a command. */
+	expect_bad("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],\"resourceLimits\":{\"pids\":\"1\"}}",
+		   422, "resourceLimits");
+	expect_bad("{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],\"resourceLimits\":{\"pids\":\"2\"}}",
+		   422, "resourceLimits");
+	/* One exec string longer than the kernel takes (E2BIG at execve). */
+	static char big[200 * 1024];
+	memset(big, 'x', 131072);
+	big[131072] = '\0';
+	char *body = malloc(sizeof(big) + 512);
+	snprintf(body, sizeof(big) + 512, "{" GOOD_BASE ",\"env\":{\"A\":\"%s\"}}", big + 2);
+	expect_bad(body, 422, "env"); /* "A=" + 131070 = 131072 bytes */
+	snprintf(body, sizeof(big) + 512, "{" GOOD_BASE ",\"env\":{\"A\":\"%s\"}}", big + 3);
+	j = J(body);
+	CHECK_INT(create_params_parse(j, &p, &e), 0); /* 131071 bytes fit */
+	create_params_clear(&p);
+	json_decref(j);
+	snprintf(body, sizeof(big) + 512,
+		 "{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"sleep\",\"%s\"],"
+		 "\"resourceLimits\":{}}",
+		 big);
+	expect_bad(body, 422, "entrypoint");
+	free(body);
+	/* platform fields of the wrong type were accepted and echoed back. */
+	expect_bad("{" GOOD_BASE ",\"platform\":{\"os\":5}}", 422, "platform");
+	expect_bad("{" GOOD_BASE ",\"platform\":{\"arch\":[]}}", 422, "platform");
+	/* A timeout far outside int64 as a real: refused, not cast (undefined behaviour). */
+	expect_bad("{" GOOD_BASE ",\"timeout\":1e300}", 422, "timeout");
+	expect_bad("{" GOOD_BASE ",\"timeout\":-1e300}", 422, "timeout");
+	j = J("{" GOOD_BASE ",\"timeout\":600.0}");
+	CHECK_INT(create_params_parse(j, &p, &e), 0);
+	CHECK_INT(p.timeout_s, 600);
+	create_params_clear(&p);
+	json_decref(j);
+}
+
 static void test_merge_patch(void)
 {
 	json_t *cur = J("{\"a\":\"1\",\"b\":\"2\"}"), *n = NULL, *patch;
@@ -284,6 +344,7 @@ int main(void)
 	test_create_ok();
 	test_cpu_cap_env();
 	test_create_bad();
+	test_create_gaps();
 	test_merge_patch();
 	test_renew();
 	return check_summary("corrald_validate");

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -123,6 +125,19 @@ static void test_normalize(void)
 	CHECK_STR(out, "/~user");
 	CHECK_INT(fpath_normalize("", "/root", out, sizeof(out)), -EINVAL);
 	CHECK_INT(fpath_normalize("/abcdef", "/", out, 4), -ENAMETOOLONG);
+	/* Depth is bounded: 256 components, not the 2,000 a PATH_MAX path can hold. */
+	char deep[2 * 2000 + 1] = "";
+	for (int i = 0; i < FPATH_DEPTH_MAX; i++)
+		strcat(deep, "/a");
+	CHECK_INT(fpath_normalize(deep, "/root", out, sizeof(out)), 0);
+	strcat(deep, "/a");
+	CHECK_INT(fpath_normalize(deep, "/root", out, sizeof(out)), -E2BIG);
+	strcat(deep, "/..");
+	CHECK_INT(fpath_normalize(deep + 2, "/root", out, sizeof(out)), 0);
+	for (int i = 0; i < 1500; i++)
+		strcat(deep, "/a");
+	CHECK_INT(fpath_normalize(deep, "/root", out, sizeof(out)), -E2BIG);
+	CHECK_INT(fpath_normalize("/../../../../../../../../../../../../etc", "/", out, sizeof(out)), 0);
 }
 
 static void test_resolution(const char *mode_name)
@@ -236,6 +251,91 @@ static void test_resolution(const char *mode_name)
 	close(rootfd);
 }
 
+/*
+ * Magic links: with procfs mounted inside the root (as in every sandbox), links the workload plants
+ * to /proc/self/fd/N, /proc/self/root or /proc/<pid>/cwd, or those paths named directly, would let
+ * PID 1 reach its own descriptors and the host's root. Both resolvers must refuse them.
+ */
+static void test_magic_links(const char *mode_name, int secretfd)
+{
+	char buf[256], target[PATH_MAX];
+	int rootfd = open(rootdir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	int fd = -1;
+	fprintf(stderr, "-- magic links with %s\n", mode_name);
+
+	snprintf(target, sizeof(target), "/proc/self/fd/%d", secretfd);
+	CHECK(cat(rootfd, target, buf, sizeof(buf)) < 0);
+	CHECK(cat(rootfd, "/magic_fd", buf, sizeof(buf)) < 0);
+	CHECK(cat(rootfd, "/magic_root", buf, sizeof(buf)) < 0);
+	CHECK(cat(rootfd, "/magic_cwd/outside/secret", buf, sizeof(buf)) < 0);
+	CHECK(cat(rootfd, "/magic_dir/secret", buf, sizeof(buf)) < 0);
+	snprintf(target, sizeof(target), "/proc/self/root%s/outside/secret", top);
+	CHECK(cat(rootfd, target, buf, sizeof(buf)) < 0);
+	/* Writes and creates through them touch nothing. */
+	CHECK(fpath_open(rootfd, "/magic_fd", O_WRONLY | O_TRUNC, 0, &fd) < 0);
+	CHECK(fpath_open(rootfd, "/magic_dir/new", O_WRONLY | O_CREAT, 0600, &fd) < 0);
+	CHECK(fpath_mkdir_p(rootfd, "/magic_dir/m", 0755, (uid_t)-1, (gid_t)-1, NULL) < 0);
+	const char *name;
+	CHECK(fpath_open_parent(rootfd, "/magic_dir/x", &fd, &name) < 0);
+	char hostbuf[64];
+	snprintf(target, sizeof(target), "%s/secret", outside);
+	int hfd = open(target, O_RDONLY | O_CLOEXEC);
+	CHECK(read_at(hfd, hostbuf, sizeof(hostbuf)) == 0);
+	CHECK_STR(hostbuf, "host secret");
+	close(hfd);
+	snprintf(target, sizeof(target), "%s/new", outside);
+	CHECK(!exists(target));
+	snprintf(target, sizeof(target), "%s/m", outside);
+	CHECK(!exists(target));
+	/* Ordinary procfs entries (not magic links) still resolve, in the root's own /proc. */
+	CHECK_INT(fpath_open(rootfd, "/proc/self/status", O_RDONLY, 0, &fd), 0);
+	close(fd);
+	close(rootfd);
+}
+
+static void test_magic(void)
+{
+	/* A private mount namespace for this process, with procfs inside the root. */
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+		fprintf(stderr, "-- magic links: skipped (no mount namespace: %s)\n", strerror(errno));
+		return;
+	}
+	mkdir(R("proc"), 0555);
+	if (mount("proc", R("proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) {
+		fprintf(stderr, "-- magic links: skipped (mount proc: %s)\n", strerror(errno));
+		return;
+	}
+	char target[PATH_MAX];
+	snprintf(target, sizeof(target), "%s/secret", outside);
+	int secretfd = open(target, O_RDWR | O_CLOEXEC);
+	int dirfd = open(outside, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (chdir(top) < 0)
+		perror("chdir");
+	CHECK(secretfd >= 0 && dirfd >= 0);
+	snprintf(target, sizeof(target), "/proc/self/fd/%d", secretfd);
+	link_(target, "magic_fd");
+	snprintf(target, sizeof(target), "/proc/self/fd/%d", dirfd);
+	link_(target, "magic_dir");
+	snprintf(target, sizeof(target), "/proc/self/root%s/outside/secret", top);
+	link_(target, "magic_root");
+	snprintf(target, sizeof(target), "/proc/%d/cwd", (int)getpid());
+	link_(target, "magic_cwd");
+	fpath_set_mode(FPATH_AUTO);
+	if (fpath_using_openat2()) {
+		fpath_set_mode(FPATH_OPENAT2);
+		test_magic_links("openat2", secretfd);
+	}
+	fpath_set_mode(FPATH_FALLBACK);
+	test_magic_links("fallback walk", secretfd);
+	fpath_set_mode(FPATH_AUTO);
+	if (chdir("/") < 0)
+		perror("chdir");
+	umount2(R("proc"), MNT_DETACH);
+	rmdir(R("proc"));
+	close(secretfd);
+	close(dirfd);
+}
+
 static void test_users(void)
 {
 	char pw[PATH_MAX], gr[PATH_MAX], name[64];
@@ -292,6 +392,26 @@ static void test_users(void)
 	users_set_files(NULL, NULL);
 	CHECK_INT(users_uid_by_name("root", &u), 0);
 	CHECK_INT(u, 0);
+
+	/* Id maps: the initial namespace's, a sandbox user namespace's, and (uid_t)-1. */
+	char ranges[128];
+	const char *initial = "         0          0 4294967295\n";
+	CHECK_INT(users_map_contains(initial, 0, ranges, sizeof(ranges)), 0);
+	CHECK_INT(users_map_contains(initial, 4294967294u, ranges, sizeof(ranges)), 0);
+	CHECK_INT(users_map_contains(initial, 4294967295u, ranges, sizeof(ranges)), -ERANGE);
+	CHECK_STR(ranges, "0-4294967294");
+	const char *userns = "0 1065536 65536\n";
+	CHECK_INT(users_map_contains(userns, 65535, NULL, 0), 0);
+	CHECK_INT(users_map_contains(userns, 65536, ranges, sizeof(ranges)), -ERANGE);
+	CHECK_STR(ranges, "0-65535");
+	CHECK_INT(users_map_contains("0 1000 1\n100 2000 10\n", 105, NULL, 0), 0);
+	CHECK_INT(users_map_contains("0 1000 1\n100 2000 10\n", 50, ranges, sizeof(ranges)), -ERANGE);
+	CHECK_STR(ranges, "0-0, 100-109");
+	CHECK_INT(users_map_contains("", 0, ranges, sizeof(ranges)), -ERANGE);
+	CHECK_INT(users_map_contains("garbage", 0, NULL, 0), -ERANGE);
+	CHECK_INT(users_id_mapped(false, 0, NULL, 0), 0);
+	CHECK_INT(users_id_mapped(false, 4294967295u, NULL, 0), -ERANGE);
+	CHECK_INT(users_id_mapped(true, 4294967295u, NULL, 0), -ERANGE);
 }
 
 int main(void)
@@ -309,6 +429,7 @@ int main(void)
 	fpath_set_mode(FPATH_FALLBACK);
 	test_resolution("fallback walk");
 	fpath_set_mode(FPATH_AUTO);
+	test_magic();
 	test_users();
 	fs_remove_tree(top);
 	return check_summary("execd_files_path");

@@ -1,5 +1,6 @@
 /* Unit tests for src/execd/files_util.c: mode encoding, Range parsing, globs, headers, times. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -118,8 +119,90 @@ static void test_glob(void)
 	CHECK_INT(files_glob_check("a\\"), -EINVAL);
 	CHECK_INT(files_glob_check("*.txt"), 0);
 	CHECK_INT(files_glob_match("[abc", "a"), -EINVAL);
-	/* Brace expansion is bounded. */
-	CHECK_INT(files_glob_check("{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}"), -EINVAL);
+	/* Brace expansion is bounded: alternatives, groups (the recursion depth), length, steps. */
+	CHECK_INT(files_glob_check("{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}"), 0);
+	CHECK_INT(files_glob_check("{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}"), -E2BIG);
+}
+
+/* Repeat s n times into a new string (with prefix and suffix). */
+static char *rep(const char *prefix, const char *s, size_t n, const char *suffix)
+{
+	size_t l = strlen(s), pl = strlen(prefix), sl = strlen(suffix);
+	char *out = malloc(pl + l * n + sl + 1);
+	memcpy(out, prefix, pl);
+	for (size_t i = 0; i < n; i++)
+		memcpy(out + pl + i * l, s, l);
+	memcpy(out + pl + l * n, suffix, sl + 1);
+	return out;
+}
+
+static void test_glob_bounds(void)
+{
+	char why[160];
+	struct files_glob *g = NULL;
+	/* The issue 8 bomb: 2,000 nested braces overflowed the stack of PID 1. */
+	char *open = rep("", "{", 2000, ""), *bomb = rep(open, "}", 2000, "");
+	CHECK_INT(files_glob_new(bomb, &g, why, sizeof(why)), -E2BIG);
+	CHECK_STR(why, "has more than 64 brace groups '{...}'");
+	CHECK(g == NULL);
+	free(open);
+	free(bomb);
+	/* As many groups in a row (no nesting) recurse as deep. */
+	char *row = rep("", "{a}", 1000, "");
+	CHECK_INT(files_glob_check(row), -E2BIG);
+	free(row);
+	/* 64 groups are allowed, nested or in a row. */
+	open = rep("", "{", 64, "x");
+	bomb = rep(open, "}", 64, "");
+	CHECK_INT(files_glob_match(bomb, "x"), 1);
+	free(open);
+	free(bomb);
+	row = rep("", "{a}", 64, "");
+	CHECK_INT(files_glob_new(row, &g, why, sizeof(why)), 0);
+	char *name = rep("", "a", 64, "");
+	CHECK_INT(files_glob_matches(g, name), 1);
+	files_glob_free(g);
+	g = NULL;
+	free(name);
+	free(row);
+	/* Too long. */
+	char *longp = rep("", "a", GLOB_LEN_MAX, "");
+	CHECK_INT(files_glob_new(longp, &g, why, sizeof(why)), -E2BIG);
+	CHECK_STR(why, "is longer than 4095 bytes");
+	free(longp);
+	/* 9 binary groups: 512 alternatives. */
+	CHECK_INT(files_glob_new("{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}", &g, why,
+				 sizeof(why)),
+		  -E2BIG);
+	CHECK_STR(why, "expands to more than 256 alternatives");
+	/* Few alternatives but many bytes: 2 x 4 groups of 2 make 256 copies of a long tail. */
+	char *tail = rep("{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}", "z", 1000, "");
+	CHECK_INT(files_glob_new(tail, &g, why, sizeof(why)), -E2BIG);
+	CHECK_STR(why, "expands to more than 65536 bytes");
+	free(tail);
+	/* Malformed: the rule is named. */
+	CHECK_INT(files_glob_new("{a,b", &g, why, sizeof(why)), -EINVAL);
+	CHECK_STR(why, "has a '{' without its '}'");
+	CHECK_INT(files_glob_new("[]x", &g, why, sizeof(why)), -EINVAL);
+	CHECK_STR(why, "has an unterminated or empty [...] class");
+	/* Matching work is budgeted over the glob's life: a costly pattern runs out, then stays out. */
+	char *slow = rep("*", "[a-z]", 700, "!");
+	CHECK_INT(files_glob_new(slow, &g, why, sizeof(why)), 0);
+	char *aaa = rep("", "a", 255, "");
+	int r = 0;
+	for (int i = 0; i < 100000 && r == 0; i++)
+		r = files_glob_matches(g, aaa);
+	CHECK_INT(r, -E2BIG);
+	CHECK_INT(files_glob_matches(g, aaa), -E2BIG);
+	files_glob_free(g);
+	free(slow);
+	free(aaa);
+	/* A cheap pattern over many names stays well inside the budget. */
+	CHECK_INT(files_glob_new("*.{c,h}", &g, why, sizeof(why)), 0);
+	for (int i = 0; i < 100000; i++)
+		if (files_glob_matches(g, i % 2 ? "main.c" : "README.md") != i % 2)
+			CHECK(false);
+	files_glob_free(g);
 }
 
 static void test_disposition(void)
@@ -157,6 +240,7 @@ int main(void)
 	test_modes();
 	test_range();
 	test_glob();
+	test_glob_bounds();
 	test_disposition();
 	test_times();
 	return check_summary("execd_files_util");

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -214,6 +215,55 @@ static void test_remove_tree(void)
 	CHECK(exists(root));
 }
 
+/* Build a chain of depth directories named "d" below dir (relative, so no PATH_MAX). */
+static int make_chain(const char *dir, int depth, int *ret_deepest)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	for (int i = 0; i < depth && fd >= 0; i++) {
+		if (mkdirat(fd, "d", 0755) < 0 && errno != EEXIST) {
+			close(fd);
+			return -errno;
+		}
+		int nfd = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		close(fd);
+		fd = nfd;
+	}
+	if (fd < 0)
+		return -errno;
+	if (ret_deepest)
+		*ret_deepest = fd;
+	else
+		close(fd);
+	return 0;
+}
+
+/*
+ * A sandbox can build a tree deeper than any stack or fd budget (issue 8: teardown failed forever
+ * with EMFILE on a 60,000-level tree). It goes in bounded steps, files and side branches included.
+ */
+static void test_remove_deep_tree(void)
+{
+	CHECK_INT(fs_mkdir_p(P("deep"), 0755), 0);
+	int fd = -1;
+	CHECK_INT(make_chain(P("deep"), 3000, &fd), 0);
+	if (fd >= 0) {
+		CHECK(mkdirat(fd, "leafdir", 0755) == 0);
+		int ffd = openat(fd, "leaf", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+		CHECK(ffd >= 0);
+		close(ffd);
+		close(fd);
+	}
+	/* Entries at the top that look like the ones it moves up are not in the way. */
+	CHECK_INT(fs_mkdir_p(P("deep/.corral-rm-0/x"), 0755), 0);
+	CHECK_INT(make_chain(P("deep/.corral-rm-0"), 300, NULL), 0);
+	struct rlimit old, low = {256, 256};
+	getrlimit(RLIMIT_NOFILE, &old);
+	setrlimit(RLIMIT_NOFILE, &low); /* more open directories than this would fail */
+	CHECK_INT(fs_remove_tree(P("deep")), 0);
+	setrlimit(RLIMIT_NOFILE, &old);
+	CHECK(!exists(P("deep")));
+}
+
 /*
  * The safety property: fs_remove_tree never descends into another mount, whether that mount is a
  * different file system (tmpfs, new st_dev) or a bind mount of the same one (same st_dev, different
@@ -266,6 +316,23 @@ static void test_remove_tree_mounts(void)
 
 	CHECK_INT(umount2(P("t/y/bind"), MNT_DETACH), 0);
 	CHECK_INT(fs_remove_tree(P("t")), 0);
+
+	/* Below the depth where directories are moved up, a mount point is still never entered. */
+	int fd = -1;
+	CHECK_INT(fs_mkdir_p(P("t"), 0755), 0);
+	CHECK_INT(make_chain(P("t"), 200, &fd), 0);
+	if (fd >= 0) {
+		CHECK(mkdirat(fd, "m", 0755) == 0);
+		char proc[64];
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d/m", fd);
+		CHECK_INT(mount(P("keep"), proc, NULL, MS_BIND, NULL), 0);
+		CHECK_INT(fs_remove_tree(P("t")), -EBUSY);
+		CHECK(exists(P("keep/sub/precious")));
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d/m", fd);
+		CHECK_INT(umount2(proc, MNT_DETACH), 0);
+		close(fd);
+	}
+	CHECK_INT(fs_remove_tree(P("t")), 0);
 	CHECK(!exists(P("t")));
 	CHECK(exists(P("keep/sub/precious")));
 	CHECK_INT(fs_remove_tree(P("keep")), 0);
@@ -285,6 +352,7 @@ int main(void)
 	test_read_limits();
 	test_mkdir_p();
 	test_remove_tree();
+	test_remove_deep_tree();
 	test_remove_tree_mounts();
 	int r = fs_remove_tree(root);
 	if (r < 0)

@@ -214,6 +214,14 @@ static void test_requests(void)
 	CHECK(strstr(seen.json_msg, "not valid JSON") != NULL);
 	do_request(EVHTTP_REQ_POST, "/sandboxes", "{\"name\":\"a\",\"name\":\"b\"}", "json", 0);
 	CHECK_INT(seen.json_ret, -EINVAL); /* duplicate keys are refused */
+	/* Nesting past HTTP_JSON_DEPTH_MAX is refused before parsing, with the rule named. */
+	char deep[2 * 2000 + 1];
+	memset(deep, '[', 2000);
+	memset(deep + 2000, ']', 2000);
+	deep[4000] = '\0';
+	do_request(EVHTTP_REQ_POST, "/sandboxes", deep, "json", 0);
+	CHECK_INT(seen.json_ret, -EINVAL);
+	CHECK(strstr(seen.json_msg, "deeper than 32 levels") != NULL);
 
 	/* Error and empty replies. */
 	do_request(EVHTTP_REQ_GET, "/sandboxes/abc", NULL, "error", 1);
@@ -229,8 +237,24 @@ static void test_requests(void)
 	event_base_free(base);
 }
 
+static void test_json_depth(void)
+{
+	const char *ok32 = "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]";
+	CHECK(!json_depth_exceeds(ok32, strlen(ok32), 32));
+	CHECK(json_depth_exceeds(ok32, strlen(ok32), 31));
+	const char *mixed = "{\"a\":{\"b\":[1,{}]}}";
+	CHECK(!json_depth_exceeds(mixed, strlen(mixed), 4));
+	CHECK(json_depth_exceeds(mixed, strlen(mixed), 3));
+	/* Brackets inside strings, escaped quotes included, do not count. */
+	const char *str = "{\"k\":\"[[[[\\\"{{{{\"}";
+	CHECK(!json_depth_exceeds(str, strlen(str), 1));
+	/* Closing brackets never drive the depth negative to buy room. */
+	CHECK(json_depth_exceeds("]]]][[[", 7, 2));
+}
+
 int main(void)
 {
+	test_json_depth();
 	test_split_path();
 	test_reason();
 	test_requests();
