@@ -211,12 +211,28 @@ struct raw_conn {
 	enum raw_mode mode;
 	int requests;
 	bool shook;
+	struct bufferevent *bev;
+	struct raw_conn *prev, *next; /* live connections, freed at the end if still open */
 };
+static struct raw_conn *raw_live;
 
 static void raw_close(struct bufferevent *bev, struct raw_conn *rc)
 {
+	if (rc->prev)
+		rc->prev->next = rc->next;
+	else
+		raw_live = rc->next;
+	if (rc->next)
+		rc->next->prev = rc->prev;
 	bufferevent_free(bev);
 	free(rc);
+}
+
+/* Upstream connections still open when the test ends (a client that gave up first). */
+static void raw_close_all(void)
+{
+	while (raw_live)
+		raw_close(raw_live->bev, raw_live);
 }
 
 static void raw_event(struct bufferevent *bev, short what, void *arg)
@@ -302,6 +318,11 @@ static void raw_accept(struct evconnlistener *l, evutil_socket_t fd, struct sock
 	struct raw_conn *rc = calloc(1, sizeof(*rc));
 	rc->mode = (enum raw_mode)(intptr_t)arg;
 	struct bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+	rc->bev = bev;
+	rc->next = raw_live;
+	if (raw_live)
+		raw_live->prev = rc;
+	raw_live = rc;
 	bufferevent_setcb(bev, raw_read, NULL, raw_event, rc);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
 }
@@ -993,6 +1014,7 @@ int main(void)
 	evhttp_free(up);
 	for (int i = 0; i < RAW_COUNT; i++)
 		evconnlistener_free(raw[i]);
+	raw_close_all();
 	close(silent);
 	event_base_free(base);
 	const char *paths[] = { sock_ok, sock_garbage, sock_cut, sock_ws, sock_silent, sock_oneshot,
