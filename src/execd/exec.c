@@ -664,6 +664,28 @@ static void split_flush(struct execution *ex, bool is_err, int64_t ts)
 		line_splitter_flush(s, on_line, &c);
 }
 
+/*
+ * A marker in the stream (a stderr line) and, for a background command, in its output (a line of
+ * its own: the cut may fall in the middle of one).
+ */
+static void tr_marker_record(struct execution *ex, enum tr_kind kind, uint64_t v, int64_t ts)
+{
+	struct sbuf p = {0};
+	tr_varint_add(&p, v);
+	tr_record(ex, kind, ts, p.data, p.len);
+	sbuf_clear(&p);
+	if (ex->background) {
+		char m[160];
+		m[0] = '\n';
+		int k = tr_marker(kind, v, m + 1, sizeof(m) - 2);
+		m[k + 1] = '\n';
+		if (kind == TR_CUT)
+			file_append(ex, F_OUTPUT, m, (size_t)k + 2);
+		else
+			file_append(ex, F_OUTPUT, m + 1, (size_t)k + 1);
+	}
+}
+
 /* The cap is reached: what was kept is complete in the stream, then the marker. */
 static void output_cut(struct execution *ex)
 {
@@ -671,19 +693,9 @@ static void output_cut(struct execution *ex)
 	ex->out_truncated = true;
 	log_warn("execution %s: output cap of %" PRIu64 " bytes reached; dropping the rest", ex->id,
 		 ex->out_cap);
-	if (ex->background) {
-		char m[160];
-		int k = snprintf(m, sizeof(m),
-				 "\n[corral-execd: output cap of %" PRIu64 " bytes reached; the rest is dropped]\n",
-				 ex->out_cap);
-		file_append(ex, F_OUTPUT, m, (size_t)k);
-	}
 	split_flush(ex, false, now);
 	split_flush(ex, true, now);
-	struct sbuf p = {0};
-	tr_varint_add(&p, ex->out_cap);
-	tr_record(ex, TR_CUT, now, p.data, p.len);
-	sbuf_clear(&p);
+	tr_marker_record(ex, TR_CUT, ex->out_cap, now);
 }
 
 /* Output the process produced: kept up to the cap, then dropped and counted. */
@@ -759,14 +771,10 @@ static void exec_finish(struct execution *ex, int code, const char *error)
 			total += (size_t)n;
 		pipe_close(ex, is_err);
 	}
-	if (ex->background && ex->out_truncated) {
-		char m[128];
-		int k = snprintf(m, sizeof(m), "[corral-execd: %" PRIu64 " bytes of output dropped]\n",
-				 ex->out_dropped);
-		file_append(ex, F_OUTPUT, m, (size_t)k);
-	}
 	ex->running = false;
 	ex->finished_ms = time_now_ms();
+	if (ex->out_truncated)
+		tr_marker_record(ex, TR_DROPPED, ex->out_dropped, ex->finished_ms);
 	ex->has_exit_code = true;
 	ex->exit_code = code;
 	if (error && !ex->error)

@@ -307,7 +307,7 @@ ssize_t tr_record_parse(const char *buf, size_t n, int64_t ts_base, struct tr_re
 	if (n == 0)
 		return 0;
 	unsigned char kind = *p++;
-	if (kind < TR_INIT || kind > TR_CUT)
+	if (kind < TR_INIT || kind > TR_DROPPED)
 		return -EINVAL;
 	if (!varint_get(&p, end, &zz) || !varint_get(&p, end, &len))
 		return p == end && n < TR_HEADER_MAX ? 0 : -EINVAL;
@@ -323,18 +323,20 @@ ssize_t tr_record_parse(const char *buf, size_t n, int64_t ts_base, struct tr_re
 	return (ssize_t)((const char *)p + len - buf);
 }
 
-void tr_cut_message(uint64_t cap, char *buf, size_t len)
+int tr_marker(enum tr_kind kind, uint64_t v, char *buf, size_t len)
 {
-	snprintf(buf, len,
-		 "output cap of %" PRIu64 " bytes reached: the rest of the output is dropped (the command keeps running; its status counts the dropped bytes)",
-		 cap);
+	if (kind == TR_CUT)
+		return snprintf(buf, len,
+				"[corral-execd: output cap of %" PRIu64 " bytes reached; the rest of the output is dropped]",
+				v);
+	return snprintf(buf, len, "[corral-execd: %" PRIu64 " bytes of output dropped]", v);
 }
 
 int tr_record_events(const struct tr_record *r, struct sbuf *out)
 {
 	const unsigned char *p = (const unsigned char *)r->payload, *end = p + r->len;
 	uint64_t v;
-	char msg[256];
+	char msg[128];
 	switch (r->kind) {
 	case TR_INIT:
 		return stream_event_text(out, "init", r->payload, r->len, r->ts);
@@ -365,10 +367,12 @@ int tr_record_events(const struct tr_record *r, struct sbuf *out)
 		return stream_event_error(out, "CommandExecError", code, r->ts);
 	}
 	case TR_CUT:
+	case TR_DROPPED: {
 		if (!varint_get(&p, end, &v))
 			return -EINVAL;
-		tr_cut_message(v, msg, sizeof(msg));
-		return stream_event_error(out, TR_CUT_ENAME, msg, r->ts);
+		int k = tr_marker(r->kind, v, msg, sizeof(msg));
+		return stream_event_text(out, "stderr", msg, (size_t)k, r->ts);
+	}
 	}
 	return -EINVAL;
 }

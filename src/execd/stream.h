@@ -60,7 +60,9 @@ int stream_event_error(struct sbuf *b, const char *ename, const char *evalue, in
  *
  * Payloads: TR_INIT the init text; TR_STDOUT/TR_STDERR lines (each without \r or \n) each followed
  * by "\n"; TR_COMPLETE a varint execution time (ms); TR_ERROR the exit code's text; TR_CUT a
- * varint: the output cap in bytes. A record of lines is at most TR_PAYLOAD_MAX bytes and encodes
+ * varint: the output cap in bytes; TR_DROPPED a varint: the bytes dropped past it. The last two
+ * are markers, sent as stderr lines (an error event would end the stream in every client and
+ * take the place of the exit code). A record of lines is at most TR_PAYLOAD_MAX bytes and encodes
  * to at most TR_EVENTS_MAX bytes (plus one line's events), so a reader holds one record at a time.
  */
 enum tr_kind {
@@ -70,14 +72,13 @@ enum tr_kind {
 	TR_COMPLETE = 4,
 	TR_ERROR = 5,
 	TR_CUT = 6,
+	TR_DROPPED = 7,
 };
 
 #define TR_PAYLOAD_MAX (STREAM_LINE_MAX + 1)
 #define TR_HEADER_MAX (1 + 10 + 10)
 #define TR_RECORD_MAX (TR_HEADER_MAX + TR_PAYLOAD_MAX)
 #define TR_EVENTS_MAX (256u * 1024)
-/* The error event's ename when output was cut at the cap. */
-#define TR_CUT_ENAME "OutputTruncated"
 
 struct tr_record {
 	enum tr_kind kind;
@@ -98,5 +99,5 @@ int tr_varint_add(struct sbuf *b, uint64_t v);
 ssize_t tr_record_parse(const char *buf, size_t n, int64_t ts_base, struct tr_record *ret);
 /* Append the stream events of a record (what went out live). */
 int tr_record_events(const struct tr_record *r, struct sbuf *out);
-/* The evalue of the TR_CUT event. */
-void tr_cut_message(uint64_t cap, char *buf, size_t len);
+/* The text of a TR_CUT or TR_DROPPED marker (also written into a background command's output). */
+int tr_marker(enum tr_kind kind, uint64_t v, char *buf, size_t len);

@@ -180,9 +180,10 @@ static void test_transcript(void)
 	tr_varint_add(&p, 1u << 20);
 	CHECK_INT(tr_record_add(&t, TR_CUT, ts0 + 7, base, p.data, p.len), 0);
 	char msg[256];
-	tr_cut_message(1u << 20, msg, sizeof(msg));
-	CHECK(strstr(msg, "1048576 bytes") != NULL);
-	stream_event_error(&live, TR_CUT_ENAME, msg, ts0 + 7);
+	int mlen = tr_marker(TR_CUT, 1u << 20, msg, sizeof(msg));
+	CHECK(strstr(msg, "output cap of 1048576 bytes reached") != NULL);
+	/* Markers are stderr lines: an error event would end the stream in every client. */
+	stream_event_text(&live, "stderr", msg, (size_t)mlen, ts0 + 7);
 	base = ts0 + 7;
 	CHECK_INT(tr_record_add(&t, TR_ERROR, ts0 + 9, base, "137", 3), 0);
 	stream_event_error(&live, "CommandExecError", "137", ts0 + 9);
