@@ -49,14 +49,14 @@ def read_event(r):
 
 
 class Execd:
-    def __init__(self, entrypoint=None, preexec_fn=None):
+    def __init__(self, entrypoint=None, preexec_fn=None, args=()):
         self.dir = tempfile.mkdtemp(prefix="execd-test-")
         self.run = os.path.join(self.dir, "run")
         os.mkdir(self.run)
         self.sock = os.path.join(self.run, "execd.sock")
         self.state = os.path.join(self.run, "execs")
         self.log = open(os.path.join(self.dir, "execd.log"), "w+")
-        argv = [EXECD, "--socket", self.sock, "--state", self.state, "--log-level", "debug"]
+        argv = [EXECD, "--socket", self.sock, "--state", self.state, "--log-level", "debug"] + list(args)
         if entrypoint:
             argv += ["--"] + entrypoint
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log, preexec_fn=preexec_fn)
@@ -1004,6 +1004,40 @@ class EntrypointTest(unittest.TestCase):
             c.close()
         finally:
             e.stop()  # SIGTERM: execd kills what runs
+
+    def test_output_cap_option(self):
+        e = Execd(args=["--output-cap", "1Ki"])
+        try:
+            c = e.conn(60)
+            # Past the cap: the stream carries the marker lines, the exit code is the process's,
+            # the status counts what was dropped; a request cannot raise the cap.
+            body = {"command": "head -c 3000 /dev/zero | tr '\\0' a; echo; echo gone >&2; exit 2",
+                    "output_cap": 1 << 40}
+            c.request("POST", "/command", json.dumps(body))
+            events = parse_events(c.getresponse().read())
+            self.assertEqual([x["text"] for x in events if x["type"] == "stdout"], ["a" * 1024])
+            self.assertEqual([x["text"] for x in events if x["type"] == "stderr"],
+                             ["[corral-execd: output cap of 1024 bytes reached; the rest of the output is dropped]",
+                              "[corral-execd: %d bytes of output dropped]" % (3001 + 5 - 1024)])
+            self.assertEqual(events[-1]["error"]["evalue"], "2")
+            c.request("GET", "/command/status/" + events[0]["text"])
+            st = json.loads(c.getresponse().read())
+            self.assertEqual((st["output_truncated"], st["output_cap"], st["output_dropped"]),
+                             (True, 1024, 3001 + 5 - 1024))
+            # Under the cap nothing is marked.
+            c.request("POST", "/command", json.dumps({"command": "head -c 1024 /dev/zero | tr '\\0' a"}))
+            events = parse_events(c.getresponse().read())
+            self.assertEqual([x["type"] for x in events], ["init", "stdout", "execution_complete"])
+            c.request("GET", "/command/status/" + events[0]["text"])
+            self.assertNotIn("output_truncated", json.loads(c.getresponse().read()))
+            c.close()
+        finally:
+            e.stop()
+        for bad in ("0", "lots", "-5"):
+            out = subprocess.run([EXECD, "--socket", "/nonexistent/s", "--state", "/nonexistent",
+                                  "--output-cap", bad], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 2, bad)
+            self.assertIn("--output-cap", out.stderr)
 
     def test_help(self):
         out = subprocess.run([EXECD, "--help"], capture_output=True, text=True)
