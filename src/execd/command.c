@@ -514,15 +514,24 @@ void command_logs(struct evhttp_request *req, const char *id, struct http_query 
 		snprintf(v, sizeof(v), "cap=%" PRIu64 "; dropped=%" PRIu64, ex->out_cap, ex->out_dropped);
 		evhttp_add_header(evhttp_request_get_output_headers(req), "EXECD-COMMANDS-OUTPUT-TRUNCATED", v);
 	}
-	exec_unref(ex);
 	struct evbuffer *out = evbuffer_new();
 	if (!out) {
+		exec_unref(ex);
 		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
 		return;
 	}
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	struct stat st;
 	uint64_t next = cursor;
+	/* Until its files exist (created off the command's path), the output is held in memory. */
+	int fd = -1;
+	if (!ex->files_ready) {
+		if (ex->early_out.len > cursor && evbuffer_add(out, ex->early_out.data + cursor,
+							       ex->early_out.len - cursor) == 0)
+			next = ex->early_out.len;
+	} else {
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	exec_unref(ex);
+	struct stat st;
 	if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size > cursor) {
 		uint64_t len = MIN((uint64_t)st.st_size - cursor, (uint64_t)LOGS_MAX_REPLY);
 		/* evbuffer takes the fd: the bytes go out by sendfile, never all in memory. */

@@ -284,6 +284,18 @@ class ExecdTest(unittest.TestCase):
             time.sleep(0.01)
         self.assertEqual((st["exit_code"], st["running"], st["background"]), (0, False, True))
 
+    def test_background_output_readable_once_finished(self):
+        # The status says finished before the files exist (they are created off the command's
+        # path): the logs must already hold the whole output then.
+        for i in range(20):
+            events, _ = self.run_cmd({"command": "echo quick-%d; echo err-%d >&2" % (i, i), "background": True})
+            cid = events[0]["text"]
+            r, data = self.request("GET", "/command/status/%s?wait=10" % cid)
+            self.assertFalse(self.json_of(r, data, 200)["running"])
+            r, data = self.request("GET", "/command/%s/logs" % cid)
+            self.assertEqual(data, b"quick-%d\nerr-%d\n" % (i, i))
+            self.assertEqual(r.getheader("EXECD-COMMANDS-TAIL-CURSOR"), str(len(data)))
+
     def test_background_exit_code(self):
         events, _ = self.run_cmd({"command": "exit 3", "background": True})
         cid = events[0]["text"]
