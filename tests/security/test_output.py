@@ -84,6 +84,17 @@ class OutputFlood(AttackCase):
                          [(e["type"], e.get("text")) for e in res.events if e["type"] != "ping"])
         self.assert_platform_alive(self.sid, self.other)
 
+    def test_cut_output_of_a_successful_command_still_ends_in_complete(self):
+        # attack: flood past the cap hoping the cut turns a pass (exit 0) into a failure, or back
+        res = self.client.run(self.sid, "yes | head -c 3000000; true", output_cap=CAP)
+        self.assertEqual(res.events[-1]["type"], "execution_complete", res)
+        self.assertEqual(res.exit_code, 0)
+        self.assertIsNone(res.error)
+        self.assertEqual(res.stdout_lines, ["y"] * (CAP // 2))
+        self.assertEqual(res.stderr_lines, [CUT % CAP, DROPPED % (3000000 - CAP)])
+        st = self.client.command_status(self.sid, res.init_id).json()
+        self.assertEqual((st["exit_code"], st["output_truncated"]), (0, True), st)
+
     def test_background_flood_is_cut_and_logs_say_so(self):
         # attack: `yes` in a background command (no stream to slow it) for a bounded time
         res = self.client.run(self.sid, "timeout 2 yes; echo survived > /tmp/bg-ran-on; exit 3",
