@@ -872,17 +872,24 @@ void exec_shutdown(void)
 	/* Whatever is still only in memory goes to disk; running executions die with execd. */
 	for (unsigned h = 0; h < HASH_BUCKETS; h++)
 		for (struct execution *ex = X.hash[h]; ex; ex = ex->hash_next) {
-			tail_flush(ex);
-			ensure_files_ex(ex, false);
-			if (ex->running) {
+			bool was_running = ex->running;
+			if (was_running) {
+				/* Its transcript ends like its status: killed (a re-attach after a restart
+				 * replays a complete stream). */
 				ex->running = false;
 				ex->has_exit_code = true;
 				ex->exit_code = 128 + SIGKILL;
 				ex->finished_ms = time_now_ms();
 				if (!ex->error)
 					ex->error = strdup("killed: corral-execd exited");
-				write_status(ex);
+				split_flush(ex, false, ex->finished_ms);
+				split_flush(ex, true, ex->finished_ms);
+				tr_end(ex, ex->exit_code, ex->finished_ms);
 			}
+			tail_flush(ex);
+			ensure_files_ex(ex, false);
+			if (was_running)
+				write_status(ex);
 		}
 }
 

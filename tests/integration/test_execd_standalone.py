@@ -961,6 +961,63 @@ class EntrypointTest(unittest.TestCase):
         finally:
             e.stop()
 
+    def test_state_survives_an_execd_restart(self):
+        # Executions recorded by one execd are served by the next on the same state dir: status,
+        # a replay by id (a foreground command killed with execd ends in error 137, its output
+        # and cut marker kept), the background logs; and their ids are never run again.
+        e = Execd(args=["--output-cap", "100"])
+        fid, bid = os.urandom(16).hex(), os.urandom(16).hex()
+        try:
+            c = e.conn()
+            c.request("POST", "/command", json.dumps({"command": "seq 1 100; sleep 30", "id": fid}))
+            r = c.getresponse()
+            seen = []
+            while len(seen) < 3:
+                seen.append(read_event(r))
+            c.close()
+            c = e.conn()
+            c.request("POST", "/command", json.dumps({"command": "echo bg; exit 4", "background": True, "id": bid}))
+            c.getresponse().read()
+            c.request("GET", "/command/status/%s?wait=10" % bid)
+            self.assertEqual(json.loads(c.getresponse().read())["exit_code"], 4)
+            c.close()
+            time.sleep(0.2)
+            e.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(e.proc.wait(10), 0)
+            e2 = subprocess.Popen([EXECD, "--socket", e.sock, "--state", e.state], stderr=subprocess.DEVNULL)
+            try:
+                deadline = time.time() + 5
+                while not os.path.exists(e.sock) and time.time() < deadline:
+                    time.sleep(0.02)
+                time.sleep(0.1)
+                c = e.conn()
+                c.request("POST", "/command", json.dumps({"command": "touch /nonexistent/x", "id": fid}))
+                events = parse_events(c.getresponse().read())
+                self.assertEqual(events[:3], seen)
+                self.assertEqual([x["text"] for x in events if x["type"] == "stdout"],
+                                 [str(i) for i in range(1, 37)] + ["3"])
+                self.assertEqual([x["text"] for x in events if x["type"] == "stderr"][0],
+                                 "[corral-execd: output cap of 100 bytes reached; the rest of the output is dropped]")
+                self.assertEqual(events[-1]["error"]["evalue"], "137")
+                c.request("GET", "/command/status/" + fid)
+                st = json.loads(c.getresponse().read())
+                self.assertEqual((st["exit_code"], st["error"], st["output_truncated"], st["output_cap"]),
+                                 (137, "killed: corral-execd exited", True, 100))
+                c.request("GET", "/command/%s/logs?cursor=1" % bid)
+                r = c.getresponse()
+                self.assertEqual(r.read(), b"g\n")
+                self.assertEqual(r.getheader("EXECD-COMMANDS-TAIL-CURSOR"), "3")
+                c.request("POST", "/command", json.dumps({"command": "exit 9", "background": True, "id": bid}))
+                self.assertEqual([x["type"] for x in parse_events(c.getresponse().read())], ["init", "execution_complete"])
+                c.request("GET", "/command/status/" + bid)
+                self.assertEqual(json.loads(c.getresponse().read())["exit_code"], 4)
+                c.close()
+            finally:
+                e2.terminate()
+                e2.wait()
+        finally:
+            e.stop()
+
     def test_stale_socket_and_mode(self):
         e = Execd()
         try:
