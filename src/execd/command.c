@@ -46,6 +46,7 @@ struct stream_client {
 	uint64_t offset;    /* stream bytes sent */
 	struct tr_pos pos;  /* the next transcript record to read when lagging */
 	int fd;             /* the transcript, opened when the client lags */
+	struct sbuf enc;    /* a record's events, when lagging */
 	struct event *ping;
 };
 
@@ -56,6 +57,7 @@ static void stream_free(struct stream_client *sc)
 		event_free(sc->ping);
 	if (sc->fd >= 0)
 		close(sc->fd);
+	sbuf_clear(&sc->enc);
 	exec_unref(sc->ex);
 	free(sc);
 }
@@ -97,20 +99,17 @@ static void stream_end(struct stream_client *sc)
  */
 static ssize_t send_record(struct stream_client *sc, const struct tr_record *r, uint64_t wire)
 {
-	struct sbuf b = {0};
-	int k = tr_record_events(r, &b);
-	if (k < 0) {
-		sbuf_clear(&b);
+	struct sbuf *b = &sc->enc;
+	b->len = 0;
+	int k = tr_record_events(r, b);
+	if (k < 0)
 		return k;
-	}
-	if (sc->offset < wire + b.len) {
+	if (sc->offset < wire + b->len) {
 		size_t skip = sc->offset > wire ? (size_t)(sc->offset - wire) : 0;
-		stream_send(sc, b.data + skip, b.len - skip);
-		sc->offset = wire + b.len;
+		stream_send(sc, b->data + skip, b->len - skip);
+		sc->offset = wire + b->len;
 	}
-	ssize_t n = (ssize_t)b.len;
-	sbuf_clear(&b);
-	return n;
+	return (ssize_t)b->len;
 }
 
 /*

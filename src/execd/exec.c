@@ -518,20 +518,24 @@ static void defer(struct execution *ex, void (*fn)(struct execution *ex))
 
 /* ----- the transcript writer ----- */
 
+/* Append a record to the transcript (readers see it once tr_len counts it). */
+static void tr_append(struct execution *ex, enum tr_kind kind, int64_t ts, const void *payload,
+		      size_t len)
+{
+	char h[TR_HEADER_MAX];
+	size_t hl = tr_header(h, kind, ts, ex->tr_ts, len);
+	file_append(ex, F_TR, h, hl);
+	file_append(ex, F_TR, payload, len);
+	ex->tr_len += hl + len;
+	ex->tr_ts = ts;
+}
+
 /* The tail record goes to the transcript. */
 static void tail_flush(struct execution *ex)
 {
 	if (ex->tail.len == 0)
 		return;
-	struct sbuf rec = {0};
-	if (tr_record_add(&rec, ex->tail_kind, ex->tail_ts, ex->tr_ts, ex->tail.data, ex->tail.len) < 0) {
-		log_error("execution %s: out of memory writing the transcript", ex->id);
-	} else {
-		file_append(ex, F_TR, rec.data, rec.len);
-		ex->tr_len += rec.len;
-		ex->tr_ts = ex->tail_ts;
-	}
-	sbuf_clear(&rec);
+	tr_append(ex, ex->tail_kind, ex->tail_ts, ex->tail.data, ex->tail.len);
 	ex->tail.len = 0;
 	ex->tail_events = 0;
 	if (ex->tail.cap > 4 * TR_PAYLOAD_MAX)
@@ -589,27 +593,17 @@ static void tr_record(struct execution *ex, enum tr_kind kind, int64_t ts, const
 		      size_t len)
 {
 	tail_flush(ex);
-	struct sbuf rec = {0};
 	size_t before = ex->pending.len;
-	if (tr_record_add(&rec, kind, ts, ex->tr_ts, payload, len) < 0) {
-		log_error("execution %s: out of memory writing the transcript", ex->id);
-		sbuf_clear(&rec);
-		return;
-	}
-	struct tr_record r;
-	if (tr_record_parse(rec.data, rec.len, ex->tr_ts, &r) <= 0 || tr_record_events(&r, &ex->pending) < 0) {
+	const struct tr_record r = {kind, ts, payload, len};
+	if (tr_record_events(&r, &ex->pending) < 0) {
 		ex->pending.len = before;
 		log_error("execution %s: cannot encode a %d record", ex->id, (int)kind);
-		sbuf_clear(&rec);
 		return;
 	}
 	if (before == 0)
 		ex->mark = (struct tr_pos){ex->tr_len, ex->events_len, ex->tr_ts};
 	ex->events_len += ex->pending.len - before;
-	file_append(ex, F_TR, rec.data, rec.len);
-	ex->tr_len += rec.len;
-	ex->tr_ts = ts;
-	sbuf_clear(&rec);
+	tr_append(ex, kind, ts, payload, len);
 }
 
 static void tr_init(struct execution *ex, const char *text, int64_t ts)

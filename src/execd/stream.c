@@ -257,9 +257,8 @@ int stream_event_error(struct sbuf *b, const char *ename, const char *evalue, in
 
 /* ----- the transcript ----- */
 
-int tr_varint_add(struct sbuf *b, uint64_t v)
+static size_t varint_put(char *t, uint64_t v)
 {
-	char t[10];
 	size_t k = 0;
 	do {
 		t[k] = (char)(v & 0x7f);
@@ -268,7 +267,13 @@ int tr_varint_add(struct sbuf *b, uint64_t v)
 			t[k] |= (char)0x80;
 		k++;
 	} while (v);
-	return sbuf_add(b, t, k);
+	return k;
+}
+
+int tr_varint_add(struct sbuf *b, uint64_t v)
+{
+	char t[10];
+	return sbuf_add(b, t, varint_put(t, v));
 }
 
 /* Read a varint at *p (below end); false when it is cut short or longer than 64 bits. */
@@ -288,14 +293,20 @@ static bool varint_get(const unsigned char **p, const unsigned char *end, uint64
 	return false;
 }
 
-int tr_record_add(struct sbuf *b, enum tr_kind kind, int64_t ts, int64_t ts_base, const void *payload,
-		  size_t len)
+size_t tr_header(char buf[TR_HEADER_MAX], enum tr_kind kind, int64_t ts, int64_t ts_base, size_t len)
 {
 	uint64_t d = (uint64_t)ts - (uint64_t)ts_base;
 	uint64_t zz = (d << 1) ^ (uint64_t)((int64_t)d >> 63);
-	unsigned char k = (unsigned char)kind;
-	if (sbuf_add(b, &k, 1) < 0 || tr_varint_add(b, zz) < 0 || tr_varint_add(b, len) < 0 ||
-	    sbuf_add(b, payload, len) < 0)
+	buf[0] = (char)kind;
+	size_t k = 1 + varint_put(buf + 1, zz);
+	return k + varint_put(buf + k, len);
+}
+
+int tr_record_add(struct sbuf *b, enum tr_kind kind, int64_t ts, int64_t ts_base, const void *payload,
+		  size_t len)
+{
+	char h[TR_HEADER_MAX];
+	if (sbuf_add(b, h, tr_header(h, kind, ts, ts_base, len)) < 0 || sbuf_add(b, payload, len) < 0)
 		return -ENOMEM;
 	return 0;
 }

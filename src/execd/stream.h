@@ -90,6 +90,8 @@ struct tr_record {
 /* Append one record; ts_base is the previous record's timestamp (0 before the first). */
 int tr_record_add(struct sbuf *b, enum tr_kind kind, int64_t ts, int64_t ts_base, const void *payload,
 		  size_t len);
+/* The header of such a record (what precedes its len bytes of payload); returns its size. */
+size_t tr_header(char buf[TR_HEADER_MAX], enum tr_kind kind, int64_t ts, int64_t ts_base, size_t len);
 /* Append a varint (the payload of TR_COMPLETE and TR_CUT). */
 int tr_varint_add(struct sbuf *b, uint64_t v);
 /*
