@@ -4,15 +4,29 @@ the logs and the status, the process keeps its own exit code, and the bytes exec
 host stay close to the bytes kept (no 28x amplification of many short lines)."""
 
 import os
+import re
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sec import AttackCase, main, mounts_under  # noqa: E402
+from sec import AttackCase, main  # noqa: E402
 
 CAP = 1 << 20
 CUT = "[corral-execd: output cap of %d bytes reached; the rest of the output is dropped]"
 DROPPED = "[corral-execd: %d bytes of output dropped]"
+
+
+def overlay_mounts_under(path):
+    """Overlay mount points (a sandbox's root file system) at or below path."""
+    path = os.path.realpath(path).rstrip("/")
+    found = set()
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            pre, _, post = line.partition(" - ")
+            mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), pre.split()[4])
+            if post.split()[0] == "overlay" and (mp == path or mp.startswith(path + "/")):
+                found.add(mp)
+    return found
 
 
 class OutputFlood(AttackCase):
@@ -37,9 +51,9 @@ class OutputFlood(AttackCase):
 
     def exec_dir(self, xid):
         """The execution's directory on the host, found under <state>/sandboxes/<id>/ wherever
-        execd's state dir lives there (the sandbox's root file system mounts are not walked)."""
+        execd's state dir lives there (the sandbox's root file system is not walked)."""
         top = self.corrald.sandbox_dir(self.sid)
-        skip = set(m for m in mounts_under(top) if m != top)
+        skip = overlay_mounts_under(top)
         for root, dirs, _ in os.walk(top):
             dirs[:] = [d for d in dirs if os.path.join(root, d) not in skip and d != "rootfs"]
             if xid in dirs and os.path.exists(os.path.join(root, xid, "status.json")):
