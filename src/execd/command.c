@@ -21,7 +21,6 @@
 #include "users.h"
 
 #define STREAM_HIGH_WATER (256u * 1024) /* bytes queued to a client before we wait for it */
-#define STREAM_READ_CHUNK (64u * 1024)
 #define LOGS_MAX_REPLY (16u << 20)
 
 extern struct event_base *execd_base;
@@ -45,8 +44,10 @@ struct stream_client {
 	struct evhttp_request *req; /* NULL once the client is gone or the reply ended */
 	struct evhttp_connection *evcon;
 	struct execution *ex;
-	uint64_t offset; /* bytes of the events file sent */
-	int fd;          /* the events file, opened when the client lags */
+	uint64_t offset;    /* stream bytes sent */
+	struct tr_pos pos;  /* the next transcript record to read when lagging */
+	int fd;             /* the transcript, opened when the client lags */
+	struct sbuf enc;    /* a record's events, when lagging */
 	struct event *ping;
 };
 
@@ -57,6 +58,7 @@ static void stream_free(struct stream_client *sc)
 		event_free(sc->ping);
 	if (sc->fd >= 0)
 		close(sc->fd);
+	sbuf_clear(&sc->enc);
 	exec_unref(sc->ex);
 	free(sc);
 }
@@ -92,43 +94,62 @@ static void stream_end(struct stream_client *sc)
 	stream_free(sc);
 }
 
-/* Send what the client has not seen, from the events file, without queueing too much. */
+/*
+ * Send the events of a record that starts at stream offset wire, minus what the client already
+ * has. Returns the record's stream bytes, or a negative errno.
+ */
+static ssize_t send_record(struct stream_client *sc, const struct tr_record *r, uint64_t wire)
+{
+	struct sbuf *b = &sc->enc;
+	b->len = 0;
+	int k = tr_record_events(r, b);
+	if (k < 0)
+		return k;
+	if (sc->offset < wire + b->len) {
+		size_t skip = sc->offset > wire ? (size_t)(sc->offset - wire) : 0;
+		stream_send(sc, b->data + skip, b->len - skip);
+		sc->offset = wire + b->len;
+	}
+	return (ssize_t)b->len;
+}
+
+/*
+ * Send what the client has not seen, decoded from the transcript record by record (the record
+ * being filled comes from memory), without queueing much more than STREAM_HIGH_WATER.
+ */
 static void stream_pump(struct stream_client *sc)
 {
 	struct execution *ex = sc->ex;
-	while (sc->offset < ex->events_len) {
+	char buf[TR_RECORD_MAX];
+	for (;;) {
 		if (stream_queued(sc) > STREAM_HIGH_WATER)
 			return; /* on_drained resumes */
-		if (sc->offset < ex->init_event.len) {
-			/* The init event, from memory: the files may not exist yet. */
-			stream_send(sc, ex->init_event.data + sc->offset, ex->init_event.len - sc->offset);
-			sc->offset = ex->init_event.len;
-			continue;
-		}
-		if (!ex->files_ready)
-			return; /* the rest is still in memory; ensure_files notifies */
-		if (sc->fd < 0) {
-			char path[PATH_MAX];
-			exec_path(ex, "events", path, sizeof(path));
-			sc->fd = open(path, O_RDONLY | O_CLOEXEC);
-			if (sc->fd < 0) {
-				log_warn("execution %s: open %s: %m", ex->id, path);
-				sc->offset = ex->events_len; /* nothing to replay; keep going live */
+		struct tr_record rec;
+		if (sc->pos.off < ex->tr_len) {
+			ssize_t n = exec_transcript_read(ex, &sc->fd, sc->pos.off, buf, sizeof(buf));
+			ssize_t k = n > 0 ? tr_record_parse(buf, (size_t)n, sc->pos.ts, &rec) : n;
+			ssize_t len = k > 0 ? send_record(sc, &rec, sc->pos.wire) : -EINVAL;
+			if (len < 0) {
+				log_warn("execution %s: transcript unreadable at byte %" PRIu64 ": %s", ex->id,
+					 sc->pos.off, n < 0 ? strerror((int)-n) : "not a record");
+				/* Nothing more to replay: go on live. */
+				sc->pos.off = ex->tr_len;
+				sc->offset = ex->events_len;
 				break;
 			}
+			sc->pos.off += (uint64_t)k;
+			sc->pos.ts = rec.ts;
+			sc->pos.wire += (uint64_t)len;
+			continue;
 		}
-		char buf[STREAM_READ_CHUNK];
-		size_t want = MIN(sizeof(buf), ex->events_len - sc->offset);
-		ssize_t n = pread(sc->fd, buf, want, (off_t)sc->offset);
-		if (n <= 0) {
-			log_warn("execution %s: events file shorter than recorded", ex->id);
-			sc->offset = ex->events_len;
-			break;
+		if (ex->tail.len > 0 && sc->offset < ex->events_len) {
+			/* The record being filled: it stays where it is until written out. */
+			rec = (struct tr_record){ex->tail_kind, ex->tail_ts, ex->tail.data, ex->tail.len};
+			send_record(sc, &rec, ex->tail_wire);
 		}
-		sc->offset += (uint64_t)n;
-		stream_send(sc, buf, (size_t)n);
+		break;
 	}
-	if (!ex->running && sc->offset >= ex->events_len)
+	if (!ex->running && sc->pos.off >= ex->tr_len && ex->tail.len == 0)
 		stream_end(sc);
 }
 
@@ -136,15 +157,19 @@ static void stream_notify(struct exec_watch *w, struct execution *ex)
 {
 	struct stream_client *sc = (struct stream_client *)w;
 	uint64_t before = ex->events_len - ex->pending.len;
-	if (sc->offset == before && stream_queued(sc) <= STREAM_HIGH_WATER) {
-		/* Caught up: send the new events straight from memory. */
-		if (ex->pending.len) {
-			stream_send(sc, ex->pending.data, ex->pending.len);
-			sc->offset = ex->events_len;
+	if (sc->offset == before) {
+		if (stream_queued(sc) <= STREAM_HIGH_WATER) {
+			/* Caught up: send the new events straight from memory. */
+			if (ex->pending.len) {
+				stream_send(sc, ex->pending.data, ex->pending.len);
+				sc->offset = ex->events_len;
+			}
+			if (!ex->running)
+				stream_end(sc);
+			return;
 		}
-		if (!ex->running)
-			stream_end(sc);
-		return;
+		/* Falling behind: go on from the transcript, at the record these events are in. */
+		sc->pos = ex->mark;
 	}
 	stream_pump(sc);
 }
@@ -183,6 +208,7 @@ void command_stream(struct evhttp_request *req, struct execution *ex)
 	sc->evcon = evhttp_request_get_connection(req);
 	sc->ex = exec_ref(ex);
 	sc->fd = -1;
+	sc->pos = (struct tr_pos){0, 0, 0};
 	sc->w.notify = stream_notify;
 	stream_headers(req);
 	evhttp_send_reply_start(req, 200, "OK");
@@ -316,6 +342,12 @@ void command_run(struct evhttp_request *req)
 				BAD("field 'envs': value of '%s' contains a NUL character", k);
 		}
 		r.envs = v;
+	}
+	v = json_object_get(j, "output_cap");
+	if (v && !json_is_null(v)) {
+		if (!json_is_integer(v) || json_integer_value(v) < 1)
+			BAD("field 'output_cap' must be a positive integer (bytes)");
+		r.output_cap = (uint64_t)json_integer_value(v);
 	}
 	v = json_object_get(j, "id");
 	if (v && !json_is_null(v)) {
@@ -481,15 +513,31 @@ void command_logs(struct evhttp_request *req, const char *id, struct http_query 
 	}
 	char path[PATH_MAX];
 	exec_path(ex, "output", path, sizeof(path));
-	exec_unref(ex);
+	/* The output file says so in a marker line too; a client that only follows the cursor can
+	 * tell from this header. */
+	if (ex->out_truncated) {
+		char v[64];
+		snprintf(v, sizeof(v), "cap=%" PRIu64 "; dropped=%" PRIu64, ex->out_cap, ex->out_dropped);
+		evhttp_add_header(evhttp_request_get_output_headers(req), "EXECD-COMMANDS-OUTPUT-TRUNCATED", v);
+	}
 	struct evbuffer *out = evbuffer_new();
 	if (!out) {
+		exec_unref(ex);
 		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
 		return;
 	}
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	struct stat st;
 	uint64_t next = cursor;
+	/* Until its files exist (created off the command's path), the output is held in memory. */
+	int fd = -1;
+	if (!ex->files_ready) {
+		if (ex->early_out.len > cursor && evbuffer_add(out, ex->early_out.data + cursor,
+							       ex->early_out.len - cursor) == 0)
+			next = ex->early_out.len;
+	} else {
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	exec_unref(ex);
+	struct stat st;
 	if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size > cursor) {
 		uint64_t len = MIN((uint64_t)st.st_size - cursor, (uint64_t)LOGS_MAX_REPLY);
 		/* evbuffer takes the fd: the bytes go out by sendfile, never all in memory. */

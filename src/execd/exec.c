@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -28,12 +29,15 @@ extern char **environ;
  * many deletions) and then writing status.json a second time.
  */
 #define FILES_DELAY_US 50000
-
-enum { F_STDOUT, F_STDERR, F_OUTPUT, F_EVENTS };
+/* A record of lines goes to the transcript at most this long after its first line. Lines read
+ * within the same millisecond share a record (and its timestamp): a flood of tiny writes costs a
+ * few bytes of framing per millisecond, not per write. */
+#define TAIL_FLUSH_US 2000
 
 static struct {
 	struct event_base *base;
 	char state_dir[PATH_MAX];
+	uint64_t output_cap;
 	struct execution *hash[HASH_BUCKETS];
 	TAILQ_HEAD(execution_tailq, execution) finished;
 	LIST_HEAD(, execution) running;
@@ -73,9 +77,10 @@ static void hash_del(struct execution *ex)
 		*pp = ex->hash_next;
 }
 
-int exec_init(struct event_base *base, const char *state_dir, struct error *err)
+int exec_init(struct event_base *base, const char *state_dir, uint64_t output_cap, struct error *err)
 {
 	X.base = base;
+	X.output_cap = output_cap ? output_cap : EXEC_OUTPUT_CAP_DEFAULT;
 	TAILQ_INIT(&X.finished);
 	LIST_INIT(&X.running);
 	if (snprintf(X.state_dir, sizeof(X.state_dir), "%s", state_dir) >= (int)sizeof(X.state_dir))
@@ -130,7 +135,7 @@ static struct execution *exec_new(const char *id)
 		return NULL;
 	snprintf(ex->id, sizeof(ex->id), "%s", id);
 	ex->pipe_out = ex->pipe_err = -1;
-	ex->fd_stdout = ex->fd_stderr = ex->fd_output = ex->fd_events = -1;
+	ex->fd_tr = ex->fd_output = -1;
 	ex->exit_code = -1;
 	ex->refs = 1; /* the registry's */
 	LIST_INIT(&ex->watchers);
@@ -143,18 +148,17 @@ static void exec_free(struct execution *ex)
 	freeev(&ex->ev_err);
 	freeev(&ex->ev_timeout);
 	freeev(&ex->ev_kill);
+	freeev(&ex->ev_flush);
 	closefd(&ex->pipe_out);
 	closefd(&ex->pipe_err);
-	closefd(&ex->fd_stdout);
-	closefd(&ex->fd_stderr);
+	closefd(&ex->fd_tr);
 	closefd(&ex->fd_output);
-	closefd(&ex->fd_events);
 	free(ex->split_out);
 	free(ex->split_err);
 	sbuf_clear(&ex->pending);
-	sbuf_clear(&ex->init_event);
-	for (size_t i = 0; i < ARRAY_SIZE(ex->early); i++)
-		sbuf_clear(&ex->early[i]);
+	sbuf_clear(&ex->tail);
+	sbuf_clear(&ex->early_tr);
+	sbuf_clear(&ex->early_out);
 	free(ex->command);
 	free(ex->error);
 	free(ex);
@@ -214,6 +218,12 @@ json_t *exec_status_json(const struct execution *ex)
 	if (!ex->running && ex->finished_ms) {
 		time_format_rfc3339(ex->finished_ms, ts);
 		json_object_set_new(j, "finished_at", json_string(ts));
+	}
+	/* Extension: cut output is never passed off as complete. */
+	if (ex->out_truncated) {
+		json_object_set_new(j, "output_truncated", json_true());
+		json_object_set_new(j, "output_cap", json_integer((json_int_t)ex->out_cap));
+		json_object_set_new(j, "output_dropped", json_integer((json_int_t)ex->out_dropped));
 	}
 	return j;
 }
@@ -281,11 +291,16 @@ static struct execution *load_from_disk(const char *id)
 	t = json_string_value(json_object_get(j, "finished_at"));
 	if (!t || time_parse_rfc3339(t, &ex->finished_ms) < 0)
 		ex->finished_ms = ex->started_ms;
+	if (json_is_true(json_object_get(j, "output_truncated"))) {
+		ex->out_truncated = true;
+		ex->out_cap = (uint64_t)json_integer_value(json_object_get(j, "output_cap"));
+		ex->out_dropped = (uint64_t)json_integer_value(json_object_get(j, "output_dropped"));
+	}
 	json_decref(j);
 	struct stat st;
-	snprintf(path, sizeof(path), "%s/%s/events", X.state_dir, id);
+	snprintf(path, sizeof(path), "%s/%s/transcript", X.state_dir, id);
 	if (stat(path, &st) == 0)
-		ex->events_len = (uint64_t)st.st_size;
+		ex->tr_len = (uint64_t)st.st_size;
 	hash_put(ex);
 	add_finished(ex);
 	return ex;
@@ -352,61 +367,56 @@ static void write_all(int fd, const void *p, size_t n, const struct execution *e
 	}
 }
 
-static int open_out(struct execution *ex, const char *name, int flags);
-static void write_status(struct execution *ex);
 
-static void notify_all(struct execution *ex);
+static int open_out(struct execution *ex, const char *name, int flags);
+
+enum { F_TR, F_OUTPUT };
 
 static int *file_fd(struct execution *ex, int which)
 {
-	switch (which) {
-	case F_STDOUT: return &ex->fd_stdout;
-	case F_STDERR: return &ex->fd_stderr;
-	case F_OUTPUT: return &ex->fd_output;
-	default: return &ex->fd_events;
-	}
+	return which == F_TR ? &ex->fd_tr : &ex->fd_output;
 }
 
-static const char *const file_names[] = {"stdout", "stderr", "output", "events"};
+static struct sbuf *file_early(struct execution *ex, int which)
+{
+	return which == F_TR ? &ex->early_tr : &ex->early_out;
+}
+
+static const char *const file_names[] = {"transcript", "output"};
 
 /*
- * Create the execution's directory and files (once): the events file starts with init, then
- * whatever was held in memory meanwhile. A finished execution's files are closed again. With
- * notify, watchers hear about it (a reader that was waiting for the file can go on).
+ * Create the execution's directory and files (once), each with what was held in memory meanwhile.
+ * A finished execution's files are closed again. With notify, watchers hear about it.
  */
 static void ensure_files_ex(struct execution *ex, bool notify)
 {
 	if (ex->files_ready)
 		return;
-	ex->files_ready = true;
 	char dir[PATH_MAX];
 	snprintf(dir, sizeof(dir), "%s/%s", X.state_dir, ex->id);
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 		log_warn("execution %s: create %s: %m", ex->id, dir);
-	/* Each file gets what it holds right after it is created (a reader that sees the file sees
-	 * its content so far). */
-	for (int i = 0; i < 4; i++) {
+	for (int i = F_TR; i <= F_OUTPUT; i++) {
 		int *fd = file_fd(ex, i);
-		/* A background process writes its output file itself. */
-		if (*fd < 0 && (i == F_EVENTS || !ex->background)) {
+		struct sbuf *early = file_early(ex, i);
+		if (i == F_OUTPUT && !ex->background)
+			continue;
+		if (*fd < 0) {
 			*fd = open_out(ex, file_names[i], O_WRONLY);
 			if (*fd < 0)
-				log_warn("execution %s: create %s/%s: %m", ex->id, dir,
-					 file_names[i]);
+				log_warn("execution %s: create %s/%s: %m", ex->id, dir, file_names[i]);
 		}
-		if (i == F_EVENTS)
-			write_all(*fd, ex->init_event.data, ex->init_event.len, ex, "events");
-		write_all(*fd, ex->early[i].data, ex->early[i].len, ex, file_names[i]);
-		sbuf_clear(&ex->early[i]);
+		write_all(*fd, early->data, early->len, ex, file_names[i]);
+		sbuf_clear(early);
 	}
-	/* A background execution holds no fd while it runs (1024 of them may run); its final
-	 * event reopens the events file. */
-	if (!ex->running || ex->background) {
-		closefd(&ex->fd_stdout);
-		closefd(&ex->fd_stderr);
+	/* Readers now find the transcript in the file. */
+	ex->files_ready = true;
+	/* The transcript fd is reopened for the final records; a running background execution
+	 * writes nothing else to it. */
+	if (!ex->running || ex->background)
+		closefd(&ex->fd_tr);
+	if (!ex->running)
 		closefd(&ex->fd_output);
-		closefd(&ex->fd_events);
-	}
 	write_status(ex);
 	if (notify && !LIST_EMPTY(&ex->watchers)) {
 		ex->pending.len = 0;
@@ -422,18 +432,36 @@ static void ensure_files(struct execution *ex)
 /* Append to one of the execution's files, or hold the bytes until the files exist. */
 static void file_append(struct execution *ex, int which, const void *p, size_t n)
 {
-	if (!ex->files_ready) {
-		size_t held = 0;
-		for (int i = 0; i < 4; i++)
-			held += ex->early[i].len;
-		if (held + n <= EARLY_MAX && sbuf_add(&ex->early[which], p, n) == 0)
+	int *fd = file_fd(ex, which);
+	if (!ex->files_ready && *fd < 0) {
+		if (ex->early_tr.len + ex->early_out.len + n <= EARLY_MAX &&
+		    sbuf_add(file_early(ex, which), p, n) == 0)
 			return;
 		ensure_files_ex(ex, false);
 	}
-	int *fd = file_fd(ex, which);
 	if (*fd < 0)
 		*fd = open_out(ex, file_names[which], O_WRONLY);
 	write_all(*fd, p, n, ex, file_names[which]);
+}
+
+ssize_t exec_transcript_read(struct execution *ex, int *fd, uint64_t off, void *buf, size_t n)
+{
+	if (off >= ex->tr_len)
+		return 0;
+	n = (size_t)MIN((uint64_t)n, ex->tr_len - off);
+	if (!ex->files_ready) {
+		memcpy(buf, ex->early_tr.data + off, n);
+		return (ssize_t)n;
+	}
+	if (*fd < 0) {
+		char path[PATH_MAX];
+		exec_path(ex, "transcript", path, sizeof(path));
+		*fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (*fd < 0)
+			return -errno;
+	}
+	ssize_t k = RETRY_EINTR(pread(*fd, buf, n, (off_t)off));
+	return k < 0 ? -errno : k;
 }
 
 /* At the end: the status file, or all the files when they do not exist yet. */
@@ -488,28 +516,203 @@ static void defer(struct execution *ex, void (*fn)(struct execution *ex))
 	defer_us(ex, fn, 1);
 }
 
-/* Move the encoded events in ex->pending to the events file and tell the watchers. */
-static void flush_pending(struct execution *ex)
+/* ----- the transcript writer ----- */
+
+/* Append a record to the transcript (readers see it once tr_len counts it). */
+static void tr_append(struct execution *ex, enum tr_kind kind, int64_t ts, const void *payload,
+		      size_t len)
 {
-	if (ex->pending.len == 0)
+	char h[TR_HEADER_MAX];
+	size_t hl = tr_header(h, kind, ts, ex->tr_ts, len);
+	file_append(ex, F_TR, h, hl);
+	file_append(ex, F_TR, payload, len);
+	ex->tr_len += hl + len;
+	ex->tr_ts = ts;
+}
+
+/* The tail record goes to the transcript. */
+static void tail_flush(struct execution *ex)
+{
+	if (ex->tail.len == 0)
 		return;
-	file_append(ex, F_EVENTS, ex->pending.data, ex->pending.len);
-	ex->events_len += ex->pending.len;
+	tr_append(ex, ex->tail_kind, ex->tail_ts, ex->tail.data, ex->tail.len);
+	ex->tail.len = 0;
+	ex->tail_events = 0;
+	if (ex->tail.cap > 4 * TR_PAYLOAD_MAX)
+		sbuf_clear(&ex->tail);
+}
+
+static void on_flush_timer(evutil_socket_t fd, short what, void *arg)
+{
+	tail_flush(arg);
+}
+
+/*
+ * One line of output at ts: its event goes to pending, its bytes to the tail record, which
+ * collects the lines of one stream and one timestamp (a short line costs one byte of framing on
+ * disk, not an event's ~50). The tail is written out when a line does not fit in it, and
+ * TAIL_FLUSH_US after it was started at the latest.
+ */
+static void tr_line(struct execution *ex, enum tr_kind kind, int64_t ts, const char *line, size_t len)
+{
+	size_t before = ex->pending.len;
+	if (stream_event_line(&ex->pending, kind == TR_STDERR ? "stderr" : "stdout", line, len, ts) < 0) {
+		ex->pending.len = before;
+		log_error("execution %s: out of memory encoding output", ex->id);
+		return;
+	}
+	size_t events = ex->pending.len - before;
+	if (ex->tail.len &&
+	    (ex->tail_kind != kind || ex->tail_ts != ts || ex->tail.len + len + 1 > TR_PAYLOAD_MAX ||
+	     ex->tail_events + events > TR_EVENTS_MAX))
+		tail_flush(ex);
+	if (sbuf_reserve(&ex->tail, len + 1) < 0) {
+		ex->pending.len = before;
+		log_error("execution %s: out of memory holding output", ex->id);
+		return;
+	}
+	if (ex->tail.len == 0) {
+		ex->tail_kind = kind;
+		ex->tail_ts = ts;
+		ex->tail_wire = ex->events_len;
+		if (ex->ev_flush && !evtimer_pending(ex->ev_flush, NULL)) {
+			const struct timeval tv = {0, TAIL_FLUSH_US};
+			evtimer_add(ex->ev_flush, &tv);
+		}
+	}
+	if (before == 0)
+		ex->mark = (struct tr_pos){ex->tr_len, ex->tail_wire, ex->tr_ts};
+	sbuf_add(&ex->tail, line, len);
+	sbuf_add(&ex->tail, "\n", 1);
+	ex->tail_events += events;
+	ex->events_len += events;
+}
+
+/* A record other than lines: to the transcript at once, its events to pending. */
+static void tr_record(struct execution *ex, enum tr_kind kind, int64_t ts, const void *payload,
+		      size_t len)
+{
+	tail_flush(ex);
+	size_t before = ex->pending.len;
+	const struct tr_record r = {kind, ts, payload, len};
+	if (tr_record_events(&r, &ex->pending) < 0) {
+		ex->pending.len = before;
+		log_error("execution %s: cannot encode a %d record", ex->id, (int)kind);
+		return;
+	}
+	if (before == 0)
+		ex->mark = (struct tr_pos){ex->tr_len, ex->events_len, ex->tr_ts};
+	ex->events_len += ex->pending.len - before;
+	tr_append(ex, kind, ts, payload, len);
+}
+
+static void tr_init(struct execution *ex, const char *text, int64_t ts)
+{
+	tr_record(ex, TR_INIT, ts, text, strlen(text));
+}
+
+/* The final event: execution_complete on 0, else the error with the exit code. */
+static void tr_end(struct execution *ex, int code, int64_t ts)
+{
+	struct sbuf p = {0};
+	if (code == 0) {
+		int64_t ms = exec_elapsed_ms(ex);
+		tr_varint_add(&p, ms < 0 ? 0 : (uint64_t)ms);
+		tr_record(ex, TR_COMPLETE, ts, p.data, p.len);
+	} else {
+		char v[16];
+		int k = snprintf(v, sizeof(v), "%d", code);
+		tr_record(ex, TR_ERROR, ts, v, (size_t)k);
+	}
+	sbuf_clear(&p);
+}
+
+/* Tell the watchers about what pending holds (and about the end). */
+static void notify_pending(struct execution *ex)
+{
+	if (ex->pending.len == 0 && ex->running)
+		return;
 	notify_all(ex);
 	ex->pending.len = 0;
+	if (ex->pending.cap > (4u << 20))
+		sbuf_clear(&ex->pending);
 }
 
 struct line_ctx {
 	struct execution *ex;
-	const char *type;
+	enum tr_kind kind;
 	int64_t ts;
 };
 
 static void on_line(const char *line, size_t len, void *arg)
 {
 	struct line_ctx *c = arg;
-	if (stream_event_line(&c->ex->pending, c->type, line, len, c->ts) < 0)
-		log_error("execution %s: out of memory encoding output", c->ex->id);
+	tr_line(c->ex, c->kind, c->ts, line, len);
+}
+
+static void split_flush(struct execution *ex, bool is_err, int64_t ts)
+{
+	struct line_ctx c = {ex, is_err ? TR_STDERR : TR_STDOUT, ts};
+	struct line_splitter *s = is_err ? ex->split_err : ex->split_out;
+	if (s)
+		line_splitter_flush(s, on_line, &c);
+}
+
+/*
+ * A marker in the stream (a stderr line) and, for a background command, in its output (a line of
+ * its own: the cut may fall in the middle of one).
+ */
+static void tr_marker_record(struct execution *ex, enum tr_kind kind, uint64_t v, int64_t ts)
+{
+	struct sbuf p = {0};
+	tr_varint_add(&p, v);
+	tr_record(ex, kind, ts, p.data, p.len);
+	sbuf_clear(&p);
+	if (ex->background) {
+		char m[160];
+		m[0] = '\n';
+		int k = tr_marker(kind, v, m + 1, sizeof(m) - 2);
+		m[k + 1] = '\n';
+		if (kind == TR_CUT)
+			file_append(ex, F_OUTPUT, m, (size_t)k + 2);
+		else
+			file_append(ex, F_OUTPUT, m + 1, (size_t)k + 1);
+	}
+}
+
+/* The cap is reached: what was kept is complete in the stream, then the marker. */
+static void output_cut(struct execution *ex)
+{
+	int64_t now = time_now_ms();
+	ex->out_truncated = true;
+	log_warn("execution %s: output cap of %" PRIu64 " bytes reached; dropping the rest", ex->id,
+		 ex->out_cap);
+	split_flush(ex, false, now);
+	split_flush(ex, true, now);
+	tr_marker_record(ex, TR_CUT, ex->out_cap, now);
+}
+
+/* Output the process produced: kept up to the cap, then dropped and counted. */
+static void exec_output(struct execution *ex, bool is_err, const char *buf, size_t n)
+{
+	if (ex->out_truncated) {
+		ex->out_dropped += n;
+		return;
+	}
+	size_t keep = (size_t)MIN((uint64_t)n, ex->out_cap - ex->out_kept);
+	ex->out_kept += keep;
+	if (keep > 0) {
+		if (ex->background) {
+			file_append(ex, F_OUTPUT, buf, keep);
+		} else {
+			struct line_ctx c = {ex, is_err ? TR_STDERR : TR_STDOUT, time_now_ms()};
+			line_splitter_feed(is_err ? ex->split_err : ex->split_out, buf, keep, on_line, &c);
+		}
+	}
+	if (keep < n) {
+		ex->out_dropped += n - keep;
+		output_cut(ex);
+	}
 }
 
 /* Read what the pipe has; returns bytes read, 0 at EOF, -1 when it would block. */
@@ -522,27 +725,20 @@ static ssize_t pipe_read_once(struct execution *ex, bool is_err)
 		return errno == EAGAIN ? -1 : 0;
 	if (n == 0)
 		return 0;
-	file_append(ex, is_err ? F_STDERR : F_STDOUT, buf, (size_t)n);
-	file_append(ex, F_OUTPUT, buf, (size_t)n);
-	struct line_ctx c = {ex, is_err ? "stderr" : "stdout", time_now_ms()};
-	line_splitter_feed(is_err ? ex->split_err : ex->split_out, buf, (size_t)n, on_line, &c);
+	exec_output(ex, is_err, buf, (size_t)n);
 	return n;
 }
 
 static void pipe_close(struct execution *ex, bool is_err)
 {
-	struct line_ctx c = {ex, is_err ? "stderr" : "stdout", time_now_ms()};
 	if (is_err) {
 		freeev(&ex->ev_err);
 		closefd(&ex->pipe_err);
-		if (ex->split_err)
-			line_splitter_flush(ex->split_err, on_line, &c);
 	} else {
 		freeev(&ex->ev_out);
 		closefd(&ex->pipe_out);
-		if (ex->split_out)
-			line_splitter_flush(ex->split_out, on_line, &c);
 	}
+	split_flush(ex, is_err, time_now_ms());
 }
 
 static void on_pipe(evutil_socket_t fd, short what, void *arg)
@@ -552,7 +748,7 @@ static void on_pipe(evutil_socket_t fd, short what, void *arg)
 	ssize_t n = pipe_read_once(ex, is_err);
 	if (n == 0)
 		pipe_close(ex, is_err);
-	flush_pending(ex);
+	notify_pending(ex);
 }
 
 static void exec_finish(struct execution *ex, int code, const char *error)
@@ -571,35 +767,30 @@ static void exec_finish(struct execution *ex, int code, const char *error)
 	}
 	ex->running = false;
 	ex->finished_ms = time_now_ms();
+	if (ex->out_truncated)
+		tr_marker_record(ex, TR_DROPPED, ex->out_dropped, ex->finished_ms);
 	ex->has_exit_code = true;
 	ex->exit_code = code;
 	if (error && !ex->error)
 		ex->error = strdup(error);
-	int64_t ts = ex->finished_ms;
-	if (code == 0) {
-		stream_event_complete(&ex->pending, exec_elapsed_ms(ex), ts);
-	} else {
-		char v[16];
-		snprintf(v, sizeof(v), "%d", code);
-		stream_event_error(&ex->pending, "CommandExecError", v, ts);
-	}
+	tr_end(ex, code, ex->finished_ms);
 	freeev(&ex->ev_timeout);
 	freeev(&ex->ev_kill);
+	freeev(&ex->ev_flush);
 	if (ex->pid > 0) {
 		LIST_REMOVE(ex, live);
 		X.n_running--;
 	}
 	ex->pid = 0;
 	/* Watchers see running == false in this notification. */
-	flush_pending(ex);
-	closefd(&ex->fd_stdout);
-	closefd(&ex->fd_stderr);
+	notify_pending(ex);
+	closefd(&ex->fd_tr);
 	closefd(&ex->fd_output);
-	closefd(&ex->fd_events);
 	free(ex->split_out);
 	free(ex->split_err);
 	ex->split_out = ex->split_err = NULL;
 	sbuf_clear(&ex->pending);
+	sbuf_clear(&ex->tail);
 	defer(ex, finish_files);
 	add_finished(ex);
 }
@@ -675,17 +866,45 @@ void exec_shutdown(void)
 	/* Whatever is still only in memory goes to disk; running executions die with execd. */
 	for (unsigned h = 0; h < HASH_BUCKETS; h++)
 		for (struct execution *ex = X.hash[h]; ex; ex = ex->hash_next) {
-			ensure_files_ex(ex, false);
-			if (ex->running) {
+			bool was_running = ex->running;
+			if (was_running) {
+				/* Its transcript ends like its status: killed (a re-attach after a restart
+				 * replays a complete stream). */
 				ex->running = false;
 				ex->has_exit_code = true;
 				ex->exit_code = 128 + SIGKILL;
 				ex->finished_ms = time_now_ms();
 				if (!ex->error)
 					ex->error = strdup("killed: corral-execd exited");
-				write_status(ex);
+				split_flush(ex, false, ex->finished_ms);
+				split_flush(ex, true, ex->finished_ms);
+				tr_end(ex, ex->exit_code, ex->finished_ms);
 			}
+			tail_flush(ex);
+			ensure_files_ex(ex, false);
+			if (was_running)
+				write_status(ex);
 		}
+}
+
+/* The record of a new execution, running, with its init event; not yet in the registry. */
+static struct execution *exec_new_running(const char *id, const char *command, uint64_t cap)
+{
+	struct execution *ex = exec_new(id);
+	if (!ex)
+		return NULL;
+	if (!(ex->command = strdup(command))) {
+		exec_free(ex);
+		return NULL;
+	}
+	ex->out_cap = cap ? MIN(cap, X.output_cap) : X.output_cap;
+	ex->ev_flush = evtimer_new(X.base, on_flush_timer, ex);
+	if (ex->ev_flush)
+		event_priority_set(ex->ev_flush, EXEC_PRIO_BACKGROUND);
+	ex->started_ms = time_now_ms();
+	ex->started_ns = time_mono_ns();
+	ex->running = true;
+	return ex;
 }
 
 struct execution *exec_new_external(const char *command, const char *init_text, struct error *err)
@@ -695,8 +914,8 @@ struct execution *exec_new_external(const char *command, const char *init_text, 
 		error_set_errno(err, errno, "generate an execution id");
 		return NULL;
 	}
-	struct execution *ex = exec_new(id);
-	if (!ex || !(ex->command = strdup(command)) || !(ex->split_out = malloc(sizeof(*ex->split_out))) ||
+	struct execution *ex = exec_new_running(id, command, 0);
+	if (!ex || !(ex->split_out = malloc(sizeof(*ex->split_out))) ||
 	    !(ex->split_err = malloc(sizeof(*ex->split_err)))) {
 		if (ex)
 			exec_free(ex);
@@ -705,12 +924,9 @@ struct execution *exec_new_external(const char *command, const char *init_text, 
 	}
 	line_splitter_init(ex->split_out);
 	line_splitter_init(ex->split_err);
-	ex->started_ms = time_now_ms();
-	ex->started_ns = time_mono_ns();
-	ex->running = true;
 	hash_put(ex);
-	stream_event_text(&ex->init_event, "init", init_text, strlen(init_text), ex->started_ms);
-	ex->events_len = ex->init_event.len;
+	tr_init(ex, init_text, ex->started_ms);
+	ex->pending.len = 0; /* nobody watches yet: readers start from the transcript */
 	defer(ex, ensure_files);
 	return exec_ref(ex);
 }
@@ -719,11 +935,8 @@ void exec_external_output(struct execution *ex, bool is_err, const char *buf, si
 {
 	if (!ex->running || n == 0)
 		return;
-	file_append(ex, is_err ? F_STDERR : F_STDOUT, buf, n);
-	file_append(ex, F_OUTPUT, buf, n);
-	struct line_ctx c = {ex, is_err ? "stderr" : "stdout", time_now_ms()};
-	line_splitter_feed(is_err ? ex->split_err : ex->split_out, buf, n, on_line, &c);
-	flush_pending(ex);
+	exec_output(ex, is_err, buf, n);
+	notify_pending(ex);
 }
 
 void exec_external_finish(struct execution *ex, int code, const char *error)
@@ -731,10 +944,8 @@ void exec_external_finish(struct execution *ex, int code, const char *error)
 	if (!ex->running)
 		return;
 	int64_t now = time_now_ms();
-	struct line_ctx c = {ex, "stdout", now};
-	line_splitter_flush(ex->split_out, on_line, &c);
-	c.type = "stderr";
-	line_splitter_flush(ex->split_err, on_line, &c);
+	split_flush(ex, false, now);
+	split_flush(ex, true, now);
 	exec_ref(ex);
 	exec_finish(ex, code, error);
 	exec_unref(ex);
@@ -879,21 +1090,18 @@ static void start_failed(struct execution *ex, const char *msg)
 	ex->exit_code = 255;
 	ex->finished_ms = time_now_ms();
 	ex->error = strdup(msg);
-	char v[8] = "255";
-	ex->pending.len = 0;
-	if (ex->init_event.len == 0)
-		stream_event_text(&ex->init_event, "init", ex->id, strlen(ex->id), ex->started_ms);
-	ex->events_len = ex->init_event.len;
-	ensure_files_ex(ex, false);
-	stream_event_error(&ex->pending, "CommandExecError", v, ex->finished_ms);
-	write_all(ex->fd_events, ex->pending.data, ex->pending.len, ex, "events");
-	ex->events_len += ex->pending.len;
+	freeev(&ex->ev_flush);
+	freeev(&ex->ev_out);
+	freeev(&ex->ev_err);
+	closefd(&ex->pipe_out);
+	closefd(&ex->pipe_err);
+	if (ex->tr_len == 0)
+		tr_init(ex, ex->id, ex->started_ms);
+	tr_end(ex, 255, ex->finished_ms);
 	sbuf_clear(&ex->pending);
-	closefd(&ex->fd_events);
+	ensure_files_ex(ex, false);
+	closefd(&ex->fd_tr);
 	closefd(&ex->fd_output);
-	closefd(&ex->fd_stdout);
-	closefd(&ex->fd_stderr);
-	write_status(ex);
 	add_finished(ex);
 }
 
@@ -952,36 +1160,31 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 		return error_set(err, EBUSY, "execution %s exists but its status is unreadable; it is not run again", id);
 	}
 
-	struct execution *ex = exec_new(id);
-	if (!ex || !(ex->command = strdup(r->command))) {
-		if (ex)
-			exec_free(ex);
+	struct execution *ex = exec_new_running(id, r->command, r->output_cap);
+	if (!ex) {
 		strv_free(envp);
 		return error_set(err, ENOMEM, "out of memory");
 	}
 	ex->background = r->background;
-	ex->started_ms = time_now_ms();
-	ex->started_ns = time_mono_ns();
-	ex->running = true;
 	hash_put(ex);
 
+	/*
+	 * Output comes through pipes that execd reads (and counts against the cap); the child's ends
+	 * block, as a command expects of its stdout. A background command gets one pipe for stdout
+	 * and stderr, so the combined output keeps the order of its writes.
+	 */
 	int rc = 0;
 	int out_w = -1, err_w = -1;
-	if (r->background) {
-		/* The process writes the combined file itself, so ordering is exact and the output
-		 * does not depend on execd reading it. So the file must exist first. */
-		if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-			rc = error_set_errno(err, errno, "create '%s'", dir);
-			goto fail;
-		}
-		ex->fd_output = open_out(ex, "output", O_WRONLY);
-		if (ex->fd_output < 0) {
-			rc = error_set_errno(err, errno, "create output file in '%s'", dir);
-			goto fail;
-		}
-		sp.stdout_fd = sp.stderr_fd = ex->fd_output;
-	} else {
-		int po[2], pe[2];
+	int po[2], pe[2];
+	if (pipe2(po, O_CLOEXEC | O_NONBLOCK) < 0) {
+		rc = error_set_errno(err, errno, "pipe");
+		goto fail;
+	}
+	ex->pipe_out = po[0];
+	out_w = po[1];
+	fcntl(out_w, F_SETFL, 0);
+	sp.stdout_fd = sp.stderr_fd = out_w;
+	if (!r->background) {
 		ex->split_out = malloc(sizeof(*ex->split_out));
 		ex->split_err = malloc(sizeof(*ex->split_err));
 		if (!ex->split_out || !ex->split_err) {
@@ -990,32 +1193,19 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 		}
 		line_splitter_init(ex->split_out);
 		line_splitter_init(ex->split_err);
-		if (pipe2(po, O_CLOEXEC | O_NONBLOCK) < 0) {
-			rc = error_set_errno(err, errno, "pipe");
-			goto fail;
-		}
 		if (pipe2(pe, O_CLOEXEC | O_NONBLOCK) < 0) {
-			close(po[0]);
-			close(po[1]);
 			rc = error_set_errno(err, errno, "pipe");
 			goto fail;
 		}
-		ex->pipe_out = po[0];
 		ex->pipe_err = pe[0];
-		out_w = po[1];
 		err_w = pe[1];
-		/* The child's ends must block: a command does not expect O_NONBLOCK stdout. */
-		fcntl(out_w, F_SETFL, 0);
 		fcntl(err_w, F_SETFL, 0);
-		sp.stdout_fd = out_w;
 		sp.stderr_fd = err_w;
 	}
 	sp.command = ex->command;
 	sp.envp = envp;
 	pid_t pid;
 	rc = spawn_start(&sp, &pid, err);
-	if (r->background)
-		closefd(&ex->fd_output); /* the process has its own */
 	if (out_w >= 0)
 		close(out_w);
 	if (err_w >= 0)
@@ -1030,15 +1220,15 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 	LIST_INSERT_HEAD(&X.running, ex, live);
 	X.n_running++;
 
-	if (!r->background) {
-		ex->ev_out = event_new(X.base, ex->pipe_out, EV_READ | EV_PERSIST, on_pipe, ex);
+	/* Below HTTP I/O: an init or output event already queued goes out before more output is
+	 * read (and before the files are created). */
+	ex->ev_out = event_new(X.base, ex->pipe_out, EV_READ | EV_PERSIST, on_pipe, ex);
+	if (ex->ev_out) {
+		event_priority_set(ex->ev_out, EXEC_PRIO_BACKGROUND);
+		event_add(ex->ev_out, NULL);
+	}
+	if (ex->pipe_err >= 0) {
 		ex->ev_err = event_new(X.base, ex->pipe_err, EV_READ | EV_PERSIST, on_pipe, ex);
-		/* Below HTTP I/O: an init or output event already queued goes out before more
-		 * output is read (and before the files are created). */
-		if (ex->ev_out) {
-			event_priority_set(ex->ev_out, EXEC_PRIO_BACKGROUND);
-			event_add(ex->ev_out, NULL);
-		}
 		if (ex->ev_err) {
 			event_priority_set(ex->ev_err, EXEC_PRIO_BACKGROUND);
 			event_add(ex->ev_err, NULL);
@@ -1050,9 +1240,10 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 		if (ex->ev_timeout)
 			evtimer_add(ex->ev_timeout, &tv);
 	}
-	/* The init event goes first in the transcript: the process has started. */
-	stream_event_text(&ex->init_event, "init", ex->id, strlen(ex->id), time_now_ms());
-	ex->events_len = ex->init_event.len;
+	/* The init event goes first in the transcript: the process has started. Nobody watches
+	 * yet: a stream client reads it from the transcript (held in memory for now). */
+	tr_init(ex, ex->id, time_now_ms());
+	ex->pending.len = 0;
 	defer_us(ex, ensure_files, FILES_DELAY_US); /* a no-op if the end came first */
 	*ret = exec_ref(ex);
 	return 0;
@@ -1064,3 +1255,4 @@ fail:
 	*ret = exec_ref(ex);
 	return rc < 0 ? rc : -EIO;
 }
+

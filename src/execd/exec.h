@@ -3,22 +3,26 @@
  * EXEC_MAX_RUNNING running, and the most recent EXEC_MAX_FINISHED finished ones) and a directory
  * under the state dir that outlives the record:
  *
- *   <state>/<id>/stdout       foreground stdout bytes, as produced
- *   <state>/<id>/stderr       foreground stderr bytes
- *   <state>/<id>/output       combined stdout+stderr (what /command/{id}/logs serves)
- *   <state>/<id>/events       the foreground stream transcript (init, stdout/stderr lines, final
- *                             event; no pings), exactly the bytes a client receives; re-attaching
- *                             clients replay it
+ *   <state>/<id>/transcript   the stream (init, stdout/stderr lines, cut marker, final event; no
+ *                             pings) in the compact form of stream.h: re-attaching clients replay
+ *                             it, re-encoded byte for byte as it went out live
+ *   <state>/<id>/output       background only: combined stdout+stderr as produced (what
+ *                             /command/{id}/logs serves, byte offsets as cursors)
  *   <state>/<id>/status.json  {"id","content","running","exit_code"?,"error"?,"started_at",
- *                             "finished_at"?,"background"}: written at start and at the end
+ *                             "finished_at"?,"output_*"?,"background"}: written at start and at
+ *                             the end
+ *
+ * Output is read from pipes by execd, so it counts against a cap (exec_init; a request may lower
+ * it): past it the process keeps running, its further output is read and dropped, the bytes are
+ * counted, and the stream (an OutputTruncated error event), the logs (a marker line) and the
+ * status (output_truncated, output_dropped) say so.
  *
  * An id is never run twice: it is claimed in memory, and an id found on disk (an evicted record)
  * is never started again.
  *
- * The directory and files of a foreground execution are created right after the process started,
- * off the request's critical path (file creation costs ~200 us each on a slow disk): the init
- * event goes to the client from memory (init_event) and the files follow within the same loop
- * turn, before any output is read.
+ * The directory and files of a foreground execution are created off the request's critical path
+ * (file creation costs ~200 us each on a slow disk); meanwhile the transcript is held in memory,
+ * where readers find it too.
  */
 #pragma once
 
@@ -44,11 +48,19 @@
 
 struct execution;
 
+/* A record boundary in the transcript: its offset, the stream bytes before it, the previous
+ * record's timestamp (what decoding the record needs). */
+struct tr_pos {
+	uint64_t off, wire;
+	int64_t ts;
+};
+
 /* Someone interested in an execution's progress: stream clients, status long-polls. */
 struct exec_watch {
-	/* New events, or finished. During the call ex->pending holds exactly the bytes just appended
-	 * to the events file (ex->events_len already counts them), so a caught-up reader can send
-	 * them without reading the file. notify may remove its own watch and no other. */
+	/* New events, or finished. During the call ex->pending holds exactly the stream bytes just
+	 * produced (ex->events_len already counts them), so a caught-up reader can send them as
+	 * they are; ex->mark is where a reader that cannot take them now resumes from the
+	 * transcript. notify may remove its own watch and no other. */
 	void (*notify)(struct exec_watch *w, struct execution *ex);
 	LIST_ENTRY(exec_watch) link;
 	bool attached;
@@ -64,18 +76,31 @@ struct execution {
 	char *error;
 	int64_t started_ms, finished_ms; /* unix ms */
 	uint64_t started_ns;             /* monotonic, for execution_time */
-	uint64_t events_len;             /* bytes in <state>/<id>/events */
-	struct sbuf init_event;          /* the first events_len bytes' init event, kept in memory */
-	bool files_ready;                /* the directory and files exist (created off the hot path) */
-	struct sbuf early[4];            /* bytes for stdout, stderr, output, events until then */
+
+	/* The stream, as the transcript holds it. */
+	uint64_t events_len; /* stream bytes produced so far (live executions only) */
+	uint64_t tr_len;     /* bytes of the transcript (in the file, or in early_tr) */
+	int64_t tr_ts;       /* timestamp of its last record */
+	struct sbuf tail;    /* lines of the record being filled, not yet in the transcript */
+	enum tr_kind tail_kind;
+	int64_t tail_ts;
+	uint64_t tail_wire;  /* stream bytes before the tail record */
+	size_t tail_events;  /* stream bytes of the tail record */
+	struct tr_pos mark;  /* start of the record that holds pending's first byte */
+	struct sbuf pending;
+	bool files_ready;    /* the directory and files exist (created off the hot path) */
+	struct sbuf early_tr, early_out; /* transcript and output bytes until then */
+
+	/* Output accounting. */
+	uint64_t out_cap, out_kept, out_dropped;
+	bool out_truncated;
 
 	pid_t pid;
 	bool timed_out, interrupted;
-	int pipe_out, pipe_err;
-	struct event *ev_out, *ev_err, *ev_timeout, *ev_kill;
-	int fd_stdout, fd_stderr, fd_output, fd_events;
+	int pipe_out, pipe_err; /* background: one pipe for both */
+	struct event *ev_out, *ev_err, *ev_timeout, *ev_kill, *ev_flush;
+	int fd_tr, fd_output;
 	struct line_splitter *split_out, *split_err;
-	struct sbuf pending;
 
 	LIST_HEAD(, exec_watch) watchers;
 	unsigned refs;
@@ -94,9 +119,13 @@ struct exec_request {
 	uid_t uid;
 	gid_t gid;
 	json_t *envs; /* object of strings, or NULL */
+	uint64_t output_cap; /* 0 = execd's; larger than execd's is execd's */
 };
 
-int exec_init(struct event_base *base, const char *state_dir, struct error *err);
+/* The output kept per execution unless the request asks for less (--output-cap). */
+#define EXEC_OUTPUT_CAP_DEFAULT (256ull << 20)
+
+int exec_init(struct event_base *base, const char *state_dir, uint64_t output_cap, struct error *err);
 /* execd is exiting: SIGKILL what runs, write every file still held in memory, and record the
  * running executions as killed (exit code 137). */
 void exec_shutdown(void);
@@ -139,6 +168,12 @@ void exec_watch_remove(struct execution *ex, struct exec_watch *w);
 
 /* Path of a file of the execution: <state>/<id>/<name>. */
 void exec_path(const struct execution *ex, const char *name, char *buf, size_t len);
+/*
+ * Read transcript bytes from off (below ex->tr_len): from memory while the files do not exist
+ * yet, else from the file through *fd (opened on first use; the caller closes it). Returns the
+ * bytes read, or a negative errno.
+ */
+ssize_t exec_transcript_read(struct execution *ex, int *fd, uint64_t off, void *buf, size_t n);
 /* The status object of GET /command/status/{id}. */
 json_t *exec_status_json(const struct execution *ex);
 /* Milliseconds the execution ran (so far, when still running). */

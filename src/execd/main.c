@@ -26,6 +26,7 @@
 #include "shared/fsutil.h"
 #include "shared/log.h"
 #include "shared/macro.h"
+#include "shared/quantity.h"
 #include "spawn.h"
 
 struct event_base *execd_base;
@@ -220,6 +221,8 @@ static void usage(FILE *f)
 		"  --state DIR        per-execution output and status files (created if missing)\n"
 		"  --exit-file PATH   where to write {\"reason\",\"exitCode\",\"message\"} on exit\n"
 		"                     (default: dirname(DIR)/exit.json)\n"
+		"  --output-cap BYTES output kept per command (default 256Mi; K/M/G, Ki/Mi/Gi suffixes);\n"
+		"                     past it the command runs on and the rest is dropped and counted\n"
 		"  --log-level LEVEL  error, warn, info (default) or debug\n"
 		"  --help             this text\n"
 		"\n"
@@ -230,13 +233,15 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_SOCKET = 256, OPT_LISTEN_FD, OPT_STATE, OPT_EXIT_FILE, OPT_LOG_LEVEL, OPT_HELP };
+	enum { OPT_SOCKET = 256, OPT_LISTEN_FD, OPT_STATE, OPT_EXIT_FILE, OPT_LOG_LEVEL, OPT_OUTPUT_CAP,
+	       OPT_HELP };
 	static const struct option opts[] = {
 		{"socket", required_argument, NULL, OPT_SOCKET},
 		{"listen-fd", required_argument, NULL, OPT_LISTEN_FD},
 		{"state", required_argument, NULL, OPT_STATE},
 		{"exit-file", required_argument, NULL, OPT_EXIT_FILE},
 		{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+		{"output-cap", required_argument, NULL, OPT_OUTPUT_CAP},
 		{"help", no_argument, NULL, OPT_HELP},
 		{NULL, 0, NULL, 0},
 	};
@@ -248,6 +253,7 @@ int main(int argc, char **argv)
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	M.listen_fd = -1;
 	const char *exit_file = NULL;
+	uint64_t output_cap = EXEC_OUTPUT_CAP_DEFAULT;
 	int c;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
 		switch (c) {
@@ -274,6 +280,13 @@ int main(int argc, char **argv)
 			log_set_level(lvl);
 			break;
 		}
+		case OPT_OUTPUT_CAP:
+			if (quantity_parse_bytes(optarg, &output_cap) < 0 || output_cap == 0) {
+				fprintf(stderr, "corral-execd: invalid --output-cap '%s' (a positive number of bytes)\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case OPT_HELP: usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -326,7 +339,7 @@ int main(int argc, char **argv)
 	if (event_base_priority_init(execd_base, EXEC_PRIORITIES) < 0)
 		execd_exit("ExecdExited", 1, "cannot set up event priorities");
 	struct error err = {0};
-	if (exec_init(execd_base, M.state_dir, &err) < 0) {
+	if (exec_init(execd_base, M.state_dir, output_cap, &err) < 0) {
 		log_error("%s", err.msg);
 		execd_exit("ExecdExited", 1, err.msg);
 	}

@@ -98,7 +98,7 @@ void sbuf_clear(struct sbuf *b)
 	b->len = b->cap = 0;
 }
 
-static int sbuf_reserve(struct sbuf *b, size_t extra)
+int sbuf_reserve(struct sbuf *b, size_t extra)
 {
 	if (b->len + extra <= b->cap)
 		return 0;
@@ -253,4 +253,137 @@ int stream_event_error(struct sbuf *b, const char *ename, const char *evalue, in
 	    sbuf_adds(b, ",\"traceback\":[]}}\n\n") < 0)
 		return -ENOMEM;
 	return 0;
+}
+
+/* ----- the transcript ----- */
+
+static size_t varint_put(char *t, uint64_t v)
+{
+	size_t k = 0;
+	do {
+		t[k] = (char)(v & 0x7f);
+		v >>= 7;
+		if (v)
+			t[k] |= (char)0x80;
+		k++;
+	} while (v);
+	return k;
+}
+
+int tr_varint_add(struct sbuf *b, uint64_t v)
+{
+	char t[10];
+	return sbuf_add(b, t, varint_put(t, v));
+}
+
+/* Read a varint at *p (below end); false when it is cut short or longer than 64 bits. */
+static bool varint_get(const unsigned char **p, const unsigned char *end, uint64_t *ret)
+{
+	uint64_t v = 0;
+	for (unsigned shift = 0; shift < 64; shift += 7) {
+		if (*p >= end)
+			return false;
+		unsigned char c = *(*p)++;
+		v |= (uint64_t)(c & 0x7f) << shift;
+		if (!(c & 0x80)) {
+			*ret = v;
+			return true;
+		}
+	}
+	return false;
+}
+
+size_t tr_header(char buf[TR_HEADER_MAX], enum tr_kind kind, int64_t ts, int64_t ts_base, size_t len)
+{
+	uint64_t d = (uint64_t)ts - (uint64_t)ts_base;
+	uint64_t zz = (d << 1) ^ (uint64_t)((int64_t)d >> 63);
+	buf[0] = (char)kind;
+	size_t k = 1 + varint_put(buf + 1, zz);
+	return k + varint_put(buf + k, len);
+}
+
+int tr_record_add(struct sbuf *b, enum tr_kind kind, int64_t ts, int64_t ts_base, const void *payload,
+		  size_t len)
+{
+	char h[TR_HEADER_MAX];
+	if (sbuf_add(b, h, tr_header(h, kind, ts, ts_base, len)) < 0 || sbuf_add(b, payload, len) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+ssize_t tr_record_parse(const char *buf, size_t n, int64_t ts_base, struct tr_record *ret)
+{
+	const unsigned char *p = (const unsigned char *)buf, *end = p + n;
+	uint64_t zz, len;
+	if (n == 0)
+		return 0;
+	unsigned char kind = *p++;
+	if (kind < TR_INIT || kind > TR_DROPPED)
+		return -EINVAL;
+	if (!varint_get(&p, end, &zz) || !varint_get(&p, end, &len))
+		return p == end && n < TR_HEADER_MAX ? 0 : -EINVAL;
+	if (len > TR_PAYLOAD_MAX)
+		return -EINVAL;
+	if ((uint64_t)(end - p) < len)
+		return 0;
+	uint64_t d = (zz >> 1) ^ (uint64_t)-(int64_t)(zz & 1);
+	ret->kind = kind;
+	ret->ts = (int64_t)((uint64_t)ts_base + d);
+	ret->payload = (const char *)p;
+	ret->len = (size_t)len;
+	return (ssize_t)((const char *)p + len - buf);
+}
+
+int tr_marker(enum tr_kind kind, uint64_t v, char *buf, size_t len)
+{
+	if (kind == TR_CUT)
+		return snprintf(buf, len,
+				"[corral-execd: output cap of %" PRIu64 " bytes reached; the rest of the output is dropped]",
+				v);
+	return snprintf(buf, len, "[corral-execd: %" PRIu64 " bytes of output dropped]", v);
+}
+
+int tr_record_events(const struct tr_record *r, struct sbuf *out)
+{
+	const unsigned char *p = (const unsigned char *)r->payload, *end = p + r->len;
+	uint64_t v;
+	char msg[128];
+	switch (r->kind) {
+	case TR_INIT:
+		return stream_event_text(out, "init", r->payload, r->len, r->ts);
+	case TR_STDOUT:
+	case TR_STDERR: {
+		const char *type = r->kind == TR_STDOUT ? "stdout" : "stderr";
+		const char *s = r->payload, *e = s + r->len;
+		while (s < e) {
+			const char *nl = memchr(s, '\n', (size_t)(e - s));
+			if (!nl)
+				return -EINVAL;
+			if (stream_event_line(out, type, s, (size_t)(nl - s), r->ts) < 0)
+				return -ENOMEM;
+			s = nl + 1;
+		}
+		return 0;
+	}
+	case TR_COMPLETE:
+		if (!varint_get(&p, end, &v) || v > INT64_MAX)
+			return -EINVAL;
+		return stream_event_complete(out, (int64_t)v, r->ts);
+	case TR_ERROR: {
+		char code[32];
+		if (r->len >= sizeof(code))
+			return -EINVAL;
+		memcpy(code, r->payload, r->len);
+		code[r->len] = '\0';
+		return stream_event_error(out, "CommandExecError", code, r->ts);
+	}
+	case TR_CUT:
+	case TR_DROPPED: {
+		if (!varint_get(&p, end, &v))
+			return -EINVAL;
+		int k = tr_marker(r->kind, v, msg, sizeof(msg));
+		return stream_event_text(out, "stderr", msg, (size_t)k, r->ts);
+	}
+	}
+	return -EINVAL;
 }

@@ -49,14 +49,14 @@ def read_event(r):
 
 
 class Execd:
-    def __init__(self, entrypoint=None, preexec_fn=None):
+    def __init__(self, entrypoint=None, preexec_fn=None, args=()):
         self.dir = tempfile.mkdtemp(prefix="execd-test-")
         self.run = os.path.join(self.dir, "run")
         os.mkdir(self.run)
         self.sock = os.path.join(self.run, "execd.sock")
         self.state = os.path.join(self.run, "execs")
         self.log = open(os.path.join(self.dir, "execd.log"), "w+")
-        argv = [EXECD, "--socket", self.sock, "--state", self.state, "--log-level", "debug"]
+        argv = [EXECD, "--socket", self.sock, "--state", self.state, "--log-level", "debug"] + list(args)
         if entrypoint:
             argv += ["--"] + entrypoint
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log, preexec_fn=preexec_fn)
@@ -284,6 +284,18 @@ class ExecdTest(unittest.TestCase):
             time.sleep(0.01)
         self.assertEqual((st["exit_code"], st["running"], st["background"]), (0, False, True))
 
+    def test_background_output_readable_once_finished(self):
+        # The status says finished before the files exist (they are created off the command's
+        # path): the logs must already hold the whole output then.
+        for i in range(20):
+            events, _ = self.run_cmd({"command": "echo quick-%d; echo err-%d >&2" % (i, i), "background": True})
+            cid = events[0]["text"]
+            r, data = self.request("GET", "/command/status/%s?wait=10" % cid)
+            self.assertFalse(self.json_of(r, data, 200)["running"])
+            r, data = self.request("GET", "/command/%s/logs" % cid)
+            self.assertEqual(data, b"quick-%d\nerr-%d\n" % (i, i))
+            self.assertEqual(r.getheader("EXECD-COMMANDS-TAIL-CURSOR"), str(len(data)))
+
     def test_background_exit_code(self):
         events, _ = self.run_cmd({"command": "exit 3", "background": True})
         cid = events[0]["text"]
@@ -310,7 +322,7 @@ class ExecdTest(unittest.TestCase):
         self.json_of(r, data, 400)
 
     def test_foreground_status_and_logs(self):
-        events, _ = self.run_cmd({"command": "echo fg"})
+        events, raw = self.run_cmd({"command": "echo fg"})
         cid = events[0]["text"]
         r, data = self.request("GET", "/command/status/" + cid)
         st = self.json_of(r, data, 200)
@@ -318,20 +330,16 @@ class ExecdTest(unittest.TestCase):
         # Logs are for background commands only (reference: 400).
         r, data = self.request("GET", "/command/%s/logs" % cid)
         self.assertEqual(self.json_of(r, data, 400)["code"], "INVALID_REQUEST_BODY")
-        for name, want in (("stdout", b"fg\n"), ("stderr", b""), ("output", b"fg\n")):
-            path = os.path.join(self.execd.state, cid, name)
-            # The files are created and filled just off the critical path, after the last
-            # event: wait until this one holds everything (or the deadline), then compare.
-            deadline = time.time() + 5
-            got = None
-            while time.time() < deadline:
-                if os.path.exists(path):
-                    with open(path, "rb") as f:
-                        got = f.read()
-                    if len(got) >= len(want):
-                        break
-                time.sleep(0.01)
-            self.assertEqual(got, want, name)
+        # On disk: the compact transcript and the status, created just off the critical path,
+        # after the last event; no per-stream copies of the output.
+        d = os.path.join(self.execd.state, cid)
+        deadline = time.time() + 5
+        while time.time() < deadline and not os.path.exists(os.path.join(d, "status.json")):
+            time.sleep(0.01)
+        self.assertEqual(sorted(os.listdir(d)), ["status.json", "transcript"])
+        # Replaying it (a re-attach by id) gives the stream byte for byte.
+        _, replay = self.run_cmd({"command": "ignored", "id": cid})
+        self.assertEqual(replay, raw)
 
     def test_unknown_ids(self):
         unknown = "0" * 32
@@ -434,8 +442,6 @@ class ExecdTest(unittest.TestCase):
         st = self.json_of(r, data, 200)
         self.assertFalse(st["running"])
         self.assertEqual(st["exit_code"], 4)
-        with open(os.path.join(self.execd.state, cid, "output"), "rb") as f:
-            self.assertEqual(f.read(), b"first\nsecond\n")
         # Re-attach by id replays the whole stream.
         events, _ = self.run_cmd({"command": "ignored", "id": cid})
         self.assertEqual(events[0], {"type": "init", "text": cid, "timestamp": events[0]["timestamp"]})
@@ -475,6 +481,43 @@ class ExecdTest(unittest.TestCase):
         self.assertEqual(events[0]["text"], bid)
         r, data = self.request("GET", "/command/status/%s?wait=10" % bid)
         self.assertEqual(self.json_of(r, data, 200)["exit_code"], 0)
+
+    def test_lagging_and_reattached_clients_get_the_same_stream(self):
+        # A client that reads slowly falls behind and is fed from the transcript; one that
+        # re-attaches mid-run replays it; one that re-attaches after the end replays it all.
+        # All get the bytes a fast client would have, pings aside.
+        cid = os.urandom(16).hex()
+        cmd = ("for i in $(seq 1 40); do seq -f 'out %g' 1 3000; printf 'x%.0s' $(seq 1 300); "
+               "echo; echo err $i >&2; printf '\\r\\n\\n'; sleep 0.02; done; "
+               "head -c 200000 /dev/zero | tr '\\0' 'z'; echo; exit 5")
+
+        def strip_pings(raw):
+            return b"".join(e + b"\n\n" for e in raw.split(b"\n\n")[:-1] if b'"type":"ping"' not in e)
+
+        slow = socket.socket(socket.AF_UNIX)
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect(self.execd.sock)
+        body = json.dumps({"command": cmd, "id": cid}).encode()
+        slow.sendall(b"POST /command HTTP/1.0\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        slow_raw = b""
+        while len(slow_raw) < 4096:
+            slow_raw += slow.recv(512)
+            time.sleep(0.01)
+        events, mid = self.run_cmd({"command": "ignored", "id": cid})
+        slow.settimeout(60)
+        while True:
+            b = slow.recv(1 << 16)
+            if not b:
+                break
+            slow_raw += b
+        slow.close()
+        slow_body = slow_raw.split(b"\r\n\r\n", 1)[1]
+        _, after = self.run_cmd({"command": "ignored", "id": cid})
+        self.assertEqual(events[-1]["error"]["evalue"], "5")
+        self.assertEqual(len(self.outputs(events, "stderr")), 40)
+        self.assertEqual(strip_pings(mid), after)
+        self.assertEqual(strip_pings(slow_body), after)
 
     def test_client_id_with_unreadable_record(self):
         cid = os.urandom(16).hex()
@@ -918,6 +961,63 @@ class EntrypointTest(unittest.TestCase):
         finally:
             e.stop()
 
+    def test_state_survives_an_execd_restart(self):
+        # Executions recorded by one execd are served by the next on the same state dir: status,
+        # a replay by id (a foreground command killed with execd ends in error 137, its output
+        # and cut marker kept), the background logs; and their ids are never run again.
+        e = Execd(args=["--output-cap", "100"])
+        fid, bid = os.urandom(16).hex(), os.urandom(16).hex()
+        try:
+            c = e.conn()
+            c.request("POST", "/command", json.dumps({"command": "seq 1 100; sleep 30", "id": fid}))
+            r = c.getresponse()
+            seen = []
+            while len(seen) < 3:
+                seen.append(read_event(r))
+            c.close()
+            c = e.conn()
+            c.request("POST", "/command", json.dumps({"command": "echo bg; exit 4", "background": True, "id": bid}))
+            c.getresponse().read()
+            c.request("GET", "/command/status/%s?wait=10" % bid)
+            self.assertEqual(json.loads(c.getresponse().read())["exit_code"], 4)
+            c.close()
+            time.sleep(0.2)
+            e.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(e.proc.wait(10), 0)
+            e2 = subprocess.Popen([EXECD, "--socket", e.sock, "--state", e.state], stderr=subprocess.DEVNULL)
+            try:
+                deadline = time.time() + 5
+                while not os.path.exists(e.sock) and time.time() < deadline:
+                    time.sleep(0.02)
+                time.sleep(0.1)
+                c = e.conn()
+                c.request("POST", "/command", json.dumps({"command": "touch /nonexistent/x", "id": fid}))
+                events = parse_events(c.getresponse().read())
+                self.assertEqual(events[:3], seen)
+                self.assertEqual([x["text"] for x in events if x["type"] == "stdout"],
+                                 [str(i) for i in range(1, 37)] + ["3"])
+                self.assertEqual([x["text"] for x in events if x["type"] == "stderr"][0],
+                                 "[corral-execd: output cap of 100 bytes reached; the rest of the output is dropped]")
+                self.assertEqual(events[-1]["error"]["evalue"], "137")
+                c.request("GET", "/command/status/" + fid)
+                st = json.loads(c.getresponse().read())
+                self.assertEqual((st["exit_code"], st["error"], st["output_truncated"], st["output_cap"]),
+                                 (137, "killed: corral-execd exited", True, 100))
+                c.request("GET", "/command/%s/logs?cursor=1" % bid)
+                r = c.getresponse()
+                self.assertEqual(r.read(), b"g\n")
+                self.assertEqual(r.getheader("EXECD-COMMANDS-TAIL-CURSOR"), "3")
+                c.request("POST", "/command", json.dumps({"command": "exit 9", "background": True, "id": bid}))
+                self.assertEqual([x["type"] for x in parse_events(c.getresponse().read())], ["init", "execution_complete"])
+                c.request("GET", "/command/status/" + bid)
+                self.assertEqual(json.loads(c.getresponse().read())["exit_code"], 4)
+                c.close()
+            finally:
+                e2.terminate()
+                e2.wait()
+        finally:
+            e.stop()
+
     def test_stale_socket_and_mode(self):
         e = Execd()
         try:
@@ -973,6 +1073,40 @@ class EntrypointTest(unittest.TestCase):
             c.close()
         finally:
             e.stop()  # SIGTERM: execd kills what runs
+
+    def test_output_cap_option(self):
+        e = Execd(args=["--output-cap", "1Ki"])
+        try:
+            c = e.conn(60)
+            # Past the cap: the stream carries the marker lines, the exit code is the process's,
+            # the status counts what was dropped; a request cannot raise the cap.
+            body = {"command": "head -c 3000 /dev/zero | tr '\\0' a; echo; echo gone >&2; exit 2",
+                    "output_cap": 1 << 40}
+            c.request("POST", "/command", json.dumps(body))
+            events = parse_events(c.getresponse().read())
+            self.assertEqual([x["text"] for x in events if x["type"] == "stdout"], ["a" * 1024])
+            self.assertEqual([x["text"] for x in events if x["type"] == "stderr"],
+                             ["[corral-execd: output cap of 1024 bytes reached; the rest of the output is dropped]",
+                              "[corral-execd: %d bytes of output dropped]" % (3001 + 5 - 1024)])
+            self.assertEqual(events[-1]["error"]["evalue"], "2")
+            c.request("GET", "/command/status/" + events[0]["text"])
+            st = json.loads(c.getresponse().read())
+            self.assertEqual((st["output_truncated"], st["output_cap"], st["output_dropped"]),
+                             (True, 1024, 3001 + 5 - 1024))
+            # Under the cap nothing is marked.
+            c.request("POST", "/command", json.dumps({"command": "head -c 1024 /dev/zero | tr '\\0' a"}))
+            events = parse_events(c.getresponse().read())
+            self.assertEqual([x["type"] for x in events], ["init", "stdout", "execution_complete"])
+            c.request("GET", "/command/status/" + events[0]["text"])
+            self.assertNotIn("output_truncated", json.loads(c.getresponse().read()))
+            c.close()
+        finally:
+            e.stop()
+        for bad in ("0", "lots", "-5"):
+            out = subprocess.run([EXECD, "--socket", "/nonexistent/s", "--state", "/nonexistent",
+                                  "--output-cap", bad], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 2, bad)
+            self.assertIn("--output-cap", out.stderr)
 
     def test_help(self):
         out = subprocess.run([EXECD, "--help"], capture_output=True, text=True)

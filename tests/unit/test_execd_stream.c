@@ -1,4 +1,5 @@
 /* Unit tests for src/execd/stream.c: the line splitter and the event encoder (reference §2.3). */
+#include <errno.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -156,10 +157,95 @@ static void test_events(void)
 			      "\"CommandExecError\",\"evalue\":\"7\",\"traceback\":[]}}\n\n");
 }
 
+/* The transcript: records round-trip, decode to the events the live path sends, and a reader
+ * that walks them from the start needs only the previous record's timestamp. */
+static void test_transcript(void)
+{
+	struct sbuf t = {0}, live = {0}, p = {0};
+	int64_t base = 0;
+	const int64_t ts0 = 1796137100824;
+	CHECK_INT(tr_record_add(&t, TR_INIT, ts0, base, "abc", 3), 0);
+	stream_event_text(&live, "init", "abc", 3, ts0);
+	base = ts0;
+	/* Lines, each followed by "\n"; an empty line is the event text "\n". */
+	CHECK_INT(tr_record_add(&t, TR_STDOUT, ts0 + 5, base, "one\n\ntwo \"q\"\n", 13), 0);
+	stream_event_line(&live, "stdout", "one", 3, ts0 + 5);
+	stream_event_line(&live, "stdout", "", 0, ts0 + 5);
+	stream_event_line(&live, "stdout", "two \"q\"", 7, ts0 + 5);
+	base = ts0 + 5;
+	/* A timestamp going backwards (the wall clock was set) still round-trips. */
+	CHECK_INT(tr_record_add(&t, TR_STDERR, ts0 - 1000, base, "e\n", 2), 0);
+	stream_event_line(&live, "stderr", "e", 1, ts0 - 1000);
+	base = ts0 - 1000;
+	tr_varint_add(&p, 1u << 20);
+	CHECK_INT(tr_record_add(&t, TR_CUT, ts0 + 7, base, p.data, p.len), 0);
+	char msg[256];
+	int mlen = tr_marker(TR_CUT, 1u << 20, msg, sizeof(msg));
+	CHECK(strstr(msg, "output cap of 1048576 bytes reached") != NULL);
+	/* Markers are stderr lines: an error event would end the stream in every client. */
+	stream_event_text(&live, "stderr", msg, (size_t)mlen, ts0 + 7);
+	base = ts0 + 7;
+	CHECK_INT(tr_record_add(&t, TR_ERROR, ts0 + 9, base, "137", 3), 0);
+	stream_event_error(&live, "CommandExecError", "137", ts0 + 9);
+	p.len = 0;
+	tr_varint_add(&p, 300);
+	struct sbuf t2 = {0};
+	CHECK_INT(tr_record_add(&t2, TR_COMPLETE, ts0, 0, p.data, p.len), 0);
+
+	/* Framing costs a few bytes a record. */
+	CHECK(t.len < 3 + 13 + 2 + 3 + 3 + 5 * 8);
+
+	struct sbuf got = {0};
+	size_t off = 0;
+	int64_t ts = 0;
+	int n = 0;
+	while (off < t.len) {
+		struct tr_record r;
+		ssize_t k = tr_record_parse(t.data + off, t.len - off, ts, &r);
+		CHECK(k > 0);
+		if (k <= 0)
+			break;
+		/* Any proper prefix of a record is "incomplete", never a record. */
+		for (size_t cut = 0; cut < (size_t)k; cut++) {
+			struct tr_record r2;
+			CHECK_INT(tr_record_parse(t.data + off, cut, ts, &r2), 0);
+		}
+		CHECK_INT(tr_record_events(&r, &got), 0);
+		off += (size_t)k;
+		ts = r.ts;
+		n++;
+	}
+	CHECK_INT(n, 5);
+	CHECK_INT(got.len, live.len);
+	CHECK(got.len == live.len && memcmp(got.data, live.data, got.len) == 0);
+
+	struct tr_record r;
+	got.len = 0;
+	CHECK(tr_record_parse(t2.data, t2.len, 0, &r) > 0);
+	CHECK_INT(tr_record_events(&r, &got), 0);
+	CHECK(got.len > 0 && strstr(got.data, "\"execution_time\":300,") != NULL);
+
+	/* Garbage is refused, not misread. */
+	CHECK_INT(tr_record_parse("\x09\x00\x00", 3, 0, &r), -EINVAL);
+	CHECK_INT(tr_record_parse("\x02\x00\xff\xff\xff\x0f", 6, 0, &r), -EINVAL); /* too long */
+	CHECK_INT(tr_record_parse("\x02\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x00", 13, 0, &r),
+		  -EINVAL);
+	/* Lines without their terminator are not a record of lines. */
+	r = (struct tr_record){TR_STDOUT, 0, "abc", 3};
+	CHECK(tr_record_events(&r, &got) < 0);
+
+	sbuf_clear(&t);
+	sbuf_clear(&t2);
+	sbuf_clear(&live);
+	sbuf_clear(&p);
+	sbuf_clear(&got);
+}
+
 int main(void)
 {
 	test_splitter();
 	test_long_line();
 	test_events();
+	test_transcript();
 	return check_summary("execd_stream");
 }
