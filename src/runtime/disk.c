@@ -1,26 +1,42 @@
 /* The per-sandbox layer file system behind an ephemeral-storage limit: see disk.h. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <linux/loop.h>
-#include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "runtime/disk.h"
 #include "shared/macro.h"
 
+#ifndef OPEN_TREE_CLONE
+#define OPEN_TREE_CLONE 1
+#endif
+#ifndef OPEN_TREE_CLOEXEC
+#define OPEN_TREE_CLOEXEC O_CLOEXEC
+#endif
+
+/* Bump when the mkfs options or the template's content change: old templates are then unused. */
+#define TEMPLATE_PREFIX "ext4-v1-"
+#define TEMPLATE_SUFFIX ".img"
+#define STAGE "stage"
+
 static const char *const mkfs_paths[] = {"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4",
 					 "/usr/bin/mkfs.ext4"};
 
-/* mkfs.ext4 on img; its stderr becomes the error message. */
-static int run_mkfs(const char *img, struct error *err)
+/* mkfs.ext4 on the open file img_fd, with the contents of the stage dir; its stderr becomes the
+ * error message. */
+static int run_mkfs(int img_fd, const char *stage, struct error *err)
 {
 	const char *mkfs = NULL;
 	for (size_t i = 0; i < ARRAY_SIZE(mkfs_paths) && !mkfs; i++)
@@ -32,12 +48,26 @@ static int run_mkfs(const char *img, struct error *err)
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return error_set_errno(err, errno, "pipe");
-	/* -O ^has_journal: the layer is volatile; lazy_itable_init: no zeroing of inode tables;
-	 * nodiscard: nothing to discard on a fresh sparse file; -m 0: no root reserve. */
-	char *const argv[] = {(char *)mkfs, (char *)"-q", (char *)"-F", (char *)"-O",
-			      (char *)"^has_journal", (char *)"-E",
-			      (char *)"lazy_itable_init=1,nodiscard", (char *)"-m", (char *)"0",
-			      (char *)img, NULL};
+	/*
+	 * -O ^has_journal: the layer is volatile. ^resize_inode: it never grows, and the reserved
+	 * GDT blocks would be most of the template's data (4.2 MB of 4.3 for 10Gi).
+	 * lazy_itable_init: no zeroing of inode tables (a sparse file reads as zeros anyway).
+	 * nodiscard: nothing to discard on a fresh sparse file. -m 0: no root reserve.
+	 * -d: upper/ and work/ made once here instead of at every create.
+	 */
+	char *const argv[] = {(char *)mkfs,
+			      (char *)"-q",
+			      (char *)"-F",
+			      (char *)"-O",
+			      (char *)"^has_journal,^resize_inode",
+			      (char *)"-E",
+			      (char *)"lazy_itable_init=1,nodiscard",
+			      (char *)"-m",
+			      (char *)"0",
+			      (char *)"-d",
+			      (char *)stage,
+			      (char *)"/proc/self/fd/3",
+			      NULL};
 	char *const envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
 	pid_t pid = fork();
 	if (pid < 0) {
@@ -51,6 +81,11 @@ static int run_mkfs(const char *img, struct error *err)
 		dup2(null, 0);
 		dup2(p[1], 1);
 		dup2(p[1], 2);
+		/* dup2 onto itself would keep close-on-exec. */
+		if (img_fd == 3)
+			fcntl(3, F_SETFD, 0);
+		else
+			dup2(img_fd, 3);
 		execve(mkfs, argv, envp);
 		_exit(127);
 	}
@@ -72,9 +107,222 @@ static int run_mkfs(const char *img, struct error *err)
 	if (w < 0)
 		return error_set_errno(err, errno, "wait for mkfs.ext4");
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		return error_set(err, EIO, "mkfs.ext4 '%s' failed (status 0x%x): %s", img, status,
+		return error_set(err, EIO, "mkfs.ext4 failed (status 0x%x): %s", status,
 				 n ? out : "no output");
 	return 0;
+}
+
+/* <state>/disks, made if missing; with the stage dir (upper/ 0755 and work/ 0700) that mkfs copies
+ * into every template. Making it again is harmless, so a crash half-way leaves nothing wrong. */
+static int disks_dir_open(const char *state_dir, char *path, size_t len, struct error *err)
+{
+	if ((size_t)snprintf(path, len, "%s/%s", state_dir, DISK_DIR) >= len)
+		return error_set(err, ENAMETOOLONG, "state dir path too long");
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
+		return error_set_errno(err, errno, "mkdir '%s'", path);
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return error_set_errno(err, errno, "open '%s'", path);
+	return dfd;
+}
+
+static int stage_ensure(int dfd, const char *dpath, struct error *err)
+{
+	static const struct {
+		const char *name;
+		mode_t mode;
+	} dirs[] = {{STAGE, 0700}, {STAGE "/upper", 0755}, {STAGE "/work", 0700}};
+	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+		if (mkdirat(dfd, dirs[i].name, dirs[i].mode) < 0 && errno != EEXIST)
+			return error_set_errno(err, errno, "mkdir '%s/%s'", dpath, dirs[i].name);
+		/* Exact modes whatever the umask: they become the layer's. */
+		if (fchmodat(dfd, dirs[i].name, dirs[i].mode, AT_SYMLINK_NOFOLLOW) < 0 &&
+		    errno != EOPNOTSUPP)
+			return error_set_errno(err, errno, "chmod '%s/%s'", dpath, dirs[i].name);
+	}
+	return 0;
+}
+
+static void template_name(char *buf, size_t len, uint64_t bytes)
+{
+	snprintf(buf, len, TEMPLATE_PREFIX "%" PRIu64 TEMPLATE_SUFFIX, bytes);
+}
+
+/* An ext4 image of exactly bytes: regular, of that size, with the superblock magic at 1080. */
+static bool template_valid(int fd, uint64_t bytes)
+{
+	struct stat st;
+	unsigned char magic[2];
+	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == bytes &&
+	       pread(fd, magic, sizeof(magic), 1080) == (ssize_t)sizeof(magic) &&
+	       magic[0] == 0x53 && magic[1] == 0xef;
+}
+
+/* The template of this size, opened read-only; -ENOENT when there is none (an invalid one is
+ * removed). */
+static int template_open(int dfd, uint64_t bytes)
+{
+	char name[64];
+	template_name(name, sizeof(name), bytes);
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (!template_valid(fd, bytes)) {
+		close(fd);
+		(void)unlinkat(dfd, name, 0);
+		return -ENOENT;
+	}
+	return fd;
+}
+
+/* Keep at most DISK_TEMPLATES_MAX templates: remove the oldest ones (by modification time). */
+static void templates_trim(int dfd)
+{
+	for (;;) {
+		int d2 = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (d2 < 0)
+			return;
+		DIR *d = fdopendir(d2);
+		if (!d) {
+			close(d2);
+			return;
+		}
+		char oldest[NAME_MAX + 1] = "";
+		struct timespec when = {0};
+		unsigned n = 0;
+		struct dirent *e;
+		while ((e = readdir(d))) {
+			size_t l = strlen(e->d_name);
+			struct stat st;
+			if (strncmp(e->d_name, TEMPLATE_PREFIX, strlen(TEMPLATE_PREFIX)) != 0 ||
+			    l < strlen(TEMPLATE_SUFFIX) ||
+			    strcmp(e->d_name + l - strlen(TEMPLATE_SUFFIX), TEMPLATE_SUFFIX) != 0 ||
+			    fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+				continue;
+			n++;
+			if (!oldest[0] || st.st_mtim.tv_sec < when.tv_sec ||
+			    (st.st_mtim.tv_sec == when.tv_sec && st.st_mtim.tv_nsec < when.tv_nsec)) {
+				snprintf(oldest, sizeof(oldest), "%s", e->d_name);
+				when = st.st_mtim;
+			}
+		}
+		closedir(d);
+		if (n <= DISK_TEMPLATES_MAX || unlinkat(dfd, oldest, 0) < 0)
+			return;
+	}
+}
+
+/*
+ * Format a new template of this size and link it into place; returns it open. Two creates racing
+ * for the same size each make one and the first link wins: both are valid.
+ */
+static int template_make(int dfd, const char *dpath, uint64_t bytes, struct error *err)
+{
+	int r = stage_ensure(dfd, dpath, err);
+	if (r < 0)
+		return r;
+	_cleanup_close_ int fd = openat(dfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return error_set_errno(err, errno, "create a template image in '%s'", dpath);
+	if (ftruncate(fd, (off_t)bytes) < 0)
+		return error_set_errno(err, errno, "size a template image in '%s'", dpath);
+	char stage[PATH_MAX];
+	snprintf(stage, sizeof(stage), "%s/%s", dpath, STAGE);
+	if ((r = run_mkfs(fd, stage, err)) < 0)
+		return r;
+	if (fsync(fd) < 0)
+		return error_set_errno(err, errno, "fsync a template image in '%s'", dpath);
+	char name[64], self[64];
+	template_name(name, sizeof(name), bytes);
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	if (linkat(fd, "", dfd, name, AT_EMPTY_PATH) < 0 && errno != EEXIST &&
+	    linkat(AT_FDCWD, self, dfd, name, AT_SYMLINK_FOLLOW) < 0 && errno != EEXIST)
+		return error_set_errno(err, errno, "link template '%s/%s'", dpath, name);
+	templates_trim(dfd);
+	return TAKE_FD(fd);
+}
+
+int disk_template_prepare(const char *state_dir, uint64_t limit_bytes, struct error *err)
+{
+	char dpath[PATH_MAX];
+	if (limit_bytes < DISK_MIN_BYTES)
+		return error_set(err, EINVAL, "ephemeral-storage limit below the minimum of %llu MiB",
+				 DISK_MIN_BYTES >> 20);
+	_cleanup_close_ int dfd = disks_dir_open(state_dir, dpath, sizeof(dpath), err);
+	if (dfd < 0)
+		return dfd;
+	int fd = template_open(dfd, limit_bytes);
+	if (fd < 0)
+		fd = template_make(dfd, dpath, limit_bytes, err);
+	if (fd < 0)
+		return fd;
+	close(fd);
+	return 0;
+}
+
+/* Copy the data extents of src (size bytes) into dst, which is already that size and empty. */
+static int copy_extents(int src, int dst, uint64_t size)
+{
+	bool plain = false;
+	off_t off = 0;
+	while ((uint64_t)off < size) {
+		off_t data = lseek(src, off, SEEK_DATA);
+		if (data < 0)
+			return errno == ENXIO ? 0 : -errno; /* ENXIO: no data past off */
+		off_t hole = lseek(src, data, SEEK_HOLE);
+		if (hole < 0)
+			return -errno;
+		off_t in = data, out = data;
+		while (in < hole) {
+			ssize_t n = -1;
+			if (!plain) {
+				n = copy_file_range(src, &in, dst, &out, (size_t)(hole - in), 0);
+				if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+					      errno == EOPNOTSUPP)) {
+					plain = true;
+					continue;
+				}
+			} else {
+				char buf[65536];
+				n = pread(src, buf, (size_t)MIN((off_t)sizeof(buf), hole - in), in);
+				if (n > 0 && pwrite(dst, buf, (size_t)n, out) != n)
+					return errno ? -errno : -EIO;
+				if (n > 0) {
+					in += n;
+					out += n;
+				}
+			}
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0)
+				return -errno;
+			if (n == 0)
+				return -EIO; /* the template shrank under us */
+		}
+		off = hole;
+	}
+	return 0;
+}
+
+/*
+ * A new image with the template's content and no name: an O_TMPFILE in a detached clone of the
+ * disks dir, so the path the kernel shows for it is "/#<inode> (deleted)". Falls back to the disks
+ * dir itself (the path then names <state>/disks, still no sandbox id) where open_tree is missing.
+ */
+static int image_new(int dfd, const char *dpath, int src, uint64_t bytes, struct error *err)
+{
+	_cleanup_close_ int tree = (int)syscall(SYS_open_tree, dfd, "",
+						OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+	_cleanup_close_ int img =
+	    openat(tree >= 0 ? tree : dfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (img < 0)
+		return error_set_errno(err, errno, "create an image in '%s'", dpath);
+	if (ftruncate(img, (off_t)bytes) < 0)
+		return error_set_errno(err, errno, "size an image in '%s'", dpath);
+	int r = copy_extents(src, img, bytes);
+	if (r < 0)
+		return error_set_errno(err, -r, "copy the template into an image in '%s'", dpath);
+	return TAKE_FD(img);
 }
 
 /* Attach img to a free loop device with autoclear (released once nothing uses it). */
@@ -114,39 +362,31 @@ static int loop_attach(int img_fd, char *dev, size_t len, struct error *err)
 	return error_set(err, EBUSY, "no free loop device after 64 attempts");
 }
 
-int disk_setup(const char *dir, uint64_t limit_bytes, struct error *err)
+int disk_setup(const char *state_dir, const char *dir, uint64_t limit_bytes, struct error *err)
 {
-	char img[PATH_MAX], mnt[PATH_MAX], dev[64], sub[PATH_MAX + 8];
+	char dpath[PATH_MAX], mnt[PATH_MAX], dev[64];
 	if (limit_bytes < DISK_MIN_BYTES)
 		return error_set(err, EINVAL, "ephemeral-storage limit below the minimum of %llu MiB",
 				 DISK_MIN_BYTES >> 20);
-	snprintf(img, sizeof(img), "%s/%s", dir, DISK_IMAGE);
-	snprintf(mnt, sizeof(mnt), "%s/%s", dir, DISK_MOUNT);
-	_cleanup_close_ int fd =
-	    open(img, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return error_set_errno(err, errno, "create '%s'", img);
-	if (ftruncate(fd, (off_t)limit_bytes) < 0)
-		return error_set_errno(err, errno, "size '%s'", img);
-	int r = run_mkfs(img, err);
-	if (r < 0)
-		return r;
+	if ((size_t)snprintf(mnt, sizeof(mnt), "%s/%s", dir, DISK_MOUNT) >= sizeof(mnt))
+		return error_set(err, ENAMETOOLONG, "state dir path too long");
+	_cleanup_close_ int dfd = disks_dir_open(state_dir, dpath, sizeof(dpath), err);
+	if (dfd < 0)
+		return dfd;
+	_cleanup_close_ int src = template_open(dfd, limit_bytes);
+	if (src < 0 && (src = template_make(dfd, dpath, limit_bytes, err)) < 0)
+		return src;
+	_cleanup_close_ int img = image_new(dfd, dpath, src, limit_bytes, err);
+	if (img < 0)
+		return img;
 	if (mkdir(mnt, 0755) < 0 && errno != EEXIST)
 		return error_set_errno(err, errno, "mkdir '%s'", mnt);
-	_cleanup_close_ int loop = loop_attach(fd, dev, sizeof(dev), err);
+	/* Until the mount holds the device, closing ours (on any failure below) frees it. */
+	_cleanup_close_ int loop = loop_attach(img, dev, sizeof(dev), err);
 	if (loop < 0)
 		return loop;
-	if (mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, NULL) < 0)
-		return error_set_errno(err, errno, "mount '%s' (%s) on '%s'", dev, img, mnt);
-	/* The mount holds the device now: closing ours lets autoclear free it on unmount. */
-	static const struct {
-		const char *name;
-		mode_t mode;
-	} subdirs[] = {{"upper", 0755}, {"work", 0700}};
-	for (size_t i = 0; i < ARRAY_SIZE(subdirs); i++) {
-		snprintf(sub, sizeof(sub), "%s/%s", mnt, subdirs[i].name);
-		if (mkdir(sub, subdirs[i].mode) < 0)
-			return error_set_errno(err, errno, "mkdir '%s'", sub);
-	}
+	/* noinit_itable: the inode tables of a sparse image read as zeros already. */
+	if (mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "noinit_itable") < 0)
+		return error_set_errno(err, errno, "mount '%s' on '%s'", dev, mnt);
 	return 0;
 }

@@ -877,7 +877,8 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 		goto fail_files;
 	}
 	close(mfd);
-	if (spec->disk_limit_bytes && (r = disk_setup(dir, spec->disk_limit_bytes, err)) < 0)
+	if (spec->disk_limit_bytes &&
+	    (r = disk_setup(cfg->state_dir, dir, spec->disk_limit_bytes, err)) < 0)
 		goto fail_files;
 	if ((r = write_etc_upper(&c, spec->host_image ? "/" : spec->rootfs, c.upper, err)) < 0)
 		goto fail_files;
@@ -1162,6 +1163,13 @@ static int native_prepare(const struct runtime_config *cfg, struct error *err)
 	return confine_seccomp_build(&prog, err);
 }
 
+static int native_disk_prepare(const struct runtime_config *cfg, uint64_t disk_limit_bytes,
+			       struct error *err)
+{
+	int r = check_config(cfg, err);
+	return r < 0 ? r : disk_template_prepare(cfg->state_dir, disk_limit_bytes, err);
+}
+
 const struct runtime_ops runtime_native = {
     .name = "native",
     .create = native_create,
@@ -1172,4 +1180,5 @@ const struct runtime_ops runtime_native = {
     .probe = native_probe,
     .prepare = native_prepare,
     .oom_watch = native_oom_watch,
+    .disk_prepare = native_disk_prepare,
 };

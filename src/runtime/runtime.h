@@ -15,8 +15,8 @@
  *     sandbox.json      corrald's record (spec, metadata, expiry, status); corrald owns it
  *     rootfs/           overlay mount point (lower = image, upper/work below); runtime owns it
  *     upper/ work/      the sandbox's private writable layer
- *     disk.img disk/    instead of upper/ work/ with an ephemeral-storage limit: the layer's own
- *                       ext4 image, mounted on disk/ (holding upper/ and work/); see disk.h
+ *     disk/             instead of upper/ work/ with an ephemeral-storage limit: the layer's own
+ *                       ext4 file system (an unnamed image, see disk.h) holding upper/ and work/
  *     run/              bind-mounted at /.corral inside the sandbox (mode 0700)
  *       execd.sock      corral-execd's HTTP/1.1 listener (OpenSandbox execd API)
  *       execs/          one entry per execution: output, status (execd owns it)
@@ -123,6 +123,11 @@ struct runtime_ops {
 	 * needs no watch (cgroup v2: memory.oom.group makes the kernel kill the group itself).
 	 * Quick; fine on the event loop. The caller closes the fd. */
 	int (*oom_watch)(const struct runtime_config *cfg, const char *id, struct error *err);
+	/* Optional (may be NULL). Get ready for creates with disk_limit_bytes of this size (the
+	 * native backend formats its template image now instead of in the first such create), and
+	 * fail if such a disk cannot be made at all. Blocking (tens of ms); for start-up. */
+	int (*disk_prepare)(const struct runtime_config *cfg, uint64_t disk_limit_bytes,
+			    struct error *err);
 };
 
 extern const struct runtime_ops runtime_native;
