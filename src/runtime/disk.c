@@ -77,15 +77,13 @@ static int run_mkfs(int img_fd, const char *stage, struct error *err)
 		return error_set_errno(err, e, "fork mkfs.ext4");
 	}
 	if (pid == 0) {
+		/* Above the stdio slots first, so that filling them cannot close the image. */
+		int img = fcntl(img_fd, F_DUPFD_CLOEXEC, 10);
 		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 		dup2(null, 0);
 		dup2(p[1], 1);
 		dup2(p[1], 2);
-		/* dup2 onto itself would keep close-on-exec. */
-		if (img_fd == 3)
-			fcntl(3, F_SETFD, 0);
-		else
-			dup2(img_fd, 3);
+		dup2(img, 3); /* without close-on-exec: mkfs opens it as /proc/self/fd/3 */
 		execve(mkfs, argv, envp);
 		_exit(127);
 	}
