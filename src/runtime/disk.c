@@ -5,6 +5,8 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/loop.h>
+#include <linux/magic.h>
+#include <linux/major.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,12 +14,18 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "runtime/disk.h"
 #include "shared/macro.h"
+
+/* ext4's (and XFS's) shutdown ioctl: _IOR('X', 125, __u32); NOLOGFLUSH drops unwritten data. */
+#define EXT4_IOC_SHUTDOWN _IOR('X', 125, uint32_t)
+#define EXT4_GOING_FLAGS_NOLOGFLUSH 0x2
 
 #ifndef OPEN_TREE_CLONE
 #define OPEN_TREE_CLONE 1
@@ -26,8 +34,6 @@
 #define OPEN_TREE_CLOEXEC O_CLOEXEC
 #endif
 
-/* Bump when the mkfs options or the template's content change: old templates are then unused. */
-#define TEMPLATE_PREFIX "ext4-v1-"
 #define TEMPLATE_SUFFIX ".img"
 #define STAGE "stage"
 
@@ -49,7 +55,8 @@ static int run_mkfs(int img_fd, const char *stage, struct error *err)
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return error_set_errno(err, errno, "pipe");
 	/*
-	 * -O ^has_journal: the layer is volatile. ^resize_inode: it never grows, and the reserved
+	 * -b 4096: the loop device's logical block size (see disk_setup), also for small sizes where
+	 * mke2fs would pick 1 KiB. -O ^has_journal: the layer is volatile. ^resize_inode: it never grows, and the reserved
 	 * GDT blocks would be most of the template's data (4.2 MB of 4.3 for 10Gi).
 	 * lazy_itable_init: no zeroing of inode tables (a sparse file reads as zeros anyway).
 	 * nodiscard: nothing to discard on a fresh sparse file. -m 0: no root reserve.
@@ -58,6 +65,8 @@ static int run_mkfs(int img_fd, const char *stage, struct error *err)
 	char *const argv[] = {(char *)mkfs,
 			      (char *)"-q",
 			      (char *)"-F",
+			      (char *)"-b",
+			      (char *)"4096",
 			      (char *)"-O",
 			      (char *)"^has_journal,^resize_inode",
 			      (char *)"-E",
@@ -143,7 +152,7 @@ static int stage_ensure(int dfd, const char *dpath, struct error *err)
 
 static void template_name(char *buf, size_t len, uint64_t bytes)
 {
-	snprintf(buf, len, TEMPLATE_PREFIX "%" PRIu64 TEMPLATE_SUFFIX, bytes);
+	snprintf(buf, len, DISK_TEMPLATE_PREFIX "%" PRIu64 TEMPLATE_SUFFIX, bytes);
 }
 
 /* An ext4 image of exactly bytes: regular, of that size, with the superblock magic at 1080. */
@@ -173,7 +182,8 @@ static int template_open(int dfd, uint64_t bytes)
 	return fd;
 }
 
-/* Keep at most DISK_TEMPLATES_MAX templates: remove the oldest ones (by modification time). */
+/* Keep at most DISK_TEMPLATES_MAX templates: remove the oldest ones (by modification time), and
+ * those of an older format. */
 static void templates_trim(int dfd)
 {
 	for (;;) {
@@ -192,11 +202,15 @@ static void templates_trim(int dfd)
 		while ((e = readdir(d))) {
 			size_t l = strlen(e->d_name);
 			struct stat st;
-			if (strncmp(e->d_name, TEMPLATE_PREFIX, strlen(TEMPLATE_PREFIX)) != 0 ||
-			    l < strlen(TEMPLATE_SUFFIX) ||
+			if (strncmp(e->d_name, "ext4-", 5) != 0 || l < strlen(TEMPLATE_SUFFIX) ||
 			    strcmp(e->d_name + l - strlen(TEMPLATE_SUFFIX), TEMPLATE_SUFFIX) != 0 ||
 			    fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 				continue;
+			/* A template of an older format is never used again. */
+			if (strncmp(e->d_name, DISK_TEMPLATE_PREFIX, strlen(DISK_TEMPLATE_PREFIX)) != 0) {
+				(void)unlinkat(dfd, e->d_name, 0);
+				continue;
+			}
 			n++;
 			if (!oldest[0] || st.st_mtim.tv_sec < when.tv_sec ||
 			    (st.st_mtim.tv_sec == when.tv_sec && st.st_mtim.tv_nsec < when.tv_nsec)) {
@@ -258,10 +272,11 @@ int disk_template_prepare(const char *state_dir, uint64_t limit_bytes, struct er
 	return 0;
 }
 
-/* Copy the data extents of src (size bytes) into dst, which is already that size and empty. */
+/* Copy the data extents of src (size bytes) into dst at the same offsets; dst reads as zeros
+ * elsewhere already. */
 static int copy_extents(int src, int dst, uint64_t size)
 {
-	bool plain = false;
+	char buf[65536];
 	off_t off = 0;
 	while ((uint64_t)off < size) {
 		off_t data = lseek(src, off, SEEK_DATA);
@@ -270,32 +285,21 @@ static int copy_extents(int src, int dst, uint64_t size)
 		off_t hole = lseek(src, data, SEEK_HOLE);
 		if (hole < 0)
 			return -errno;
-		off_t in = data, out = data;
-		while (in < hole) {
-			ssize_t n = -1;
-			if (!plain) {
-				n = copy_file_range(src, &in, dst, &out, (size_t)(hole - in), 0);
-				if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
-					      errno == EOPNOTSUPP)) {
-					plain = true;
-					continue;
-				}
-			} else {
-				char buf[65536];
-				n = pread(src, buf, (size_t)MIN((off_t)sizeof(buf), hole - in), in);
-				if (n > 0 && pwrite(dst, buf, (size_t)n, out) != n)
-					return errno ? -errno : -EIO;
-				if (n > 0) {
-					in += n;
-					out += n;
-				}
-			}
+		for (off_t at = data; at < hole;) {
+			ssize_t n = pread(src, buf, (size_t)MIN((off_t)sizeof(buf), hole - at), at);
 			if (n < 0 && errno == EINTR)
 				continue;
-			if (n < 0)
-				return -errno;
-			if (n == 0)
-				return -EIO; /* the template shrank under us */
+			if (n <= 0)
+				return n < 0 ? -errno : -EIO; /* 0: the template shrank under us */
+			for (ssize_t done = 0; done < n;) {
+				ssize_t w = pwrite(dst, buf + done, (size_t)(n - done), at + done);
+				if (w < 0 && errno == EINTR)
+					continue;
+				if (w <= 0)
+					return w < 0 ? -errno : -EIO;
+				done += w;
+			}
+			at += n;
 		}
 		off = hole;
 	}
@@ -303,11 +307,11 @@ static int copy_extents(int src, int dst, uint64_t size)
 }
 
 /*
- * A new image with the template's content and no name: an O_TMPFILE in a detached clone of the
- * disks dir, so the path the kernel shows for it is "/#<inode> (deleted)". Falls back to the disks
- * dir itself (the path then names <state>/disks, still no sandbox id) where open_tree is missing.
+ * A new empty image without a name: an O_TMPFILE in a detached clone of the disks dir, so the path
+ * the kernel shows for it is "/#<inode> (deleted)". Falls back to the disks dir itself (the path
+ * then names <state>/disks, still no sandbox id) where open_tree is missing.
  */
-static int image_new(int dfd, const char *dpath, int src, uint64_t bytes, struct error *err)
+static int image_new(int dfd, const char *dpath, uint64_t bytes, struct error *err)
 {
 	_cleanup_close_ int tree = (int)syscall(SYS_open_tree, dfd, "",
 						OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
@@ -317,13 +321,11 @@ static int image_new(int dfd, const char *dpath, int src, uint64_t bytes, struct
 		return error_set_errno(err, errno, "create an image in '%s'", dpath);
 	if (ftruncate(img, (off_t)bytes) < 0)
 		return error_set_errno(err, errno, "size an image in '%s'", dpath);
-	int r = copy_extents(src, img, bytes);
-	if (r < 0)
-		return error_set_errno(err, -r, "copy the template into an image in '%s'", dpath);
 	return TAKE_FD(img);
 }
 
-/* Attach img to a free loop device with autoclear (released once nothing uses it). */
+/* Attach img to a free loop device with autoclear (released once nothing uses it) and a logical
+ * block size of 4 KiB. */
 static int loop_attach(int img_fd, char *dev, size_t len, struct error *err)
 {
 	_cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
@@ -338,7 +340,7 @@ static int loop_attach(int img_fd, char *dev, size_t len, struct error *err)
 		int fd = open(dev, O_RDWR | O_CLOEXEC);
 		if (fd < 0)
 			return error_set_errno(err, errno, "open '%s'", dev);
-		struct loop_config cfg = {.fd = (unsigned)img_fd};
+		struct loop_config cfg = {.fd = (unsigned)img_fd, .block_size = 4096};
 		cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
 		int r = ioctl(fd, LOOP_CONFIGURE, &cfg);
 		if (r < 0 && errno == EINVAL) { /* before Linux 5.8 */
@@ -346,6 +348,8 @@ static int loop_attach(int img_fd, char *dev, size_t len, struct error *err)
 			if (r == 0) {
 				struct loop_info64 info = {.lo_flags = LO_FLAGS_AUTOCLEAR};
 				r = ioctl(fd, LOOP_SET_STATUS64, &info);
+				if (r == 0)
+					(void)ioctl(fd, LOOP_SET_BLOCK_SIZE, 4096UL); /* only speed */
 				if (r < 0)
 					ioctl(fd, LOOP_CLR_FD, 0);
 			}
@@ -374,7 +378,7 @@ int disk_setup(const char *state_dir, const char *dir, uint64_t limit_bytes, str
 	_cleanup_close_ int src = template_open(dfd, limit_bytes);
 	if (src < 0 && (src = template_make(dfd, dpath, limit_bytes, err)) < 0)
 		return src;
-	_cleanup_close_ int img = image_new(dfd, dpath, src, limit_bytes, err);
+	_cleanup_close_ int img = image_new(dfd, dpath, limit_bytes, err);
 	if (img < 0)
 		return img;
 	if (mkdir(mnt, 0755) < 0 && errno != EEXIST)
@@ -383,8 +387,34 @@ int disk_setup(const char *state_dir, const char *dir, uint64_t limit_bytes, str
 	_cleanup_close_ int loop = loop_attach(img, dev, sizeof(dev), err);
 	if (loop < 0)
 		return loop;
+	/*
+	 * The template goes in through the device, not into the file before attaching: the pages
+	 * stay in the device's cache, where the mount reads them without waiting for the loop
+	 * worker (ext4 keeps that cache as the block size is already 4 KiB), and LOOP_CONFIGURE
+	 * has no dirty file to flush first. Measured: 0.6 ms for all of disk_setup, against 1.3.
+	 */
+	int r = copy_extents(src, loop, limit_bytes);
+	if (r < 0)
+		return error_set_errno(err, -r, "copy the template onto '%s'", dev);
 	/* noinit_itable: the inode tables of a sparse image read as zeros already. */
 	if (mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "noinit_itable") < 0)
 		return error_set_errno(err, errno, "mount '%s' on '%s'", dev, mnt);
 	return 0;
+}
+
+void disk_discard(const char *dir)
+{
+	char mnt[PATH_MAX];
+	if ((size_t)snprintf(mnt, sizeof(mnt), "%s/%s", dir, DISK_MOUNT) >= sizeof(mnt))
+		return;
+	_cleanup_close_ int fd = open(mnt, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st, parent;
+	struct statfs fs;
+	/* Only the root of an ext4 on a loop device mounted there: never the state fs itself. */
+	if (fd < 0 || fstat(fd, &st) < 0 || stat(dir, &parent) < 0 || fstatfs(fd, &fs) < 0 ||
+	    st.st_dev == parent.st_dev || major(st.st_dev) != LOOP_MAJOR ||
+	    fs.f_type != EXT4_SUPER_MAGIC || st.st_ino != 2)
+		return;
+	uint32_t flags = EXT4_GOING_FLAGS_NOLOGFLUSH;
+	(void)ioctl(fd, EXT4_IOC_SHUTDOWN, &flags);
 }

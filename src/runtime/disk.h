@@ -9,15 +9,19 @@
  * the image never grows beyond the limit (sparse: it only takes what was written).
  *
  * Cheap enough for every create (corrald applies a default limit to every sandbox):
- *  - mkfs.ext4 runs once per size, not per sandbox: <state>/disks/ext4-v1-<bytes>.img is a
+ *  - mkfs.ext4 runs once per size, not per sandbox: <state>/disks/ext4-v2-<bytes>.img is a
  *    formatted template (upper/ and work/ already made, no resize inode: ~240 KB of data for
  *    10Gi). It is made as an unnamed O_TMPFILE and linked into place only once complete and
  *    fsync'd, so a crash never leaves a half-made template under that name. At most
  *    DISK_TEMPLATES_MAX are kept (oldest removed), so odd sizes cannot fill the directory.
- *  - A create copies only the template's data extents (SEEK_DATA/SEEK_HOLE, copy_file_range)
- *    into a fresh image, attaches it with LOOP_CONFIGURE and mounts it with noinit_itable (the
- *    inode tables of a sparse image read as zeros already: no background zeroing thread).
- *    Measured here: ~1.3 ms in all, against ~30 ms for mkfs per create.
+ *  - A create attaches a fresh, empty image with LOOP_CONFIGURE (4 KiB logical blocks), writes
+ *    the template's data extents through the device (they stay in its page cache, so the mount
+ *    reads them without waiting for the loop worker) and mounts it with noinit_itable (the inode
+ *    tables of a sparse image read as zeros already: no background zeroing thread).
+ *    Measured here: ~0.8 ms in all; 1.2 when copying into the file before attaching (then
+ *    LOOP_CONFIGURE flushes it first and the mount reads through the loop worker); ~30 ms with
+ *    mkfs per create. O_DIRECT inside the sandbox must be 4 KiB aligned.
+ *  - Teardown drops what was not yet written (disk_discard) instead of writing it out.
  *
  * The image has no name: it is an O_TMPFILE in a detached clone of <state>/disks (open_tree), so
  * /sys/block/loopN/loop/backing_file shows "/#<inode> (deleted)": no sandbox id, no host path. The
@@ -27,7 +31,7 @@
  * restarts and crashes alike. Nothing is left to remove, and a crash half-way through a create
  * leaves no file behind: before LOOP_CONFIGURE only our descriptor holds the image.
  *
- * Usable space is the limit less ext4's metadata (measured: 58.7 MiB of 64Mi, 989 MiB of 1Gi).
+ * Usable space is the limit less ext4's metadata (measured: 58.7 MiB of 64Mi, 992 MiB of 1Gi).
  * tmpfs with size= was rejected: its pages are charged to the writer's memory cgroup, so a disk
  * limit would eat the memory limit.
  */
@@ -42,6 +46,9 @@
 #define DISK_MOUNT "disk"
 #define DISK_MIN_BYTES (8ULL << 20) /* ext4 needs a few MiB for itself */
 #define DISK_TEMPLATES_MAX 8
+/* <state>/disks/ext4-v2-<bytes>.img. Bump the version when the mkfs options or the template's
+ * content change: old templates are then unused (and trimmed away as new ones are made). */
+#define DISK_TEMPLATE_PREFIX "ext4-v2-"
 
 /*
  * Make sure the template for limit_bytes exists under <state_dir>/disks (mkfs.ext4 if not), so the
@@ -56,3 +63,11 @@ int disk_template_prepare(const char *state_dir, uint64_t limit_bytes, struct er
  * dir/disk/work. Blocking (formats a template first when none of this size exists).
  */
 int disk_setup(const char *state_dir, const char *dir, uint64_t limit_bytes, struct error *err);
+
+/*
+ * Before a dead sandbox's layer is unmounted for good: drop what the kernel has not written to the
+ * image yet instead of writing it out through the loop device just to free it (a sandbox that
+ * wrote 100 MB: unmount 10 ms instead of 120, and no host I/O). Acts only when dir/disk is the root
+ * of an ext4 file system on a loop device; best effort.
+ */
+void disk_discard(const char *dir);

@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "runtime/cgroup.h"
+#include "runtime/disk.h"
 #include "runtime/runtime.h"
 #include "shared/fsutil.h"
 #include "shared/id.h"
@@ -580,7 +581,7 @@ static void test_disk(void)
 	CHECK(stat(S(spec.id, "disk/upper"), &st) == 0 && (st.st_mode & 07777) == 0755);
 	CHECK(stat(S(spec.id, "disk/work"), &st) == 0 && (st.st_mode & 07777) == 0700);
 	CHECK(stat(S(spec.id, "disk/upper/.corral"), &st) == 0);
-	snprintf(tmpl, sizeof(tmpl), "%s/disks/ext4-v1-%" PRIu64 ".img", state, size);
+	snprintf(tmpl, sizeof(tmpl), "%s/disks/" DISK_TEMPLATE_PREFIX "%" PRIu64 ".img", state, size);
 	CHECK(stat(tmpl, &st) == 0 && (uint64_t)st.st_size == size && st.st_blocks * 512 < (1 << 20));
 
 	CHECK_INT(runtime_native.destroy(&cfg, spec.id, &err), 0);
@@ -596,6 +597,17 @@ static void test_disk(void)
 	CHECK(released);
 	CHECK_INT(rmdir(S(spec.id, "")), 0);
 
+	/* disk_discard leaves anything but a loop-mounted ext4 alone: here disk/ is a plain
+	 * directory of the state fs, which must stay writable. */
+	char plain[PATH_MAX], probe[PATH_MAX + 8];
+	snprintf(plain, sizeof(plain), "%s/plain", state);
+	snprintf(probe, sizeof(probe), "%s/disk", plain);
+	CHECK_INT(fs_mkdir_p(probe, 0700), 0);
+	disk_discard(plain);
+	snprintf(probe, sizeof(probe), "%s/disk/f", plain);
+	CHECK_INT(fs_write_atomic(probe, "x", 1, 0600), 0);
+	CHECK_INT(fs_remove_tree(plain), 0);
+
 	/* A damaged template (wrong size: a torn copy by hand, a disk error) is made again. */
 	CHECK_INT(truncate(tmpl, (off_t)size / 2), 0);
 	CHECK_INT(id_uuid4(spec.id), 0);
@@ -605,11 +617,16 @@ static void test_disk(void)
 	CHECK_INT(runtime_native.destroy(&cfg, spec.id, &err), 0);
 	CHECK_INT(rmdir(S(spec.id, "")), 0);
 
-	/* disk_prepare: below the minimum refused; templates of many sizes trimmed to a few. */
+	/* disk_prepare: below the minimum refused; templates of many sizes trimmed to a few, those
+	 * of an older format removed. */
 	CHECK_INT(runtime_native.disk_prepare(&cfg, 4ULL << 20, &err), -EINVAL);
+	char old[PATH_MAX];
+	snprintf(old, sizeof(old), "%s/disks/ext4-v1-%" PRIu64 ".img", state, size);
+	CHECK_INT(fs_write_atomic(old, "x", 1, 0600), 0);
 	for (int i = 0; i < 12; i++)
 		CHECK_INT(runtime_native.disk_prepare(&cfg, (16ULL + (uint64_t)i) << 20, &err), 0);
 	CHECK(count_templates() <= 8);
+	CHECK(!exists(old));
 	char disks[PATH_MAX];
 	snprintf(disks, sizeof(disks), "%s/disks", state);
 	CHECK_INT(fs_remove_tree(disks), 0);
