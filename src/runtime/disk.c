@@ -396,8 +396,15 @@ int disk_setup(const char *state_dir, const char *dir, uint64_t limit_bytes, str
 	int r = copy_extents(src, loop, limit_bytes);
 	if (r < 0)
 		return error_set_errno(err, -r, "copy the template onto '%s'", dev);
-	/* noinit_itable: the inode tables of a sparse image read as zeros already. */
-	if (mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "noinit_itable") < 0)
+	/*
+	 * noinit_itable: the inode tables of a sparse image read as zeros already. nobarrier: the
+	 * layer dies with the sandbox (and with the host: the image has no name), so no flush need
+	 * reach the image's file. Without it the mount's superblock write and every fsync in the
+	 * sandbox become an fsync of the image on the host (mount 0.35 -> 0.2 ms, unmount 2.2 ->
+	 * 0.5 ms, measured).
+	 */
+	if (mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
+		  "noinit_itable,nobarrier") < 0)
 		return error_set_errno(err, errno, "mount '%s' on '%s'", dev, mnt);
 	return 0;
 }
