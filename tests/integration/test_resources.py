@@ -656,6 +656,10 @@ class DefaultDiskSmall(CorralTestCase):
         self.corrald.restart()
         st = self.client.get("/v1/sandboxes/%s/stats" % sid).json()["disk"]
         self.assertEqual(st["limitBytes"], 32 * 1024 * 1024, st)
+        # Its disk outlived corrald (the mount holds the unnamed image): still full, still usable.
+        res = self.client.run(sid, "dd if=/dev/zero of=/opt/more bs=1M count=8 2>&1; echo rc=$?")
+        self.assertIn("No space left on device", res.stdout, res)
+        self.sh(sid, "rm /opt/fill /opt/more && dd if=/dev/zero of=/opt/again bs=1M count=8 status=none")
         third = self.create(resourceLimits={"cpu": "1", "memory": "256Mi"})["id"]
         st = self.client.get("/v1/sandboxes/%s/stats" % third).json()["disk"]
         self.assertEqual(st["limitBytes"], 48 * 1024 * 1024, st)
