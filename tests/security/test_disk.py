@@ -87,9 +87,10 @@ class DiskFill(AttackCase):
             "dd if=/dev/zero of=/usr/local/fill bs=1M count=64",
             "dd if=/dev/zero of=/fill bs=1M count=64",
             "fallocate -l 200M /var/tmp/fallocated",
-            "python3 -c 'import os; os.posix_fallocate(os.open(\"/srv/pf\", os.O_CREAT|os.O_WRONLY),"
+            "python3 -c 'import os; os.posix_fallocate(os.open(\"/etc/pf\", os.O_CREAT|os.O_WRONLY),"
             " 0, 200 << 20)'",
         ]
+        self.sh(sid, "mkdir -p /var/tmp /opt /etc /usr/local")
         for cmd in attacks:
             res = self.fill(sid, cmd)
             self.assertIn("No space left on device", res.stdout, "%s: %r" % (cmd, res))
