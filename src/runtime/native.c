@@ -1070,7 +1070,8 @@ static int native_destroy(const struct runtime_config *cfg, const char *id, stru
 	if (sb_path(dir, sizeof(dir), cfg, id, NULL) < 0)
 		return error_set(err, ENAMETOOLONG, "state dir path too long");
 	TRACE(22);
-	disk_discard(dir); /* every process of the sandbox is gone: its layer is never read again */
+	if (cg) /* every process of the sandbox is gone: its layer is never read again */
+		disk_discard(dir);
 	if (detach_leftover_mounts(dir) > 0)
 		return error_set(err, EBUSY, "mounts below '%s' could not be detached", dir);
 	TRACE(23);
