@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/statvfs.h>
 
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
@@ -174,6 +175,19 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 			http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
 		else
 			send_verr(req, &e, "body");
+		return;
+	}
+	/* The disk limit (explicit or the server's default) against the state fs's free space. */
+	struct statvfs sv;
+	uint64_t avail = statvfs(d->state_dir, &sv) == 0 ? (uint64_t)sv.f_bavail * sv.f_frsize
+							 : UINT64_MAX;
+	r = disk_limit_apply(&p, d->default_disk_bytes, d->default_disk, avail, &e);
+	if (r < 0) {
+		if (r == -ENOMEM)
+			http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+		else
+			send_verr(req, &e, "body");
+		create_params_clear(&p);
 		return;
 	}
 	char rootfs[PATH_MAX], msg[1536];

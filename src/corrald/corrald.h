@@ -101,6 +101,8 @@ struct corrald {
 	int idle_timeout_s;
 	int create_timeout_s; /* runtime work plus execd readiness, from admission */
 	int capacity_wait_s;  /* longest wait in the admission queue */
+	uint64_t default_disk_bytes; /* --default-disk: ephemeral-storage of a sandbox without one */
+	const char *default_disk;    /* as the operator spelled it; NULL when off */
 	bool shutting_down;
 	struct sandbox_list sandboxes; /* newest first */
 	size_t n_sandboxes;

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "corrald/admission.h"
@@ -33,6 +34,7 @@
 /* Below the stock SDKs' 30 s request timeout, so their clients see the 503 rather than time out. */
 #define DEFAULT_CAPACITY_WAIT 20
 #define SHUTDOWN_WAIT_S 10
+#define DEFAULT_DISK "10Gi"
 
 static void usage(FILE *f)
 {
@@ -75,6 +77,9 @@ static void usage(FILE *f)
 		"                         root (only for kernels without idmapped mounts; see\n"
 		"                         docs/security.md). Default: every sandbox gets its own range of\n"
 		"                         65536 host ids, and host files it did not get are not its own\n"
+		"  --default-disk SIZE    resourceLimits.ephemeral-storage of every sandbox created without\n"
+		"                         one: its writable layer gets a file system of SIZE, so it cannot\n"
+		"                         fill the state dir's (default " DEFAULT_DISK "; \"none\": no limit)\n"
 		"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 		"  -h, --help             show this help\n"
 		"\n"
@@ -196,11 +201,44 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	on_shutdown_tick(-1, 0, d);
 }
 
+/*
+ * With a default disk, every create needs one: check now that the state fs can hold one and that
+ * the runtime can make it (mkfs.ext4 installed, loop devices), rather than fail every create.
+ */
+static int check_default_disk(struct corrald *d)
+{
+	struct statvfs sv;
+	if (statvfs(d->state_dir, &sv) == 0) {
+		uint64_t total = (uint64_t)sv.f_blocks * sv.f_frsize;
+		uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+		if (d->default_disk_bytes > total) {
+			fprintf(stderr,
+				"corrald: --default-disk %s is more than the state file system of %s holds (%llu MiB): pass a smaller size, or none\n",
+				d->default_disk, d->state_dir, (unsigned long long)(total >> 20));
+			return -EINVAL;
+		}
+		if (d->default_disk_bytes > avail)
+			log_warn("--default-disk %s is more than the %llu MiB free on the state file system: creates without a smaller ephemeral-storage limit fail until space is freed",
+				 d->default_disk, (unsigned long long)(avail >> 20));
+	}
+	struct error err = {0};
+	if (d->rt->disk_prepare &&
+	    d->rt->disk_prepare(&d->rt_cfg, d->default_disk_bytes, &err) < 0) {
+		fprintf(stderr,
+			"corrald: --default-disk %s: cannot make a sandbox disk: %s (pass --default-disk none to run sandboxes without a disk limit)\n",
+			d->default_disk, err.msg);
+		return -EINVAL;
+	}
+	log_info("sandboxes created without resourceLimits.ephemeral-storage get %s (--default-disk)",
+		 d->default_disk);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
 	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS,
-	       OPT_NOFILE };
+	       OPT_NOFILE, OPT_DEFAULT_DISK };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -215,6 +253,7 @@ int main(int argc, char **argv)
 		{"capacity-wait", required_argument, NULL, OPT_CAPACITY_WAIT},
 		{"no-userns", no_argument, NULL, OPT_NO_USERNS},
 		{"sandbox-nofile", required_argument, NULL, OPT_NOFILE},
+		{"default-disk", required_argument, NULL, OPT_DEFAULT_DISK},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -224,6 +263,7 @@ int main(int argc, char **argv)
 	d->idle_timeout_s = DEFAULT_IDLE_TIMEOUT;
 	d->create_timeout_s = DEFAULT_CREATE_TIMEOUT;
 	d->capacity_wait_s = DEFAULT_CAPACITY_WAIT;
+	d->default_disk = DEFAULT_DISK;
 	d->api_key = getenv("CORRAL_API_KEY");
 	TAILQ_INIT(&d->sandboxes);
 	log_set_ident("corrald");
@@ -292,12 +332,22 @@ int main(int argc, char **argv)
 			d->rt_cfg.nofile = n;
 			break;
 		}
+		case OPT_DEFAULT_DISK: d->default_disk = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
 	if (optind < argc) {
 		fprintf(stderr, "corrald: unexpected argument '%s' (see --help)\n", argv[optind]);
+		return 2;
+	}
+	if (strcmp(d->default_disk, "none") == 0 || strcmp(d->default_disk, "0") == 0) {
+		d->default_disk = NULL;
+	} else if (quantity_parse_bytes(d->default_disk, &d->default_disk_bytes) < 0 ||
+		   d->default_disk_bytes < (8ULL << 20)) {
+		fprintf(stderr,
+			"corrald: --default-disk: '%s' is not a size of at least 8Mi (e.g. 10Gi), or none\n",
+			d->default_disk);
 		return 2;
 	}
 	if (d->api_key && !*d->api_key)
@@ -389,6 +439,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	if (d->default_disk_bytes && check_default_disk(d) < 0)
+		return 1;
 
 	/* One pidfd per live sandbox plus client and execd connections: 1024 is far too few. */
 	struct rlimit rl;

@@ -525,3 +525,39 @@ int renew_parse(json_t *body, int64_t *ret_ms, struct verr *e)
 				json_string_value(v));
 	return 0;
 }
+
+/* "79.5 GiB", "512.0 MiB": free space for a message. */
+static void bytes_human(uint64_t b, char *buf, size_t len)
+{
+	if (b >= (1ULL << 30))
+		snprintf(buf, len, "%.1f GiB", (double)b / (double)(1ULL << 30));
+	else
+		snprintf(buf, len, "%.1f MiB", (double)b / (double)(1ULL << 20));
+}
+
+int disk_limit_apply(struct create_params *p, uint64_t default_bytes, const char *default_str,
+		     uint64_t avail_bytes, struct verr *e)
+{
+	char avail[32];
+	bytes_human(avail_bytes, avail, sizeof(avail));
+	const char *given = json_string_value(json_object_get(p->limits, "ephemeral-storage"));
+	if (given) {
+		uint64_t bytes = 0;
+		(void)quantity_parse_bytes(given, &bytes); /* checked by create_params_parse() */
+		if (bytes > avail_bytes)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER,
+					LOC("resourceLimits", "ephemeral-storage"),
+					"resourceLimits.ephemeral-storage: '%s' is more than the state file system can hold (%s free)",
+					given, avail);
+		return 0;
+	}
+	if (!default_bytes)
+		return 0;
+	if (default_bytes > avail_bytes)
+		return verr_set(e, 503, CODE_INSUFFICIENT_STORAGE, NULL,
+				"the state file system has %s free, less than the default disk of a sandbox (--default-disk %s): free space there, or send a smaller resourceLimits.ephemeral-storage",
+				avail, default_str);
+	if (json_object_set_new(p->limits, "ephemeral-storage", json_string(default_str)) < 0)
+		return -ENOMEM;
+	return 0;
+}

@@ -13,6 +13,7 @@
 #define VERR_LOC_MAX 3
 #define CODE_INVALID_PARAMETER "SANDBOX::INVALID_PARAMETER"
 #define CODE_INVALID_METADATA_LABEL "SANDBOX::INVALID_METADATA_LABEL"
+#define CODE_INSUFFICIENT_STORAGE "SANDBOX::INSUFFICIENT_STORAGE"
 
 struct verr {
 	int status;       /* 422 for shape/type/range problems, 400 for label-rule violations */
@@ -70,6 +71,17 @@ int cpu_cap_env_add(json_t *env, uint64_t cpu_millis);
 
 int create_params_parse(json_t *body, struct create_params *ret, struct verr *e);
 void create_params_clear(struct create_params *p);
+
+/*
+ * resourceLimits.ephemeral-storage against the state file system, which has avail_bytes free: an
+ * explicit limit above that is a 422 naming the field. Without one, the server's default
+ * (default_bytes, spelled default_str; 0 = none) is added to p->limits, so the record, stats and a
+ * restarted corrald see it as if it had been sent; a default above the free space is a 503
+ * SANDBOX::INSUFFICIENT_STORAGE. Only each limit is checked: images are sparse, so their sum may
+ * exceed the free space (overcommit, as with memory limits).
+ */
+int disk_limit_apply(struct create_params *p, uint64_t default_bytes, const char *default_str,
+		     uint64_t avail_bytes, struct verr *e);
 
 /*
  * RFC 7396 merge patch of a flat string map: a string sets, null deletes, absent keys stay, {}

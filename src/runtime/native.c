@@ -985,7 +985,7 @@ static int make_layer_dirs(struct child_ctx *c, const char *dir, struct error *e
 	char path[PATH_MAX + 16];
 	int r;
 	if (spec->disk_limit_bytes) {
-		if ((r = disk_setup(dir, spec->disk_limit_bytes, err)) < 0)
+		if ((r = disk_setup(c->cfg->state_dir, dir, spec->disk_limit_bytes, err)) < 0)
 			return r;
 	} else {
 		snprintf(path, sizeof(path), "%s/work", dir);
@@ -1266,6 +1266,8 @@ static int native_destroy(const struct runtime_config *cfg, const char *id, stru
 	if (sb_path(dir, sizeof(dir), cfg, id, NULL) < 0)
 		return error_set(err, ENAMETOOLONG, "state dir path too long");
 	TRACE(22);
+	if (cg) /* every process of the sandbox is gone: its layer is never read again */
+		disk_discard(dir);
 	if (detach_leftover_mounts(dir) > 0)
 		return error_set(err, EBUSY, "mounts below '%s' could not be detached", dir);
 	TRACE(23);
@@ -1460,6 +1462,13 @@ static int native_prepare(const struct runtime_config *cfg, struct error *err)
 	return confine_seccomp_build(&prog, err);
 }
 
+static int native_disk_prepare(const struct runtime_config *cfg, uint64_t disk_limit_bytes,
+			       struct error *err)
+{
+	int r = check_config(cfg, err);
+	return r < 0 ? r : disk_template_prepare(cfg->state_dir, disk_limit_bytes, err);
+}
+
 const struct runtime_ops runtime_native = {
     .name = "native",
     .create = native_create,
@@ -1473,4 +1482,5 @@ const struct runtime_ops runtime_native = {
     .watch = native_watch,
     .endpoint = native_endpoint,
     .read_exit = native_read_exit,
+    .disk_prepare = native_disk_prepare,
 };

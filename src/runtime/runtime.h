@@ -16,8 +16,9 @@
  *     sandbox.json      corrald's record (spec, metadata, expiry, status); corrald owns it
  *     rootfs/           overlay mount point (lower = image, upper/work below); runtime owns it
  *     upper/ work/      the sandbox's private writable layer (upper owned by sandbox root)
- *     disk.img disk/    instead of upper/ work/ with a disk limit: the layer's own ext4 image,
- *                       mounted on disk/ (holding upper/, work/ and run/); see disk.h
+ *     disk/             instead of upper/ work/ with an ephemeral-storage limit (every sandbox,
+ *                       with corrald's --default-disk): the layer's own ext4 file system (an
+ *                       unnamed image, see disk.h) holding upper/, work/ and run/
  *     lower/            mount point of an --image-dir image, idmapped (in PID 1's namespace only)
  *     run/              execd's state (disk/run/ with a disk limit), owned by sandbox root, 0700:
  *       execs/          one entry per execution: output, status (execd owns it)
@@ -156,6 +157,11 @@ struct runtime_ops {
 	 * Never blocks (no FIFO can stall it) and never follows a link. Quick; fine on the loop. */
 	int (*read_exit)(const struct runtime_config *cfg, const char *id, struct sandbox_exit *ret,
 			 struct error *err);
+	/* Optional (may be NULL). Get ready for creates with disk_limit_bytes of this size (the
+	 * native backend formats its template image now instead of in the first such create), and
+	 * fail if such a disk cannot be made at all. Blocking (tens of ms); for start-up. */
+	int (*disk_prepare)(const struct runtime_config *cfg, uint64_t disk_limit_bytes,
+			    struct error *err);
 };
 
 extern const struct runtime_ops runtime_native;

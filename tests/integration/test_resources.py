@@ -7,8 +7,10 @@ contained."""
 import json
 import os
 import re
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -16,7 +18,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import subprocess  # noqa: E402
 
-from harness import CorralTestCase, binary, controller_dir, main  # noqa: E402
+from harness import CorralTestCase, binary, controller_dir, free_port, main  # noqa: E402
 
 HOST_CPUS = len(os.sched_getaffinity(0))
 
@@ -534,6 +536,30 @@ class AdmissionDefaults(CorralTestCase):
         self.assertLess(took, 28.0)
 
 
+def disk_loop(sandbox_dir):
+    """The loop device (e.g. "loop3") mounted on <sandbox>/disk in our mount namespace, or None."""
+    mp = os.path.join(os.path.realpath(sandbox_dir), "disk")
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            a = line.split()
+            if len(a) > 4 and a[4] == mp and "-" in a:
+                return os.path.basename(a[a.index("-") + 2])
+    return None
+
+
+def loop_backing(dev):
+    try:
+        with open("/sys/block/%s/loop/backing_file" % dev) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def state_free_bytes(state_dir):
+    st = os.statvfs(state_dir)
+    return st.f_bavail * st.f_frsize
+
+
 class Disk(CorralTestCase):
 
     def test_ephemeral_storage_limit(self):
@@ -554,23 +580,52 @@ class Disk(CorralTestCase):
         self.assertEqual(st["limitBytes"], 64 * 1024 * 1024)
         self.assertGreaterEqual(st["usedBytes"], 44 * 1024 * 1024, st)
         self.assertLessEqual(st["usedBytes"], 64 * 1024 * 1024, st)
-        # On the host the image never takes more than the limit.
-        img = os.path.join(self.corrald.sandbox_dir(sid), "disk.img")
-        self.assertLessEqual(os.stat(img).st_blocks * 512, 64 * 1024 * 1024)
-        sys.stderr.write("[disk] create with a 64Mi limit took %.0f ms; df in sandbox: %s\n"
-                         % (create_s * 1000, df))
+        # The image is a loop device of exactly the limit (so it cannot take more on the host),
+        # and its backing file names neither the sandbox nor the state dir.
+        dev = disk_loop(self.corrald.sandbox_dir(sid))
+        self.assertIsNotNone(dev, "no loop device mounted on the sandbox's disk/")
+        with open("/sys/block/%s/size" % dev) as f:
+            self.assertEqual(int(f.read()) * 512, 64 * 1024 * 1024)
+        backing = loop_backing(dev)
+        self.assertIsNotNone(backing)
+        self.assertNotIn(sid, backing)
+        self.assertNotIn(self.corrald.tmp, backing)
+        self.assertFalse(os.path.exists(os.path.join(self.corrald.sandbox_dir(sid), "disk.img")))
+        sys.stderr.write("[disk] create with a 64Mi limit took %.0f ms; df in sandbox: %s; "
+                         "backing file %s\n" % (create_s * 1000, df, backing))
         self.assertEqual(self.client.delete_sandbox(sid).status, 204)
         self.wait_gone(sid)
         # The loop device goes with the last user of the file system (autoclear): the sandbox's
         # mount namespace may outlive its processes for a moment.
-        self.wait_until(lambda: self.corrald.sandbox_dir(sid) not in subprocess.run(
-            ["losetup", "-a"], capture_output=True, text=True).stdout, timeout=10,
-            msg="the loop device of the deleted sandbox to be released")
+        self.wait_until(lambda: loop_backing(dev) != backing, timeout=10,
+                        msg="the loop device of the deleted sandbox to be released")
 
-    def test_no_limit_no_image(self):
+    def test_default_disk(self):
+        # No ephemeral-storage: the server default (10Gi here) applies and shows as a limit.
         sid = self.create(resourceLimits={"cpu": "1", "memory": "256Mi"})["id"]
-        self.assertFalse(os.path.exists(os.path.join(self.corrald.sandbox_dir(sid), "disk.img")))
-        self.sh(sid, "dd if=/dev/zero of=/var/tmp/a bs=1M count=100 status=none")
+        st = self.client.get("/v1/sandboxes/%s/stats" % sid).json()["disk"]
+        self.assertEqual(st["limitBytes"], 10 * 1024 ** 3, st)
+        dev = disk_loop(self.corrald.sandbox_dir(sid))
+        self.assertIsNotNone(dev, "no disk mounted for a sandbox without a limit")
+        self.assertFalse(os.path.exists(os.path.join(self.corrald.sandbox_dir(sid), "upper")))
+        self.sh(sid, "dd if=/dev/zero of=/var/tmp/a bs=1M count=20 status=none")
+        df = self.sh(sid, "df -k / | tail -1").split()
+        self.assertGreater(int(df[1]), 9 * 1024 * 1024, df)
+        self.assertLessEqual(int(df[1]), 10 * 1024 * 1024, df)
+
+    def test_limit_above_free_space(self):
+        # More than the state file system can hold: refused before anything is made.
+        free = state_free_bytes(self.corrald.state_dir)
+        for v in (str(free + (1 << 30)), "1Ei"):
+            r = self.client.create_sandbox_raw(image={"uri": "host"}, entrypoint=["sleep", "infinity"],
+                                               resourceLimits={"cpu": "1", "ephemeral-storage": v})
+            self.assertEqual(r.status, 422, r)
+            body = r.json()
+            self.assertEqual(body["code"], "SANDBOX::INVALID_PARAMETER")
+            self.assertIn("resourceLimits.ephemeral-storage", body["message"])
+            self.assertIn("free", body["message"])
+            self.assertEqual(body["detail"][0]["loc"], ["body", "resourceLimits", "ephemeral-storage"])
+        self.assertEqual(self.client.all_sandbox_ids(), [])
 
     def test_bad_value(self):
         for v in ("lots", "1Mi"):
@@ -578,6 +633,73 @@ class Disk(CorralTestCase):
                                                resourceLimits={"cpu": "1", "ephemeral-storage": v})
             self.assertEqual(r.status, 422, r)
             self.assertIn("ephemeral-storage", r.json()["message"])
+
+
+class DefaultDiskSmall(CorralTestCase):
+    """--default-disk SIZE: sandboxes without a limit get SIZE; an explicit limit wins."""
+
+    corrald_kwargs = {"extra_args": ["--default-disk", "32Mi"]}
+
+    def test_default_applies_and_explicit_wins(self):
+        sid = self.create(resourceLimits={"cpu": "1", "memory": "256Mi"})["id"]
+        st = self.client.get("/v1/sandboxes/%s/stats" % sid).json()["disk"]
+        self.assertEqual(st["limitBytes"], 32 * 1024 * 1024, st)
+        res = self.client.run(sid, "dd if=/dev/zero of=/var/tmp/fill bs=1M count=64 2>&1; echo rc=$?")
+        self.assertIn("No space left on device", res.stdout, res)
+        other = self.create(resourceLimits={"cpu": "1", "memory": "256Mi",
+                                            "ephemeral-storage": "96Mi"})["id"]
+        st = self.client.get("/v1/sandboxes/%s/stats" % other).json()["disk"]
+        self.assertEqual(st["limitBytes"], 96 * 1024 * 1024, st)
+        self.sh(other, "dd if=/dev/zero of=/var/tmp/fill bs=1M count=64 status=none")
+        # The default is stored with the sandbox: a restart with another default keeps it.
+        self.corrald.extra_args = ["--default-disk", "48Mi"]
+        self.corrald.restart()
+        st = self.client.get("/v1/sandboxes/%s/stats" % sid).json()["disk"]
+        self.assertEqual(st["limitBytes"], 32 * 1024 * 1024, st)
+        # Its disk outlived corrald (the mount holds the unnamed image): still full, still usable.
+        res = self.client.run(sid, "dd if=/dev/zero of=/var/tmp/more bs=1M count=8 2>&1; echo rc=$?")
+        self.assertIn("No space left on device", res.stdout, res)
+        self.sh(sid, "rm /var/tmp/fill /var/tmp/more && dd if=/dev/zero of=/var/tmp/again bs=1M count=8 status=none")
+        third = self.create(resourceLimits={"cpu": "1", "memory": "256Mi"})["id"]
+        st = self.client.get("/v1/sandboxes/%s/stats" % third).json()["disk"]
+        self.assertEqual(st["limitBytes"], 48 * 1024 * 1024, st)
+
+
+class NoDefaultDisk(CorralTestCase):
+    """--default-disk none: the layer is a plain directory on the state file system."""
+
+    corrald_kwargs = {"extra_args": ["--default-disk", "none"]}
+
+    def test_no_limit_no_image(self):
+        sid = self.create(resourceLimits={"cpu": "1", "memory": "256Mi"})["id"]
+        self.assertIsNone(disk_loop(self.corrald.sandbox_dir(sid)))
+        self.assertTrue(os.path.isdir(os.path.join(self.corrald.sandbox_dir(sid), "upper")))
+        st = self.client.get("/v1/sandboxes/%s/stats" % sid).json()["disk"]
+        self.assertIsNone(st["limitBytes"], st)
+        self.sh(sid, "dd if=/dev/zero of=/var/tmp/a bs=1M count=100 status=none")
+
+
+class DefaultDiskFlag(unittest.TestCase):
+    """Bad --default-disk values stop corrald at start-up with a message naming the flag."""
+
+    def start_fails(self, value, status):
+        tmp = tempfile.mkdtemp(prefix="corral-test-")
+        try:
+            r = subprocess.run([binary("corrald"), "--listen", "127.0.0.1:%d" % free_port(),
+                                "--state-dir", os.path.join(tmp, "state"), "--default-disk", value],
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.assertEqual(r.returncode, status, r)
+        return r.stderr
+
+    def test_bad_values(self):
+        for v in ("lots", "1Mi", "-5"):
+            self.assertIn("--default-disk", self.start_fails(v, 2))
+
+    def test_more_than_the_state_fs(self):
+        msg = self.start_fails("1Ei", 1)
+        self.assertIn("--default-disk 1Ei is more than the state file system", msg)
 
 
 class AdmissionShutdown(CorralTestCase):

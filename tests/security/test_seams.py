@@ -202,6 +202,8 @@ class Seams(AttackCase):
             with self.subTest(kind=kind):
                 sid = self.create(entrypoint=["sleep", "infinity"])["id"]
                 run = os.path.join(self.corrald.sandbox_dir(sid), "run")
+                if not os.path.isdir(run):  # inside the sandbox's own disk
+                    run = os.path.join(self.corrald.sandbox_dir(sid), "disk", "run")
                 plant(os.path.join(run, "exit.json"))
                 os.kill(self.pid1(sid), signal.SIGKILL)  # no report of its own
                 t0 = time.monotonic()

@@ -338,6 +338,61 @@ static void test_renew(void)
 	json_decref(j);
 }
 
+static int parse_disk(const char *limits, struct create_params *p)
+{
+	char body[512];
+	snprintf(body, sizeof(body),
+		 "{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"true\"],\"resourceLimits\":%s}",
+		 limits);
+	json_t *b = J(body);
+	struct verr e;
+	int r = create_params_parse(b, p, &e);
+	json_decref(b);
+	if (r < 0)
+		memset(p, 0, sizeof(*p));
+	return r;
+}
+
+static void test_disk_limit(void)
+{
+	struct create_params p;
+	struct verr e;
+	const uint64_t gi = 1ULL << 30;
+	/* An explicit limit within the free space is kept as sent; the default does not replace it. */
+	CHECK_INT(parse_disk("{\"ephemeral-storage\":\"1Gi\"}", &p), 0);
+	CHECK_INT(disk_limit_apply(&p, 10 * gi, "10Gi", 80 * gi, &e), 0);
+	CHECK(!strcmp(json_string_value(json_object_get(p.limits, "ephemeral-storage")), "1Gi"));
+	create_params_clear(&p);
+	/* Above the free space: 422 naming the field and what is free. */
+	CHECK_INT(parse_disk("{\"ephemeral-storage\":\"1Ti\"}", &p), 0);
+	CHECK_INT(disk_limit_apply(&p, 10 * gi, "10Gi", 80 * gi, &e), -EINVAL);
+	CHECK_INT(e.status, 422);
+	CHECK(!strcmp(e.code, CODE_INVALID_PARAMETER));
+	CHECK_INT(e.nloc, 2);
+	CHECK(!strcmp(e.loc[0], "resourceLimits") && !strcmp(e.loc[1], "ephemeral-storage"));
+	CHECK(strstr(e.msg, "'1Ti'") && strstr(e.msg, "80.0 GiB free"));
+	create_params_clear(&p);
+	/* No limit: the default is added as if sent. */
+	CHECK_INT(parse_disk("{\"cpu\":\"1\"}", &p), 0);
+	CHECK_INT(disk_limit_apply(&p, 10 * gi, "10Gi", 80 * gi, &e), 0);
+	CHECK(!strcmp(json_string_value(json_object_get(p.limits, "ephemeral-storage")), "10Gi"));
+	CHECK(!json_object_get(p.requests, "ephemeral-storage"));
+	create_params_clear(&p);
+	/* No limit and no default: nothing added. */
+	CHECK_INT(parse_disk("{}", &p), 0);
+	CHECK_INT(disk_limit_apply(&p, 0, NULL, 80 * gi, &e), 0);
+	CHECK(!json_object_get(p.limits, "ephemeral-storage"));
+	create_params_clear(&p);
+	/* The default above the free space: 503, the server's condition, naming the flag. */
+	CHECK_INT(parse_disk("{}", &p), 0);
+	CHECK_INT(disk_limit_apply(&p, 10 * gi, "10Gi", 512ULL << 20, &e), -EINVAL);
+	CHECK_INT(e.status, 503);
+	CHECK(!strcmp(e.code, CODE_INSUFFICIENT_STORAGE));
+	CHECK(strstr(e.msg, "--default-disk 10Gi") && strstr(e.msg, "512.0 MiB free"));
+	CHECK(!json_object_get(p.limits, "ephemeral-storage"));
+	create_params_clear(&p);
+}
+
 int main(void)
 {
 	test_labels();
@@ -347,5 +402,6 @@ int main(void)
 	test_create_gaps();
 	test_merge_patch();
 	test_renew();
+	test_disk_limit();
 	return check_summary("corrald_validate");
 }

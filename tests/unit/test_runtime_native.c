@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "runtime/cgroup.h"
+#include "runtime/disk.h"
 #include "runtime/runtime.h"
 #include "shared/fsutil.h"
 #include "shared/id.h"
@@ -67,7 +68,8 @@ static const char *R(const char *key)
 static int wait_report(const char *id)
 {
 	for (int i = 0; i < 5000; i++) {
-		if (fs_read_small(S(id, "run/report"), report, sizeof(report)) == 0)
+		if (fs_read_small(S(id, "run/report"), report, sizeof(report)) == 0 ||
+		    fs_read_small(S(id, "disk/run/report"), report, sizeof(report)) == 0)
 			return 0;
 		usleep(1000);
 	}
@@ -581,6 +583,140 @@ static void test_failed_create(void)
 	CHECK_INT(runtime_native.destroy(&cfg, "../evil", &err), -EINVAL);
 }
 
+/* The loop device mounted on path in our mount namespace ("loop3"), "" when none. */
+static const char *loop_at(const char *path)
+{
+	static char dev[64];
+	char *buf = NULL;
+	dev[0] = '\0';
+	if (fs_read_file("/proc/self/mountinfo", 1 << 22, &buf, NULL) < 0)
+		return dev;
+	for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+		char mp[PATH_MAX], src[PATH_MAX];
+		char *sep = strstr(line, " - ");
+		if (sep && sscanf(line, "%*s %*s %*s %*s %4095s", mp) == 1 && strcmp(mp, path) == 0 &&
+		    sscanf(sep + 3, "%*s %4095s", src) == 1 && strncmp(src, "/dev/", 5) == 0)
+			snprintf(dev, sizeof(dev), "%s", src + 5);
+	}
+	free(buf);
+	return dev;
+}
+
+static const char *loop_backing(const char *dev)
+{
+	static char b[PATH_MAX];
+	char p[128];
+	snprintf(p, sizeof(p), "/sys/block/%s/loop/backing_file", dev);
+	if (fs_read_small(p, b, sizeof(b)) < 0)
+		b[0] = '\0';
+	return b;
+}
+
+static int count_templates(void)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/disks", state);
+	DIR *d = opendir(p);
+	int n = 0;
+	for (struct dirent *e; d && (e = readdir(d));)
+		n += strncmp(e->d_name, "ext4-", 5) == 0;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* An ephemeral-storage limit: the layer on an unnamed loop image made from a template. */
+static void test_disk(void)
+{
+	const uint64_t size = 64ULL << 20;
+	struct sandbox_spec spec = {.host_image = true, .rootfs = "/", .disk_limit_bytes = size};
+	CHECK_INT(id_uuid4(spec.id), 0);
+	int mounts_before = count_mounts();
+	pid_t pid = 0;
+	uint64_t start = 0;
+	struct error err = {0};
+	CHECK_INT(runtime_native.create(&cfg, &spec, &pid, &start, &err), 0);
+	if (err.code) {
+		fprintf(stderr, "create with a disk: %s\n", err.msg);
+		return;
+	}
+	CHECK_INT(wait_report(spec.id), 0);
+	char mnt[PATH_MAX], tmpl[PATH_MAX];
+	snprintf(mnt, sizeof(mnt), "%s", S(spec.id, "disk"));
+	char dev[64];
+	snprintf(dev, sizeof(dev), "%s", loop_at(mnt));
+	CHECK(strncmp(dev, "loop", 4) == 0);
+	/* The device is exactly the limit; its backing file names neither the sandbox nor the state
+	 * dir, and no image file is left in the sandbox dir. */
+	char v[64], backing[PATH_MAX], p[128];
+	snprintf(p, sizeof(p), "/sys/block/%s/size", dev);
+	CHECK_INT(fs_read_small(p, v, sizeof(v)), 0);
+	CHECK_U64(strtoull(v, NULL, 10) * 512, size);
+	snprintf(backing, sizeof(backing), "%s", loop_backing(dev));
+	printf("disk backing file: %s\n", backing);
+	CHECK(backing[0] == '/');
+	CHECK(strstr(backing, spec.id) == NULL);
+	CHECK(strstr(backing, state) == NULL);
+	CHECK(strstr(backing, "(deleted)") != NULL);
+	CHECK(!exists(S(spec.id, "disk.img")));
+	CHECK(!exists(S(spec.id, "upper")));
+	struct stat st;
+	CHECK(stat(S(spec.id, "disk/upper"), &st) == 0 && (st.st_mode & 07777) == 0755);
+	CHECK(stat(S(spec.id, "disk/work"), &st) == 0 && (st.st_mode & 07777) == 0700);
+	/* execd's state is inside the disk too, so it counts against the limit. */
+	CHECK(stat(S(spec.id, "disk/run"), &st) == 0 && (st.st_mode & 07777) == 0700 &&
+	      st.st_uid >= 0x10000000u);
+	snprintf(tmpl, sizeof(tmpl), "%s/disks/" DISK_TEMPLATE_PREFIX "%" PRIu64 ".img", state, size);
+	CHECK(stat(tmpl, &st) == 0 && (uint64_t)st.st_size == size && st.st_blocks * 512 < (1 << 20));
+
+	CHECK_INT(runtime_native.destroy(&cfg, spec.id, &err), 0);
+	CHECK(!exists(S(spec.id, "disk")));
+	CHECK_INT(count_mounts(), mounts_before);
+	/* autoclear: the device lets go of the image once the sandbox's namespace is gone too. */
+	bool released = false;
+	for (int i = 0; i < 5000 && !released; i++) {
+		released = strcmp(loop_backing(dev), backing) != 0;
+		if (!released)
+			usleep(1000);
+	}
+	CHECK(released);
+	CHECK_INT(rmdir(S(spec.id, "")), 0);
+
+	/* disk_discard leaves anything but a loop-mounted ext4 alone: here disk/ is a plain
+	 * directory of the state fs, which must stay writable. */
+	char plain[PATH_MAX], probe[PATH_MAX + 8];
+	snprintf(plain, sizeof(plain), "%s/plain", state);
+	snprintf(probe, sizeof(probe), "%s/disk", plain);
+	CHECK_INT(fs_mkdir_p(probe, 0700), 0);
+	disk_discard(plain);
+	snprintf(probe, sizeof(probe), "%s/disk/f", plain);
+	CHECK_INT(fs_write_atomic(probe, "x", 1, 0600), 0);
+	CHECK_INT(fs_remove_tree(plain), 0);
+
+	/* A damaged template (wrong size: a torn copy by hand, a disk error) is made again. */
+	CHECK_INT(truncate(tmpl, (off_t)size / 2), 0);
+	CHECK_INT(id_uuid4(spec.id), 0);
+	error_clear(&err);
+	CHECK_INT(runtime_native.create(&cfg, &spec, &pid, &start, &err), 0);
+	CHECK(stat(tmpl, &st) == 0 && (uint64_t)st.st_size == size);
+	CHECK_INT(runtime_native.destroy(&cfg, spec.id, &err), 0);
+	CHECK_INT(rmdir(S(spec.id, "")), 0);
+
+	/* disk_prepare: below the minimum refused; templates of many sizes trimmed to a few, those
+	 * of an older format removed. */
+	CHECK_INT(runtime_native.disk_prepare(&cfg, 4ULL << 20, &err), -EINVAL);
+	char old[PATH_MAX];
+	snprintf(old, sizeof(old), "%s/disks/ext4-v1-%" PRIu64 ".img", state, size);
+	CHECK_INT(fs_write_atomic(old, "x", 1, 0600), 0);
+	for (int i = 0; i < 12; i++)
+		CHECK_INT(runtime_native.disk_prepare(&cfg, (16ULL + (uint64_t)i) << 20, &err), 0);
+	CHECK(count_templates() <= 8);
+	CHECK(!exists(old));
+	char disks[PATH_MAX];
+	snprintf(disks, sizeof(disks), "%s/disks", state);
+	CHECK_INT(fs_remove_tree(disks), 0);
+}
+
 static void remove_parent_cgroups(void)
 {
 	static const char *const v1[] = {"cpu",	    "cpuacct", "memory",  "pids",
@@ -634,6 +770,7 @@ int main(int argc, char **argv)
 	test_symlinked_state_dir(true);
 	test_image_etc_symlink();
 	test_failed_create();
+	test_disk();
 
 	remove_parent_cgroups();
 	rmdir(S("", "")); /* <state>/sandboxes */

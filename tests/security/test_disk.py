@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""
+Disk exhaustion (issue 8 item 7, and item 10's ephemeral-storage check): a sandbox must not be able
+to fill the host's state file system, with or without an ephemeral-storage limit of its own.
+
+corrald runs here on a state file system of its own (a 192 MiB tmpfs), with --default-disk 64Mi, so
+what the sandbox can take from the host is measured exactly and the test writes a bounded amount.
+"""
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sec import AttackCase, Corrald, main, mounts_under  # noqa: E402
+
+MIB = 1024 * 1024
+STATE_MIB = 192
+DEFAULT_DISK_MIB = 64
+# What besides the sandbox's own image may appear on the state fs meanwhile: the template (~0.2
+# MiB), records, the neighbour's image metadata.
+SLACK = 8 * MIB
+
+SPEC = {"image": {"uri": "host"}, "entrypoint": ["sleep", "infinity"],
+        "resourceLimits": {"cpu": "1", "memory": "256Mi"}}
+
+
+class SmallStateCorrald(Corrald):
+    """corrald whose --state-dir is a tmpfs of its own: its free space moves only with corrald."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        subprocess.check_call(["mount", "-t", "tmpfs", "-o", "size=%dm,mode=0700" % STATE_MIB,
+                               "corral-sec-disk", self.state_dir])
+        self.state_mount = os.path.realpath(self.state_dir)
+        self.closing = False
+
+    def leaks(self):
+        problems = [p for p in super().leaks() if not p.startswith("still mounted under ")]
+        m = [x for x in mounts_under(self.tmp) if x != self.state_mount]
+        if m:
+            problems.append("still mounted under %s: %s" % (self.tmp, m))
+        return problems
+
+    def stop(self, timeout=15.0):
+        rc = super().stop(timeout)
+        if self.closing and mounts_under(self.state_mount) == [self.state_mount]:
+            subprocess.call(["umount", self.state_mount])
+        return rc
+
+    def shutdown_and_check(self):
+        self.closing = True
+        return super().shutdown_and_check()
+
+
+def free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+class DiskFill(AttackCase):
+
+    @classmethod
+    def setUpClass(cls):
+        d = SmallStateCorrald(extra_args=["--default-disk", "%dMi" % DEFAULT_DISK_MIB])
+        try:
+            d.start()
+        except Exception:
+            d.shutdown_and_check()
+            raise
+        cls.corrald = d
+        cls.client = d.client()
+
+    def fill(self, sid, cmd):
+        return self.client.run(sid, "%s 2>&1; echo rc=$?" % cmd, read_timeout=120)
+
+    def test_fill_writable_layer_without_limit(self):
+        # Attack: a sandbox created without any disk limit writes 4x its default disk, through
+        # every kind of path of its writable layer, to fill the host's state file system.
+        state = self.corrald.state_dir
+        free_before = free_bytes(state)
+        sid = self.create(**SPEC)["id"]
+        neighbour = self.create(**SPEC)["id"]
+        attacks = [
+            "dd if=/dev/zero of=/var/tmp/fill bs=1M count=256",
+            "dd if=/dev/zero of=/data/fill bs=1M count=64",
+            "dd if=/dev/zero of=/etc/fill bs=1M count=64",
+            "dd if=/dev/zero of=/data/deeper/fill bs=1M count=64",
+            "dd if=/dev/zero of=/fill bs=1M count=64",
+            "fallocate -l 200M /var/tmp/fallocated",
+            "python3 -c 'import os; os.posix_fallocate(os.open(\"/etc/pf\", os.O_CREAT|os.O_WRONLY),"
+            " 0, 200 << 20)'",
+        ]
+        # (Host directories such as /opt belong to nobody inside: not writable at all.)
+        self.sh(sid, "mkdir -p /var/tmp /data/deeper /etc")
+        for cmd in attacks:
+            res = self.fill(sid, cmd)
+            self.assertIn("No space left on device", res.stdout, "%s: %r" % (cmd, res))
+            self.assertNotIn("rc=0", res.stdout, "%s: %r" % (cmd, res))
+        # It got no more than its default disk; the host's state fs kept the rest.
+        used = free_before - free_bytes(state)
+        self.assertLessEqual(used, DEFAULT_DISK_MIB * MIB + SLACK,
+                             "the sandbox took %.1f MiB of the state fs" % (used / MIB))
+        self.assertGreater(free_bytes(state), (STATE_MIB - DEFAULT_DISK_MIB) * MIB - 2 * SLACK)
+        st = self.client.get("/v1/sandboxes/%s/stats" % sid).json()["disk"]
+        self.assertEqual(st["limitBytes"], DEFAULT_DISK_MIB * MIB, st)
+        # Everyone else carries on: corrald, the attacker's own execd, a neighbour that writes.
+        self.assert_platform_alive(sid, neighbour)
+        self.assertEqual(self.fill(neighbour, "dd if=/dev/zero of=/var/tmp/x bs=1M count=16 "
+                                              "status=none").stdout.strip(), "rc=0")
+        # The space comes back once the sandbox is gone (its image is freed with its last mount).
+        self.assertEqual(self.client.delete_sandbox(sid).status, 204)
+        self.wait_gone(sid)
+        self.wait_until(lambda: free_before - free_bytes(state) < 16 * MIB + SLACK, timeout=20,
+                        msg="the deleted sandbox's disk space to return to the state fs")
+
+    def test_explicit_limit_larger_than_state_fs(self):
+        # Attack: ask for a disk larger than the state file system, so that the sparse image could
+        # grow until the host's file system is full.
+        free = free_bytes(self.corrald.state_dir)
+        for v in ("1Ti", "%d" % (free + MIB), "%dMi" % (STATE_MIB + 1)):
+            spec = dict(SPEC, resourceLimits={"cpu": "1", "ephemeral-storage": v})
+            r = self.client.create_sandbox_raw(**spec)
+            self.assertEqual(r.status, 422, "%s: %r" % (v, r))
+            body = r.json()
+            self.assertEqual(body["code"], "SANDBOX::INVALID_PARAMETER")
+            self.assertIn("resourceLimits.ephemeral-storage", body["message"])
+            self.assertIn("free", body["message"])
+        self.assertEqual(self.client.all_sandbox_ids(), [])
+        self.assert_platform_alive()
+
+
+if __name__ == "__main__":
+    main()
