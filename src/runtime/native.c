@@ -333,7 +333,8 @@ static int setup_proc(struct child_ctx *c, struct error *err)
 {
 	/* Docker's and runc's list, then what Podman adds (interrupts), then kernel heap and
 	 * physical page layouts (slabinfo, vmallocinfo, pagetypeinfo, kpage*: heap grooming and
-	 * Rowhammer aids; only root can read them, and root in a sandbox is root), and kallsyms
+	 * Rowhammer aids; only host root can read them, which sandbox root is not, except with
+	 * --no-userns), and kallsyms
 	 * (kernel addresses for everyone on a host with kptr_restrict=0 and perf_event_paranoid<=1:
 	 * no KASLR). */
 	static const char *const masked[] = {
