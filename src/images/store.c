@@ -1,0 +1,430 @@
+/* The store and the pull: manifests resolved to one platform, blobs verified, layers unpacked
+ * into place, then the image's record. Layout and guarantees in images.h. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "images/registry.h"
+#include "shared/fsutil.h"
+
+#define CONFIG_MAX (8u << 20)
+
+static const char *const subdirs[] = {"blobs", "blobs/sha256", "layers", "refs", "tmp"};
+
+static void path_in(char *buf, size_t len, const char *store, const char *fmt, ...)
+    _printf_(4, 5);
+static void path_in(char *buf, size_t len, const char *store, const char *fmt, ...)
+{
+	int n = snprintf(buf, len, "%s/", store);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf + n, len - (size_t)n, fmt, ap);
+	va_end(ap);
+}
+
+int image_store_init(const char *store, struct error *err)
+{
+	char p[PATH_MAX];
+	int r = fs_mkdir_p(store, 0700);
+	if (r < 0 || chmod(store, 0700) < 0)
+		return error_set_errno(err, r < 0 ? -r : errno, "image store '%s'", store);
+	path_in(p, sizeof(p), store, "tmp");
+	if ((r = fs_remove_tree(p)) < 0)
+		return error_set_errno(err, -r, "empty '%s'", p);
+	for (size_t i = 0; i < ARRAY_SIZE(subdirs); i++) {
+		path_in(p, sizeof(p), store, "%s", subdirs[i]);
+		if (mkdir(p, 0700) < 0 && errno != EEXIST)
+			return error_set_errno(err, errno, "mkdir '%s'", p);
+	}
+	return 0;
+}
+
+static void platform_or_default(const struct image_platform *in, struct image_platform *out)
+{
+	*out = *in;
+	if (!out->os[0])
+		snprintf(out->os, sizeof(out->os), "linux");
+	if (!out->arch[0])
+		snprintf(out->arch, sizeof(out->arch), "amd64");
+}
+
+static void record_path(char *buf, size_t len, const char *store, const struct image_ref *ref,
+			const struct image_platform *p)
+{
+	struct image_platform pl;
+	platform_or_default(p, &pl);
+	char key[1024], d[72];
+	int n = snprintf(key, sizeof(key), "%s\n%s/%s/%s", ref->name, pl.os, pl.arch, pl.variant);
+	registry_sha256(key, (size_t)n, d);
+	path_in(buf, len, store, "refs/%s.json", d + 7);
+}
+
+bool image_record_exists(const char *store, const struct image_ref *ref,
+			 const struct image_platform *p)
+{
+	char path[PATH_MAX];
+	record_path(path, sizeof(path), store, ref, p);
+	return access(path, F_OK) == 0;
+}
+
+static bool digest_ok(const char *d)
+{
+	if (!d || strncmp(d, "sha256:", 7) != 0 || strlen(d) != 7 + IMAGE_HEX_LEN)
+		return false;
+	return strspn(d + 7, "0123456789abcdef") == IMAGE_HEX_LEN;
+}
+
+static bool is_index(const char *t)
+{
+	return t && (strcmp(t, "application/vnd.oci.image.index.v1+json") == 0 ||
+		     strcmp(t, "application/vnd.docker.distribution.manifest.list.v2+json") == 0);
+}
+
+static bool layer_type_ok(const char *t)
+{
+	static const char *const ok[] = {
+	    "application/vnd.oci.image.layer.v1.tar",
+	    "application/vnd.oci.image.layer.v1.tar+gzip",
+	    "application/vnd.oci.image.layer.v1.tar+zstd",
+	    "application/vnd.docker.image.rootfs.diff.tar.gzip",
+	    "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+	    "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
+	};
+	for (size_t i = 0; t && i < ARRAY_SIZE(ok); i++)
+		if (strcmp(t, ok[i]) == 0)
+			return true;
+	return false;
+}
+
+struct pull {
+	const struct image_pull_opts *o;
+	const struct image_ref *ref;
+	struct image_platform pl;
+	struct registry *reg;
+};
+
+/* The manifest for the platform: an index or list is resolved to one entry, fetched by digest.
+ * Every body fetched by digest is checked against it. */
+static int fetch_manifest(struct pull *p, json_t **ret, char ret_digest[72], struct error *err)
+{
+	const struct image_ref *ref = p->ref;
+	char reference[160], type[128], got[72];
+	snprintf(reference, sizeof(reference), "%s", ref->digest[0] ? ref->digest : ref->tag);
+	for (int depth = 0; depth < 2; depth++) {
+		char *body = NULL;
+		size_t len = 0;
+		int r = registry_get_manifest(p->reg, reference, &body, &len, type, sizeof(type), err);
+		if (r < 0)
+			return r;
+		registry_sha256(body, len, got);
+		if (strncmp(reference, "sha256:", 7) == 0 && strcmp(got, reference) != 0) {
+			free(body);
+			return error_set(err, EBADMSG,
+					 "digest mismatch: manifest %s of %s has digest %s; discarded",
+					 reference, ref->name, got);
+		}
+		json_error_t je;
+		json_t *m = json_loadb(body, len, 0, &je);
+		free(body);
+		if (!json_is_object(m)) {
+			json_decref(m);
+			return error_set(err, EPROTO, "manifest of %s is not a JSON object: %s",
+					 ref->name, je.text);
+		}
+		const char *mt = json_string_value(json_object_get(m, "mediaType"));
+		if (!is_index(mt) && !is_index(type)) {
+			if (json_integer_value(json_object_get(m, "schemaVersion")) != 2) {
+				json_decref(m);
+				return error_set(err, EPROTO,
+						 "manifest of %s: only schema 2 manifests are supported",
+						 ref->name);
+			}
+			*ret = m;
+			memcpy(ret_digest, got, 72);
+			return 0;
+		}
+		/* An index: the entry for our platform. */
+		json_t *ms = json_object_get(m, "manifests"), *x;
+		size_t i;
+		char have[512] = "";
+		size_t hn = 0;
+		const char *pick = NULL;
+		json_array_foreach(ms, i, x) {
+			json_t *pf = json_object_get(x, "platform");
+			const char *os = json_string_value(json_object_get(pf, "os"));
+			const char *arch = json_string_value(json_object_get(pf, "architecture"));
+			const char *var = json_string_value(json_object_get(pf, "variant"));
+			if (!os || !arch)
+				continue;
+			if (hn < sizeof(have))
+				hn += (size_t)snprintf(have + hn, sizeof(have) - hn, "%s%s/%s%s%s",
+						       hn ? ", " : "", os, arch, var ? "/" : "",
+						       var ? var : "");
+			if (!pick && strcmp(os, p->pl.os) == 0 && strcmp(arch, p->pl.arch) == 0 &&
+			    (!p->pl.variant[0] || (var && strcmp(var, p->pl.variant) == 0)))
+				pick = json_string_value(json_object_get(x, "digest"));
+		}
+		if (!pick) {
+			json_decref(m);
+			return error_set(err, ENOEXEC,
+					 "no matching platform: %s has no %s/%s%s%s image (it has: %s)",
+					 ref->name, p->pl.os, p->pl.arch, p->pl.variant[0] ? "/" : "",
+					 p->pl.variant, have[0] ? have : "none");
+		}
+		if (!digest_ok(pick)) {
+			json_decref(m);
+			return error_set(err, EPROTO, "index of %s names an invalid digest",
+					 ref->name);
+		}
+		snprintf(reference, sizeof(reference), "%s", pick);
+		json_decref(m);
+	}
+	return error_set(err, EPROTO, "index of %s points to another index", ref->name);
+}
+
+/* A small blob (the config) into blobs/, verified; its content read back. */
+static int fetch_config(struct pull *p, const char *digest, uint64_t size, char **ret,
+			struct error *err)
+{
+	char path[PATH_MAX], tmp[PATH_MAX];
+	path_in(path, sizeof(path), p->o->store, "blobs/sha256/%s", digest + 7);
+	if (access(path, F_OK) < 0) {
+		if (size > CONFIG_MAX)
+			return error_set(err, EPROTO, "config of %s is too large (%llu bytes)",
+					 p->ref->name, (unsigned long long)size);
+		path_in(tmp, sizeof(tmp), p->o->store, "tmp/%s.%d", digest + 7, (int)getpid());
+		int r = registry_get_blob(p->reg, digest, size, tmp, err);
+		if (r < 0)
+			return r;
+		if (rename(tmp, path) < 0) {
+			r = error_set_errno(err, errno, "rename '%s'", tmp);
+			unlink(tmp);
+			return r;
+		}
+	}
+	size_t len;
+	int r = fs_read_file(path, CONFIG_MAX, ret, &len);
+	if (r < 0)
+		return error_set_errno(err, -r, "read '%s'", path);
+	char got[72];
+	registry_sha256(*ret, len, got);
+	if (strcmp(got, digest) != 0) { /* a damaged store: drop it, the next pull refetches */
+		unlink(path);
+		free(*ret);
+		return error_set(err, EBADMSG, "digest mismatch: stored config %s; discarded", digest);
+	}
+	return 0;
+}
+
+/* One layer into layers/<hex>, unless it is there already. */
+static int fetch_layer(struct pull *p, const char *digest, uint64_t size, struct error *err)
+{
+	const char *hex = digest + 7;
+	char final[PATH_MAX], blob[PATH_MAX], dir[PATH_MAX];
+	path_in(final, sizeof(final), p->o->store, "layers/%s", hex);
+	if (access(final, F_OK) == 0)
+		return 0;
+	path_in(blob, sizeof(blob), p->o->store, "tmp/%s.%d", hex, (int)getpid());
+	path_in(dir, sizeof(dir), p->o->store, "tmp/layer-%.16s-XXXXXX", hex);
+	int r = registry_get_blob(p->reg, digest, size, blob, err);
+	if (r < 0)
+		return r;
+	if (!mkdtemp(dir)) {
+		r = error_set_errno(err, errno, "mkdtemp '%s'", dir);
+		unlink(blob);
+		return r;
+	}
+	if (chmod(dir, 0755) < 0)
+		r = error_set_errno(err, errno, "chmod '%s'", dir);
+	if (r == 0)
+		r = image_layer_unpack(blob, dir, err);
+	unlink(blob);
+	if (r == 0 && rename(dir, final) < 0) {
+		if (errno != EEXIST && errno != ENOTEMPTY) /* else: another pull got there first */
+			r = error_set_errno(err, errno, "rename '%s' to '%s'", dir, final);
+	} else if (r == 0) {
+		return 0;
+	}
+	fs_remove_tree(dir);
+	if (r < 0)
+		error_prefix(err, "layer %s of %s", digest, p->ref->name);
+	return r;
+}
+
+static json_t *json_strv_or_empty(json_t *a)
+{
+	json_t *out = json_array(), *x;
+	size_t i;
+	json_array_foreach(a, i, x)
+		if (json_is_string(x))
+			json_array_append(out, x);
+	return out;
+}
+
+int image_pull(const struct image_pull_opts *o, const struct image_ref *ref, struct error *err)
+{
+	struct pull p = {.o = o, .ref = ref};
+	platform_or_default(&o->platform, &p.pl);
+	int r = registry_open(o, ref, &p.reg, err);
+	if (r < 0)
+		return r;
+	json_t *m = NULL, *cfg = NULL, *rec = NULL;
+	char *cfg_body = NULL, *dump = NULL;
+	char mdigest[72];
+	if ((r = fetch_manifest(&p, &m, mdigest, err)) < 0)
+		goto out;
+	json_t *c = json_object_get(m, "config");
+	const char *cd = json_string_value(json_object_get(c, "digest"));
+	json_int_t cs = json_integer_value(json_object_get(c, "size"));
+	json_t *layers = json_object_get(m, "layers"), *l;
+	size_t nl = json_array_size(layers), i;
+	if (!digest_ok(cd) || cs <= 0 || !json_is_array(layers) || nl == 0 ||
+	    nl > IMAGE_LAYERS_MAX) {
+		r = error_set(err, EPROTO,
+			      "manifest of %s: needs a config digest and size and 1 to %d layers",
+			      ref->name, IMAGE_LAYERS_MAX);
+		goto out;
+	}
+	json_array_foreach(layers, i, l) {
+		const char *t = json_string_value(json_object_get(l, "mediaType"));
+		const char *d = json_string_value(json_object_get(l, "digest"));
+		json_int_t s = json_integer_value(json_object_get(l, "size"));
+		if (!layer_type_ok(t) || !digest_ok(d) || s < 0) {
+			r = error_set(err, EPROTO,
+				      "manifest of %s: layer %zu has an unsupported media type '%s' or an invalid digest or size",
+				      ref->name, i, t ? t : "");
+			goto out;
+		}
+	}
+	if ((r = fetch_config(&p, cd, (uint64_t)cs, &cfg_body, err)) < 0)
+		goto out;
+	json_error_t je;
+	cfg = json_loads(cfg_body, 0, &je);
+	if (!json_is_object(cfg)) {
+		r = error_set(err, EPROTO, "config of %s is not a JSON object: %s", ref->name,
+			      je.text);
+		goto out;
+	}
+	json_array_foreach(layers, i, l) {
+		const char *d = json_string_value(json_object_get(l, "digest"));
+		json_int_t s = json_integer_value(json_object_get(l, "size"));
+		if ((r = fetch_layer(&p, d, (uint64_t)s, err)) < 0)
+			goto out;
+	}
+
+	json_t *cc = json_object_get(cfg, "config");
+	json_t *hexes = json_array();
+	json_array_foreach(layers, i, l)
+		json_array_append_new(hexes,
+				      json_string(json_string_value(json_object_get(l, "digest")) + 7));
+	rec = json_pack("{s:s, s:s, s:o, s:o}", "name", ref->name, "manifest", mdigest, "layers",
+			hexes, "env", json_strv_or_empty(json_object_get(cc, "Env")));
+	const char *wd = json_string_value(json_object_get(cc, "WorkingDir"));
+	const char *user = json_string_value(json_object_get(cc, "User"));
+	if (rec && wd && *wd)
+		json_object_set_new(rec, "workdir", json_string(wd));
+	if (rec && user && *user)
+		json_object_set_new(rec, "user", json_string(user));
+	dump = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+	if (!dump) {
+		r = error_set(err, ENOMEM, "image record");
+		goto out;
+	}
+	char path[PATH_MAX];
+	record_path(path, sizeof(path), o->store, ref, &p.pl);
+	if ((r = fs_write_atomic(path, dump, strlen(dump), 0600)) < 0)
+		r = error_set_errno(err, -r, "write '%s'", path);
+out:
+	free(dump);
+	json_decref(rec);
+	json_decref(cfg);
+	free(cfg_body);
+	json_decref(m);
+	registry_close(p.reg);
+	return r;
+}
+
+static char **strv_from(json_t *a)
+{
+	size_t n = json_array_size(a), i;
+	char **v = calloc(n + 1, sizeof(char *));
+	json_t *x;
+	if (!v)
+		return NULL;
+	json_array_foreach(a, i, x)
+		if (!(v[i] = strdup(json_string_value(x) ? json_string_value(x) : "")))
+			return v; /* NULL-terminated early; the caller sees ENOMEM via the count */
+	return v;
+}
+
+int image_info_load(const char *store, const struct image_ref *ref, const struct image_platform *p,
+		    struct image_info *ret, struct error *err)
+{
+	char path[PATH_MAX];
+	record_path(path, sizeof(path), store, ref, p);
+	json_error_t je;
+	json_t *j = json_load_file(path, 0, &je);
+	if (!j) {
+		if (access(path, F_OK) < 0)
+			return error_set(err, ENOENT, "image %s is not in the store", ref->name);
+		return error_set(err, EPROTO, "image record '%s': %s", path, je.text);
+	}
+	json_t *layers = json_object_get(j, "layers"), *x;
+	size_t i;
+	int r = 0;
+	json_array_foreach(layers, i, x) {
+		const char *h = json_string_value(x);
+		char lp[PATH_MAX];
+		if (!h || strlen(h) != IMAGE_HEX_LEN ||
+		    strspn(h, "0123456789abcdef") != IMAGE_HEX_LEN) {
+			r = error_set(err, EPROTO, "image record '%s': invalid layer", path);
+			break;
+		}
+		path_in(lp, sizeof(lp), store, "layers/%s", h);
+		if (access(lp, F_OK) < 0) {
+			r = error_set(err, ENOENT, "image %s: layer %s is missing from the store",
+				      ref->name, h);
+			break;
+		}
+	}
+	if (r == 0 && (json_array_size(layers) == 0 || json_array_size(layers) > IMAGE_LAYERS_MAX))
+		r = error_set(err, EPROTO, "image record '%s': no layers", path);
+	if (r == 0) {
+		ret->n_layers = json_array_size(layers);
+		ret->layers = strv_from(layers);
+		ret->env = strv_from(json_object_get(j, "env"));
+		const char *wd = json_string_value(json_object_get(j, "workdir"));
+		const char *u = json_string_value(json_object_get(j, "user"));
+		ret->workdir = wd ? strdup(wd) : NULL;
+		ret->user = u ? strdup(u) : NULL;
+		if (!ret->layers || !ret->env || (wd && !ret->workdir) || (u && !ret->user)) {
+			image_info_clear(ret);
+			r = error_set(err, ENOMEM, "image record");
+		}
+	}
+	json_decref(j);
+	return r;
+}
+
+static void strv_free_(char **v)
+{
+	for (char **p = v; p && *p; p++)
+		free(*p);
+	free(v);
+}
+
+void image_info_clear(struct image_info *info)
+{
+	strv_free_(info->layers);
+	strv_free_(info->env);
+	free(info->workdir);
+	free(info->user);
+	*info = (struct image_info)IMAGE_INFO_INIT;
+}
