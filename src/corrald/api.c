@@ -177,7 +177,7 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 		return;
 	}
 	char rootfs[PATH_MAX], msg[1536];
-	bool host = false;
+	bool host = false, registry = false;
 	if (admission_never_fits(d, p.cpu_request_millis, p.memory_request_bytes, msg, sizeof(msg))) {
 		/* Name the field the client sent: without resourceRequests its limits are the requests. */
 		if (p.requests_given)
@@ -192,7 +192,8 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 		create_params_clear(&p);
 		return;
 	}
-	if (image_resolve(d, p.image_uri, rootfs, sizeof(rootfs), &host, msg, sizeof(msg)) < 0) {
+	if (image_resolve(d, p.image_uri, rootfs, sizeof(rootfs), &host, &registry, msg,
+			  sizeof(msg)) < 0) {
 		verr_set(&e, 422, CODE_INVALID_PARAMETER, ((const char *const[]){"image", "uri", NULL}),
 			 "%s", msg);
 		send_verr(req, &e, "body");
@@ -213,6 +214,10 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	sb->image_uri = TAKE_PTR(p.image_uri);
 	sb->rootfs = strdup(rootfs);
 	sb->host_image = host;
+	sb->registry_image = registry;
+	sb->auth_user = TAKE_PTR(p.auth_user);
+	sb->auth_pass = TAKE_PTR(p.auth_pass);
+	sb->pull_policy = p.pull_policy;
 	sb->entrypoint = TAKE_PTR(p.entrypoint);
 	sb->env = TAKE_PTR(p.env);
 	sb->metadata = TAKE_PTR(p.metadata);

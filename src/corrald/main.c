@@ -21,6 +21,7 @@
 #include "corrald/admission.h"
 #include "corrald/corrald.h"
 #include "corrald/upstream.h"
+#include "images/images.h"
 #include "shared/fsutil.h"
 #include "shared/log.h"
 #include "shared/quantity.h"
@@ -31,6 +32,7 @@
 #define DEFAULT_CREATE_TIMEOUT 30
 /* Below the stock SDKs' 30 s request timeout, so their clients see the 503 rather than time out. */
 #define DEFAULT_CAPACITY_WAIT 20
+#define DEFAULT_PULL_TIMEOUT 600
 #define SHUTDOWN_WAIT_S 10
 
 static void usage(FILE *f)
@@ -50,6 +52,13 @@ static void usage(FILE *f)
 		"  --state-dir DIR        sandbox records, overlays and execd sockets (default " DEFAULT_STATE_DIR ")\n"
 		"  --image-dir DIR        images: each subdirectory NAME is a root file system usable as\n"
 		"                         {\"image\":{\"uri\":\"NAME\"}}; \"host\" is always the host's own root\n"
+		"                         Any other reference (python:3.11, ghcr.io/o/r@sha256:...,\n"
+		"                         127.0.0.1:5000/task:1) is pulled from its registry into\n"
+		"                         <state-dir>/images (docs/images.md)\n"
+		"  --insecure-registry HOST[:PORT]\n"
+		"                         reach this registry over plain HTTP (repeatable)\n"
+		"  --registry-auth FILE   registry credentials in the ~/.docker/config.json format\n"
+		"  --pull-timeout SECS    longest image pull of a create (default %d)\n"
 		"  --execd PATH           the static corral-execd binary (default: corral-execd next to corrald)\n"
 		"  --cgroup-name NAME     parent cgroup of all sandboxes in each hierarchy (default corral)\n"
 		"  --idle-timeout SECS    close idle keep-alive connections after SECS (default %d);\n"
@@ -75,7 +84,7 @@ static void usage(FILE *f)
 		"  corrald --listen 127.0.0.1:8080 --state-dir /tmp/corral --image-dir /srv/images\n"
 		"  curl -s localhost:8080/v1/sandboxes -d '{\"image\":{\"uri\":\"host\"},\n"
 		"       \"entrypoint\":[\"sleep\",\"infinity\"],\"timeout\":600}'\n",
-		DEFAULT_IDLE_TIMEOUT, DEFAULT_CREATE_TIMEOUT, DEFAULT_CAPACITY_WAIT);
+		DEFAULT_PULL_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_CREATE_TIMEOUT, DEFAULT_CAPACITY_WAIT);
 }
 
 static int parse_listen(const char *s, char *host, size_t hostlen, unsigned short *port)
@@ -175,7 +184,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 int main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
-	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS };
+	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS,
+	       OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -189,6 +199,9 @@ int main(int argc, char **argv)
 		{"capacity", required_argument, NULL, OPT_CAPACITY},
 		{"capacity-wait", required_argument, NULL, OPT_CAPACITY_WAIT},
 		{"no-userns", no_argument, NULL, OPT_NO_USERNS},
+		{"insecure-registry", required_argument, NULL, OPT_INSECURE},
+		{"registry-auth", required_argument, NULL, OPT_REG_AUTH},
+		{"pull-timeout", required_argument, NULL, OPT_PULL_TIMEOUT},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -198,6 +211,7 @@ int main(int argc, char **argv)
 	d->idle_timeout_s = DEFAULT_IDLE_TIMEOUT;
 	d->create_timeout_s = DEFAULT_CREATE_TIMEOUT;
 	d->capacity_wait_s = DEFAULT_CAPACITY_WAIT;
+	d->pull_timeout_s = DEFAULT_PULL_TIMEOUT;
 	d->api_key = getenv("CORRAL_API_KEY");
 	TAILQ_INIT(&d->sandboxes);
 	log_set_ident("corrald");
@@ -221,6 +235,19 @@ int main(int argc, char **argv)
 		case OPT_EXECD: execd = optarg; break;
 		case OPT_CGROUP: cgroup_name = optarg; break;
 		case OPT_NO_USERNS: d->rt_cfg.no_userns = true; break;
+		case OPT_INSECURE:
+			if (d->n_insecure + 1 >= ARRAY_SIZE(d->insecure)) {
+				fprintf(stderr, "corrald: at most %zu --insecure-registry\n",
+					ARRAY_SIZE(d->insecure) - 1);
+				return 2;
+			}
+			d->insecure[d->n_insecure++] = optarg;
+			break;
+		case OPT_REG_AUTH: d->registry_auth = optarg; break;
+		case OPT_PULL_TIMEOUT:
+			if (parse_seconds("--pull-timeout", optarg, &d->pull_timeout_s) < 0)
+				return 2;
+			break;
 		case OPT_LOG: {
 			enum log_level lvl;
 			if (log_level_parse(optarg, &lvl) < 0) {
@@ -334,6 +361,18 @@ int main(int argc, char **argv)
 	if (r < 0) {
 		fprintf(stderr, "corrald: mkdir %s: %s\n", d->sandboxes_dir, strerror(-r));
 		return 1;
+	}
+	snprintf(d->image_store, sizeof(d->image_store), "%s/" IMAGE_STORE_DIR, d->state_dir);
+	{
+		struct error err = {0};
+		if (image_store_init(d->image_store, &err) < 0) {
+			fprintf(stderr, "corrald: %s\n", err.msg);
+			return 1;
+		}
+	}
+	if (d->registry_auth && access(d->registry_auth, R_OK) < 0) {
+		fprintf(stderr, "corrald: --registry-auth %s: %s\n", d->registry_auth, strerror(errno));
+		return 2;
 	}
 	d->rt = &runtime_native;
 	d->rt_cfg.state_dir = d->state_dir;
