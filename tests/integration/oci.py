@@ -1,0 +1,263 @@
+"""
+Test images and a real registry for the image suites: OCI layouts built with tarfile and hashlib,
+Debian's docker-registry on a loopback port (plain or with htpasswd basic auth), pushes with
+skopeo. Standard library only, plus the two Debian binaries (scripts/bootstrap.sh installs them).
+"""
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+import http.client
+
+from harness import free_port, log
+
+REGISTRY_BIN = shutil.which("docker-registry") or "/usr/bin/docker-registry"
+SKOPEO = shutil.which("skopeo") or "/usr/bin/skopeo"
+HTPASSWD = shutil.which("htpasswd") or "/usr/bin/htpasswd"
+
+
+def sha256(b):
+    return "sha256:" + hashlib.sha256(b).hexdigest()
+
+
+# Entries: (name, kind, data, mode, uid, gid); kind: file, dir, symlink, hardlink, char.
+def F(name, data=b"", mode=0o644, uid=0, gid=0):
+    return (name, "file", data if isinstance(data, bytes) else data.encode(), mode, uid, gid)
+
+
+def D(name, mode=0o755, uid=0, gid=0):
+    return (name, "dir", None, mode, uid, gid)
+
+
+def L(name, target):
+    return (name, "symlink", target, 0o777, 0, 0)
+
+
+def H(name, target):
+    return (name, "hardlink", target, 0o644, 0, 0)
+
+
+def layer_tar(entries):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        for name, kind, data, mode, uid, gid in entries:
+            ti = tarfile.TarInfo(name)
+            ti.mode, ti.uid, ti.gid, ti.mtime = mode, uid, gid, 1700000000
+            if kind == "file":
+                ti.size = len(data)
+                t.addfile(ti, io.BytesIO(data))
+                continue
+            ti.type = {"dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE,
+                       "hardlink": tarfile.LNKTYPE, "char": tarfile.CHRTYPE}[kind]
+            if kind in ("symlink", "hardlink"):
+                ti.linkname = data
+            t.addfile(ti)
+    return buf.getvalue()
+
+
+def host_files_layer(paths, with_libs=True):
+    """A layer with these host files (and the shared libraries they need), at the same paths."""
+    want = set()
+    for p in paths:
+        want.add(os.path.realpath(p) if not os.path.isdir(p) else p)
+        if with_libs and not os.path.isdir(p):
+            out = subprocess.run(["ldd", p], capture_output=True, text=True).stdout
+            for line in out.splitlines():
+                parts = line.split()
+                for x in parts:
+                    if x.startswith("/"):
+                        want.add(os.path.realpath(x))
+                        # the name itself (often a symlink), below its real directory
+                        want.add(os.path.join(os.path.realpath(os.path.dirname(x)),
+                                              os.path.basename(x)))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        seen = set()
+
+        def add(path):
+            rel = path.lstrip("/")
+            parent = os.path.dirname(rel)
+            if parent and parent not in seen:
+                add("/" + parent)
+            if rel in seen:
+                return
+            seen.add(rel)
+            t.add(path, arcname=rel, recursive=False)
+
+        for p in sorted(want):
+            if os.path.isdir(p):
+                for root, dirs, files in os.walk(p):
+                    dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+                    add(root)
+                    for f in files:
+                        if not f.endswith(".pyc"):
+                            add(os.path.join(root, f))
+            elif os.path.exists(p):
+                add(p)
+        # /bin, /lib, /lib64 are symlinks into /usr on Debian 12: keep them so.
+        for link in ("bin", "lib", "lib64", "sbin"):
+            if os.path.islink("/" + link) and link not in seen:
+                ti = tarfile.TarInfo(link)
+                ti.type, ti.linkname = tarfile.SYMTYPE, os.readlink("/" + link)
+                t.addfile(ti)
+    return buf.getvalue()
+
+
+SKIP_DIRS = {"test", "tests", "idlelib", "tkinter", "ensurepip", "lib2to3", "pydoc_data",
+             "__pycache__", "dist-packages", "site-packages", "turtledemo", "unittest/test"}
+
+BASE_BINS = ["/usr/bin/dash", "/usr/bin/cat", "/usr/bin/ls", "/usr/bin/id", "/usr/bin/stat",
+             "/usr/bin/env", "/usr/bin/pwd", "/usr/bin/readlink", "/usr/bin/mkdir",
+             "/usr/bin/touch", "/usr/bin/echo", "/usr/bin/sleep", "/usr/bin/tail"]
+
+
+def base_layer(python=False):
+    paths = list(BASE_BINS)
+    if python:
+        paths += ["/usr/bin/python3.11", "/usr/lib/python3.11"]
+    tar = host_files_layer(paths)
+    extra = [L("usr/bin/sh", "dash")]
+    if python:
+        extra.append(L("usr/bin/python3", "python3.11"))
+    return _concat(tar, layer_tar(extra))
+
+
+def _concat(a, b):
+    """Two tar streams as one (drop a's end-of-archive blocks)."""
+    ta = tarfile.open(fileobj=io.BytesIO(a))
+    tb = tarfile.open(fileobj=io.BytesIO(b))
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as t:
+        for src in (ta, tb):
+            for m in src.getmembers():
+                t.addfile(m, src.extractfile(m) if m.isfile() else None)
+    return out.getvalue()
+
+
+def compress(tar, how):
+    if how == "gzip":
+        return gzip.compress(tar, compresslevel=1, mtime=0), \
+            "application/vnd.oci.image.layer.v1.tar+gzip"
+    if how == "zstd":
+        p = subprocess.run(["zstd", "-q", "-c", "-1"], input=tar, capture_output=True, check=True)
+        return p.stdout, "application/vnd.oci.image.layer.v1.tar+zstd"
+    return tar, "application/vnd.oci.image.layer.v1.tar"
+
+
+def write_layout(d, layers, config=None, tag="latest", compression="gzip"):
+    """An OCI image layout at d: layers are tar bytes (lowest first) or (tar, compression)."""
+    os.makedirs(os.path.join(d, "blobs", "sha256"), exist_ok=True)
+
+    def blob(b):
+        dg = sha256(b)
+        with open(os.path.join(d, "blobs", "sha256", dg[7:]), "wb") as f:
+            f.write(b)
+        return dg
+
+    descs, diff_ids = [], []
+    for l in layers:
+        tar, how = l if isinstance(l, tuple) else (l, compression)
+        data, mt = compress(tar, how)
+        descs.append({"mediaType": mt, "digest": blob(data), "size": len(data)})
+        diff_ids.append(sha256(tar))
+    cfg = {"architecture": "amd64", "os": "linux", "config": config or {},
+           "rootfs": {"type": "layers", "diff_ids": diff_ids}}
+    cb = json.dumps(cfg).encode()
+    man = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                      "digest": blob(cb), "size": len(cb)},
+           "layers": descs}
+    mb = json.dumps(man).encode()
+    idx = {"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": blob(mb),
+        "size": len(mb), "annotations": {"org.opencontainers.image.ref.name": tag}}]}
+    with open(os.path.join(d, "index.json"), "w") as f:
+        json.dump(idx, f)
+    with open(os.path.join(d, "oci-layout"), "w") as f:
+        json.dump({"imageLayoutVersion": "1.0.0"}, f)
+    return {"manifest": sha256(mb), "layers": [x["digest"] for x in descs]}
+
+
+class Registry:
+    """docker-registry on 127.0.0.1:<free port>, optionally with htpasswd basic auth."""
+
+    def __init__(self, user=None, password=None):
+        self.tmp = tempfile.mkdtemp(prefix="corral-registry-")
+        self.root = os.path.join(self.tmp, "data")
+        self.port = free_port()
+        self.host = "127.0.0.1:%d" % self.port
+        self.user, self.password = user, password
+        auth = ""
+        if user:
+            hp = os.path.join(self.tmp, "htpasswd")
+            subprocess.run([HTPASSWD, "-Bbc", hp, user, password], check=True,
+                           capture_output=True)
+            auth = "auth:\n  htpasswd:\n    realm: corral-test\n    path: %s\n" % hp
+        cfg = os.path.join(self.tmp, "config.yml")
+        with open(cfg, "w") as f:
+            f.write("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
+                    "    rootdirectory: %s\nhttp:\n  addr: %s\n%s" % (self.root, self.host, auth))
+        self.log = open(os.path.join(self.tmp, "registry.log"), "wb")
+        self.proc = subprocess.Popen([REGISTRY_BIN, "serve", cfg], stdout=self.log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                c.request("GET", "/v2/")
+                st = c.getresponse().status
+                c.close()
+                if st in (200, 401):
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("docker-registry did not start: %s" % self.log_text())
+            time.sleep(0.05)
+
+    def log_text(self):
+        with open(os.path.join(self.tmp, "registry.log"), "rb") as f:
+            return f.read()[-2000:].decode(errors="replace")
+
+    def push(self, layout, name, tag="latest"):
+        cmd = [SKOPEO, "--insecure-policy", "copy", "-q", "--dest-tls-verify=false"]
+        if self.user:
+            cmd += ["--dest-creds", "%s:%s" % (self.user, self.password)]
+        cmd += ["oci:%s:latest" % layout, "docker://%s/%s:%s" % (self.host, name, tag)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError("skopeo copy failed: %s" % p.stderr)
+        return "%s/%s:%s" % (self.host, name, tag)
+
+    def blob_path(self, digest):
+        h = digest[7:]
+        return os.path.join(self.root, "docker", "registry", "v2", "blobs", "sha256", h[:2], h,
+                            "data")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def store_layers(state_dir):
+    d = os.path.join(state_dir, "images", "layers")
+    return set(os.listdir(d)) if os.path.isdir(d) else set()
+
+
+def store_tmp(state_dir):
+    d = os.path.join(state_dir, "images", "tmp")
+    return os.listdir(d) if os.path.isdir(d) else []

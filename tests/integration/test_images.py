@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Registry images end to end: test images built as OCI layouts, pushed with skopeo to Debian's
+docker-registry on loopback (plain and with htpasswd basic auth), and created as sandboxes through
+a real corrald: layers, whiteouts, opaque dirs, links, setuid, owners as seen inside, Env,
+WorkingDir, User, pull policies, shared pulls, typed pull errors, a SWE-bench-shaped task."""
+
+import os
+import sys
+import tempfile
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import CorralTestCase, Corrald, main  # noqa: E402
+import oci  # noqa: E402
+from oci import D, F, H, L  # noqa: E402
+
+PULL_FAILED = "SANDBOX::IMAGE_PULL_FAILED"
+
+
+class Images(CorralTestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.reg = oci.Registry()
+        cls.authreg = oci.Registry(user="alice", password="s3cret-pw")
+        cls.corrald_kwargs = {"extra_args": ["--insecure-registry", cls.reg.host,
+                                             "--insecure-registry", cls.authreg.host]}
+        cls.tmp = tempfile.mkdtemp(prefix="corral-images-")
+        cls.base = oci.base_layer()
+        try:
+            super().setUpClass()
+        except Exception:
+            cls.reg.stop()
+            cls.authreg.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        cls.reg.stop()
+        cls.authreg.stop()
+        oci.shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def layout(self, name, layers, config=None, compression="gzip"):
+        d = os.path.join(self.tmp, name)
+        info = oci.write_layout(d, layers, config=config, compression=compression)
+        return d, info
+
+    def sh(self, sid, cmd, **kw):
+        return self.run_ok(sid, cmd, **kw).stdout.rstrip("\n")
+
+    def create_image(self, ref, expect=202, **spec):
+        return self.create(image={"uri": ref}, expect=expect, **spec)
+
+    # --- the image as the sandbox sees it -------------------------------------------------------
+
+    def test_layers_whiteouts_links_owners(self):
+        lower = oci.layer_tar([
+            D("data"), F("data/keep", "keep"), F("data/gone", "gone"),
+            D("opq"), F("opq/old1", "1"), F("opq/old2", "2"),
+            D("home"), D("home/u", uid=1000, gid=1000, mode=0o700),
+            F("home/u/secret", "mine", uid=1000, gid=1000, mode=0o600),
+            F("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nu:x:1000:1000::/home/u:/bin/sh\n"),
+        ])
+        upper = oci.layer_tar([
+            D("data"), F("data/.wh.gone"),
+            D("opq"), F("opq/.wh..wh..opq"), F("opq/new", "new"),
+            F("bin-suid", "#!/bin/sh\n", mode=0o4755),
+            F("target", "T"), H("hard", "target"), L("soft", "target"), L("abs", "/data/keep"),
+        ])
+        d, _ = self.layout("multi", [self.base, lower, (upper, "zstd")])
+        ref = self.reg.push(d, "t/multi")
+        sid = self.create_image(ref)["id"]
+        self.assertEqual(self.sh(sid, "cat /data/keep"), "keep")
+        self.assertEqual(self.sh(sid, "ls /data"), "keep", "whiteout hides data/gone")
+        self.assertEqual(self.sh(sid, "ls /opq"), "new", "opaque dir hides the lower entries")
+        # owners as in the image, through the user namespace
+        self.assertEqual(self.sh(sid, "stat -c '%u:%g %a' /home/u /home/u/secret"),
+                         "1000:1000 700\n1000:1000 600")
+        self.assertEqual(self.sh(sid, "stat -c '%u %a' /bin-suid"), "0 4755")
+        self.assertEqual(self.sh(sid, "stat -c %h /hard"), "2")
+        self.assertEqual(self.sh(sid, "cat /hard /soft /abs"), "TTkeep")
+        self.assertEqual(self.sh(sid, "readlink /soft"), "target")
+        # the user's file is the user's: uid 1000 reads it, another uid does not
+        self.assertEqual(self.run_ok(sid, "cat /home/u/secret", uid=1000).stdout, "mine")
+        res = self.client.run(sid, "cat /home/u/secret", uid=1001)
+        self.assertNotEqual(res.exit_code, 0, res)
+        # writes go to the sandbox's own layer, never into the store
+        self.sh(sid, "echo changed > /data/keep")
+        self.assertEqual(self.sh(sid, "cat /data/keep"), "changed")
+        sid2 = self.create_image(ref)["id"]
+        self.assertEqual(self.sh(sid2, "cat /data/keep"), "keep")
+        # no host path or id in the sandbox's mount table
+        mi = self.sh(sid, "cat /proc/self/mountinfo")
+        self.assertNotIn(self.corrald.state_dir, mi)
+        self.assertNotIn("images", mi)
+
+    def test_config_env_workdir_user(self):
+        top = oci.layer_tar([
+            F("etc/passwd", "root:x:0:0:root:/root:/bin/sh\napp:x:4242:4343::/w:/bin/sh\n"),
+            F("etc/group", "root:x:0:\napp:x:4343:\n")])
+        d, _ = self.layout("cfg", [self.base, top], config={
+            "Env": ["PATH=/usr/bin:/bin", "FROM_IMAGE=1", "OVERRIDE=image"],
+            "WorkingDir": "/w/sub", "User": "app"})
+        ref = self.reg.push(d, "t/cfg", "v1")
+        sid = self.create_image(ref, env={"OVERRIDE": "request"},
+                                entrypoint=["sh", "-c", "id -u > /tmp/entry-uid; pwd > /tmp/entry-cwd; exec sleep infinity"])["id"]
+        self.assertEqual(self.sh(sid, "echo $FROM_IMAGE $OVERRIDE"), "1 request")
+        self.assertEqual(self.sh(sid, "pwd"), "/w/sub", "commands start in WorkingDir")
+        for _ in range(100):
+            res = self.client.run(sid, "cat /tmp/entry-uid /tmp/entry-cwd")
+            if res.exit_code == 0:
+                break
+        self.assertEqual(res.stdout.rstrip("\n"), "4242\n/w/sub", "the entrypoint runs as User in WorkingDir")
+        self.assertEqual(self.sh(sid, "id -u"), "0", "commands keep the API's uid default")
+
+    def test_pull_policy_and_normalized_errors(self):
+        d, _ = self.layout("policy", [self.base])
+        ref = "%s/t/policy:v1" % self.reg.host
+        r = self.client.create_sandbox_raw(image={"uri": ref}, extensions={"imagePullPolicy": "Never"})
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(r.json()["code"], PULL_FAILED)
+        self.assertIn("Never", r.json()["message"])
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(r.json()["code"], PULL_FAILED)
+        self.assertIn("not found", r.json()["message"])
+        self.reg.push(d, "t/policy", "v1")
+        self.create_image(ref)
+        self.create_image(ref, extensions={"opensandbox.extensions.image-pull-policy": "Never"})
+        self.create_image(ref, extensions={"imagePullPolicy": "Always"})
+        r = self.client.create_sandbox_raw(image={"uri": ref}, extensions={"imagePullPolicy": "Sometimes"})
+        self.assertEqual(r.status, 422, r)
+        self.assertIn("imagePullPolicy", r.text)
+
+    def test_concurrent_creates_share_one_pull(self):
+        d, _ = self.layout("shared", [self.base, oci.layer_tar([F("marker", "m")])])
+        ref = self.reg.push(d, "t/shared")
+        before = self.corrald.log_tail(100000).count("pulling %s" % ref)
+        results = []
+
+        def one():
+            c = self.corrald.client(timeout=120)
+            results.append(c.create_sandbox_raw(image={"uri": ref}))
+            c.close()
+        threads = [threading.Thread(target=one) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for r in results:
+            if r.status == 202:
+                self.addCleanup(self._cleanup_sandbox, r.json()["id"])
+        self.assertEqual([r.status for r in results], [202] * 6, results)
+        pulls = self.corrald.log_tail(100000).count("pulling %s" % ref) - before
+        self.assertEqual(pulls, 1, "one pull for six concurrent creates")
+
+    def test_corrupted_blob_is_a_typed_error_and_discarded(self):
+        d, info = self.layout("corrupt", [self.base, oci.layer_tar([F("x", "original")])])
+        ref = self.reg.push(d, "t/corrupt")
+        path = self.reg.blob_path(info["layers"][1])
+        with open(path, "r+b") as f:
+            data = f.read()
+            f.seek(0)
+            f.write(bytes(b ^ 0xFF for b in data[:16]))
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 502, r)
+        self.assertEqual(r.json()["code"], PULL_FAILED)
+        self.assertIn("digest mismatch", r.json()["message"])
+        self.assertNotIn(info["layers"][1][7:], oci.store_layers(self.corrald.state_dir))
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [], "the bad blob is discarded")
+
+    def test_auth(self):
+        d, _ = self.layout("auth", [self.base, oci.layer_tar([F("private", "p")])])
+        ref = self.authreg.push(d, "t/private")
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(r.json()["code"], PULL_FAILED)
+        self.assertIn("unauthorized", r.json()["message"])
+        r = self.client.create_sandbox_raw(image={"uri": ref, "auth": {"username": "alice", "password": "wrong"}})
+        self.assertEqual(r.status, 422, r)
+        self.assertIn("unauthorized", r.json()["message"])
+        self.assertNotIn("wrong", r.text, "the password is never echoed")
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [])
+
+    def test_auth_good_credentials(self):
+        d, _ = self.layout("auth2", [self.base, oci.layer_tar([F("private", "p2")])])
+        ref = self.authreg.push(d, "t/private2")
+        sid = self.create(image={"uri": ref, "auth": {"username": "alice", "password": "s3cret-pw"}})["id"]
+        self.assertEqual(self.sh(sid, "cat /private"), "p2")
+
+    def test_unreachable_registry(self):
+        r = self.client.create_sandbox_raw(image={"uri": "127.0.0.1:1/t/none:v1"})
+        self.assertEqual(r.status, 502, r)
+        self.assertEqual(r.json()["code"], PULL_FAILED)
+        self.assertIn("unreachable", r.json()["message"])
+
+    def test_swebench_shaped_task(self):
+        py = oci.base_layer(python=True)
+        pkg = oci.layer_tar([
+            D("testbed"), D("testbed/calc"),
+            F("testbed/calc/__init__.py", "def add(a, b):\n    return a + b\n"),
+            D("testbed/tests"), F("testbed/tests/__init__.py", ""),
+            F("testbed/tests/test_calc.py",
+              "import unittest\nfrom calc import add\n\n"
+              "class T(unittest.TestCase):\n"
+              "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"),
+            D("tests"),
+            F("tests/test.sh",
+              "#!/bin/sh\ncd /testbed\nif python3 -c 'import pytest' 2>/dev/null; then\n"
+              "  exec python3 -m pytest -q tests\nfi\nexec python3 -m unittest -v tests.test_calc\n",
+              mode=0o755),
+        ])
+        d, _ = self.layout("swe", [py, pkg], config={"WorkingDir": "/testbed",
+                                                     "Env": ["PATH=/usr/bin:/bin"]})
+        ref = self.reg.push(d, "swebench/sweb.eval.x86_64.calc__calc-1", "latest")
+        sid = self.create_image(ref)["id"]
+        res = self.client.run(sid, "/tests/test.sh", read_timeout=300)
+        self.assertEqual(res.exit_code, 0, "%r %s %s" % (res, res.stdout, res.stderr))
+        self.assertIn("OK", res.stdout + res.stderr)
+
+
+if __name__ == "__main__":
+    main()
