@@ -112,13 +112,26 @@ static void platform_of(const struct sandbox *sb, struct image_platform *p)
 	snprintf(p->arch, sizeof(p->arch), "%s", arch ? arch : "");
 }
 
+/* Messages reach clients: the store's host path becomes "<store>" (disk errors name files). */
+static void hide_store_path(char *msg, const char *store)
+{
+	size_t n = strlen(store);
+	char *p;
+	while (n >= 7 && (p = strstr(msg, store))) {
+		memcpy(p, "<store>", 7);
+		memmove(p + 7, p + n, strlen(p + n) + 1);
+	}
+}
+
 static void pull_in_worker(void *arg, struct worker_result *res)
 {
 	struct pull_job *j = arg;
 	struct error err = {0};
 	res->rc = image_pull(&j->opts, &j->ref, &err);
-	if (res->rc < 0)
+	if (res->rc < 0) {
 		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-res->rc));
+		hide_store_path(res->msg, j->opts.store);
+	}
 }
 
 static void pull_job_free(struct pull_job *j)
@@ -252,6 +265,7 @@ int image_fill_spec(const struct corrald *d, const struct sandbox *sb, struct sa
 		platform_of(sb, &pl);
 		r = image_info_load(d->image_store, &ref, &pl, &info, &err);
 	}
+	hide_store_path(err.msg, d->image_store);
 	if (r < 0) {
 		snprintf(msg, msglen, "%s%s", err.msg,
 			 r == -ENOENT && sb->pull_policy && strcmp(sb->pull_policy, "Never") == 0

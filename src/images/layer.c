@@ -226,6 +226,10 @@ static int unpack_entries(struct archive *a, struct archive *w, int dfd, struct 
 			const char *lb;
 			_cleanup_close_ int lfd = open_parent(dfd, link, &lb);
 			struct stat st;
+			if (lfd == -EPROTO)
+				return error_set(err, EPROTO,
+						 "layer entry '%s' is a hard link to '%s', outside the layer (through a symlink)",
+						 path, hl);
 			if (lfd < 0 || fstatat(lfd, lb, &st, AT_SYMLINK_NOFOLLOW) < 0)
 				return error_set(err, EPROTO,
 						 "layer entry '%s' is a hard link to '%s', which is not an earlier entry of the layer",
@@ -286,7 +290,7 @@ int image_layer_unpack(const char *blob, const char *dir, struct error *err)
 		   ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
 		   ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
 	if (archive_read_open_filename(a, blob, 1 << 16) != ARCHIVE_OK) {
-		r = archive_fail(a, "open layer", blob, err);
+		r = archive_fail(a, "open layer", "blob", err);
 		goto out;
 	}
 	/* libarchive writes relative to the working directory. */
@@ -307,7 +311,5 @@ out:
 		archive_write_free(w);
 	if (a)
 		archive_read_free(a);
-	if (r < 0)
-		error_prefix(err, "layer '%s'", blob);
-	return r;
+	return r; /* the caller names the layer: no host path in a message a client sees */
 }
