@@ -290,7 +290,8 @@ static int fetch_token(struct registry *r, const char *challenge, struct error *
 		registry_message(&s, m, sizeof(m));
 		free(s.buf);
 		return error_set(err, st == 401 || st == 403 ? EACCES : EPROTO,
-				 "registry %s: token server answered %d%s%s", r->ref->registry, st,
+				 "%sregistry %s: token server answered %d%s%s",
+				 st == 401 || st == 403 ? "unauthorized: " : "", r->ref->registry, st,
 				 m[0] ? ": " : "", m);
 	}
 	json_t *j = json_loadb(s.buf ? s.buf : "", s.len, 0, NULL);

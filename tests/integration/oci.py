@@ -113,7 +113,7 @@ SKIP_DIRS = {"test", "tests", "idlelib", "tkinter", "ensurepip", "lib2to3", "pyd
              "__pycache__", "dist-packages", "site-packages", "turtledemo", "unittest/test"}
 
 BASE_BINS = ["/usr/bin/dash", "/usr/bin/cat", "/usr/bin/ls", "/usr/bin/id", "/usr/bin/stat",
-             "/usr/bin/env", "/usr/bin/pwd", "/usr/bin/readlink", "/usr/bin/mkdir",
+             "/usr/bin/env", "/usr/bin/pwd", "/usr/bin/wc", "/usr/bin/readlink", "/usr/bin/mkdir",
              "/usr/bin/touch", "/usr/bin/echo", "/usr/bin/sleep", "/usr/bin/tail"]
 
 
@@ -184,6 +184,41 @@ def write_layout(d, layers, config=None, tag="latest", compression="gzip"):
     return {"manifest": sha256(mb), "layers": [x["digest"] for x in descs]}
 
 
+def write_index_layout(d, platforms, tag="latest"):
+    """An OCI layout whose tag is an index of one image per (arch, layers)."""
+    entries = []
+    for arch, layers in platforms:
+        info = write_layout(d, layers)
+        with open(os.path.join(d, "index.json")) as f:
+            desc = json.load(f)["manifests"][0]
+        # the config's architecture follows the platform
+        mpath = os.path.join(d, "blobs", "sha256", info["manifest"][7:])
+        with open(mpath) as f:
+            man = json.load(f)
+        cpath = os.path.join(d, "blobs", "sha256", man["config"]["digest"][7:])
+        with open(cpath) as f:
+            cfg = json.load(f)
+        cfg["architecture"] = arch
+        cb = json.dumps(cfg).encode()
+        with open(os.path.join(d, "blobs", "sha256", sha256(cb)[7:]), "wb") as f:
+            f.write(cb)
+        man["config"]["digest"], man["config"]["size"] = sha256(cb), len(cb)
+        mb = json.dumps(man).encode()
+        with open(os.path.join(d, "blobs", "sha256", sha256(mb)[7:]), "wb") as f:
+            f.write(mb)
+        del desc["annotations"]
+        desc.update(digest=sha256(mb), size=len(mb), platform={"os": "linux", "architecture": arch})
+        entries.append(desc)
+    ib = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                     "manifests": entries}).encode()
+    with open(os.path.join(d, "blobs", "sha256", sha256(ib)[7:]), "wb") as f:
+        f.write(ib)
+    with open(os.path.join(d, "index.json"), "w") as f:
+        json.dump({"schemaVersion": 2, "manifests": [{
+            "mediaType": "application/vnd.oci.image.index.v1+json", "digest": sha256(ib),
+            "size": len(ib), "annotations": {"org.opencontainers.image.ref.name": tag}}]}, f)
+
+
 class Registry:
     """docker-registry on 127.0.0.1:<free port>, optionally with htpasswd basic auth."""
 
@@ -226,8 +261,12 @@ class Registry:
         with open(os.path.join(self.tmp, "registry.log"), "rb") as f:
             return f.read()[-2000:].decode(errors="replace")
 
-    def push(self, layout, name, tag="latest"):
+    def push(self, layout, name, tag="latest", fmt=None, all_platforms=False):
         cmd = [SKOPEO, "--insecure-policy", "copy", "-q", "--dest-tls-verify=false"]
+        if fmt:
+            cmd += ["--format", fmt]
+        if all_platforms:
+            cmd += ["--all"]
         if self.user:
             cmd += ["--dest-creds", "%s:%s" % (self.user, self.password)]
         cmd += ["oci:%s:latest" % layout, "docker://%s/%s:%s" % (self.host, name, tag)]
@@ -261,3 +300,92 @@ def store_layers(state_dir):
 def store_tmp(state_dir):
     d = os.path.join(state_dir, "images", "tmp")
     return os.listdir(d) if os.path.isdir(d) else []
+
+
+class TokenProxy:
+    """A registry front with the bearer-token flow (like Docker Hub's): /v2/ needs
+    'Authorization: Bearer <token>'; a 401 names the realm /token, which hands out a token for Basic
+    credentials (when user is set) or to anyone. Forwards to a plain docker-registry. Faults for
+    tests: delay_blobs (seconds before a blob), cut_blobs (how many blob replies to cut in half)."""
+
+    def __init__(self, upstream, user=None, password=None):
+        import base64
+        import secrets
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        self.upstream = upstream
+        self.port = free_port()
+        self.host = "127.0.0.1:%d" % self.port
+        self.token = secrets.token_hex(16)
+        self.delay_blobs = 0.0
+        self.cut_blobs = 0
+        self.token_requests = 0
+        self.blob_requests = 0
+        proxy = self
+        want_basic = ("Basic " + base64.b64encode(("%s:%s" % (user, password)).encode()).decode()
+                      if user else None)
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def reply(self, status, body=b"", headers=()):
+                self.send_response(status)
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def do_HEAD(self):
+                self.do_GET()
+
+            def do_GET(self):
+                if self.path.startswith("/token"):
+                    proxy.token_requests += 1
+                    if want_basic and self.headers.get("Authorization") != want_basic:
+                        return self.reply(401, b'{"errors":[{"code":"UNAUTHORIZED","message":"bad credentials for the token server"}]}')
+                    return self.reply(200, json.dumps({"token": proxy.token}).encode(),
+                                      [("Content-Type", "application/json")])
+                if self.headers.get("Authorization") != "Bearer " + proxy.token:
+                    repo = self.path[4:].rsplit("/manifests/", 1)[0].rsplit("/blobs/", 1)[0]
+                    ch = ('Bearer realm="http://%s/token",service="corral-test",'
+                          'scope="repository:%s:pull"' % (proxy.host, repo))
+                    return self.reply(401, b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}',
+                                      [("WWW-Authenticate", ch)])
+                c = http.client.HTTPConnection("127.0.0.1", int(proxy.upstream.split(":")[1]), timeout=30)
+                hdrs = {k: v for k, v in self.headers.items() if k.lower() in ("accept", "range")}
+                c.request(self.command, self.path, headers=hdrs)
+                r = c.getresponse()
+                body = r.read()
+                c.close()
+                keep = [(k, v) for k, v in r.getheaders()
+                        if k.lower() in ("content-type", "docker-content-digest", "location")]
+                if "/blobs/" in self.path and self.command == "GET" and r.status == 200:
+                    proxy.blob_requests += 1
+                    if proxy.delay_blobs:
+                        time.sleep(proxy.delay_blobs)
+                    if proxy.cut_blobs > 0:
+                        proxy.cut_blobs -= 1
+                        self.send_response(200)
+                        for k, v in keep:
+                            self.send_header(k, v)
+                        self.send_header("Content-Length", str(len(body)))
+                        self.end_headers()
+                        self.wfile.write(body[: len(body) // 2])
+                        self.wfile.flush()
+                        self.close_connection = True
+                        return
+                self.reply(r.status, body, keep)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), H)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()

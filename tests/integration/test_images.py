@@ -4,8 +4,11 @@ docker-registry on loopback (plain and with htpasswd basic auth), and created as
 a real corrald: layers, whiteouts, opaque dirs, links, setuid, owners as seen inside, Env,
 WorkingDir, User, pull policies, shared pulls, typed pull errors, a SWE-bench-shaped task."""
 
+import base64
+import json
 import os
 import sys
+import time
 import tempfile
 import threading
 import unittest
@@ -24,22 +27,36 @@ class Images(CorralTestCase):
     def setUpClass(cls):
         cls.reg = oci.Registry()
         cls.authreg = oci.Registry(user="alice", password="s3cret-pw")
-        cls.corrald_kwargs = {"extra_args": ["--insecure-registry", cls.reg.host,
-                                             "--insecure-registry", cls.authreg.host]}
+        # Bearer flow: a token server needing credentials, and one handing tokens to anyone
+        # (Docker Hub's anonymous pulls), both in front of cls.reg.
+        cls.tokreg = oci.TokenProxy(cls.reg.host, user="bob", password="t0ken-pw")
+        cls.anonreg = oci.TokenProxy(cls.reg.host)
+        cls.authfile = os.path.join(tempfile.mkdtemp(prefix="corral-auth-"), "config.json")
+        with open(cls.authfile, "w") as f:
+            json.dump({"auths": {cls.authreg.host: {"auth": base64.b64encode(
+                b"alice:s3cret-pw").decode()}}}, f)
+        cls.corrald_kwargs = {"extra_args": [
+            "--insecure-registry", cls.reg.host, "--insecure-registry", cls.authreg.host,
+            "--insecure-registry", cls.tokreg.host, "--insecure-registry", cls.anonreg.host]}
         cls.tmp = tempfile.mkdtemp(prefix="corral-images-")
         cls.base = oci.base_layer()
         try:
             super().setUpClass()
         except Exception:
-            cls.reg.stop()
-            cls.authreg.stop()
+            cls.stop_registries()
             raise
+
+    @classmethod
+    def stop_registries(cls):
+        cls.tokreg.stop()
+        cls.anonreg.stop()
+        cls.reg.stop()
+        cls.authreg.stop()
 
     @classmethod
     def tearDownClass(cls):
         super().tearDownClass()
-        cls.reg.stop()
-        cls.authreg.stop()
+        cls.stop_registries()
         oci.shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def layout(self, name, layers, config=None, compression="gzip"):
@@ -195,6 +212,99 @@ class Images(CorralTestCase):
         self.assertEqual(r.status, 502, r)
         self.assertEqual(r.json()["code"], PULL_FAILED)
         self.assertIn("unreachable", r.json()["message"])
+
+    def test_bearer_token_flow(self):
+        d, _ = self.layout("bearer", [self.base, oci.layer_tar([F("b", "bearer")])])
+        self.reg.push(d, "t/bearer")
+        ref = "%s/t/bearer:latest" % self.tokreg.host
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 422, r)
+        self.assertIn("unauthorized", r.json()["message"])
+        self.assertIn("bad credentials for the token server", r.json()["message"],
+                      "the token server's own words")
+        before = self.tokreg.token_requests
+        sid = self.create(image={"uri": ref, "auth": {"username": "bob", "password": "t0ken-pw"}})["id"]
+        self.assertEqual(self.sh(sid, "cat /b"), "bearer")
+        self.assertEqual(self.tokreg.token_requests - before, 1, "one token for the whole pull")
+        # anonymous tokens (Docker Hub style)
+        sid = self.create_image("%s/t/bearer:latest" % self.anonreg.host)["id"]
+        self.assertEqual(self.sh(sid, "cat /b"), "bearer")
+
+    def test_registry_auth_file(self):
+        d, _ = self.layout("authfile", [self.base, oci.layer_tar([F("f", "from-file")])])
+        ref = self.authreg.push(d, "t/authfile")
+        c = Corrald(extra_args=["--insecure-registry", self.authreg.host,
+                                "--registry-auth", self.authfile]).start()
+        try:
+            cl = c.client(timeout=120)
+            r = cl.create_sandbox_raw(image={"uri": ref})
+            self.assertEqual(r.status, 202, "%r\n%s" % (r, c.log_tail(10)))
+            res = cl.run(r.json()["id"], "cat /f")
+            self.assertEqual(res.stdout, "from-file")
+            cl.delete_sandbox(r.json()["id"])
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
+    def test_pending_image_pulling_while_pull_runs(self):
+        d, _ = self.layout("slow", [self.base, oci.layer_tar([F("s", "slow")])])
+        self.reg.push(d, "t/slow")
+        ref = "%s/t/slow:latest" % self.anonreg.host
+        self.anonreg.delay_blobs = 1.5
+        self.addCleanup(setattr, self.anonreg, "delay_blobs", 0.0)
+        out = []
+        t = threading.Thread(target=lambda: out.append(
+            self.corrald.client(timeout=120).create_sandbox_raw(image={"uri": ref})))
+        t.start()
+        seen = None
+        deadline = time.monotonic() + 30
+        while t.is_alive() and time.monotonic() < deadline and not seen:
+            for sb in self.client.get("/v1/sandboxes?state=Pending").json()["items"]:
+                if sb["status"].get("reason") == "ImagePulling":
+                    seen = sb
+            time.sleep(0.05)
+        t.join()
+        self.assertEqual(out[0].status, 202, out[0])
+        self.addCleanup(self._cleanup_sandbox, out[0].json()["id"])
+        self.assertIsNotNone(seen, "the sandbox was Pending/ImagePulling during the pull")
+        self.assertIn("t/slow", seen["status"].get("message", ""))
+
+    def test_registry_dying_mid_blob(self):
+        d, _ = self.layout("cut", [self.base, oci.layer_tar([F("c", "x" * 100000)])])
+        self.reg.push(d, "t/cut")
+        ref = "%s/t/cut:latest" % self.anonreg.host
+        # Every reply cut in half: the pull gives up with a typed error, nothing half-made kept.
+        self.anonreg.cut_blobs = 1000
+        self.addCleanup(setattr, self.anonreg, "cut_blobs", 0)
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 502, r)
+        self.assertEqual(r.json()["code"], PULL_FAILED)
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [])
+        # One cut reply: retried from the start, and the pull succeeds.
+        self.anonreg.cut_blobs = 1
+        sid = self.create_image(ref)["id"]
+        self.assertEqual(self.sh(sid, "wc -c < /c"), "100000")
+
+    def test_docker_schema2_plain_layers_and_platform_index(self):
+        d, _ = self.layout("v2s2", [self.base, (oci.layer_tar([F("v", "docker")]), "none")])
+        # skopeo converts to a Docker schema 2 manifest (gzip layers) on push
+        ref = self.reg.push(d, "t/v2s2", fmt="v2s2")
+        sid = self.create_image(ref)["id"]
+        self.assertEqual(self.sh(sid, "cat /v"), "docker")
+        # an index with linux/arm64 and linux/amd64 picks amd64; one with arm64 only is refused
+        d2 = os.path.join(self.tmp, "multi-arch")
+        oci.write_index_layout(d2, [("arm64", [self.base, oci.layer_tar([F("arch", "arm64")])]),
+                                    ("amd64", [self.base, oci.layer_tar([F("arch", "amd64")])])])
+        ref = self.reg.push(d2, "t/multiarch", all_platforms=True)
+        sid = self.create_image(ref)["id"]
+        self.assertEqual(self.sh(sid, "cat /arch"), "amd64")
+        d3 = os.path.join(self.tmp, "arm-only")
+        oci.write_index_layout(d3, [("arm64", [self.base])])
+        ref = self.reg.push(d3, "t/armonly", all_platforms=True)
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 422, r)
+        self.assertIn("no matching platform", r.json()["message"])
+        self.assertIn("linux/arm64", r.json()["message"])
 
     def test_swebench_shaped_task(self):
         py = oci.base_layer(python=True)
