@@ -162,6 +162,8 @@ int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg);
 /* Whether a create of sb must pull first: policy Always, or IfNotPresent and not in the store (a
  * stat; fine on the loop). Never: no pull (image_fill_spec() fails when it is missing). */
 bool image_needs_pull(const struct sandbox *sb);
+/* Shutdown: kill running pulls; their creates fail with 503 SANDBOX::SHUTTING_DOWN. */
+void image_pulls_cancel(void);
 /* In a worker: the image's layers, env, workdir and user into spec (memory of the worker). */
 int image_fill_spec(const struct corrald *d, const struct sandbox *sb, struct sandbox_spec *spec,
 		    char *msg, size_t msglen);

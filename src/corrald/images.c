@@ -137,6 +137,7 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 static void pull_job_free(struct pull_job *j)
 {
 	worker_clear(&j->w);
+	explicit_bzero(j->key, sizeof(j->key));
 	free(j->user);
 	if (j->pass)
 		explicit_bzero(j->pass, strlen(j->pass));
@@ -152,7 +153,9 @@ static void on_pull_done(struct worker *w, const struct worker_result *res, void
 			*p = j->next;
 			break;
 		}
-	if (res->rc < 0)
+	if (res->rc == -ECANCELED)
+		log_info("pull %s: cancelled (shutting down)", j->ref.name);
+	else if (res->rc < 0)
 		log_warn("pull %s: %s", j->ref.name, res->msg);
 	else
 		log_info("pulled %s in %lld ms", j->ref.name,
@@ -177,11 +180,15 @@ int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
 	struct image_platform pl;
 	platform_of(sb, &pl);
 	char key[1400];
-	snprintf(key, sizeof(key), "%s\n%s/%s\n%s", ref.name, pl.os, pl.arch,
-		 sb->auth_user ? sb->auth_user : "");
+	/* Same credentials only: a create with a wrong password must not ride on a good pull (nor
+	 * a good one fail with a bad one's). The key stays in memory, like image.auth. */
+	snprintf(key, sizeof(key), "%s\n%s/%s\n%s\n%s", ref.name, pl.os, pl.arch,
+		 sb->auth_user ? sb->auth_user : "", sb->auth_pass ? sb->auth_pass : "");
 	struct pull_waiter *wt = calloc(1, sizeof(*wt));
-	if (!wt)
+	if (!wt) {
+		explicit_bzero(key, sizeof(key));
 		return -ENOMEM;
+	}
 	wt->done = done;
 	wt->arg = arg;
 	for (struct pull_job *j = jobs; j; j = j->next)
@@ -189,6 +196,7 @@ int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
 			wt->next = j->waiters;
 			j->waiters = wt;
 			log_info("sandbox %s: waiting for the running pull of %s", sb->id, ref.name);
+			explicit_bzero(key, sizeof(key));
 			return 0;
 		}
 	struct pull_job *j = calloc(1, sizeof(*j));
@@ -197,6 +205,7 @@ int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
 		return -ENOMEM;
 	}
 	snprintf(j->key, sizeof(j->key), "%s", key);
+	explicit_bzero(key, sizeof(key));
 	j->ref = ref;
 	j->w = (struct worker)WORKER_INIT;
 	j->w.fn = pull_in_worker;
@@ -227,6 +236,16 @@ int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
 	jobs = j;
 	log_info("sandbox %s: pulling %s", sb->id, ref.name);
 	return 0;
+}
+
+void image_pulls_cancel(void)
+{
+	struct pull_job *next;
+	for (struct pull_job *j = jobs; j; j = next) {
+		next = j->next; /* worker_kill() -> on_pull_done() frees j */
+		if (worker_running(&j->w))
+			worker_kill(&j->w);
+	}
 }
 
 bool image_needs_pull(const struct sandbox *sb)

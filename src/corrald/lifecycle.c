@@ -314,6 +314,12 @@ static void on_image_pulled(int rc, const char *msg, void *arg)
 {
 	struct create_ctx *c = arg;
 	struct sandbox *sb = c->sb;
+	if (rc == -ECANCELED) {
+		create_fail(c, 503, "SANDBOX::SHUTTING_DOWN",
+			    "corrald is shutting down: the pull of %s was stopped; retry once it has restarted",
+			    sb->rootfs);
+		return;
+	}
 	if (rc < 0) {
 		create_fail(c, pull_status(rc), "SANDBOX::IMAGE_PULL_FAILED", "pull %s: %s",
 			    sb->rootfs, msg);

@@ -177,6 +177,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		d->bound = NULL;
 	}
 	admission_shutdown(d);
+	image_pulls_cancel();
 	shutdown_ev = evtimer_new(d->base, on_shutdown_tick, d);
 	on_shutdown_tick(-1, 0, d);
 }

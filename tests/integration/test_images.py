@@ -306,6 +306,58 @@ class Images(CorralTestCase):
         self.assertIn("no matching platform", r.json()["message"])
         self.assertIn("linux/arm64", r.json()["message"])
 
+    def test_corrald_stopped_and_killed_mid_pull(self):
+        d, _ = self.layout("midpull", [self.base, oci.layer_tar([F("m", "mid")])])
+        self.reg.push(d, "t/midpull")
+        ref = "%s/t/midpull:latest" % self.anonreg.host
+        c = Corrald(extra_args=["--insecure-registry", self.anonreg.host])
+        c.start()
+        try:
+            self.anonreg.delay_blobs = 2.0
+            self.addCleanup(setattr, self.anonreg, "delay_blobs", 0.0)
+            out = []
+
+            def create():
+                cl = c.client(timeout=60)
+                try:
+                    out.append(cl.create_sandbox_raw(image={"uri": ref}))
+                except OSError as e:  # corrald killed under the request
+                    out.append(e)
+                finally:
+                    cl.close()
+            t = threading.Thread(target=create)
+            t.start()
+            while "pulling %s" % ref not in c.log_tail(50):
+                time.sleep(0.05)
+            # SIGTERM: the pull is stopped and the create answered, not left hanging
+            c.stop()
+            t.join(30)
+            self.assertFalse(t.is_alive())
+            self.assertEqual(out[0].status, 503, out[0])
+            self.assertEqual(out[0].json()["code"], "SANDBOX::SHUTTING_DOWN")
+            # kill -9 mid-pull: leftovers in tmp/ are removed at the next start
+            c.start()
+            t = threading.Thread(target=create)
+            t.start()
+            while c.log_tail(200).count("pulling %s" % ref) < 2:
+                time.sleep(0.05)
+            time.sleep(0.5)
+            c.kill9()
+            t.join(30)
+            junk = os.path.join(c.state_dir, "images", "tmp", "leftover-of-a-crash")
+            os.makedirs(junk)
+            self.anonreg.delay_blobs = 0.0
+            c.start()
+            self.assertFalse(os.path.exists(junk), "tmp/ emptied at start")
+            cl = c.client(timeout=60)
+            r = cl.create_sandbox_raw(image={"uri": ref})
+            self.assertEqual(r.status, 202, "%r\n%s" % (r, c.log_tail(20)))
+            self.assertEqual(cl.run(r.json()["id"], "cat /m").stdout, "mid")
+            cl.delete_sandbox(r.json()["id"])
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
     def test_swebench_shaped_task(self):
         py = oci.base_layer(python=True)
         pkg = oci.layer_tar([
