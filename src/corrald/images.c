@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "corrald/corrald.h"
@@ -87,8 +88,16 @@ int image_resolve(const struct corrald *d, const char *uri, char *rootfs, size_t
 struct pull_waiter {
 	image_pull_done_fn done;
 	void *arg;
+	struct sandbox *sb; /* reference: its ImagePulling message shows the progress */
 	struct pull_waiter *next;
 };
+
+/* Written by the pull worker, read by corrald: a page both share (MAP_SHARED before the fork). */
+struct pull_progress {
+	volatile uint64_t done, total;
+};
+
+#define PROGRESS_INTERVAL_MS 500
 
 struct pull_job {
 	struct pull_job *next;
@@ -99,6 +108,8 @@ struct pull_job {
 	char *user, *pass;
 	struct pull_waiter *waiters;
 	int64_t start_mono_ms;
+	struct pull_progress *progress; /* shared mapping, or NULL */
+	struct event *progress_ev;
 };
 
 static struct pull_job *jobs;
@@ -137,6 +148,10 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 static void pull_job_free(struct pull_job *j)
 {
 	worker_clear(&j->w);
+	if (j->progress_ev)
+		event_free(j->progress_ev);
+	if (j->progress)
+		munmap(j->progress, sizeof(*j->progress));
 	explicit_bzero(j->key, sizeof(j->key));
 	free(j->user);
 	if (j->pass)
@@ -164,10 +179,29 @@ static void on_pull_done(struct worker *w, const struct worker_result *res, void
 	while (wt) {
 		struct pull_waiter *next = wt->next;
 		wt->done(res->rc, res->msg, wt->arg);
+		sandbox_unref(wt->sb);
 		free(wt);
 		wt = next;
 	}
 	pull_job_free(j);
+}
+
+/* "pulling NAME: 12.3 of 45.6 MB" on every waiting sandbox still Pending/ImagePulling. */
+static void on_progress(evutil_socket_t fd, short what, void *arg)
+{
+	struct pull_job *j = arg;
+	uint64_t done = j->progress->done, total = j->progress->total;
+	if (!total)
+		return;
+	for (struct pull_waiter *wt = j->waiters; wt; wt = wt->next) {
+		struct sandbox *sb = wt->sb;
+		if (sb->state != SB_PENDING || !sb->reason || strcmp(sb->reason, "ImagePulling"))
+			continue;
+		free(sb->message); /* not a transition: lastTransitionAt stays */
+		if (asprintf(&sb->message, "pulling %s: %.1f of %.1f MB", j->ref.name, done / 1e6,
+			     total / 1e6) < 0)
+			sb->message = NULL;
+	}
 }
 
 int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
@@ -189,9 +223,11 @@ int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
 		explicit_bzero(key, sizeof(key));
 		return -ENOMEM;
 	}
+	struct pull_job *j = NULL;
 	wt->done = done;
 	wt->arg = arg;
-	for (struct pull_job *j = jobs; j; j = j->next)
+	wt->sb = sandbox_ref(sb);
+	for (j = jobs; j; j = j->next)
 		if (strcmp(j->key, key) == 0) {
 			wt->next = j->waiters;
 			j->waiters = wt;
@@ -199,8 +235,9 @@ int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
 			explicit_bzero(key, sizeof(key));
 			return 0;
 		}
-	struct pull_job *j = calloc(1, sizeof(*j));
+	j = calloc(1, sizeof(*j));
 	if (!j) {
+		sandbox_unref(wt->sb);
 		free(wt);
 		return -ENOMEM;
 	}
@@ -218,9 +255,22 @@ int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
 	j->opts.timeout_s = d->pull_timeout_s;
 	if (sb->auth_user && (!(j->user = strdup(sb->auth_user)) ||
 			      !(j->pass = strdup(sb->auth_pass ? sb->auth_pass : "")))) {
+		sandbox_unref(wt->sb);
 		free(wt);
 		pull_job_free(j);
 		return -ENOMEM;
+	}
+	/* Progress is best effort: without the mapping the message just names the image. */
+	void *m = mmap(NULL, sizeof(*j->progress), PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (m != MAP_FAILED) {
+		j->progress = m;
+		j->opts.progress_done = &j->progress->done;
+		j->opts.progress_total = &j->progress->total;
+		j->progress_ev = event_new(d->base, -1, EV_PERSIST, on_progress, j);
+		struct timeval tv = {0, PROGRESS_INTERVAL_MS * 1000};
+		if (j->progress_ev)
+			event_add(j->progress_ev, &tv);
 	}
 	j->opts.username = j->user;
 	j->opts.password = j->pass;
@@ -228,6 +278,7 @@ int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
 	j->start_mono_ms = time_mono_ms();
 	int r = worker_start(&j->w, d->base);
 	if (r < 0) {
+		sandbox_unref(wt->sb);
 		free(wt);
 		pull_job_free(j);
 		return r;

@@ -23,6 +23,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "shared/error.h"
 
@@ -65,6 +66,10 @@ struct image_pull_opts {
 	const char *auth_file;            /* ~/.docker/config.json format (--registry-auth), or NULL */
 	const char *const *insecure;      /* NULL-terminated registries reachable over plain HTTP */
 	long timeout_s;                   /* for the whole pull; 0 = none */
+	/* Optional: bytes of blobs downloaded so far and to download in all (the layers not yet in
+	 * the store, and the config), updated as the pull goes; may live in memory shared with the
+	 * process that watches the pull. */
+	volatile uint64_t *progress_done, *progress_total;
 };
 
 /*

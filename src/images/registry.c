@@ -35,11 +35,14 @@ struct registry {
 
 /* Where a response body goes: memory (bounded) or a file (bounded, hashed as it is written). */
 struct sink {
-	char *buf;
-	size_t len, max;
+	char *buf;   /* memory body (manifests, tokens, error replies) */
+	size_t blen;
+	size_t len, max; /* file sinks: bytes written; the most either may hold */
+	long status; /* of the reply being received (after any redirect) */
 	int fd;
 	EVP_MD_CTX *md;
 	int err; /* negative errno of the write side: -EFBIG past max, -ENOSPC... */
+	volatile uint64_t *progress; /* file sinks: bytes written, across the whole pull */
 	/* headers of the last response */
 	char auth[1024];
 	char type[128];
@@ -55,15 +58,18 @@ void registry_sha256(const void *data, size_t len, char ret[72])
 		sprintf(ret + 7 + 2 * i, "%02x", d[i]);
 }
 
+/* Memory kept of a non-200 reply to a blob request (its error message). */
+#define ERROR_BODY_MAX 65536
+
 static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
 	struct sink *s = arg;
 	size_t len = size * n;
-	if (s->len + len > s->max) {
-		s->err = -EFBIG;
-		return 0;
-	}
-	if (s->fd >= 0) {
+	if (s->fd >= 0 && s->status == 200) {
+		if (s->len + len > s->max) {
+			s->err = -EFBIG;
+			return 0;
+		}
 		size_t off = 0;
 		while (off < len) {
 			ssize_t w = write(s->fd, p + off, len - off);
@@ -76,17 +82,28 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 			off += (size_t)w;
 		}
 		EVP_DigestUpdate(s->md, p, len);
-	} else {
-		char *b = realloc(s->buf, s->len + len + 1);
-		if (!b) {
-			s->err = -ENOMEM;
-			return 0;
-		}
-		s->buf = b;
-		memcpy(b + s->len, p, len);
-		b[s->len + len] = '\0';
+		if (s->progress)
+			*s->progress += len;
+		s->len += len;
+		return len;
 	}
-	s->len += len;
+	/* A manifest, a token, or the error body of any reply. */
+	size_t max = s->fd >= 0 ? ERROR_BODY_MAX : s->max;
+	if (s->blen + len > max) {
+		if (s->fd >= 0)
+			return len; /* an error body: its start is enough */
+		s->err = -EFBIG;
+		return 0;
+	}
+	char *b = realloc(s->buf, s->blen + len + 1);
+	if (!b) {
+		s->err = -ENOMEM;
+		return 0;
+	}
+	s->buf = b;
+	memcpy(b + s->blen, p, len);
+	s->blen += len;
+	b[s->blen] = '\0';
 	return len;
 }
 
@@ -110,6 +127,11 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 	size_t len = size * n;
 	if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) { /* a new response (after a redirect) */
 		s->auth[0] = s->type[0] = '\0';
+		const char *sp = memchr(p, ' ', len);
+		s->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+		free(s->buf);
+		s->buf = NULL;
+		s->blen = 0;
 	} else if (len > 17 && strncasecmp(p, "www-authenticate:", 17) == 0) {
 		header_value(p, len, s->auth, sizeof(s->auth));
 	} else if (len > 13 && strncasecmp(p, "content-type:", 13) == 0) {
@@ -125,17 +147,17 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 static void registry_message(const struct sink *s, char *out, size_t len)
 {
 	out[0] = '\0';
-	if (s->fd >= 0 || !s->buf)
+	if (!s->buf)
 		return;
-	json_t *j = json_loadb(s->buf, s->len, 0, NULL);
+	json_t *j = json_loadb(s->buf, s->blen, 0, NULL);
 	json_t *e = json_array_get(json_object_get(j, "errors"), 0);
 	const char *code = json_string_value(json_object_get(e, "code"));
 	const char *msg = json_string_value(json_object_get(e, "message"));
 	if (code || msg)
 		snprintf(out, len, "%s%s%s", code ? code : "", code && msg ? ": " : "",
 			 msg ? msg : "");
-	else if (s->len && s->len < 200 && !j)
-		snprintf(out, len, "%.*s", (int)s->len, s->buf);
+	else if (s->blen && s->blen < 200 && !j)
+		snprintf(out, len, "%.*s", (int)s->blen, s->buf);
 	for (char *p = out; *p; p++)
 		if (!isprint((unsigned char)*p))
 			*p = ' ';
@@ -144,9 +166,13 @@ static void registry_message(const struct sink *s, char *out, size_t len)
 
 static void sink_reset(struct sink *s)
 {
+	if (s->progress && s->fd >= 0) /* a retry starts the blob over */
+		*s->progress -= s->len;
 	free(s->buf);
 	s->buf = NULL;
+	s->blen = 0;
 	s->len = 0;
+	s->status = 0;
 	s->err = 0;
 	s->auth[0] = s->type[0] = '\0';
 	if (s->fd >= 0) {
@@ -294,7 +320,7 @@ static int fetch_token(struct registry *r, const char *challenge, struct error *
 				 st == 401 || st == 403 ? "unauthorized: " : "", r->ref->registry, st,
 				 m[0] ? ": " : "", m);
 	}
-	json_t *j = json_loadb(s.buf ? s.buf : "", s.len, 0, NULL);
+	json_t *j = json_loadb(s.buf ? s.buf : "", s.blen, 0, NULL);
 	free(s.buf);
 	const char *tok = json_string_value(json_object_get(j, "token"));
 	if (!tok)
@@ -381,7 +407,7 @@ int registry_get_manifest(struct registry *r, const char *reference, char **ret_
 		return k;
 	}
 	*ret_body = s.buf ? s.buf : strdup("");
-	*ret_len = s.len;
+	*ret_len = s.blen;
 	snprintf(ret_type, type_len, "%s", s.type);
 	return *ret_body ? 0 : error_set(err, ENOMEM, "manifest");
 }
@@ -394,7 +420,8 @@ int registry_get_blob(struct registry *r, const char *digest, uint64_t size, con
 	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return error_set_errno(err, errno, "create '%s'", path);
-	struct sink s = {.max = size, .fd = fd, .md = EVP_MD_CTX_new()};
+	struct sink s = {.max = size, .fd = fd, .md = EVP_MD_CTX_new(),
+			 .progress = r->o->progress_done};
 	int st = -EAGAIN;
 	if (!s.md) {
 		st = error_set(err, ENOMEM, "digest context");

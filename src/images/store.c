@@ -303,6 +303,17 @@ int image_pull(const struct image_pull_opts *o, const struct image_ref *ref, str
 			goto out;
 		}
 	}
+	if (o->progress_total) { /* what is left to download: the config and missing layers */
+		char lp[PATH_MAX];
+		uint64_t total = (uint64_t)cs;
+		json_array_foreach(layers, i, l) {
+			path_in(lp, sizeof(lp), o->store, "layers/%s",
+				json_string_value(json_object_get(l, "digest")) + 7);
+			if (access(lp, F_OK) < 0)
+				total += (uint64_t)json_integer_value(json_object_get(l, "size"));
+		}
+		*o->progress_total = total;
+	}
 	if ((r = fetch_config(&p, cd, (uint64_t)cs, &cfg_body, err)) < 0)
 		goto out;
 	json_error_t je;

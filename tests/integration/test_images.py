@@ -250,24 +250,27 @@ class Images(CorralTestCase):
         d, _ = self.layout("slow", [self.base, oci.layer_tar([F("s", "slow")])])
         self.reg.push(d, "t/slow")
         ref = "%s/t/slow:latest" % self.anonreg.host
-        self.anonreg.delay_blobs = 1.5
+        self.anonreg.delay_blobs = 1.0
         self.addCleanup(setattr, self.anonreg, "delay_blobs", 0.0)
         out = []
         t = threading.Thread(target=lambda: out.append(
             self.corrald.client(timeout=120).create_sandbox_raw(image={"uri": ref})))
         t.start()
         seen = None
+        messages = set()
         deadline = time.monotonic() + 30
-        while t.is_alive() and time.monotonic() < deadline and not seen:
+        while t.is_alive() and time.monotonic() < deadline:
             for sb in self.client.get("/v1/sandboxes?state=Pending").json()["items"]:
                 if sb["status"].get("reason") == "ImagePulling":
                     seen = sb
+                    messages.add(sb["status"].get("message", ""))
             time.sleep(0.05)
         t.join()
         self.assertEqual(out[0].status, 202, out[0])
         self.addCleanup(self._cleanup_sandbox, out[0].json()["id"])
         self.assertIsNotNone(seen, "the sandbox was Pending/ImagePulling during the pull")
         self.assertIn("t/slow", seen["status"].get("message", ""))
+        self.assertTrue(any(" MB" in m for m in messages), "progress in MB: %r" % messages)
 
     def test_registry_dying_mid_blob(self):
         d, _ = self.layout("cut", [self.base, oci.layer_tar([F("c", "x" * 100000)])])
