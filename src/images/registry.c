@@ -82,8 +82,8 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 			off += (size_t)w;
 		}
 		EVP_DigestUpdate(s->md, p, len);
-		if (s->progress)
-			*s->progress += len;
+		if (s->progress) /* layers download in parallel processes */
+			__atomic_add_fetch(s->progress, len, __ATOMIC_RELAXED);
 		s->len += len;
 		return len;
 	}
@@ -167,7 +167,7 @@ static void registry_message(const struct sink *s, char *out, size_t len)
 static void sink_reset(struct sink *s)
 {
 	if (s->progress && s->fd >= 0) /* a retry starts the blob over */
-		*s->progress -= s->len;
+		__atomic_sub_fetch(s->progress, s->len, __ATOMIC_RELAXED);
 	free(s->buf);
 	s->buf = NULL;
 	s->blen = 0;
@@ -547,6 +547,12 @@ int registry_open(const struct image_pull_opts *o, const struct image_ref *ref,
 		r->deadline_mono_ms = time_mono_ms() + o->timeout_s * 1000;
 	*ret = r;
 	return 0;
+}
+
+int registry_after_fork(struct registry *r)
+{
+	r->h = curl_easy_init(); /* the old one: left alone, its sockets are the parent's */
+	return r->h ? 0 : -ENOMEM;
 }
 
 void registry_close(struct registry *r)

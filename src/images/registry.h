@@ -15,6 +15,9 @@ struct registry;
 int registry_open(const struct image_pull_opts *o, const struct image_ref *ref,
 		  struct registry **ret, struct error *err);
 void registry_close(struct registry *r);
+/* In a child forked while r was open: a fresh curl handle, so the parent's cached connections
+ * (shared sockets) are never used by two processes. The inherited handle is dropped unused. */
+int registry_after_fork(struct registry *r);
 
 /* GET /v2/<repo>/manifests/<reference> accepting the four manifest types: the body (malloc'd,
  * NUL-terminated, at most REGISTRY_MANIFEST_MAX) and its Content-Type. */

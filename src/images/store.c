@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "images/registry.h"
@@ -258,6 +259,101 @@ static int fetch_layer(struct pull *p, const char *digest, uint64_t size, struct
 	return r;
 }
 
+/* A layer fetched in a child: its result comes back over fd as a struct error. */
+static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t size, int fd)
+{
+	struct error e = {0};
+	int r = registry_after_fork(p->reg);
+	if (r < 0)
+		error_set(&e, -r, "registry client");
+	else
+		r = fetch_layer(p, digest, size, &e);
+	e.code = r;
+	ssize_t _unused_ w = write(fd, &e, sizeof(e));
+	_exit(r < 0 ? 1 : 0);
+}
+
+/*
+ * Every layer not yet in the store, up to PULL_PARALLEL at once, each in a child process (the
+ * pull runs single-threaded in a corrald worker; each child has its own connection). After a
+ * failure no new layer starts, the running ones finish (what they unpack is verified and valid),
+ * and the first error is reported.
+ */
+#define PULL_PARALLEL 3
+static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
+{
+	struct {
+		pid_t pid;
+		int fd;
+	} run[PULL_PARALLEL];
+	size_t n = json_array_size(layers), next = 0, running = 0;
+	int first = 0;
+	for (size_t k = 0; k < PULL_PARALLEL; k++)
+		run[k].pid = -1;
+	while (next < n || running) {
+		while (next < n && running < PULL_PARALLEL && first == 0) {
+			json_t *l = json_array_get(layers, next++);
+			const char *d = json_string_value(json_object_get(l, "digest"));
+			uint64_t size = (uint64_t)json_integer_value(json_object_get(l, "size"));
+			char lp[PATH_MAX];
+			path_in(lp, sizeof(lp), p->o->store, "layers/%s", d + 7);
+			if (access(lp, F_OK) == 0)
+				continue;
+			int fds[2];
+			if (pipe2(fds, O_CLOEXEC) < 0) {
+				first = error_set_errno(err, errno, "pipe");
+				break;
+			}
+			pid_t pid = fork();
+			if (pid == 0) {
+				close(fds[0]);
+				layer_child(p, d, size, fds[1]);
+			}
+			close(fds[1]);
+			if (pid < 0) {
+				close(fds[0]);
+				first = error_set_errno(err, errno, "fork");
+				break;
+			}
+			for (size_t k = 0; k < PULL_PARALLEL; k++)
+				if (run[k].pid < 0) {
+					run[k].pid = pid;
+					run[k].fd = fds[0];
+					break;
+				}
+			running++;
+		}
+		if (!running)
+			break;
+		int status;
+		pid_t pid = RETRY_EINTR(waitpid(-1, &status, 0));
+		if (pid < 0) {
+			first = first ? first : error_set_errno(err, errno, "waitpid");
+			break;
+		}
+		for (size_t k = 0; k < PULL_PARALLEL; k++) {
+			if (run[k].pid != pid)
+				continue;
+			struct error e = {0};
+			ssize_t got = read(run[k].fd, &e, sizeof(e));
+			close(run[k].fd);
+			run[k].pid = -1;
+			running--;
+			if (first == 0 && (got != (ssize_t)sizeof(e) || e.code < 0)) {
+				if (got == (ssize_t)sizeof(e)) {
+					e.msg[sizeof(e.msg) - 1] = '\0';
+					first = error_set(err, -e.code, "%s", e.msg);
+				} else {
+					first = error_set(err, EIO,
+							  "layer download process died (status 0x%x)",
+							  status);
+				}
+			}
+		}
+	}
+	return first;
+}
+
 static json_t *json_strv_or_empty(json_t *a)
 {
 	json_t *out = json_array(), *x;
@@ -323,12 +419,8 @@ int image_pull(const struct image_pull_opts *o, const struct image_ref *ref, str
 			      je.text);
 		goto out;
 	}
-	json_array_foreach(layers, i, l) {
-		const char *d = json_string_value(json_object_get(l, "digest"));
-		json_int_t s = json_integer_value(json_object_get(l, "size"));
-		if ((r = fetch_layer(&p, d, (uint64_t)s, err)) < 0)
-			goto out;
-	}
+	if ((r = fetch_layers(&p, layers, err)) < 0)
+		goto out;
 
 	json_t *cc = json_object_get(cfg, "config");
 	json_t *hexes = json_array();
