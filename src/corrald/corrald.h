@@ -162,6 +162,16 @@ int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg);
 /* Whether a create of sb must pull first: policy Always, or IfNotPresent and not in the store (a
  * stat; fine on the loop). Never: no pull (image_fill_spec() fails when it is missing). */
 bool image_needs_pull(const struct sandbox *sb);
+/* POST /v1/images: pull uri (a registry reference) now, sharing a running pull of it. */
+int image_pull_ahead(struct corrald *d, const char *uri, json_t *platform, const char *user,
+		     const char *pass, image_pull_done_fn done, void *arg, char *msg,
+		     size_t msglen);
+/* The HTTP status of a failed pull (-errno of image_pull()). */
+int image_pull_http_status(int rc);
+/* GET /v1/images: the images in the store (reads their small records). */
+json_t *image_list_json(const struct corrald *d);
+/* DELETE /v1/images?ref=: forget the image (its records); its layers stay until a GC exists. */
+int image_forget(const struct corrald *d, const char *uri, char *msg, size_t msglen);
 /* Shutdown: kill running pulls; their creates fail with 503 SANDBOX::SHUTTING_DOWN. */
 void image_pulls_cancel(void);
 /* In a worker: the image's layers, env, workdir and user into spec (memory of the worker). */

@@ -114,11 +114,11 @@ struct pull_job {
 
 static struct pull_job *jobs;
 
-static void platform_of(const struct sandbox *sb, struct image_platform *p)
+static void platform_of(json_t *platform, struct image_platform *p)
 {
 	memset(p, 0, sizeof(*p));
-	const char *os = json_string_value(json_object_get(sb->platform, "os"));
-	const char *arch = json_string_value(json_object_get(sb->platform, "arch"));
+	const char *os = json_string_value(json_object_get(platform, "os"));
+	const char *arch = json_string_value(json_object_get(platform, "arch"));
 	snprintf(p->os, sizeof(p->os), "%s", os ? os : "");
 	snprintf(p->arch, sizeof(p->arch), "%s", arch ? arch : "");
 }
@@ -143,6 +143,13 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-res->rc));
 		hide_store_path(res->msg, j->opts.store);
 	}
+}
+
+static void waiter_free(struct pull_waiter *wt)
+{
+	if (wt->sb)
+		sandbox_unref(wt->sb);
+	free(wt);
 }
 
 static void pull_job_free(struct pull_job *j)
@@ -179,8 +186,7 @@ static void on_pull_done(struct worker *w, const struct worker_result *res, void
 	while (wt) {
 		struct pull_waiter *next = wt->next;
 		wt->done(res->rc, res->msg, wt->arg);
-		sandbox_unref(wt->sb);
-		free(wt);
+		waiter_free(wt);
 		wt = next;
 	}
 	pull_job_free(j);
@@ -195,7 +201,7 @@ static void on_progress(evutil_socket_t fd, short what, void *arg)
 		return;
 	for (struct pull_waiter *wt = j->waiters; wt; wt = wt->next) {
 		struct sandbox *sb = wt->sb;
-		if (sb->state != SB_PENDING || !sb->reason || strcmp(sb->reason, "ImagePulling"))
+		if (!sb || sb->state != SB_PENDING || !sb->reason || strcmp(sb->reason, "ImagePulling"))
 			continue;
 		free(sb->message); /* not a transition: lastTransitionAt stays */
 		if (asprintf(&sb->message, "pulling %s: %.1f of %.1f MB", j->ref.name, done / 1e6,
@@ -204,20 +210,17 @@ static void on_progress(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
+/* Join the running pull of (ref, platform, credentials) or start one. sb (may be NULL: a pull
+ * ahead of time) gets the progress in its ImagePulling message. */
+static int pull_join(struct corrald *d, const struct image_ref *ref,
+		     const struct image_platform *pl, const char *user, const char *pass,
+		     struct sandbox *sb, image_pull_done_fn done, void *arg)
 {
-	struct corrald *d = sb->d;
-	struct image_ref ref;
-	struct error err = {0};
-	if (image_ref_parse(sb->rootfs, &ref, &err) < 0)
-		return -EINVAL;
-	struct image_platform pl;
-	platform_of(sb, &pl);
 	char key[1400];
 	/* Same credentials only: a create with a wrong password must not ride on a good pull (nor
 	 * a good one fail with a bad one's). The key stays in memory, like image.auth. */
-	snprintf(key, sizeof(key), "%s\n%s/%s\n%s\n%s", ref.name, pl.os, pl.arch,
-		 sb->auth_user ? sb->auth_user : "", sb->auth_pass ? sb->auth_pass : "");
+	snprintf(key, sizeof(key), "%s\n%s/%s\n%s\n%s", ref->name, pl->os, pl->arch,
+		 user ? user : "", pass ? pass : "");
 	struct pull_waiter *wt = calloc(1, sizeof(*wt));
 	if (!wt) {
 		explicit_bzero(key, sizeof(key));
@@ -226,40 +229,41 @@ int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
 	struct pull_job *j = NULL;
 	wt->done = done;
 	wt->arg = arg;
-	wt->sb = sandbox_ref(sb);
+	wt->sb = sb ? sandbox_ref(sb) : NULL;
 	for (j = jobs; j; j = j->next)
 		if (strcmp(j->key, key) == 0) {
 			wt->next = j->waiters;
 			j->waiters = wt;
-			log_info("sandbox %s: waiting for the running pull of %s", sb->id, ref.name);
+			log_info("%s%s%swaiting for the running pull of %s", sb ? "sandbox " : "",
+				 sb ? sb->id : "", sb ? ": " : "", ref->name);
 			explicit_bzero(key, sizeof(key));
 			return 0;
 		}
 	j = calloc(1, sizeof(*j));
 	if (!j) {
-		sandbox_unref(wt->sb);
-		free(wt);
+		waiter_free(wt);
+		explicit_bzero(key, sizeof(key));
 		return -ENOMEM;
 	}
 	snprintf(j->key, sizeof(j->key), "%s", key);
 	explicit_bzero(key, sizeof(key));
-	j->ref = ref;
+	j->ref = *ref;
 	j->w = (struct worker)WORKER_INIT;
 	j->w.fn = pull_in_worker;
 	j->w.done = on_pull_done;
 	j->w.arg = j;
 	j->opts.store = d->image_store;
-	j->opts.platform = pl;
+	j->opts.platform = *pl;
 	j->opts.auth_file = d->registry_auth;
 	j->opts.insecure = d->insecure;
 	j->opts.timeout_s = d->pull_timeout_s;
-	if (sb->auth_user && (!(j->user = strdup(sb->auth_user)) ||
-			      !(j->pass = strdup(sb->auth_pass ? sb->auth_pass : "")))) {
-		sandbox_unref(wt->sb);
-		free(wt);
+	if (user && (!(j->user = strdup(user)) || !(j->pass = strdup(pass ? pass : "")))) {
+		waiter_free(wt);
 		pull_job_free(j);
 		return -ENOMEM;
 	}
+	j->opts.username = j->user;
+	j->opts.password = j->pass;
 	/* Progress is best effort: without the mapping the message just names the image. */
 	void *m = mmap(NULL, sizeof(*j->progress), PROT_READ | PROT_WRITE,
 		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -272,21 +276,45 @@ int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
 		if (j->progress_ev)
 			event_add(j->progress_ev, &tv);
 	}
-	j->opts.username = j->user;
-	j->opts.password = j->pass;
 	j->waiters = wt;
 	j->start_mono_ms = time_mono_ms();
 	int r = worker_start(&j->w, d->base);
 	if (r < 0) {
-		sandbox_unref(wt->sb);
-		free(wt);
+		waiter_free(wt);
+		j->waiters = NULL;
 		pull_job_free(j);
 		return r;
 	}
 	j->next = jobs;
 	jobs = j;
-	log_info("sandbox %s: pulling %s", sb->id, ref.name);
+	log_info("%s%s%spulling %s", sb ? "sandbox " : "", sb ? sb->id : "", sb ? ": " : "",
+		 ref->name);
 	return 0;
+}
+
+int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
+{
+	struct image_ref ref;
+	struct image_platform pl;
+	if (image_ref_parse(sb->rootfs, &ref, NULL) < 0)
+		return -EINVAL;
+	platform_of(sb->platform, &pl);
+	return pull_join(sb->d, &ref, &pl, sb->auth_user, sb->auth_pass, sb, done, arg);
+}
+
+int image_pull_ahead(struct corrald *d, const char *uri, json_t *platform, const char *user,
+		     const char *pass, image_pull_done_fn done, void *arg, char *msg,
+		     size_t msglen)
+{
+	struct image_ref ref;
+	struct image_platform pl;
+	struct error err = {0};
+	if (image_ref_parse(uri, &ref, &err) < 0) {
+		snprintf(msg, msglen, "image.uri: %s", err.msg);
+		return -EINVAL;
+	}
+	platform_of(platform, &pl);
+	return pull_join(d, &ref, &pl, user, pass, NULL, done, arg);
 }
 
 void image_pulls_cancel(void)
@@ -309,7 +337,7 @@ bool image_needs_pull(const struct sandbox *sb)
 	struct image_platform pl;
 	if (image_ref_parse(sb->rootfs, &ref, NULL) < 0)
 		return false; /* image_fill_spec() reports it */
-	platform_of(sb, &pl);
+	platform_of(sb->platform, &pl);
 	return !image_record_exists(sb->d->image_store, &ref, &pl);
 }
 
@@ -332,7 +360,7 @@ int image_fill_spec(const struct corrald *d, const struct sandbox *sb, struct sa
 	static char root[PATH_MAX];
 	int r = image_ref_parse(sb->rootfs, &ref, &err);
 	if (r == 0) {
-		platform_of(sb, &pl);
+		platform_of(sb->platform, &pl);
 		r = image_info_load(d->image_store, &ref, &pl, &info, &err);
 	}
 	hide_store_path(err.msg, d->image_store);
@@ -367,4 +395,93 @@ int image_fill_spec(const struct corrald *d, const struct sandbox *sb, struct sa
 		env[k++] = *e;
 	spec->env = env;
 	return 0;
+}
+
+/* ---- the images resource (GET/POST/DELETE /v1/images) ------------------------------------ */
+
+json_t *image_list_json(const struct corrald *d)
+{
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s/refs", d->image_store);
+	json_t *items = json_array();
+	DIR *dd = opendir(dir);
+	if (!dd || !items)
+		return items;
+	struct dirent *de;
+	while ((de = readdir(dd))) {
+		size_t n = strlen(de->d_name);
+		if (n < 6 || strcmp(de->d_name + n - 5, ".json") != 0)
+			continue;
+		char p[PATH_MAX + 300];
+		snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+		json_t *j = json_load_file(p, 0, NULL);
+		const char *name = json_string_value(json_object_get(j, "name"));
+		if (name) {
+			json_t *o = json_pack("{s:s, s:O, s:I}", "name", name, "digest",
+					      json_object_get(j, "manifest"), "layers",
+					      (json_int_t)json_array_size(json_object_get(j, "layers")));
+			json_t *x;
+			if ((x = json_object_get(j, "size")))
+				json_object_set(o, "sizeBytes", x);
+			if ((x = json_object_get(j, "platform")))
+				json_object_set(o, "platform", x);
+			if (o)
+				json_array_append_new(items, o);
+		}
+		json_decref(j);
+	}
+	closedir(dd);
+	return items;
+}
+
+int image_forget(const struct corrald *d, const char *uri, char *msg, size_t msglen)
+{
+	struct image_ref ref;
+	struct error err = {0};
+	if (image_ref_parse(uri, &ref, &err) < 0) {
+		snprintf(msg, msglen, "ref: %s", err.msg);
+		return -EINVAL;
+	}
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s/refs", d->image_store);
+	DIR *dd = opendir(dir);
+	int found = 0;
+	struct dirent *de;
+	while (dd && (de = readdir(dd))) {
+		char p[PATH_MAX + 300];
+		snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+		json_t *j = de->d_name[0] != '.' ? json_load_file(p, 0, NULL) : NULL;
+		const char *name = json_string_value(json_object_get(j, "name"));
+		if (name && strcmp(name, ref.name) == 0 && unlink(p) == 0)
+			found++;
+		json_decref(j);
+	}
+	if (dd)
+		closedir(dd);
+	if (!found) {
+		snprintf(msg, msglen, "image %s is not in the store", ref.name);
+		return -ENOENT;
+	}
+	log_info("image %s removed from the store (%d platform(s)); its layers stay", ref.name,
+		 found);
+	return 0;
+}
+
+/* The client's reference or credentials (422), the pull's own deadline (504), the disk (507),
+ * the registry or what it sent (502). */
+int image_pull_http_status(int rc)
+{
+	switch (rc) {
+	case -EACCES:
+	case -ENOENT:
+	case -ENOEXEC:
+	case -EINVAL:
+		return 422;
+	case -ETIMEDOUT:
+		return 504;
+	case -ENOSPC:
+		return 507;
+	default:
+		return 502;
+	}
 }

@@ -291,25 +291,6 @@ static int create_start(struct create_ctx *c)
 	return 0;
 }
 
-/* Errors of a pull as the API reports them: the client's reference or credentials (422), the
- * pull's own deadline (504), the registry or the store (502/507). */
-static int pull_status(int rc)
-{
-	switch (rc) {
-	case -EACCES:
-	case -ENOENT:
-	case -ENOEXEC:
-	case -EINVAL:
-		return 422;
-	case -ETIMEDOUT:
-		return 504;
-	case -ENOSPC:
-		return 507;
-	default:
-		return 502;
-	}
-}
-
 static void on_image_pulled(int rc, const char *msg, void *arg)
 {
 	struct create_ctx *c = arg;
@@ -321,7 +302,7 @@ static void on_image_pulled(int rc, const char *msg, void *arg)
 		return;
 	}
 	if (rc < 0) {
-		create_fail(c, pull_status(rc), "SANDBOX::IMAGE_PULL_FAILED", "pull %s: %s",
+		create_fail(c, image_pull_http_status(rc), "SANDBOX::IMAGE_PULL_FAILED", "pull %s: %s",
 			    sb->rootfs, msg);
 		return;
 	}

@@ -429,6 +429,14 @@ int image_pull(const struct image_pull_opts *o, const struct image_ref *ref, str
 				      json_string(json_string_value(json_object_get(l, "digest")) + 7));
 	rec = json_pack("{s:s, s:s, s:o, s:o}", "name", ref->name, "manifest", mdigest, "layers",
 			hexes, "env", json_strv_or_empty(json_object_get(cc, "Env")));
+	json_int_t size = 0;
+	json_array_foreach(layers, i, l)
+		size += json_integer_value(json_object_get(l, "size"));
+	if (rec) {
+		json_object_set_new(rec, "size", json_integer(size));
+		json_object_set_new(rec, "platform", json_pack("{s:s, s:s}", "os", p.pl.os, "arch",
+								p.pl.arch));
+	}
 	const char *wd = json_string_value(json_object_get(cc, "WorkingDir"));
 	const char *user = json_string_value(json_object_get(cc, "User"));
 	if (rec && wd && *wd)

@@ -11,6 +11,7 @@ import sys
 import time
 import tempfile
 import threading
+import urllib.parse
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -360,6 +361,36 @@ class Images(CorralTestCase):
             cl.close()
         finally:
             c.shutdown_and_check()
+
+    def test_images_resource(self):
+        d, info = self.layout("ahead", [self.base, oci.layer_tar([F("a", "ahead")])])
+        ref = self.reg.push(d, "t/ahead", "v2")
+        name = ref  # a registry with a port is already normalized
+        r = self.client.post("/v1/images", {"image": {"uri": ref}})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["status"], "Pulled")
+        items = {i["name"]: i for i in self.client.get("/v1/images").json()["items"]}
+        self.assertIn(name, items)
+        self.assertEqual(items[name]["digest"], info["manifest"])
+        self.assertEqual(items[name]["layers"], 2)
+        self.assertGreater(items[name]["sizeBytes"], 0)
+        # in the store: a create with Never works
+        sid = self.create_image(ref, extensions={"imagePullPolicy": "Never"})["id"]
+        self.assertEqual(self.sh(sid, "cat /a"), "ahead")
+        # forgotten: Never now fails, and the entry is gone
+        r = self.client.delete("/v1/images?ref=" + urllib.parse.quote(ref, safe=""))
+        self.assertEqual(r.status, 204, r)
+        self.assertNotIn(name, [i["name"] for i in self.client.get("/v1/images").json()["items"]])
+        r = self.client.create_sandbox_raw(image={"uri": ref}, extensions={"imagePullPolicy": "Never"})
+        self.assertEqual(r.status, 422, r)
+        r = self.client.delete("/v1/images?ref=" + urllib.parse.quote(ref, safe=""))
+        self.assertEqual(r.status, 404, r)
+        # errors are the create's
+        r = self.client.post("/v1/images", {"image": {"uri": "%s/t/nope:v1" % self.reg.host}})
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(r.json()["code"], PULL_FAILED)
+        r = self.client.post("/v1/images", {"image": {"uri": "Bad Ref"}})
+        self.assertEqual(r.status, 422, r)
 
     def test_swebench_shaped_task(self):
         py = oci.base_layer(python=True)
