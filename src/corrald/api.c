@@ -360,6 +360,8 @@ static void h_images(struct corrald *d, struct evhttp_request *req)
 	int r = image_forget(d, ref, msg, sizeof(msg));
 	if (r == -ENOENT)
 		http_send_error(req, 404, "SANDBOX::IMAGE_NOT_FOUND", "%s", msg);
+	else if (r == -EBUSY)
+		http_send_error(req, 409, "SANDBOX::IMAGE_IN_USE", "%s", msg);
 	else if (r < 0)
 		http_send_error(req, 422, CODE_INVALID_PARAMETER, "%s", msg);
 	else

@@ -102,6 +102,8 @@ struct corrald {
 	const char *insecure[33];   /* --insecure-registry, NULL-terminated */
 	size_t n_insecure;
 	const char *registry_auth;  /* --registry-auth FILE or NULL */
+	const char *mirrors[9];     /* --registry-mirror, NULL-terminated */
+	size_t n_mirrors;
 	int pull_timeout_s;
 	const char *api_key;   /* NULL: no auth (loopback only) */
 	size_t api_key_len;
@@ -166,11 +168,14 @@ bool image_needs_pull(const struct sandbox *sb);
 int image_pull_ahead(struct corrald *d, const char *uri, json_t *platform, const char *user,
 		     const char *pass, image_pull_done_fn done, void *arg, char *msg,
 		     size_t msglen);
+/* Remove unused layers in a worker (image_gc()); the result is logged. */
+int image_gc_start(struct corrald *d);
 /* The HTTP status of a failed pull (-errno of image_pull()). */
 int image_pull_http_status(int rc);
 /* GET /v1/images: the images in the store (reads their small records). */
 json_t *image_list_json(const struct corrald *d);
-/* DELETE /v1/images?ref=: forget the image (its records); its layers stay until a GC exists. */
+/* DELETE /v1/images?ref=: forget the image (its records) and start a garbage collection of the
+ * layers nothing uses any more. -EBUSY while a live sandbox uses the image. */
 int image_forget(const struct corrald *d, const char *uri, char *msg, size_t msglen);
 /* Shutdown: kill running pulls; their creates fail with 503 SANDBOX::SHUTTING_DOWN. */
 void image_pulls_cancel(void);

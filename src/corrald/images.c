@@ -16,6 +16,7 @@
 
 #include "corrald/corrald.h"
 #include "images/images.h"
+#include "shared/macro.h"
 #include "shared/log.h"
 #include "shared/timeutil.h"
 
@@ -138,7 +139,15 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 {
 	struct pull_job *j = arg;
 	struct error err = {0};
+	/* Shared: pulls run side by side, never beside a garbage collection. */
+	int lock = image_store_lock(j->opts.store, false);
+	if (lock < 0) {
+		res->rc = lock;
+		snprintf(res->msg, sizeof(res->msg), "lock the image store: %s", strerror(-lock));
+		return;
+	}
 	res->rc = image_pull(&j->opts, &j->ref, &err);
+	close(lock);
 	if (res->rc < 0) {
 		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-res->rc));
 		hide_store_path(res->msg, j->opts.store);
@@ -256,6 +265,7 @@ static int pull_join(struct corrald *d, const struct image_ref *ref,
 	j->opts.platform = *pl;
 	j->opts.auth_file = d->registry_auth;
 	j->opts.insecure = d->insecure;
+	j->opts.mirrors = d->mirrors;
 	j->opts.timeout_s = d->pull_timeout_s;
 	if (user && (!(j->user = strdup(user)) || !(j->pass = strdup(pass ? pass : "")))) {
 		waiter_free(wt);
@@ -371,6 +381,16 @@ int image_fill_spec(const struct corrald *d, const struct sandbox *sb, struct sa
 			     : "");
 		return r;
 	}
+	/* What this sandbox uses, for the garbage collector (kept until the sandbox is removed). */
+	char lp[PATH_MAX + 32];
+	snprintf(lp, sizeof(lp), "%s/" IMAGE_LAYERS_FILE, sb->dir);
+	_cleanup_fclose_ FILE *f = fopen(lp, "we");
+	for (size_t i = 0; f && i < info.n_layers; i++)
+		fprintf(f, "%s\n", info.layers[i]);
+	if (!f || fflush(f) != 0 || fsync(fileno(f)) < 0) {
+		snprintf(msg, msglen, "write the image's layer list: %s", strerror(errno));
+		return -EIO;
+	}
 	snprintf(root, sizeof(root), "%s/layers", d->image_store);
 	spec->layer_root = root;
 	spec->layers = info.layers;
@@ -434,6 +454,8 @@ json_t *image_list_json(const struct corrald *d)
 	return items;
 }
 
+static struct sandbox *image_user(struct corrald *d, const char *name);
+
 int image_forget(const struct corrald *d, const char *uri, char *msg, size_t msglen)
 {
 	struct image_ref ref;
@@ -441,6 +463,12 @@ int image_forget(const struct corrald *d, const char *uri, char *msg, size_t msg
 	if (image_ref_parse(uri, &ref, &err) < 0) {
 		snprintf(msg, msglen, "ref: %s", err.msg);
 		return -EINVAL;
+	}
+	struct sandbox *user = image_user((struct corrald *)d, ref.name);
+	if (user) {
+		snprintf(msg, msglen, "image %s is used by sandbox %s; delete the sandboxes first",
+			 ref.name, user->id);
+		return -EBUSY;
 	}
 	char dir[PATH_MAX];
 	snprintf(dir, sizeof(dir), "%s/refs", d->image_store);
@@ -462,8 +490,9 @@ int image_forget(const struct corrald *d, const char *uri, char *msg, size_t msg
 		snprintf(msg, msglen, "image %s is not in the store", ref.name);
 		return -ENOENT;
 	}
-	log_info("image %s removed from the store (%d platform(s)); its layers stay", ref.name,
-		 found);
+	log_info("image %s removed from the store (%d platform(s))", ref.name, found);
+	if (image_gc_start((struct corrald *)d) < 0)
+		log_warn("cannot start the image store's garbage collection; unused layers stay");
 	return 0;
 }
 
@@ -484,4 +513,61 @@ int image_pull_http_status(int rc)
 	default:
 		return 502;
 	}
+}
+
+/* ---- garbage collection ----------------------------------------------------------------- */
+
+struct gc_job {
+	struct worker w;
+	char store[PATH_MAX], sandboxes[PATH_MAX];
+};
+
+static void gc_in_worker(void *arg, struct worker_result *res)
+{
+	struct gc_job *g = arg;
+	struct error err = {0};
+	unsigned removed = 0;
+	res->rc = image_gc(g->store, g->sandboxes, &removed, &err);
+	res->pid = (pid_t)removed;
+	if (res->rc < 0)
+		snprintf(res->msg, sizeof(res->msg), "%s", err.msg);
+}
+
+static void on_gc_done(struct worker *w, const struct worker_result *res, void *arg)
+{
+	struct gc_job *g = arg;
+	if (res->rc < 0)
+		log_warn("image store garbage collection: %s", res->msg);
+	else
+		log_info("image store garbage collection: %d unused layer(s) removed", (int)res->pid);
+	worker_clear(&g->w);
+	free(g);
+}
+
+int image_gc_start(struct corrald *d)
+{
+	struct gc_job *g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->w = (struct worker)WORKER_INIT;
+	g->w.fn = gc_in_worker;
+	g->w.done = on_gc_done;
+	g->w.arg = g;
+	snprintf(g->store, sizeof(g->store), "%s", d->image_store);
+	snprintf(g->sandboxes, sizeof(g->sandboxes), "%s", d->sandboxes_dir);
+	int r = worker_start(&g->w, d->base);
+	if (r < 0)
+		free(g);
+	return r;
+}
+
+/* The first live sandbox made from the image named (normalized) name, or NULL. */
+static struct sandbox *image_user(struct corrald *d, const char *name)
+{
+	struct sandbox *sb;
+	TAILQ_FOREACH(sb, &d->sandboxes, link)
+		if (sb->registry_image && !sb->deleting && !sandbox_ended(sb) &&
+		    strcmp(sb->rootfs, name) == 0)
+			return sb;
+	return NULL;
 }

@@ -15,6 +15,7 @@
 #include "corrald/admission.h"
 #include "corrald/corrald.h"
 #include "corrald/upstream.h"
+#include "images/images.h"
 #include "shared/fsutil.h"
 #include "shared/log.h"
 #include "shared/quantity.h"
@@ -192,10 +193,21 @@ static void create_in_worker(void *arg, struct worker_result *res)
 			 c->sb->id, strerror(-r));
 		return;
 	}
-	if (c->sb->registry_image &&
-	    (r = image_fill_spec(d, c->sb, &c->spec, res->msg, sizeof(res->msg))) < 0) {
-		res->rc = -ENOMEDIUM; /* the image is not (or no longer) in the store */
-		return;
+	/* A registry image's layers stay put while they are mounted: a garbage collection waits
+	 * for the store's lock, and then sees this sandbox's layer list. */
+	_cleanup_close_ int lock = -1;
+	if (c->sb->registry_image) {
+		lock = image_store_lock(d->image_store, false);
+		if (lock < 0) {
+			res->rc = lock;
+			snprintf(res->msg, sizeof(res->msg), "lock the image store: %s",
+				 strerror(-lock));
+			return;
+		}
+		if ((r = image_fill_spec(d, c->sb, &c->spec, res->msg, sizeof(res->msg))) < 0) {
+			res->rc = r == -ENOENT ? -ENOMEDIUM : r; /* not (or no longer) in the store */
+			return;
+		}
 	}
 	res->rc = d->rt->create(&d->rt_cfg, &c->spec, &res->pid, &res->starttime, &err);
 	if (res->rc < 0)

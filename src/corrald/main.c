@@ -58,6 +58,8 @@ static void usage(FILE *f)
 		"  --insecure-registry HOST[:PORT]\n"
 		"                         reach this registry over plain HTTP (repeatable)\n"
 		"  --registry-auth FILE   registry credentials in the ~/.docker/config.json format\n"
+		"  --registry-mirror HOST[:PORT]\n"
+		"                         try this mirror of docker.io first (repeatable, in order)\n"
 		"  --pull-timeout SECS    longest image pull of a create (default %d)\n"
 		"  --execd PATH           the static corral-execd binary (default: corral-execd next to corrald)\n"
 		"  --cgroup-name NAME     parent cgroup of all sandboxes in each hierarchy (default corral)\n"
@@ -186,7 +188,7 @@ int main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
 	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS,
-	       OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT };
+	       OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT, OPT_MIRROR };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -202,6 +204,7 @@ int main(int argc, char **argv)
 		{"no-userns", no_argument, NULL, OPT_NO_USERNS},
 		{"insecure-registry", required_argument, NULL, OPT_INSECURE},
 		{"registry-auth", required_argument, NULL, OPT_REG_AUTH},
+		{"registry-mirror", required_argument, NULL, OPT_MIRROR},
 		{"pull-timeout", required_argument, NULL, OPT_PULL_TIMEOUT},
 		{"help", no_argument, NULL, 'h'},
 		{0},
@@ -245,6 +248,19 @@ int main(int argc, char **argv)
 			d->insecure[d->n_insecure++] = optarg;
 			break;
 		case OPT_REG_AUTH: d->registry_auth = optarg; break;
+		case OPT_MIRROR:
+			if (d->n_mirrors + 1 >= ARRAY_SIZE(d->mirrors)) {
+				fprintf(stderr, "corrald: at most %zu --registry-mirror\n",
+					ARRAY_SIZE(d->mirrors) - 1);
+				return 2;
+			}
+			if (strpbrk(optarg, "/ ") || !*optarg) {
+				fprintf(stderr, "corrald: --registry-mirror '%s': give HOST[:PORT] (plain HTTP only with --insecure-registry HOST[:PORT])\n",
+					optarg);
+				return 2;
+			}
+			d->mirrors[d->n_mirrors++] = optarg;
+			break;
 		case OPT_PULL_TIMEOUT:
 			if (parse_seconds("--pull-timeout", optarg, &d->pull_timeout_s) < 0)
 				return 2;

@@ -65,6 +65,8 @@ struct image_pull_opts {
 	const char *username, *password;  /* image.auth of the create request, or NULL */
 	const char *auth_file;            /* ~/.docker/config.json format (--registry-auth), or NULL */
 	const char *const *insecure;      /* NULL-terminated registries reachable over plain HTTP */
+	const char *const *mirrors;       /* NULL-terminated mirrors of docker.io ("host[:port]"),
+					   * tried in order before Docker Hub itself */
 	long timeout_s;                   /* for the whole pull; 0 = none */
 	/* Optional: bytes of blobs downloaded so far and to download in all (the layers not yet in
 	 * the store, and the config), updated as the pull goes; may live in memory shared with the
@@ -100,6 +102,21 @@ struct image_info {
 int image_info_load(const char *store, const struct image_ref *ref, const struct image_platform *p,
 		    struct image_info *ret, struct error *err);
 void image_info_clear(struct image_info *info);
+
+/*
+ * The store's lock (<store>/lock, flock): pulls and creates hold it shared while they use layers,
+ * the garbage collector exclusively. Blocks; returns the fd (close it to unlock) or -errno.
+ */
+int image_store_lock(const char *store, bool exclusive);
+
+/*
+ * Remove every layer no image record references and no sandbox uses (the layer lists in
+ * <sandboxes_dir>/<id>/IMAGE_LAYERS_FILE), under the exclusive lock. Each doomed layer is renamed
+ * into tmp/ first, so it disappears at once and a crash leaves only tmp/ leftovers.
+ */
+#define IMAGE_LAYERS_FILE "image-layers"
+int image_gc(const char *store, const char *sandboxes_dir, unsigned *ret_removed,
+	     struct error *err);
 
 /* Create the store's directories (root-only) and empty tmp/ of a previous run's leftovers. */
 int image_store_init(const char *store, struct error *err);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -364,11 +365,13 @@ static json_t *json_strv_or_empty(json_t *a)
 	return out;
 }
 
-int image_pull(const struct image_pull_opts *o, const struct image_ref *ref, struct error *err)
+/* Pull ref through the registry named in via (ref itself, or a mirror of it). */
+static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref,
+		    const struct image_ref *via, struct error *err)
 {
-	struct pull p = {.o = o, .ref = ref};
+	struct pull p = {.o = o, .ref = via};
 	platform_or_default(&o->platform, &p.pl);
-	int r = registry_open(o, ref, &p.reg, err);
+	int r = registry_open(o, via, &p.reg, err);
 	if (r < 0)
 		return r;
 	json_t *m = NULL, *cfg = NULL, *rec = NULL;
@@ -462,6 +465,23 @@ out:
 	return r;
 }
 
+int image_pull(const struct image_pull_opts *o, const struct image_ref *ref, struct error *err)
+{
+	/* Docker Hub images try the mirrors first, in order, then Docker Hub itself. */
+	if (strcmp(ref->registry, "docker.io") == 0)
+		for (const char *const *m = o->mirrors; m && *m; m++) {
+			struct image_ref via = *ref;
+			snprintf(via.registry, sizeof(via.registry), "%s", *m);
+			snprintf(via.host, sizeof(via.host), "%s", *m);
+			struct error e = {0};
+			if (pull_via(o, ref, &via, &e) == 0)
+				return 0;
+			if (e.code == -ENOSPC || e.code == -ETIMEDOUT)
+				return error_set(err, -e.code, "mirror %s: %s", *m, e.msg);
+		}
+	return pull_via(o, ref, ref, err);
+}
+
 static char **strv_from(json_t *a)
 {
 	size_t n = json_array_size(a), i;
@@ -538,4 +558,121 @@ void image_info_clear(struct image_info *info)
 	free(info->workdir);
 	free(info->user);
 	*info = (struct image_info)IMAGE_INFO_INIT;
+}
+
+int image_store_lock(const char *store, bool exclusive)
+{
+	char path[PATH_MAX];
+	path_in(path, sizeof(path), store, "lock");
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return -errno;
+	if (RETRY_EINTR(flock(fd, exclusive ? LOCK_EX : LOCK_SH)) < 0) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+/* A set of hex names, as a sorted array (bsearch). */
+struct hexset {
+	char (*v)[IMAGE_HEX_LEN + 1];
+	size_t n, cap;
+};
+
+static void hexset_add(struct hexset *h, const char *hex)
+{
+	if (strlen(hex) != IMAGE_HEX_LEN || strspn(hex, "0123456789abcdef") != IMAGE_HEX_LEN)
+		return;
+	if (h->n == h->cap) {
+		size_t cap = h->cap ? h->cap * 2 : 64;
+		void *v = realloc(h->v, cap * sizeof(*h->v));
+		if (!v)
+			return; /* the set falls short of the count: image_gc() removes nothing */
+		h->v = v;
+		h->cap = cap;
+	}
+	memcpy(h->v[h->n++], hex, IMAGE_HEX_LEN + 1);
+}
+
+static int hex_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+int image_gc(const char *store, const char *sandboxes_dir, unsigned *ret_removed,
+	     struct error *err)
+{
+	*ret_removed = 0;
+	_cleanup_close_ int lock = image_store_lock(store, true);
+	if (lock < 0)
+		return error_set_errno(err, -lock, "lock the image store");
+	struct hexset keep = {0};
+	char path[PATH_MAX + 300];
+	size_t expected = 0; /* names seen; a short set (out of memory) removes nothing */
+	/* Layers of every image record. */
+	path_in(path, sizeof(path), store, "refs");
+	DIR *d = opendir(path);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		char p[PATH_MAX + 300];
+		path_in(p, sizeof(p), store, "refs/%s", de->d_name);
+		json_t *j = json_load_file(p, 0, NULL), *x;
+		size_t i;
+		if (!j && strstr(de->d_name, ".json")) {
+			closedir(d);
+			free(keep.v);
+			return error_set(err, EPROTO, "image record '%s' is unreadable: nothing removed",
+					 de->d_name);
+		}
+		json_array_foreach(json_object_get(j, "layers"), i, x) {
+			hexset_add(&keep, json_string_value(x) ? json_string_value(x) : "");
+			expected++;
+		}
+		json_decref(j);
+	}
+	if (d)
+		closedir(d);
+	/* Layers of every sandbox on the host's state dir (live or not yet removed). */
+	d = sandboxes_dir ? opendir(sandboxes_dir) : NULL;
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s/" IMAGE_LAYERS_FILE, sandboxes_dir, de->d_name);
+		_cleanup_fclose_ FILE *f = fopen(path, "re");
+		char line[128];
+		while (f && fgets(line, sizeof(line), f)) {
+			line[strcspn(line, "\n")] = '\0';
+			hexset_add(&keep, line);
+			expected++;
+		}
+	}
+	if (d)
+		closedir(d);
+	if (keep.n != expected) {
+		free(keep.v);
+		return error_set(err, ENOMEM, "out of memory: nothing removed");
+	}
+	qsort(keep.v, keep.n, sizeof(*keep.v), hex_cmp);
+	path_in(path, sizeof(path), store, "layers");
+	d = opendir(path);
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.' ||
+		    bsearch(de->d_name, keep.v, keep.n, sizeof(*keep.v), hex_cmp))
+			continue;
+		char from[PATH_MAX + 300], to[PATH_MAX + 300];
+		path_in(from, sizeof(from), store, "layers/%s", de->d_name);
+		path_in(to, sizeof(to), store, "tmp/gc-%.64s-%d", de->d_name, (int)getpid());
+		if (rename(from, to) == 0) {
+			fs_remove_tree(to);
+			(*ret_removed)++;
+		}
+	}
+	if (d)
+		closedir(d);
+	free(keep.v);
+	return 0;
 }

@@ -247,6 +247,33 @@ class Images(CorralTestCase):
         finally:
             c.shutdown_and_check()
 
+    def test_docker_hub_names_through_mirrors(self):
+        d, _ = self.layout("mirrored", [self.base, oci.layer_tar([F("m", "mirrored")])])
+        self.reg.push(d, "library/mirrored", "v1")
+        # a dead mirror first: the next one serves the image, no Docker Hub needed
+        c = Corrald(extra_args=["--insecure-registry", self.reg.host, "--insecure-registry",
+                                "127.0.0.1:1", "--registry-mirror", "127.0.0.1:1",
+                                "--registry-mirror", self.reg.host]).start()
+        try:
+            cl = c.client(timeout=120)
+            r = cl.create_sandbox_raw(image={"uri": "mirrored:v1"})
+            self.assertEqual(r.status, 202, "%r\n%s" % (r, c.log_tail(10)))
+            self.assertEqual(cl.run(r.json()["id"], "cat /m").stdout, "mirrored")
+            self.assertIn("pulling docker.io/library/mirrored:v1", c.log_tail(50),
+                          "normalized like docker pull")
+            names = [i["name"] for i in cl.get("/v1/images").json()["items"]]
+            self.assertEqual(names, ["docker.io/library/mirrored:v1"])
+            # the same image under its other spellings is the same store entry
+            for uri in ("docker.io/mirrored:v1", "index.docker.io/library/mirrored:v1"):
+                r2 = cl.create_sandbox_raw(image={"uri": uri},
+                                           extensions={"imagePullPolicy": "Never"})
+                self.assertEqual(r2.status, 202, (uri, r2))
+                cl.delete_sandbox(r2.json()["id"])
+            cl.delete_sandbox(r.json()["id"])
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
     def test_pending_image_pulling_while_pull_runs(self):
         d, _ = self.layout("slow", [self.base, oci.layer_tar([F("s", "slow")])])
         self.reg.push(d, "t/slow")
@@ -377,9 +404,28 @@ class Images(CorralTestCase):
         # in the store: a create with Never works
         sid = self.create_image(ref, extensions={"imagePullPolicy": "Never"})["id"]
         self.assertEqual(self.sh(sid, "cat /a"), "ahead")
-        # forgotten: Never now fails, and the entry is gone
-        r = self.client.delete("/v1/images?ref=" + urllib.parse.quote(ref, safe=""))
+        # in use: not deleted
+        q = "/v1/images?ref=" + urllib.parse.quote(ref, safe="")
+        r = self.client.delete(q)
+        self.assertEqual(r.status, 409, r)
+        self.assertEqual(r.json()["code"], "SANDBOX::IMAGE_IN_USE")
+        self.assertIn(sid, r.json()["message"])
+        self.assertEqual(self.client.delete_sandbox(sid).status, 204)
+        sdir = os.path.join(self.corrald.state_dir, "sandboxes", sid)
+        deadline = time.monotonic() + 30
+        while os.path.exists(sdir) and time.monotonic() < deadline:
+            time.sleep(0.05)  # a sandbox's layers are kept while its directory exists
+        # forgotten: Never now fails, the entry is gone, its own layer is collected, the base
+        # layer (shared with the other images of this suite) stays
+        own, base = info["layers"][1][7:], info["layers"][0][7:]
+        self.assertIn(own, oci.store_layers(self.corrald.state_dir))
+        r = self.client.delete(q)
         self.assertEqual(r.status, 204, r)
+        deadline = time.monotonic() + 30
+        while own in oci.store_layers(self.corrald.state_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertNotIn(own, oci.store_layers(self.corrald.state_dir))
+        self.assertIn(base, oci.store_layers(self.corrald.state_dir))
         self.assertNotIn(name, [i["name"] for i in self.client.get("/v1/images").json()["items"]])
         r = self.client.create_sandbox_raw(image={"uri": ref}, extensions={"imagePullPolicy": "Never"})
         self.assertEqual(r.status, 422, r)
