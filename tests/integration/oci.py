@@ -43,12 +43,29 @@ def H(name, target):
     return (name, "hardlink", target, 0o644, 0, 0)
 
 
+def C(name, major, minor, mode=0o666):
+    return (name, "char", (major, minor), mode, 0, 0)
+
+
+def X(entry, **xattrs):
+    """entry with PAX xattrs (SCHILY.xattr.NAME = bytes latin-1 as tarfile stores them)."""
+    return entry + (xattrs,)
+
+
 def layer_tar(entries):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
-        for name, kind, data, mode, uid, gid in entries:
+        for e in entries:
+            name, kind, data, mode, uid, gid = e[:6]
             ti = tarfile.TarInfo(name)
             ti.mode, ti.uid, ti.gid, ti.mtime = mode, uid, gid, 1700000000
+            if len(e) > 6:
+                ti.pax_headers = {"SCHILY.xattr." + k.replace("__", "."): v.decode("latin-1")
+                                  for k, v in e[6].items()}
+            if kind == "char":
+                ti.type, (ti.devmajor, ti.devminor) = tarfile.CHRTYPE, data
+                t.addfile(ti)
+                continue
             if kind == "file":
                 ti.size = len(data)
                 t.addfile(ti, io.BytesIO(data))

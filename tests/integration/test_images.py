@@ -17,7 +17,8 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import CorralTestCase, Corrald, main  # noqa: E402
 import oci  # noqa: E402
-from oci import D, F, H, L  # noqa: E402
+from oci import C, D, F, H, L, X  # noqa: E402
+import struct  # noqa: E402
 
 PULL_FAILED = "SANDBOX::IMAGE_PULL_FAILED"
 
@@ -86,8 +87,13 @@ class Images(CorralTestCase):
             D("opq"), F("opq/.wh..wh..opq"), F("opq/new", "new"),
             F("bin-suid", "#!/bin/sh\n", mode=0o4755),
             F("target", "T"), H("hard", "target"), L("soft", "target"), L("abs", "/data/keep"),
+            C("devnode", 1, 3),
+            # cap_net_raw+ep as a v2 security.capability xattr, and a user xattr
+            X(F("capped", "c", mode=0o755),
+              security__capability=struct.pack("<IIIII", 0x02000001, 1 << 13, 0, 0, 0),
+              user__note=b"kept"),
         ])
-        d, _ = self.layout("multi", [self.base, lower, (upper, "zstd")])
+        d, info = self.layout("multi", [self.base, lower, (upper, "zstd")])
         ref = self.reg.push(d, "t/multi")
         sid = self.create_image(ref)["id"]
         self.assertEqual(self.sh(sid, "cat /data/keep"), "keep")
@@ -100,6 +106,15 @@ class Images(CorralTestCase):
         self.assertEqual(self.sh(sid, "stat -c %h /hard"), "2")
         self.assertEqual(self.sh(sid, "cat /hard /soft /abs"), "TTkeep")
         self.assertEqual(self.sh(sid, "readlink /soft"), "target")
+        # a device node is kept but cannot be opened (the overlay is nodev)
+        self.assertEqual(self.sh(sid, "stat -c '%F %t,%T' /devnode"), "character special file 1,3")
+        res = self.client.run(sid, "cat /devnode")
+        self.assertNotEqual(res.exit_code, 0, res)
+        # xattrs and file capabilities are kept in the store's layer
+        top = os.path.join(self.corrald.state_dir, "images", "layers", info["layers"][2][7:])
+        self.assertEqual(os.getxattr(os.path.join(top, "capped"), "user.note"), b"kept")
+        self.assertEqual(os.getxattr(os.path.join(top, "capped"), "security.capability")[4:8],
+                         struct.pack("<I", 1 << 13))
         # the user's file is the user's: uid 1000 reads it, another uid does not
         self.assertEqual(self.run_ok(sid, "cat /home/u/secret", uid=1000).stdout, "mine")
         res = self.client.run(sid, "cat /home/u/secret", uid=1001)
