@@ -118,7 +118,8 @@ int image_store_lock(const char *store, bool exclusive);
 int image_gc(const char *store, const char *sandboxes_dir, unsigned *ret_removed,
 	     struct error *err);
 
-/* Create the store's directories (root-only) and empty tmp/ of a previous run's leftovers. */
+/* Create the store's directories (root-only), empty tmp/ of a previous run's leftovers, and drop
+ * image records whose layers are not all in the store (the image is pulled again when needed). */
 int image_store_init(const char *store, struct error *err);
 
 /* layer.c: unpack the tar blob (plain, gzip or zstd) at blob into the existing empty directory

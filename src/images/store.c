@@ -45,6 +45,38 @@ int image_store_init(const char *store, struct error *err)
 		if (mkdir(p, 0700) < 0 && errno != EEXIST)
 			return error_set_errno(err, errno, "mkdir '%s'", p);
 	}
+	/* A record whose layers are not all there (removed by hand, a damaged disk) is dropped, so
+	 * the next create pulls the image again instead of failing on it. Unreadable records too. */
+	path_in(p, sizeof(p), store, "refs");
+	DIR *d = opendir(p);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		char rp[PATH_MAX + 300], lp[PATH_MAX + 100];
+		path_in(rp, sizeof(rp), store, "refs/%s", de->d_name);
+		json_t *j = json_load_file(rp, 0, NULL), *x;
+		json_t *layers = json_object_get(j, "layers");
+		bool ok = json_array_size(layers) > 0;
+		size_t i;
+		json_array_foreach(layers, i, x) {
+			const char *h = json_string_value(x);
+			if (!h || strlen(h) != IMAGE_HEX_LEN || strchr(h, '/')) {
+				ok = false;
+				break;
+			}
+			path_in(lp, sizeof(lp), store, "layers/%s", h);
+			if (access(lp, F_OK) < 0) {
+				ok = false;
+				break;
+			}
+		}
+		json_decref(j);
+		if (!ok)
+			unlink(rp);
+	}
+	if (d)
+		closedir(d);
 	return 0;
 }
 

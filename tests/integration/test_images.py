@@ -168,6 +168,7 @@ class Images(CorralTestCase):
         self.assertIn("imagePullPolicy", r.text)
 
     def test_concurrent_creates_share_one_pull(self):
+        N = 50
         d, _ = self.layout("shared", [self.base, oci.layer_tar([F("marker", "m")])])
         ref = self.reg.push(d, "t/shared")
         before = self.corrald.log_tail(100000).count("pulling %s" % ref)
@@ -177,7 +178,7 @@ class Images(CorralTestCase):
             c = self.corrald.client(timeout=120)
             results.append(c.create_sandbox_raw(image={"uri": ref}))
             c.close()
-        threads = [threading.Thread(target=one) for _ in range(6)]
+        threads = [threading.Thread(target=one) for _ in range(N)]
         for t in threads:
             t.start()
         for t in threads:
@@ -185,9 +186,9 @@ class Images(CorralTestCase):
         for r in results:
             if r.status == 202:
                 self.addCleanup(self._cleanup_sandbox, r.json()["id"])
-        self.assertEqual([r.status for r in results], [202] * 6, results)
+        self.assertEqual([r.status for r in results], [202] * N, results)
         pulls = self.corrald.log_tail(100000).count("pulling %s" % ref) - before
-        self.assertEqual(pulls, 1, "one pull for six concurrent creates")
+        self.assertEqual(pulls, 1, "one pull for %d concurrent creates" % N)
 
     def test_corrupted_blob_is_a_typed_error_and_discarded(self):
         d, info = self.layout("corrupt", [self.base, oci.layer_tar([F("x", "original")])])
@@ -395,6 +396,16 @@ class Images(CorralTestCase):
             self.anonreg.delay_blobs = 0.0
             c.start()
             self.assertFalse(os.path.exists(junk), "tmp/ emptied at start")
+            # a record whose layer went missing is dropped at start: the image is pulled again
+            r = c.client(timeout=60).create_sandbox_raw(image={"uri": ref})
+            self.assertEqual(r.status, 202, r)
+            c.client(timeout=60).delete_sandbox(r.json()["id"])
+            c.stop()
+            layers = os.path.join(c.state_dir, "images", "layers")
+            for h in os.listdir(layers):
+                oci.shutil.rmtree(os.path.join(layers, h))
+            c.start()
+            self.assertEqual(os.listdir(os.path.join(c.state_dir, "images", "refs")), [])
             cl = c.client(timeout=60)
             r = cl.create_sandbox_raw(image={"uri": ref})
             self.assertEqual(r.status, 202, "%r\n%s" % (r, c.log_tail(20)))
