@@ -15,7 +15,7 @@ import tempfile
 import time
 import http.client
 
-from harness import free_port, log
+from harness import binary, elf_is_static, free_port, log
 
 REGISTRY_BIN = shutil.which("docker-registry") or "/usr/bin/docker-registry"
 SKOPEO = shutil.which("skopeo") or "/usr/bin/skopeo"
@@ -136,6 +136,11 @@ BASE_BINS = ["/usr/bin/dash", "/usr/bin/cat", "/usr/bin/ls", "/usr/bin/id", "/us
 
 def base_layer(python=False):
     paths = list(BASE_BINS)
+    # A sanitizer build's corral-execd is dynamically linked: its loader and libraries (libasan...)
+    # must be in the image too (execd is exec'd from the host's binary, by fd).
+    execd = os.path.realpath(binary("corral-execd"))
+    if os.path.exists(execd) and not elf_is_static(execd):
+        paths.append(execd)
     if python:
         paths += ["/usr/bin/python3.11", "/usr/lib/python3.11"]
     tar = host_files_layer(paths)
