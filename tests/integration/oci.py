@@ -297,6 +297,18 @@ class Registry:
             raise RuntimeError("skopeo copy failed: %s" % p.stderr)
         return "%s/%s:%s" % (self.host, name, tag)
 
+    def manifest_type(self, name, tag):
+        """The media type the registry serves for name:tag (no auth)."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        c.request("GET", "/v2/%s/manifests/%s" % (name, tag), headers={"Accept": ", ".join([
+            "application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
+            "application/vnd.docker.distribution.manifest.list.v2+json",
+            "application/vnd.docker.distribution.manifest.v2+json"])})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        return r.getheader("Content-Type")
+
     def blob_path(self, digest):
         h = digest[7:]
         return os.path.join(self.root, "docker", "registry", "v2", "blobs", "sha256", h[:2], h,

@@ -336,6 +336,8 @@ class Images(CorralTestCase):
         d, _ = self.layout("v2s2", [self.base, (oci.layer_tar([F("v", "docker")]), "none")])
         # skopeo converts to a Docker schema 2 manifest (gzip layers) on push
         ref = self.reg.push(d, "t/v2s2", fmt="v2s2")
+        self.assertEqual(self.reg.manifest_type("t/v2s2", "latest"),
+                         "application/vnd.docker.distribution.manifest.v2+json")
         sid = self.create_image(ref)["id"]
         self.assertEqual(self.sh(sid, "cat /v"), "docker")
         # an index with linux/arm64 and linux/amd64 picks amd64; one with arm64 only is refused
@@ -343,6 +345,12 @@ class Images(CorralTestCase):
         oci.write_index_layout(d2, [("arm64", [self.base, oci.layer_tar([F("arch", "arm64")])]),
                                     ("amd64", [self.base, oci.layer_tar([F("arch", "amd64")])])])
         ref = self.reg.push(d2, "t/multiarch", all_platforms=True)
+        sid = self.create_image(ref)["id"]
+        self.assertEqual(self.sh(sid, "cat /arch"), "amd64")
+        # the same as a Docker manifest list
+        ref = self.reg.push(d2, "t/multiarch-docker", all_platforms=True, fmt="v2s2")
+        self.assertEqual(self.reg.manifest_type("t/multiarch-docker", "latest"),
+                         "application/vnd.docker.distribution.manifest.list.v2+json")
         sid = self.create_image(ref)["id"]
         self.assertEqual(self.sh(sid, "cat /arch"), "amd64")
         d3 = os.path.join(self.tmp, "arm-only")
