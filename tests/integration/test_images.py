@@ -7,6 +7,7 @@ WorkingDir, User, pull policies, shared pulls, typed pull errors, a SWE-bench-sh
 import base64
 import json
 import os
+import subprocess
 import sys
 import time
 import tempfile
@@ -471,6 +472,32 @@ class Images(CorralTestCase):
         self.assertEqual(r.json()["code"], PULL_FAILED)
         r = self.client.post("/v1/images", {"image": {"uri": "Bad Ref"}})
         self.assertEqual(r.status, 422, r)
+
+    def test_disk_full_is_a_typed_error(self):
+        # the store on a 24 MiB tmpfs, a 40 MB incompressible layer
+        d, _ = self.layout("big", [self.base, oci.layer_tar([F("big", os.urandom(40 << 20))])])
+        ref = self.reg.push(d, "t/big")
+        small = tempfile.mkdtemp(prefix="corral-small-")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", small],
+                       check=True)
+        self.addCleanup(oci.shutil.rmtree, small, True)
+        self.addCleanup(subprocess.run, ["umount", "-l", small])
+        c = Corrald(extra_args=["--insecure-registry", self.reg.host])
+        c.state_dir = os.path.join(small, "state")
+        os.mkdir(c.state_dir)
+        c.start()
+        try:
+            cl = c.client(timeout=120)
+            r = cl.create_sandbox_raw(image={"uri": ref})
+            self.assertEqual(r.status, 507, "%r\n%s" % (r, c.log_tail(10)))
+            self.assertEqual(r.json()["code"], PULL_FAILED)
+            self.assertIn("No space left on device", r.json()["message"])
+            self.assertNotIn(small, r.text, "no host path in the reply")
+            self.assertEqual(oci.store_tmp(c.state_dir), [], "nothing half-written kept")
+            self.assertEqual(cl.get("/health").status, 200)
+            cl.close()
+        finally:
+            c.shutdown_and_check()
 
     def test_swebench_shaped_task(self):
         py = oci.base_layer(python=True)
