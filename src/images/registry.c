@@ -242,7 +242,8 @@ static int perform(struct registry *r, const char *url, const char *accept, cons
 	if (c == CURLE_WRITE_ERROR && s->err)
 		return error_set_errno(err, -s->err, "write what '%s' sent", url);
 	if (c == CURLE_OPERATION_TIMEDOUT)
-		return error_set(err, ETIMEDOUT, "GET %s: %s", url, curl_easy_strerror(c));
+		return error_set(err, ETIMEDOUT, "timed out: GET %s: %s (the pull's deadline, or a transfer stalled for a minute)",
+				 url, curl_easy_strerror(c));
 	if (is_transport_unreachable(c))
 		return error_set(err, EHOSTUNREACH, "registry %s unreachable: %s", r->ref->registry,
 				 curl_easy_strerror(c));

@@ -473,6 +473,27 @@ class Images(CorralTestCase):
         r = self.client.post("/v1/images", {"image": {"uri": "Bad Ref"}})
         self.assertEqual(r.status, 422, r)
 
+    def test_pull_timeout(self):
+        d, _ = self.layout("timeout", [self.base, oci.layer_tar([F("t", "t")])])
+        self.reg.push(d, "t/timeout")
+        ref = "%s/t/timeout:latest" % self.anonreg.host
+        self.anonreg.delay_blobs = 4.0
+        self.addCleanup(setattr, self.anonreg, "delay_blobs", 0.0)
+        c = Corrald(extra_args=["--insecure-registry", self.anonreg.host, "--pull-timeout", "1"])
+        c.start()
+        try:
+            cl = c.client(timeout=60)
+            t0 = time.monotonic()
+            r = cl.create_sandbox_raw(image={"uri": ref})
+            self.assertEqual(r.status, 504, r)
+            self.assertEqual(r.json()["code"], PULL_FAILED)
+            self.assertIn("timed out", r.json()["message"].lower())
+            self.assertLess(time.monotonic() - t0, 30, "the pull is bounded, not the registry")
+            self.assertEqual(oci.store_tmp(c.state_dir), [])
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
     def test_disk_full_is_a_typed_error(self):
         # the store on a 24 MiB tmpfs, a 40 MB incompressible layer
         d, _ = self.layout("big", [self.base, oci.layer_tar([F("big", os.urandom(40 << 20))])])
