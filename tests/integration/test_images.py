@@ -61,6 +61,7 @@ class Images(CorralTestCase):
         super().tearDownClass()
         cls.stop_registries()
         oci.shutil.rmtree(cls.tmp, ignore_errors=True)
+        oci.shutil.rmtree(os.path.dirname(cls.authfile), ignore_errors=True)
 
     def layout(self, name, layers, config=None, compression="gzip"):
         d = os.path.join(self.tmp, name)
