@@ -143,7 +143,10 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 	return len;
 }
 
-/* The registry's own words from an error body: "CODE: message" of errors[0]. */
+/* The registry's own words from an error body: "CODE: message" of errors[0] of the distribution
+ * API's JSON, printable only. Nothing else of a body is ever repeated: a reference can point
+ * corrald at any URL (and a registry can redirect it), so echoing raw bodies would hand a client
+ * whatever an internal service answers. */
 static void registry_message(const struct sink *s, char *out, size_t len)
 {
 	out[0] = '\0';
@@ -156,8 +159,6 @@ static void registry_message(const struct sink *s, char *out, size_t len)
 	if (code || msg)
 		snprintf(out, len, "%s%s%s", code ? code : "", code && msg ? ": " : "",
 			 msg ? msg : "");
-	else if (s->blen && s->blen < 200 && !j)
-		snprintf(out, len, "%.*s", (int)s->blen, s->buf);
 	for (char *p = out; *p; p++)
 		if (!isprint((unsigned char)*p))
 			*p = ' ';

@@ -15,6 +15,7 @@ import tempfile
 import time
 import http.client
 
+import harness  # noqa: F401 (oci.harness for the suites)
 from harness import binary, elf_is_static, free_port, log
 
 REGISTRY_BIN = shutil.which("docker-registry") or "/usr/bin/docker-registry"

@@ -149,6 +149,41 @@ class HostileLayers(AttackCase):
         self.assertEqual(self.client.run(sid, "cat /evil/pwned").stdout, "x")
         self.assert_platform_alive(self.bystander, sid)
 
+    def test_error_bodies_are_not_echoed(self):
+        # Attack: name a "registry" that is really some other HTTP service (here one answering
+        # every path with a secret page), to read that service's answers through corrald's
+        # error messages.
+        import http.server
+        import threading
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                body = b"INTERNAL-SECRET-" + self.path.encode()
+                self.send_response(404 if "manifests" in self.path else 200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.addCleanup(srv.server_close)
+        self.addCleanup(srv.shutdown)
+        host = "127.0.0.1:%d" % srv.server_address[1]
+        c = oci.harness.Corrald(extra_args=["--insecure-registry", host])
+        c.start()
+        try:
+            cl = c.client(timeout=60)
+            r = cl.create_sandbox_raw(image={"uri": "%s/x/y:z" % host})
+            self.assertEqual(r.status, 422, r)
+            self.assertIn("not found", r.json()["message"])
+            self.assertNotIn("INTERNAL-SECRET", r.text)
+            self.assertNotIn("INTERNAL-SECRET", c.log_tail(50))
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
     def test_forged_overlay_xattrs_dropped(self):
         # Attack: trusted.overlay.* xattrs in the tar (redirect/metacopy) to steer overlayfs.
         buf = io.BytesIO()
