@@ -66,6 +66,8 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 	struct sink *s = arg;
 	size_t len = size * n;
 	if (s->fd >= 0 && s->status == 200) {
+		if (s->err)
+			return 0;
 		if (s->len + len > s->max) {
 			s->err = -EFBIG;
 			return 0;
@@ -178,7 +180,7 @@ static void sink_reset(struct sink *s)
 	s->auth[0] = s->type[0] = '\0';
 	if (s->fd >= 0) {
 		if (ftruncate(s->fd, 0) < 0 || lseek(s->fd, 0, SEEK_SET) < 0)
-			s->err = -errno;
+			s->err = -errno; /* on_body refuses to write then */
 		EVP_DigestInit_ex(s->md, EVP_sha256(), NULL);
 	}
 }
@@ -239,7 +241,8 @@ static int perform(struct registry *r, const char *url, const char *accept, cons
 	CURLcode c = curl_easy_perform(h);
 	curl_slist_free_all(hdrs);
 	if (c == CURLE_WRITE_ERROR && s->err == -EFBIG)
-		return error_set(err, EBADMSG, "'%s' is larger than announced", url);
+		return error_set(err, EBADMSG, "'%s' sent more than the %zu bytes expected", url,
+				 s->max);
 	if (c == CURLE_WRITE_ERROR && s->err)
 		return error_set_errno(err, -s->err, "write what '%s' sent", url);
 	if (c == CURLE_OPERATION_TIMEDOUT)
