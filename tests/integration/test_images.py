@@ -521,6 +521,37 @@ class Images(CorralTestCase):
         finally:
             c.shutdown_and_check()
 
+    def corral(self, *args, stdin=None):
+        from harness import binary
+        env = dict(os.environ, CORRAL_SERVER=self.corrald.base_url)
+        env.pop("CORRAL_API_KEY", None)
+        p = subprocess.run([binary("corral")] + list(args), input=stdin, capture_output=True,
+                           text=True, timeout=300, env=env)
+        return p.returncode, p.stdout, p.stderr
+
+    def test_cli_image_pull_ls_rm(self):
+        d, _ = self.layout("cli", [self.base, oci.layer_tar([F("cli", "cli")])])
+        ref = self.authreg.push(d, "t/cli", "v1")
+        rc, out, err = self.corral("image", "pull", ref)
+        self.assertEqual(rc, 2, (out, err))
+        self.assertIn("SANDBOX::IMAGE_PULL_FAILED", err)
+        self.assertIn("unauthorized", err)
+        rc, out, err = self.corral("image", "pull", "--username", "alice", ref,
+                                   stdin="s3cret-pw\n")
+        self.assertEqual((rc, out.strip()), (0, ref), err)
+        rc, out, err = self.corral("image", "ls")
+        self.assertEqual(rc, 0, err)
+        self.assertIn(ref, out)
+        rc, out, err = self.corral("image", "ls", "--json")
+        self.assertIn(ref, [i["name"] for i in json.loads(out)["items"]])
+        rc, out, err = self.corral("image", "rm", ref)
+        self.assertEqual(rc, 0, err)
+        rc, out, err = self.corral("image", "rm", ref)
+        self.assertEqual(rc, 2, (out, err))
+        self.assertIn("IMAGE_NOT_FOUND", err)
+        rc, out, err = self.corral("image", "frobnicate")
+        self.assertEqual(rc, 1, (out, err))
+
     def test_swebench_shaped_task(self):
         py = oci.base_layer(python=True)
         pkg = oci.layer_tar([
