@@ -287,6 +287,10 @@ CORRAL_API int corral_image_list_json(corral_client *c, char **ret_json, corral_
 CORRAL_API int corral_image_pull(corral_client *c, const char *ref, const char *username,
 				 const char *password, double timeout_s, char **ret_json,
 				 corral_error *err);
+/* POST /v1/images with "import": the OCI image layout (directory, or tar such as a docker save)
+ * at path ON THE SERVER'S HOST, under its --import-dir, into the store as ref. */
+CORRAL_API int corral_image_import(corral_client *c, const char *path, const char *ref,
+				   double timeout_s, char **ret_json, corral_error *err);
 /* DELETE /v1/images?ref=: forget the image; its unused layers are collected by corrald. */
 CORRAL_API int corral_image_remove(corral_client *c, const char *ref, corral_error *err);
 

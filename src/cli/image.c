@@ -11,11 +11,14 @@ static const char image_help[] =
 	"Usage: corral image pull [OPTIONS] REF\n"
 	"       corral image ls [--json]\n"
 	"       corral image rm REF\n"
+	"       corral image import PATH NAME\n"
 	"\n"
 	"Registry images in corrald's store. pull fetches REF now (python:3.11,\n"
 	"127.0.0.1:5000/team/task@sha256:...), so later creates from it do not wait; a pull of the\n"
 	"same image already running is shared. ls lists the store's images; rm forgets one, and\n"
-	"corrald removes the layers nothing uses any more (refused while a sandbox uses it).\n"
+	"corrald removes the layers nothing uses any more (refused while a sandbox uses it). import\n"
+	"loads an OCI image layout (a directory, or a tar such as docker save writes) from PATH on\n"
+	"corrald's host, under its --import-dir, as NAME.\n"
 	"\n"
 	"Options:\n"
 	"  --username USER        registry user for pull; the password is read from stdin\n"
@@ -103,15 +106,18 @@ int cmd_image(struct cli *cli, int argc, char **argv)
 		return cli_try_help("image");
 	}
 	if (optind >= argc)
-		return cli_usage_error("image", "expected pull, ls or rm");
+		return cli_usage_error("image", "expected pull, ls, rm or import");
 	const char *sub = argv[optind++];
 	bool is_ls = strcmp(sub, "ls") == 0 || strcmp(sub, "list") == 0;
 	bool is_pull = strcmp(sub, "pull") == 0, is_rm = strcmp(sub, "rm") == 0;
-	if (!is_ls && !is_pull && !is_rm)
-		return cli_usage_error("image", "unknown subcommand '%s': expected pull, ls or rm", sub);
-	if (is_ls ? optind != argc : optind + 1 != argc)
-		return cli_usage_error("image", is_ls ? "ls takes no argument" : "%s takes one REF",
+	bool is_import = strcmp(sub, "import") == 0;
+	if (!is_ls && !is_pull && !is_rm && !is_import)
+		return cli_usage_error("image", "unknown subcommand '%s': expected pull, ls, rm or import",
 				       sub);
+	int want = is_ls ? 0 : is_import ? 2 : 1;
+	if (argc - optind != want)
+		return cli_usage_error("image", "%s takes %s", sub,
+				       want == 0 ? "no argument" : want == 1 ? "one REF" : "PATH NAME");
 	corral_client *client = NULL;
 	int ret = cli_client_new(cli, &client);
 	if (ret)
@@ -144,6 +150,12 @@ int cmd_image(struct cli *cli, int argc, char **argv)
 			explicit_bzero(pass, strlen(pass));
 			free(pass);
 		}
+	} else if (is_import) {
+		if (corral_image_import(client, argv[optind], argv[optind + 1], (double)timeout_s,
+					&out, &err) < 0)
+			ret = cli_report("image import", &err);
+		else
+			printf("%s\n", argv[optind + 1]);
 	} else if (corral_image_remove(client, argv[optind], &err) < 0) {
 		ret = cli_report("image rm", &err);
 	}

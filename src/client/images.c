@@ -81,6 +81,32 @@ CORRAL_API int corral_image_pull(corral_client *c, const char *ref, const char *
 	return *ret_json ? 0 : -ENOMEM;
 }
 
+CORRAL_API int corral_image_import(corral_client *c, const char *path, const char *ref,
+				   double timeout_s, char **ret_json, corral_error *err)
+{
+	if (!ref || !*ref || !path || !*path)
+		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "a path and an image name are required");
+	json_t *body = json_pack("{s:{s:s}, s:{s:s}}", "image", "uri", ref, "import", "path", path);
+	char *b = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	if (!b)
+		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+	char what[600];
+	snprintf(what, sizeof(what), "import %s", path);
+	json_t *j = NULL;
+	int r = images_call(c, "POST", "/v1/images", b, (long)(timeout_s * 1000), 200, &j, what,
+			    err);
+	free(b);
+	if (r < 0)
+		return r;
+	if (!ret_json) {
+		json_decref(j);
+		return 0;
+	}
+	*ret_json = dump(j, err);
+	return *ret_json ? 0 : -ENOMEM;
+}
+
 CORRAL_API int corral_image_remove(corral_client *c, const char *ref, corral_error *err)
 {
 	if (!ref || !*ref)

@@ -285,7 +285,8 @@ static void on_pulled_ahead(int rc, const char *msg, void *arg)
 	free(ir);
 }
 
-/* POST /images {"image": {"uri", "auth"?}, "platform"?}: 200 once the image is in the store. */
+/* POST /images {"image": {"uri", "auth"?}, "platform"?, "import"?: {"path"}}: 200 once the image
+ * is in the store (pulled, or imported from an OCI layout under --import-dir). */
 static void h_image_pull(struct corrald *d, struct evhttp_request *req)
 {
 	json_t *body = NULL;
@@ -310,6 +311,14 @@ static void h_image_pull(struct corrald *d, struct evhttp_request *req)
 		json_decref(body);
 		return;
 	}
+	json_t *import = json_object_get(body, "import");
+	const char *ipath = json_string_value(json_object_get(import, "path"));
+	if (import && !json_is_null(import) && !ipath) {
+		http_send_error(req, 422, CODE_INVALID_PARAMETER,
+				"import must be {\"path\": \"<OCI layout directory or tar under --import-dir>\"}");
+		json_decref(body);
+		return;
+	}
 	struct image_reply *ir = calloc(1, sizeof(*ir));
 	if (!ir) {
 		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
@@ -318,13 +327,17 @@ static void h_image_pull(struct corrald *d, struct evhttp_request *req)
 	}
 	ir->req = req;
 	snprintf(ir->name, sizeof(ir->name), "%s", uri);
-	int r = image_pull_ahead(d, uri, json_is_object(platform) ? platform : NULL, user, pass,
-				 on_pulled_ahead, ir, msg, sizeof(msg));
+	json_t *pl = json_is_object(platform) ? platform : NULL;
+	int r = ipath ? image_import_start(d, uri, ipath, pl, on_pulled_ahead, ir, msg, sizeof(msg))
+		      : image_pull_ahead(d, uri, pl, user, pass, on_pulled_ahead, ir, msg,
+					 sizeof(msg));
 	json_decref(body);
 	if (r < 0) {
 		free(ir);
-		if (r == -EINVAL)
-			http_send_error(req, 422, CODE_INVALID_PARAMETER, "%s", msg);
+		if (r == -EINVAL || r == -EPERM)
+			http_send_error(req, r == -EPERM ? 403 : 422,
+					r == -EPERM ? "SANDBOX::IMPORT_NOT_ALLOWED" : CODE_INVALID_PARAMETER,
+					"%s", msg);
 		else
 			http_send_error(req, 500, "SANDBOX::IMAGE_PULL_FAILED", "start a pull: %s",
 					strerror(-r));

@@ -102,6 +102,7 @@ struct corrald {
 	const char *insecure[33];   /* --insecure-registry, NULL-terminated */
 	size_t n_insecure;
 	const char *registry_auth;  /* --registry-auth FILE or NULL */
+	char import_dir[PATH_MAX];  /* --import-dir, resolved; "" = imports off */
 	const char *mirrors[9];     /* --registry-mirror, NULL-terminated */
 	size_t n_mirrors;
 	int pull_timeout_s;
@@ -170,6 +171,10 @@ int image_pull_ahead(struct corrald *d, const char *uri, json_t *platform, const
 		     size_t msglen);
 /* Remove unused layers in a worker (image_gc()); the result is logged. */
 int image_gc_start(struct corrald *d);
+/* POST /v1/images {"import": {"path"}}: import the OCI layout (dir or tar) at path, which must be
+ * under --import-dir once symlinks are resolved (-EPERM otherwise, msg says why), as uri. */
+int image_import_start(struct corrald *d, const char *uri, const char *path, json_t *platform,
+		       image_pull_done_fn done, void *arg, char *msg, size_t msglen);
 /* The HTTP status of a failed pull (-errno of image_pull()). */
 int image_pull_http_status(int rc);
 /* GET /v1/images: the images in the store (reads their small records). */

@@ -107,6 +107,7 @@ struct pull_job {
 	struct image_ref ref;
 	struct image_pull_opts opts;
 	char *user, *pass;
+	char *import_path; /* an import from this host path (under --import-dir) instead of a pull */
 	struct pull_waiter *waiters;
 	int64_t start_mono_ms;
 	struct pull_progress *progress; /* shared mapping, or NULL */
@@ -146,7 +147,8 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 		snprintf(res->msg, sizeof(res->msg), "lock the image store: %s", strerror(-lock));
 		return;
 	}
-	res->rc = image_pull(&j->opts, &j->ref, &err);
+	res->rc = j->import_path ? image_import(&j->opts, j->import_path, &j->ref, &err)
+				 : image_pull(&j->opts, &j->ref, &err);
 	close(lock);
 	if (res->rc < 0) {
 		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-res->rc));
@@ -170,6 +172,7 @@ static void pull_job_free(struct pull_job *j)
 		munmap(j->progress, sizeof(*j->progress));
 	explicit_bzero(j->key, sizeof(j->key));
 	free(j->user);
+	free(j->import_path);
 	if (j->pass)
 		explicit_bzero(j->pass, strlen(j->pass));
 	free(j->pass);
@@ -223,13 +226,14 @@ static void on_progress(evutil_socket_t fd, short what, void *arg)
  * ahead of time) gets the progress in its ImagePulling message. */
 static int pull_join(struct corrald *d, const struct image_ref *ref,
 		     const struct image_platform *pl, const char *user, const char *pass,
-		     struct sandbox *sb, image_pull_done_fn done, void *arg)
+		     const char *import_path, struct sandbox *sb, image_pull_done_fn done,
+		     void *arg)
 {
-	char key[1400];
+	char key[1400 + PATH_MAX];
 	/* Same credentials only: a create with a wrong password must not ride on a good pull (nor
 	 * a good one fail with a bad one's). The key stays in memory, like image.auth. */
-	snprintf(key, sizeof(key), "%s\n%s/%s\n%s\n%s", ref->name, pl->os, pl->arch,
-		 user ? user : "", pass ? pass : "");
+	snprintf(key, sizeof(key), "%s\n%s/%s\n%s\n%s\n%s", ref->name, pl->os, pl->arch,
+		 user ? user : "", pass ? pass : "", import_path ? import_path : "");
 	struct pull_waiter *wt = calloc(1, sizeof(*wt));
 	if (!wt) {
 		explicit_bzero(key, sizeof(key));
@@ -267,7 +271,8 @@ static int pull_join(struct corrald *d, const struct image_ref *ref,
 	j->opts.insecure = d->insecure;
 	j->opts.mirrors = d->mirrors;
 	j->opts.timeout_s = d->pull_timeout_s;
-	if (user && (!(j->user = strdup(user)) || !(j->pass = strdup(pass ? pass : "")))) {
+	if ((user && (!(j->user = strdup(user)) || !(j->pass = strdup(pass ? pass : "")))) ||
+	    (import_path && !(j->import_path = strdup(import_path)))) {
 		waiter_free(wt);
 		pull_job_free(j);
 		return -ENOMEM;
@@ -309,7 +314,7 @@ int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
 	if (image_ref_parse(sb->rootfs, &ref, NULL) < 0)
 		return -EINVAL;
 	platform_of(sb->platform, &pl);
-	return pull_join(sb->d, &ref, &pl, sb->auth_user, sb->auth_pass, sb, done, arg);
+	return pull_join(sb->d, &ref, &pl, sb->auth_user, sb->auth_pass, NULL, sb, done, arg);
 }
 
 int image_pull_ahead(struct corrald *d, const char *uri, json_t *platform, const char *user,
@@ -324,7 +329,36 @@ int image_pull_ahead(struct corrald *d, const char *uri, json_t *platform, const
 		return -EINVAL;
 	}
 	platform_of(platform, &pl);
-	return pull_join(d, &ref, &pl, user, pass, NULL, done, arg);
+	return pull_join(d, &ref, &pl, user, pass, NULL, NULL, done, arg);
+}
+
+int image_import_start(struct corrald *d, const char *uri, const char *path, json_t *platform,
+		       image_pull_done_fn done, void *arg, char *msg, size_t msglen)
+{
+	struct image_ref ref;
+	struct image_platform pl;
+	struct error err = {0};
+	if (image_ref_parse(uri, &ref, &err) < 0) {
+		snprintf(msg, msglen, "image.uri: %s", err.msg);
+		return -EINVAL;
+	}
+	/* Only what the operator put under --import-dir: the worker reads it as root. */
+	char real[PATH_MAX];
+	size_t n = d->import_dir[0] ? strlen(d->import_dir) : 0;
+	if (!n) {
+		snprintf(msg, msglen,
+			 "import.path: imports are off; start corrald with --import-dir DIR and put the layout or tar there");
+		return -EPERM;
+	}
+	if (!path || path[0] != '/' || !realpath(path, real) || strncmp(real, d->import_dir, n) != 0 ||
+	    real[n] != '/') {
+		snprintf(msg, msglen,
+			 "import.path: '%s' is not an existing path under the --import-dir %s (symlinks resolved)",
+			 path ? path : "", d->import_dir);
+		return -EPERM;
+	}
+	platform_of(platform, &pl);
+	return pull_join(d, &ref, &pl, NULL, NULL, real, NULL, done, arg);
 }
 
 void image_pulls_cancel(void)

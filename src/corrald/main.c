@@ -61,6 +61,8 @@ static void usage(FILE *f)
 		"  --registry-mirror HOST[:PORT]\n"
 		"                         try this mirror of docker.io first (repeatable, in order)\n"
 		"  --pull-timeout SECS    longest image pull of a create (default %d)\n"
+		"  --import-dir DIR       POST /v1/images may import OCI image layouts (directories or\n"
+		"                         tars, e.g. docker save) from under DIR\n"
 		"  --execd PATH           the static corral-execd binary (default: corral-execd next to corrald)\n"
 		"  --cgroup-name NAME     parent cgroup of all sandboxes in each hierarchy (default corral)\n"
 		"  --idle-timeout SECS    close idle keep-alive connections after SECS (default %d);\n"
@@ -188,7 +190,7 @@ int main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
 	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS,
-	       OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT, OPT_MIRROR };
+	       OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT, OPT_MIRROR, OPT_IMPORT_DIR };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -206,6 +208,7 @@ int main(int argc, char **argv)
 		{"registry-auth", required_argument, NULL, OPT_REG_AUTH},
 		{"registry-mirror", required_argument, NULL, OPT_MIRROR},
 		{"pull-timeout", required_argument, NULL, OPT_PULL_TIMEOUT},
+		{"import-dir", required_argument, NULL, OPT_IMPORT_DIR},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -248,6 +251,12 @@ int main(int argc, char **argv)
 			d->insecure[d->n_insecure++] = optarg;
 			break;
 		case OPT_REG_AUTH: d->registry_auth = optarg; break;
+		case OPT_IMPORT_DIR:
+			if (!realpath(optarg, d->import_dir)) {
+				fprintf(stderr, "corrald: --import-dir %s: %s\n", optarg, strerror(errno));
+				return 2;
+			}
+			break;
 		case OPT_MIRROR:
 			if (d->n_mirrors + 1 >= ARRAY_SIZE(d->mirrors)) {
 				fprintf(stderr, "corrald: at most %zu --registry-mirror\n",

@@ -84,6 +84,15 @@ struct image_pull_opts {
  */
 int image_pull(const struct image_pull_opts *o, const struct image_ref *ref, struct error *err);
 
+/*
+ * Import an OCI image layout (a directory, or a tar of one: what `docker save` writes since
+ * Docker 25, `skopeo copy ... oci-archive:`) as ref: the descriptor tagged ref->tag in its
+ * index.json (or its only one), resolved to the platform, every blob checked against its digest
+ * and size, layers unpacked as a pull's are. Errors as image_pull()'s.
+ */
+int image_import(const struct image_pull_opts *o, const char *path, const struct image_ref *ref,
+		 struct error *err);
+
 /* Whether the store holds a complete record for ref on the platform (a stat). */
 bool image_record_exists(const char *store, const struct image_ref *ref,
 			 const struct image_platform *p);

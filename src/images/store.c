@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <jansson.h>
+#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,8 +142,97 @@ struct pull {
 	const struct image_pull_opts *o;
 	const struct image_ref *ref;
 	struct image_platform pl;
-	struct registry *reg;
+	struct registry *reg; /* a registry pull, or */
+	const char *layout;   /* an import: an OCI image layout directory */
 };
+
+/* A blob of the layout, checked against digest and size (the whole file is hashed). */
+static int layout_blob(struct pull *p, const char *digest, uint64_t size, char *path, size_t len,
+		       struct error *err)
+{
+	snprintf(path, len, "%s/blobs/sha256/%s", p->layout, digest + 7);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return error_set_errno(err, errno, "not found: blob %s of the image layout", digest);
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	if (!md)
+		return error_set(err, ENOMEM, "digest context");
+	EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+	char buf[1 << 16];
+	uint64_t total = 0;
+	ssize_t n;
+	while ((n = read(fd, buf, sizeof(buf))) > 0) {
+		EVP_DigestUpdate(md, buf, (size_t)n);
+		total += (uint64_t)n;
+	}
+	unsigned char d[32];
+	unsigned int dl = 0;
+	EVP_DigestFinal_ex(md, d, &dl);
+	EVP_MD_CTX_free(md);
+	if (n < 0)
+		return error_set_errno(err, errno, "read blob %s of the image layout", digest);
+	char got[72] = "sha256:";
+	for (unsigned i = 0; i < 32; i++)
+		sprintf(got + 7 + 2 * i, "%02x", d[i]);
+	if (total != size || strcmp(got, digest) != 0)
+		return error_set(err, EBADMSG,
+				 "digest mismatch: blob %s of the image layout has %llu bytes and digest %s",
+				 digest, (unsigned long long)total, got);
+	return 0;
+}
+
+/* index.json of the layout: the descriptor whose org.opencontainers.image.ref.name is the tag
+ * (or the only one), as "sha256:..." into reference. */
+static int layout_pick(struct pull *p, char *reference, size_t len, struct error *err)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/index.json", p->layout);
+	json_error_t je;
+	json_t *idx = json_load_file(path, 0, &je), *x, *pick = NULL;
+	if (!idx) {
+		snprintf(path, sizeof(path), "%s/manifest.json", p->layout);
+		if (access(path, F_OK) == 0)
+			return error_set(err, EPROTO,
+					 "not an OCI image layout: a docker save archive from before Docker 25 (convert it: skopeo copy docker-archive:FILE oci:DIR)");
+		return error_set(err, EPROTO, "not an OCI image layout (no index.json): %s", je.text);
+	}
+	json_t *ms = json_object_get(idx, "manifests");
+	size_t i, n = json_array_size(ms);
+	json_array_foreach(ms, i, x) {
+		const char *name = json_string_value(
+		    json_object_get(json_object_get(x, "annotations"), "org.opencontainers.image.ref.name"));
+		if (name && p->ref->tag[0] && strcmp(name, p->ref->tag) == 0)
+			pick = x;
+	}
+	if (!pick && n == 1)
+		pick = json_array_get(ms, 0);
+	const char *d = json_string_value(json_object_get(pick, "digest"));
+	int r = 0;
+	if (!pick)
+		r = error_set(err, ENOENT,
+			      "not found: the image layout has %zu images and none is tagged '%s'", n,
+			      p->ref->tag);
+	else if (!digest_ok(d))
+		r = error_set(err, EPROTO, "index.json of the image layout names an invalid digest");
+	else
+		snprintf(reference, len, "%s", d);
+	json_decref(idx);
+	return r;
+}
+
+static int get_manifest_body(struct pull *p, const char *reference, char **body, size_t *len,
+			     char *type, size_t type_len, struct error *err)
+{
+	if (!p->layout)
+		return registry_get_manifest(p->reg, reference, body, len, type, type_len, err);
+	char path[PATH_MAX];
+	type[0] = '\0';
+	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", p->layout, reference + 7);
+	int r = fs_read_file(path, REGISTRY_MANIFEST_MAX, body, len);
+	return r < 0 ? error_set_errno(err, -r, "not found: manifest %s of the image layout",
+				       reference)
+		     : 0;
+}
 
 /* The manifest for the platform: an index or list is resolved to one entry, fetched by digest.
  * Every body fetched by digest is checked against it. */
@@ -151,10 +241,15 @@ static int fetch_manifest(struct pull *p, json_t **ret, char ret_digest[72], str
 	const struct image_ref *ref = p->ref;
 	char reference[160], type[128], got[72];
 	snprintf(reference, sizeof(reference), "%s", ref->digest[0] ? ref->digest : ref->tag);
+	if (p->layout && !ref->digest[0]) {
+		int r = layout_pick(p, reference, sizeof(reference), err);
+		if (r < 0)
+			return r;
+	}
 	for (int depth = 0; depth < 2; depth++) {
 		char *body = NULL;
 		size_t len = 0;
-		int r = registry_get_manifest(p->reg, reference, &body, &len, type, sizeof(type), err);
+		int r = get_manifest_body(p, reference, &body, &len, type, sizeof(type), err);
 		if (r < 0)
 			return r;
 		registry_sha256(body, len, got);
@@ -234,9 +329,21 @@ static int fetch_config(struct pull *p, const char *digest, uint64_t size, char 
 			return error_set(err, EPROTO, "config of %s is too large (%llu bytes)",
 					 p->ref->name, (unsigned long long)size);
 		path_in(tmp, sizeof(tmp), p->o->store, "tmp/%s.%d", digest + 7, (int)getpid());
-		int r = registry_get_blob(p->reg, digest, size, tmp, err);
-		if (r < 0)
+		int r;
+		if (p->layout) {
+			char src[PATH_MAX], *data = NULL;
+			size_t dl = 0;
+			if ((r = layout_blob(p, digest, size, src, sizeof(src), err)) < 0)
+				return r;
+			if ((r = fs_read_file(src, CONFIG_MAX, &data, &dl)) == 0) {
+				r = fs_write_atomic(tmp, data, dl, 0600);
+				free(data);
+			}
+			if (r < 0)
+				return error_set_errno(err, -r, "copy config %s", digest);
+		} else if ((r = registry_get_blob(p->reg, digest, size, tmp, err)) < 0) {
 			return r;
+		}
 		if (rename(tmp, path) < 0) {
 			r = error_set_errno(err, errno, "rename '%s'", tmp);
 			unlink(tmp);
@@ -267,19 +374,23 @@ static int fetch_layer(struct pull *p, const char *digest, uint64_t size, struct
 		return 0;
 	path_in(blob, sizeof(blob), p->o->store, "tmp/%s.%d", hex, (int)getpid());
 	path_in(dir, sizeof(dir), p->o->store, "tmp/layer-%.16s-XXXXXX", hex);
-	int r = registry_get_blob(p->reg, digest, size, blob, err);
+	bool own_blob = !p->layout; /* an import unpacks the layout's verified file in place */
+	int r = p->layout ? layout_blob(p, digest, size, blob, sizeof(blob), err)
+			  : registry_get_blob(p->reg, digest, size, blob, err);
 	if (r < 0)
 		return r;
 	if (!mkdtemp(dir)) {
 		r = error_set_errno(err, errno, "mkdtemp '%s'", dir);
-		unlink(blob);
+		if (own_blob)
+			unlink(blob);
 		return r;
 	}
 	if (chmod(dir, 0755) < 0)
 		r = error_set_errno(err, errno, "chmod '%s'", dir);
 	if (r == 0)
 		r = image_layer_unpack(blob, dir, err);
-	unlink(blob);
+	if (own_blob)
+		unlink(blob);
 	if (r == 0 && rename(dir, final) < 0) {
 		if (errno != EEXIST && errno != ENOTEMPTY) /* else: another pull got there first */
 			r = error_set_errno(err, errno, "rename '%s' to '%s'", dir, final);
@@ -296,7 +407,7 @@ static int fetch_layer(struct pull *p, const char *digest, uint64_t size, struct
 static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t size, int fd)
 {
 	struct error e = {0};
-	int r = registry_after_fork(p->reg);
+	int r = p->reg ? registry_after_fork(p->reg) : 0;
 	if (r < 0)
 		error_set(&e, -r, "registry client");
 	else
@@ -399,11 +510,11 @@ static json_t *json_strv_or_empty(json_t *a)
 
 /* Pull ref through the registry named in via (ref itself, or a mirror of it). */
 static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref,
-		    const struct image_ref *via, struct error *err)
+		    const struct image_ref *via, const char *layout, struct error *err)
 {
-	struct pull p = {.o = o, .ref = via};
+	struct pull p = {.o = o, .ref = via, .layout = layout};
 	platform_or_default(&o->platform, &p.pl);
-	int r = registry_open(o, via, &p.reg, err);
+	int r = layout ? 0 : registry_open(o, via, &p.reg, err);
 	if (r < 0)
 		return r;
 	json_t *m = NULL, *cfg = NULL, *rec = NULL;
@@ -506,12 +617,37 @@ int image_pull(const struct image_pull_opts *o, const struct image_ref *ref, str
 			snprintf(via.registry, sizeof(via.registry), "%s", *m);
 			snprintf(via.host, sizeof(via.host), "%s", *m);
 			struct error e = {0};
-			if (pull_via(o, ref, &via, &e) == 0)
+			if (pull_via(o, ref, &via, NULL, &e) == 0)
 				return 0;
 			if (e.code == -ENOSPC || e.code == -ETIMEDOUT)
 				return error_set(err, -e.code, "mirror %s: %s", *m, e.msg);
 		}
-	return pull_via(o, ref, ref, err);
+	return pull_via(o, ref, ref, NULL, err);
+}
+
+int image_import(const struct image_pull_opts *o, const char *path, const struct image_ref *ref,
+		 struct error *err)
+{
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return error_set_errno(err, errno, "not found: '%s'", path);
+	if (S_ISDIR(st.st_mode))
+		return pull_via(o, ref, ref, path, err);
+	if (!S_ISREG(st.st_mode))
+		return error_set(err, EINVAL, "'%s' is neither a directory nor a tar file", path);
+	/* A tar of a layout (docker save of Docker 25+, skopeo oci-archive): unpacked into tmp/
+	 * with the same confinement as a layer, imported, removed. */
+	char dir[PATH_MAX];
+	path_in(dir, sizeof(dir), o->store, "tmp/import-XXXXXX");
+	if (!mkdtemp(dir))
+		return error_set_errno(err, errno, "mkdtemp '%s'", dir);
+	int r = image_layer_unpack(path, dir, err);
+	if (r < 0)
+		error_prefix(err, "unpack '%s'", path);
+	else
+		r = pull_via(o, ref, ref, dir, err);
+	fs_remove_tree(dir);
+	return r;
 }
 
 static char **strv_from(json_t *a)

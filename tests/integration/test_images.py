@@ -552,6 +552,69 @@ class Images(CorralTestCase):
         rc, out, err = self.corral("image", "frobnicate")
         self.assertEqual(rc, 1, (out, err))
 
+    def test_import_oci_layouts(self):
+        imports = tempfile.mkdtemp(prefix="corral-import-")
+        self.addCleanup(oci.shutil.rmtree, imports, True)
+        d = os.path.join(imports, "layout")
+        oci.write_layout(d, [self.base, oci.layer_tar([F("imported", "yes")])], tag="v1")
+        tarpath = os.path.join(imports, "saved.tar")  # docker save (Docker 25+) is such a tar
+        with oci.tarfile.open(tarpath, "w") as t:
+            for name in os.listdir(d):
+                t.add(os.path.join(d, name), arcname=name)
+        c = Corrald(extra_args=["--import-dir", imports])
+        c.start()
+        try:
+            cl = c.client(timeout=120)
+            # a directory, then a tar, each under its own name; creates need no registry
+            for path, name in ((d, "local/dir:v1"), (tarpath, "local/tar:v1")):
+                r = cl.post("/v1/images", {"image": {"uri": name}, "import": {"path": path}})
+                self.assertEqual(r.status, 200, "%r\n%s" % (r, c.log_tail(10)))
+                r = cl.create_sandbox_raw(image={"uri": name},
+                                          extensions={"imagePullPolicy": "Never"})
+                self.assertEqual(r.status, 202, r)
+                self.assertEqual(cl.run(r.json()["id"], "cat /imported").stdout, "yes")
+                cl.delete_sandbox(r.json()["id"])
+            names = [i["name"] for i in cl.get("/v1/images").json()["items"]]
+            self.assertIn("docker.io/local/dir:v1", names)
+            # the CLI
+            from harness import binary
+            env = dict(os.environ, CORRAL_SERVER=c.base_url)
+            env.pop("CORRAL_API_KEY", None)
+            p = subprocess.run([binary("corral"), "image", "import", d, "local/cli:v1"],
+                               capture_output=True, text=True, env=env, timeout=120)
+            self.assertEqual((p.returncode, p.stdout.strip()), (0, "local/cli:v1"), p.stderr)
+            # outside --import-dir, directly or through a symlink: refused before any read
+            os.symlink("/etc", os.path.join(imports, "escape"))
+            for path in ("/etc", os.path.join(imports, "escape"), os.path.join(imports, "..")):
+                r = cl.post("/v1/images", {"image": {"uri": "x/y:z"}, "import": {"path": path}})
+                self.assertEqual(r.status, 403, (path, r))
+                self.assertEqual(r.json()["code"], "SANDBOX::IMPORT_NOT_ALLOWED")
+            # a corrupted blob (of a layer not in the store yet): refused, nothing kept
+            bad = os.path.join(imports, "bad")
+            binfo = oci.write_layout(bad, [self.base, oci.layer_tar([F("bad", "bad")])])
+            with open(os.path.join(bad, "blobs", "sha256", binfo["layers"][1][7:]), "r+b") as f:
+                f.write(b"\0\0\0\0")
+            r = cl.post("/v1/images", {"image": {"uri": "local/bad:v1"}, "import": {"path": bad}})
+            self.assertEqual(r.status, 502, r)
+            self.assertIn("digest mismatch", r.json()["message"])
+            self.assertEqual(oci.store_tmp(c.state_dir), [])
+            self.assertNotIn(binfo["layers"][1][7:], oci.store_layers(c.state_dir))
+            # the docker save format of Docker < 25: named, not guessed at
+            legacy = os.path.join(imports, "legacy")
+            os.mkdir(legacy)
+            with open(os.path.join(legacy, "manifest.json"), "w") as f:
+                f.write("[]")
+            r = cl.post("/v1/images", {"image": {"uri": "local/old:v1"}, "import": {"path": legacy}})
+            self.assertEqual(r.status, 502, r)
+            self.assertIn("before Docker 25", r.json()["message"])
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+        # imports are off without --import-dir
+        r = self.client.post("/v1/images", {"image": {"uri": "x/y:z"}, "import": {"path": d}})
+        self.assertEqual(r.status, 403, r)
+        self.assertIn("--import-dir", r.json()["message"])
+
     def test_swebench_shaped_task(self):
         py = oci.base_layer(python=True)
         pkg = oci.layer_tar([
