@@ -184,6 +184,29 @@ class HostileLayers(AttackCase):
         finally:
             c.shutdown_and_check()
 
+    def test_import_reads_only_the_import_dir(self):
+        # Attack: "import" host files corrald can read as root (/etc/shadow as a tar, /root as a
+        # layout, a symlink planted in the import dir, ..), to get them into an image.
+        imports = tempfile.mkdtemp(prefix="corral-sec-import-")
+        self.addCleanup(oci.shutil.rmtree, imports, True)
+        os.symlink("/etc", os.path.join(imports, "link"))
+        c = oci.harness.Corrald(extra_args=["--import-dir", imports])
+        c.start()
+        try:
+            cl = c.client(timeout=60)
+            for path in ("/etc/shadow", "/root", os.path.join(imports, "link"),
+                         os.path.join(imports, "link", "shadow"), imports + "/../../etc",
+                         "relative/path"):
+                r = cl.post("/v1/images", {"image": {"uri": "evil/x:y"}, "import": {"path": path}})
+                self.assertEqual(r.status, 403, (path, r))
+                self.assertEqual(r.json()["code"], "SANDBOX::IMPORT_NOT_ALLOWED")
+            self.assertEqual(cl.get("/v1/images").json()["items"], [])
+            self.assertEqual(cl.get("/health").status, 200)
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+        self.assert_platform_alive(self.bystander)
+
     def test_forged_overlay_xattrs_dropped(self):
         # Attack: trusted.overlay.* xattrs in the tar (redirect/metacopy) to steer overlayfs.
         buf = io.BytesIO()
