@@ -504,7 +504,12 @@ class Images(CorralTestCase):
                        check=True)
         self.addCleanup(oci.shutil.rmtree, small, True)
         self.addCleanup(subprocess.run, ["umount", "-l", small])
-        c = Corrald(extra_args=["--insecure-registry", self.reg.host])
+        args = ["--insecure-registry", self.reg.host]
+        from harness import binary
+        if "--default-disk" in subprocess.run([binary("corrald"), "--help"], capture_output=True,
+                                              text=True).stdout:
+            args += ["--default-disk", "none"]  # the store's fs is smaller than any default disk
+        c = Corrald(extra_args=args)
         c.state_dir = os.path.join(small, "state")
         os.mkdir(c.state_dir)
         c.start()
