@@ -277,6 +277,23 @@ CORRAL_API int corral_sandbox_get_json(corral_client *c, const char *id, char **
 CORRAL_API int corral_sandbox_stats_json(corral_client *c, const char *id, char **ret_json,
 					 corral_error *err);
 
+/* Registry images in corrald's store (corral extension /v1/images; docs/images.md). */
+/* GET /v1/images: {"items": [{name, digest, layers, sizeBytes, platform}]} as JSON text. */
+CORRAL_API int corral_image_list_json(corral_client *c, char **ret_json, corral_error *err);
+/* POST /v1/images: pull ref into the store now (sharing a pull corrald already runs), waiting up
+ * to timeout_s; username/password (may be NULL) are the registry credentials. *ret_json (may be
+ * NULL) gets the answer {name, status}. A failed pull is CORRAL_E_... from the server's
+ * SANDBOX::IMAGE_PULL_FAILED with the registry's message. */
+CORRAL_API int corral_image_pull(corral_client *c, const char *ref, const char *username,
+				 const char *password, double timeout_s, char **ret_json,
+				 corral_error *err);
+/* POST /v1/images with "import": the OCI image layout (directory, or tar such as a docker save)
+ * at path ON THE SERVER'S HOST, under its --import-dir, into the store as ref. */
+CORRAL_API int corral_image_import(corral_client *c, const char *path, const char *ref,
+				   double timeout_s, char **ret_json, corral_error *err);
+/* DELETE /v1/images?ref=: forget the image; its unused layers are collected by corrald. */
+CORRAL_API int corral_image_remove(corral_client *c, const char *ref, corral_error *err);
+
 /* Label helpers, as the client applies them: the normalized key prefix ("corral" -> "corral/",
  * blank -> "", -EINVAL when not a DNS subdomain) and a value sanitized to label rules. */
 CORRAL_API int corral_label_prefix_normalize(const char *prefix, char **ret);

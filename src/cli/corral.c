@@ -16,6 +16,7 @@ static const struct command commands[] = {
 	{"stats", cmd_stats, "show what a sandbox uses (memory, OOM kills, CPU, pids, disk)"},
 	{"logs", cmd_logs, "print the output of a background execution"},
 	{"reap", cmd_reap, "find (and with --reap delete) the sandboxes a run left behind"},
+	{"image", cmd_image, "pull, list or remove registry images in corrald's store"},
 };
 
 static void usage(FILE *f)

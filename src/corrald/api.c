@@ -191,7 +191,7 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 		return;
 	}
 	char rootfs[PATH_MAX], msg[1536];
-	bool host = false;
+	bool host = false, registry = false;
 	enum admission_table table;
 	if (admission_never_fits(d, p.cpu_request_millis, p.memory_request_bytes, p.pids_max, &table,
 				 msg, sizeof(msg))) {
@@ -213,7 +213,8 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 		create_params_clear(&p);
 		return;
 	}
-	if (image_resolve(d, p.image_uri, rootfs, sizeof(rootfs), &host, msg, sizeof(msg)) < 0) {
+	if (image_resolve(d, p.image_uri, rootfs, sizeof(rootfs), &host, &registry, msg,
+			  sizeof(msg)) < 0) {
 		verr_set(&e, 422, CODE_INVALID_PARAMETER, ((const char *const[]){"image", "uri", NULL}),
 			 "%s", msg);
 		send_verr(req, &e, "body");
@@ -234,6 +235,10 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	sb->image_uri = TAKE_PTR(p.image_uri);
 	sb->rootfs = strdup(rootfs);
 	sb->host_image = host;
+	sb->registry_image = registry;
+	sb->auth_user = TAKE_PTR(p.auth_user);
+	sb->auth_pass = TAKE_PTR(p.auth_pass);
+	sb->pull_policy = p.pull_policy;
 	sb->entrypoint = TAKE_PTR(p.entrypoint);
 	sb->env = TAKE_PTR(p.env);
 	sb->metadata = TAKE_PTR(p.metadata);
@@ -266,6 +271,135 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	}
 	create_params_clear(&p);
 	sandbox_unref(sb);
+}
+
+/* --- /images (extension): the registry images in the store -------------------------------- */
+
+/* A pull ahead of time waits for its pull; a client that hangs up just stops waiting. */
+struct image_reply {
+	struct evhttp_request *req; /* NULL once the client hung up */
+	struct hangup hup;
+	char name[800];
+};
+
+static void on_image_reply_hangup(void *arg)
+{
+	struct image_reply *ir = arg;
+	ir->req = NULL;
+}
+
+static void on_pulled_ahead(int rc, const char *msg, void *arg)
+{
+	struct image_reply *ir = arg;
+	hangup_unwatch(&ir->hup);
+	if (!ir->req)
+		;
+	else if (rc == 0)
+		http_send_json(ir->req, 200, json_pack("{s:s, s:s}", "name", ir->name, "status",
+						      "Pulled"));
+	else if (rc == -ECANCELED)
+		http_send_error(ir->req, 503, "SANDBOX::SHUTTING_DOWN",
+				"corrald is shutting down: the pull of %s was stopped", ir->name);
+	else
+		http_send_error(ir->req, image_pull_http_status(rc), "SANDBOX::IMAGE_PULL_FAILED",
+				"pull %s: %s", ir->name, msg);
+	free(ir);
+}
+
+/* POST /images {"image": {"uri", "auth"?}, "platform"?, "import"?: {"path"}}: 200 once the image
+ * is in the store (pulled, or imported from an OCI layout under --import-dir). */
+static void h_image_pull(struct corrald *d, struct evhttp_request *req)
+{
+	json_t *body = NULL;
+	if (d->shutting_down) {
+		http_send_error(req, 503, "SANDBOX::SHUTTING_DOWN",
+				"corrald is shutting down; retry once it has restarted");
+		return;
+	}
+	if (!body_json(req, false, &body))
+		return;
+	json_t *image = json_object_get(body, "image");
+	json_t *auth = json_object_get(image, "auth");
+	const char *uri = json_string_value(json_object_get(image, "uri"));
+	const char *user = json_string_value(json_object_get(auth, "username"));
+	const char *pass = json_string_value(json_object_get(auth, "password"));
+	json_t *platform = json_object_get(body, "platform");
+	char msg[1024];
+	if (!uri || (auth && !json_is_null(auth) && (!user || !pass)) ||
+	    (platform && !json_is_null(platform) && !json_is_object(platform))) {
+		http_send_error(req, 422, CODE_INVALID_PARAMETER,
+				"body must be {\"image\": {\"uri\": string, \"auth\"?: {\"username\": string, \"password\": string}}, \"platform\"?: {\"os\", \"arch\"}}");
+		json_decref(body);
+		return;
+	}
+	json_t *import = json_object_get(body, "import");
+	const char *ipath = json_string_value(json_object_get(import, "path"));
+	if (import && !json_is_null(import) && !ipath) {
+		http_send_error(req, 422, CODE_INVALID_PARAMETER,
+				"import must be {\"path\": \"<OCI layout directory or tar under --import-dir>\"}");
+		json_decref(body);
+		return;
+	}
+	struct image_reply *ir = calloc(1, sizeof(*ir));
+	if (!ir) {
+		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+		json_decref(body);
+		return;
+	}
+	ir->req = req;
+	snprintf(ir->name, sizeof(ir->name), "%s", uri);
+	json_t *pl = json_is_object(platform) ? platform : NULL;
+	int r = ipath ? image_import_start(d, uri, ipath, pl, on_pulled_ahead, ir, msg, sizeof(msg))
+		      : image_pull_ahead(d, uri, pl, user, pass, on_pulled_ahead, ir, msg,
+					 sizeof(msg));
+	json_decref(body);
+	if (r < 0) {
+		free(ir);
+		if (r == -EINVAL || r == -EPERM)
+			http_send_error(req, r == -EPERM ? 403 : 422,
+					r == -EPERM ? "SANDBOX::IMPORT_NOT_ALLOWED" : CODE_INVALID_PARAMETER,
+					"%s", msg);
+		else
+			http_send_error(req, 500, "SANDBOX::IMAGE_PULL_FAILED", "start a pull: %s",
+					strerror(-r));
+		return;
+	}
+	if (evhttp_request_get_connection(req))
+		hangup_watch(&ir->hup, evhttp_request_get_connection(req), on_image_reply_hangup, ir);
+}
+
+static void method_not_allowed(struct evhttp_request *req, const char *allow);
+
+static void h_images(struct corrald *d, struct evhttp_request *req)
+{
+	enum evhttp_cmd_type m = evhttp_request_get_command(req);
+	if (m == EVHTTP_REQ_GET) {
+		http_send_json(req, 200, json_pack("{s:o}", "items", image_list_json(d)));
+		return;
+	}
+	if (m == EVHTTP_REQ_POST)
+		return h_image_pull(d, req);
+	if (m != EVHTTP_REQ_DELETE) {
+		method_not_allowed(req, "GET, POST, DELETE");
+		return;
+	}
+	_cleanup_query_ struct http_query *q = http_query_parse(req);
+	const char *ref = q ? http_query_get(q, "ref") : NULL;
+	char msg[1024];
+	if (!ref) {
+		http_send_error(req, 422, CODE_INVALID_PARAMETER,
+				"DELETE /images needs the query parameter ref=<image reference>");
+		return;
+	}
+	int r = image_forget(d, ref, msg, sizeof(msg));
+	if (r == -ENOENT)
+		http_send_error(req, 404, "SANDBOX::IMAGE_NOT_FOUND", "%s", msg);
+	else if (r == -EBUSY)
+		http_send_error(req, 409, "SANDBOX::IMAGE_IN_USE", "%s", msg);
+	else if (r < 0)
+		http_send_error(req, 422, CODE_INVALID_PARAMETER, "%s", msg);
+	else
+		http_send_empty(req, 204);
 }
 
 /* --- GET /sandboxes ----------------------------------------------------------------------- */
@@ -712,6 +846,8 @@ static void dispatch(struct evhttp_request *req, void *arg)
 		http_send_json(req, 200, json_pack("{s:s}", "status", "healthy"));
 		return;
 	}
+	if (n == 1 && strcmp(segs[0], "images") == 0)
+		return h_images(d, req);
 	if (n < 1 || strcmp(segs[0], "sandboxes") != 0)
 		goto not_found;
 	if (n == 1) {

@@ -56,8 +56,11 @@ struct sandbox {
 	int64_t expires_ms;
 
 	char *image_uri;
-	char *rootfs;
+	char *rootfs;     /* a directory, or a registry image's normalized reference */
 	bool host_image;
+	bool registry_image; /* rootfs names an image pulled into the store (images/images.h) */
+	char *auth_user, *auth_pass; /* image.auth, kept in memory only (never in sandbox.json) */
+	const char *pull_policy;     /* static string: "Always", "IfNotPresent", "Never" */
 	json_t *entrypoint, *env, *metadata, *limits, *requests, *extensions, *platform;
 	int64_t timeout_s; /* 0 = none */
 	bool oom_group;
@@ -96,6 +99,14 @@ struct corrald {
 	char state_dir[PATH_MAX];
 	char sandboxes_dir[PATH_MAX];
 	const char *image_dir; /* NULL: only the host image */
+	char image_store[PATH_MAX]; /* <state>/images */
+	const char *insecure[33];   /* --insecure-registry, NULL-terminated */
+	size_t n_insecure;
+	const char *registry_auth;  /* --registry-auth FILE or NULL */
+	char import_dir[PATH_MAX];  /* --import-dir, resolved; "" = imports off */
+	const char *mirrors[9];     /* --registry-mirror, NULL-terminated */
+	size_t n_mirrors;
+	int pull_timeout_s;
 	const char *api_key;   /* NULL: no auth (loopback only) */
 	size_t api_key_len;
 	int idle_timeout_s;
@@ -145,9 +156,40 @@ void lifecycle_check_alive(struct sandbox *sb);
 int lifecycle_recover(struct corrald *d);
 
 /* images.c */
-/* Resolve image uri to a lower dir. -ENOENT with msg listing the images that exist. */
+/* Resolve image uri to a lower dir ("host", an --image-dir name) or, for anything else that is a
+ * valid reference, to its normalized name with *ret_registry set. -ENOENT/-EINVAL with msg. */
 int image_resolve(const struct corrald *d, const char *uri, char *rootfs, size_t len,
-		  bool *ret_host, char *msg, size_t msglen);
+		  bool *ret_host, bool *ret_registry, char *msg, size_t msglen);
+/* Make sure sb's registry image is in the store (unless its policy says it need not be): joins a
+ * pull of the same image already running or forks one. done runs on the loop with 0 or -errno
+ * and the pull's message; never before this returns. */
+typedef void (*image_pull_done_fn)(int rc, const char *msg, void *arg);
+int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg);
+/* Whether a create of sb must pull first: policy Always, or IfNotPresent and not in the store (a
+ * stat; fine on the loop). Never: no pull (image_fill_spec() fails when it is missing). */
+bool image_needs_pull(const struct sandbox *sb);
+/* POST /v1/images: pull uri (a registry reference) now, sharing a running pull of it. */
+int image_pull_ahead(struct corrald *d, const char *uri, json_t *platform, const char *user,
+		     const char *pass, image_pull_done_fn done, void *arg, char *msg,
+		     size_t msglen);
+/* Remove unused layers in a worker (image_gc()); the result is logged. */
+int image_gc_start(struct corrald *d);
+/* POST /v1/images {"import": {"path"}}: import the OCI layout (dir or tar) at path, which must be
+ * under --import-dir once symlinks are resolved (-EPERM otherwise, msg says why), as uri. */
+int image_import_start(struct corrald *d, const char *uri, const char *path, json_t *platform,
+		       image_pull_done_fn done, void *arg, char *msg, size_t msglen);
+/* The HTTP status of a failed pull (-errno of image_pull()). */
+int image_pull_http_status(int rc);
+/* GET /v1/images: the images in the store (reads their small records). */
+json_t *image_list_json(const struct corrald *d);
+/* DELETE /v1/images?ref=: forget the image (its records) and start a garbage collection of the
+ * layers nothing uses any more. -EBUSY while a live sandbox uses the image. */
+int image_forget(const struct corrald *d, const char *uri, char *msg, size_t msglen);
+/* Shutdown: kill running pulls; their creates fail with 503 SANDBOX::SHUTTING_DOWN. */
+void image_pulls_cancel(void);
+/* In a worker: the image's layers, env, workdir and user into spec (memory of the worker). */
+int image_fill_spec(const struct corrald *d, const struct sandbox *sb, struct sandbox_spec *spec,
+		    char *msg, size_t msglen);
 
 /* api.c */
 int api_init(struct corrald *d);

@@ -1,11 +1,24 @@
-/* Images: "host" (the host's own root, read-only lower layer) or a directory under --image-dir. */
+/*
+ * Images: "host" (the host's own root, read-only lower layer), a directory under --image-dir, or
+ * any other reference, pulled from its registry into the store (images/images.h).
+ *
+ * Pulls run in forked workers (they block on the network and the disk). Creates of one image
+ * (same normalized reference, platform and credentials) while its pull runs wait for that pull
+ * instead of starting their own: one download, one unpack.
+ */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "corrald/corrald.h"
+#include "images/images.h"
+#include "shared/macro.h"
+#include "shared/log.h"
+#include "shared/timeutil.h"
 
 static bool image_name_ok(const char *s)
 {
@@ -34,9 +47,10 @@ static void image_list(const struct corrald *d, char *buf, size_t len)
 }
 
 int image_resolve(const struct corrald *d, const char *uri, char *rootfs, size_t len,
-		  bool *ret_host, char *msg, size_t msglen)
+		  bool *ret_host, bool *ret_registry, char *msg, size_t msglen)
 {
 	*ret_host = false;
+	*ret_registry = false;
 	if (strcmp(uri, "host") == 0) {
 		snprintf(rootfs, len, "/");
 		*ret_host = true;
@@ -48,10 +62,547 @@ int image_resolve(const struct corrald *d, const char *uri, char *rootfs, size_t
 		if (stat(rootfs, &st) == 0 && S_ISDIR(st.st_mode))
 			return 0;
 	}
+	/* A bare name ("ubuntu") is an --image-dir image: a typo must not turn into a pull from
+	 * Docker Hub. Registry images have a tag, a digest or a '/': python:3.11, docker.io/x/y. */
+	struct image_ref ref;
+	struct error err = {0};
+	bool bare = !strpbrk(uri, "/:@");
+	if (!bare && image_ref_parse(uri, &ref, &err) == 0) {
+		snprintf(rootfs, len, "%s", ref.name);
+		*ret_registry = true;
+		return 0;
+	}
 	char names[1024];
 	image_list(d, names, sizeof(names));
+	if (!bare) {
+		snprintf(msg, msglen, "image.uri: %s", err.msg);
+		return -EINVAL;
+	}
 	snprintf(msg, msglen,
-		 "image.uri: image '%s' does not exist; available images: %s (\"host\" is the host's root file system; others are directories under %s)",
-		 uri, names, d->image_dir ? d->image_dir : "--image-dir, which is not set");
+		 "image.uri: image '%s' does not exist; available images: %s (\"host\" is the host's root file system; others are directories under %s; registry images need a tag, a digest or a registry, e.g. %s:latest)",
+		 uri, names, d->image_dir ? d->image_dir : "--image-dir, which is not set", uri);
 	return -ENOENT;
+}
+
+/* ---- pulls ------------------------------------------------------------------------------- */
+
+struct pull_waiter {
+	image_pull_done_fn done;
+	void *arg;
+	struct sandbox *sb; /* reference: its ImagePulling message shows the progress */
+	struct pull_waiter *next;
+};
+
+/* Written by the pull worker, read by corrald: a page both share (MAP_SHARED before the fork). */
+struct pull_progress {
+	volatile uint64_t done, total;
+};
+
+#define PROGRESS_INTERVAL_MS 500
+
+struct pull_job {
+	struct pull_job *next;
+	char key[1400];
+	struct worker w;
+	struct image_ref ref;
+	struct image_pull_opts opts;
+	char *user, *pass;
+	char *import_path; /* an import from this host path (under --import-dir) instead of a pull */
+	struct pull_waiter *waiters;
+	int64_t start_mono_ms;
+	struct pull_progress *progress; /* shared mapping, or NULL */
+	struct event *progress_ev;
+};
+
+static struct pull_job *jobs;
+
+static void platform_of(json_t *platform, struct image_platform *p)
+{
+	memset(p, 0, sizeof(*p));
+	const char *os = json_string_value(json_object_get(platform, "os"));
+	const char *arch = json_string_value(json_object_get(platform, "arch"));
+	snprintf(p->os, sizeof(p->os), "%s", os ? os : "");
+	snprintf(p->arch, sizeof(p->arch), "%s", arch ? arch : "");
+}
+
+/* Messages reach clients: the store's host path becomes "<store>" (disk errors name files). */
+static void hide_store_path(char *msg, const char *store)
+{
+	size_t n = strlen(store);
+	char *p;
+	while (n >= 7 && (p = strstr(msg, store))) {
+		memcpy(p, "<store>", 7);
+		memmove(p + 7, p + n, strlen(p + n) + 1);
+	}
+}
+
+static void pull_in_worker(void *arg, struct worker_result *res)
+{
+	struct pull_job *j = arg;
+	struct error err = {0};
+	/* Shared: pulls run side by side, never beside a garbage collection. */
+	int lock = image_store_lock(j->opts.store, false);
+	if (lock < 0) {
+		res->rc = lock;
+		snprintf(res->msg, sizeof(res->msg), "lock the image store: %s", strerror(-lock));
+		return;
+	}
+	res->rc = j->import_path ? image_import(&j->opts, j->import_path, &j->ref, &err)
+				 : image_pull(&j->opts, &j->ref, &err);
+	close(lock);
+	if (res->rc < 0) {
+		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-res->rc));
+		hide_store_path(res->msg, j->opts.store);
+	}
+}
+
+static void waiter_free(struct pull_waiter *wt)
+{
+	if (wt->sb)
+		sandbox_unref(wt->sb);
+	free(wt);
+}
+
+static void pull_job_free(struct pull_job *j)
+{
+	worker_clear(&j->w);
+	if (j->progress_ev)
+		event_free(j->progress_ev);
+	if (j->progress)
+		munmap(j->progress, sizeof(*j->progress));
+	explicit_bzero(j->key, sizeof(j->key));
+	free(j->user);
+	free(j->import_path);
+	if (j->pass)
+		explicit_bzero(j->pass, strlen(j->pass));
+	free(j->pass);
+	free(j);
+}
+
+static void on_pull_done(struct worker *w, const struct worker_result *res, void *arg)
+{
+	struct pull_job *j = arg;
+	for (struct pull_job **p = &jobs; *p; p = &(*p)->next)
+		if (*p == j) {
+			*p = j->next;
+			break;
+		}
+	if (res->rc == -ECANCELED)
+		log_info("pull %s: cancelled (shutting down)", j->ref.name);
+	else if (res->rc < 0)
+		log_warn("pull %s: %s", j->ref.name, res->msg);
+	else
+		log_info("pulled %s in %lld ms", j->ref.name,
+			 (long long)(time_mono_ms() - j->start_mono_ms));
+	struct pull_waiter *wt = j->waiters;
+	while (wt) {
+		struct pull_waiter *next = wt->next;
+		wt->done(res->rc, res->msg, wt->arg);
+		waiter_free(wt);
+		wt = next;
+	}
+	pull_job_free(j);
+}
+
+/* "pulling NAME: 12.3 of 45.6 MB" on every waiting sandbox still Pending/ImagePulling. */
+static void on_progress(evutil_socket_t fd, short what, void *arg)
+{
+	struct pull_job *j = arg;
+	uint64_t done = j->progress->done, total = j->progress->total;
+	if (!total)
+		return;
+	for (struct pull_waiter *wt = j->waiters; wt; wt = wt->next) {
+		struct sandbox *sb = wt->sb;
+		if (!sb || sb->state != SB_PENDING || !sb->reason || strcmp(sb->reason, "ImagePulling"))
+			continue;
+		free(sb->message); /* not a transition: lastTransitionAt stays */
+		if (asprintf(&sb->message, "pulling %s: %.1f of %.1f MB", j->ref.name, done / 1e6,
+			     total / 1e6) < 0)
+			sb->message = NULL;
+	}
+}
+
+/* Join the running pull of (ref, platform, credentials) or start one. sb (may be NULL: a pull
+ * ahead of time) gets the progress in its ImagePulling message. */
+static int pull_join(struct corrald *d, const struct image_ref *ref,
+		     const struct image_platform *pl, const char *user, const char *pass,
+		     const char *import_path, struct sandbox *sb, image_pull_done_fn done,
+		     void *arg)
+{
+	char key[1400 + PATH_MAX];
+	/* Same credentials only: a create with a wrong password must not ride on a good pull (nor
+	 * a good one fail with a bad one's). The key stays in memory, like image.auth. */
+	snprintf(key, sizeof(key), "%s\n%s/%s\n%s\n%s\n%s", ref->name, pl->os, pl->arch,
+		 user ? user : "", pass ? pass : "", import_path ? import_path : "");
+	struct pull_waiter *wt = calloc(1, sizeof(*wt));
+	if (!wt) {
+		explicit_bzero(key, sizeof(key));
+		return -ENOMEM;
+	}
+	struct pull_job *j = NULL;
+	wt->done = done;
+	wt->arg = arg;
+	wt->sb = sb ? sandbox_ref(sb) : NULL;
+	for (j = jobs; j; j = j->next)
+		if (strcmp(j->key, key) == 0) {
+			wt->next = j->waiters;
+			j->waiters = wt;
+			log_info("%s%s%swaiting for the running pull of %s", sb ? "sandbox " : "",
+				 sb ? sb->id : "", sb ? ": " : "", ref->name);
+			explicit_bzero(key, sizeof(key));
+			return 0;
+		}
+	j = calloc(1, sizeof(*j));
+	if (!j) {
+		waiter_free(wt);
+		explicit_bzero(key, sizeof(key));
+		return -ENOMEM;
+	}
+	snprintf(j->key, sizeof(j->key), "%s", key);
+	explicit_bzero(key, sizeof(key));
+	j->ref = *ref;
+	j->w = (struct worker)WORKER_INIT;
+	j->w.fn = pull_in_worker;
+	j->w.done = on_pull_done;
+	j->w.arg = j;
+	j->opts.store = d->image_store;
+	j->opts.platform = *pl;
+	j->opts.auth_file = d->registry_auth;
+	j->opts.insecure = d->insecure;
+	j->opts.mirrors = d->mirrors;
+	j->opts.timeout_s = d->pull_timeout_s;
+	if ((user && (!(j->user = strdup(user)) || !(j->pass = strdup(pass ? pass : "")))) ||
+	    (import_path && !(j->import_path = strdup(import_path)))) {
+		waiter_free(wt);
+		pull_job_free(j);
+		return -ENOMEM;
+	}
+	j->opts.username = j->user;
+	j->opts.password = j->pass;
+	/* Progress is best effort: without the mapping the message just names the image. */
+	void *m = mmap(NULL, sizeof(*j->progress), PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (m != MAP_FAILED) {
+		j->progress = m;
+		j->opts.progress_done = &j->progress->done;
+		j->opts.progress_total = &j->progress->total;
+		j->progress_ev = event_new(d->base, -1, EV_PERSIST, on_progress, j);
+		struct timeval tv = {0, PROGRESS_INTERVAL_MS * 1000};
+		if (j->progress_ev)
+			event_add(j->progress_ev, &tv);
+	}
+	j->waiters = wt;
+	j->start_mono_ms = time_mono_ms();
+	int r = worker_start(&j->w, d->base);
+	if (r < 0) {
+		waiter_free(wt);
+		j->waiters = NULL;
+		pull_job_free(j);
+		return r;
+	}
+	j->next = jobs;
+	jobs = j;
+	log_info("%s%s%spulling %s", sb ? "sandbox " : "", sb ? sb->id : "", sb ? ": " : "",
+		 ref->name);
+	return 0;
+}
+
+int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg)
+{
+	struct image_ref ref;
+	struct image_platform pl;
+	if (image_ref_parse(sb->rootfs, &ref, NULL) < 0)
+		return -EINVAL;
+	platform_of(sb->platform, &pl);
+	return pull_join(sb->d, &ref, &pl, sb->auth_user, sb->auth_pass, NULL, sb, done, arg);
+}
+
+int image_pull_ahead(struct corrald *d, const char *uri, json_t *platform, const char *user,
+		     const char *pass, image_pull_done_fn done, void *arg, char *msg,
+		     size_t msglen)
+{
+	struct image_ref ref;
+	struct image_platform pl;
+	struct error err = {0};
+	if (image_ref_parse(uri, &ref, &err) < 0) {
+		snprintf(msg, msglen, "image.uri: %s", err.msg);
+		return -EINVAL;
+	}
+	platform_of(platform, &pl);
+	return pull_join(d, &ref, &pl, user, pass, NULL, NULL, done, arg);
+}
+
+int image_import_start(struct corrald *d, const char *uri, const char *path, json_t *platform,
+		       image_pull_done_fn done, void *arg, char *msg, size_t msglen)
+{
+	struct image_ref ref;
+	struct image_platform pl;
+	struct error err = {0};
+	if (image_ref_parse(uri, &ref, &err) < 0) {
+		snprintf(msg, msglen, "image.uri: %s", err.msg);
+		return -EINVAL;
+	}
+	/* Only what the operator put under --import-dir: the worker reads it as root. */
+	char real[PATH_MAX];
+	size_t n = d->import_dir[0] ? strlen(d->import_dir) : 0;
+	if (!n) {
+		snprintf(msg, msglen,
+			 "import.path: imports are off; start corrald with --import-dir DIR and put the layout or tar there");
+		return -EPERM;
+	}
+	if (!path || path[0] != '/' || !realpath(path, real) || strncmp(real, d->import_dir, n) != 0 ||
+	    real[n] != '/') {
+		snprintf(msg, msglen,
+			 "import.path: '%s' is not an existing path under the --import-dir %s (symlinks resolved)",
+			 path ? path : "", d->import_dir);
+		return -EPERM;
+	}
+	platform_of(platform, &pl);
+	return pull_join(d, &ref, &pl, NULL, NULL, real, NULL, done, arg);
+}
+
+void image_pulls_cancel(void)
+{
+	struct pull_job *next;
+	for (struct pull_job *j = jobs; j; j = next) {
+		next = j->next; /* worker_kill() -> on_pull_done() frees j */
+		if (worker_running(&j->w))
+			worker_kill(&j->w);
+	}
+}
+
+bool image_needs_pull(const struct sandbox *sb)
+{
+	if (strcmp(sb->pull_policy ? sb->pull_policy : "IfNotPresent", "Always") == 0)
+		return true;
+	if (strcmp(sb->pull_policy ? sb->pull_policy : "", "Never") == 0)
+		return false;
+	struct image_ref ref;
+	struct image_platform pl;
+	if (image_ref_parse(sb->rootfs, &ref, NULL) < 0)
+		return false; /* image_fill_spec() reports it */
+	platform_of(sb->platform, &pl);
+	return !image_record_exists(sb->d->image_store, &ref, &pl);
+}
+
+static bool env_has(char *const *env, const char *kv)
+{
+	size_t n = strcspn(kv, "=");
+	for (char *const *e = env; e && *e; e++)
+		if (strncmp(*e, kv, n) == 0 && (*e)[n] == '=')
+			return true;
+	return false;
+}
+
+int image_fill_spec(const struct corrald *d, const struct sandbox *sb, struct sandbox_spec *spec,
+		    char *msg, size_t msglen)
+{
+	struct image_ref ref;
+	struct image_platform pl;
+	struct error err = {0};
+	static struct image_info info; /* the worker's, for the rest of its short life */
+	static char root[PATH_MAX];
+	int r = image_ref_parse(sb->rootfs, &ref, &err);
+	if (r == 0) {
+		platform_of(sb->platform, &pl);
+		r = image_info_load(d->image_store, &ref, &pl, &info, &err);
+	}
+	hide_store_path(err.msg, d->image_store);
+	if (r < 0) {
+		snprintf(msg, msglen, "%s%s", err.msg,
+			 r == -ENOENT && sb->pull_policy && strcmp(sb->pull_policy, "Never") == 0
+			     ? " and imagePullPolicy is Never"
+			     : "");
+		return r;
+	}
+	/* What this sandbox uses, for the garbage collector (kept until the sandbox is removed). */
+	char lp[PATH_MAX + 32];
+	snprintf(lp, sizeof(lp), "%s/" IMAGE_LAYERS_FILE, sb->dir);
+	_cleanup_fclose_ FILE *f = fopen(lp, "we");
+	for (size_t i = 0; f && i < info.n_layers; i++)
+		fprintf(f, "%s\n", info.layers[i]);
+	/* No fsync: it only has to outlive the sandbox's processes, which a host crash ends too. */
+	if (!f || fflush(f) != 0) {
+		snprintf(msg, msglen, "write the image's layer list: %s", strerror(errno));
+		return -EIO;
+	}
+	snprintf(root, sizeof(root), "%s/layers", d->image_store);
+	spec->layer_root = root;
+	spec->layers = info.layers;
+	spec->workdir = info.workdir;
+	spec->user = info.user;
+	/* The image's Env first, the create's env wins. */
+	size_t n = 0, m = 0;
+	for (char *const *e = spec->env; e && *e; e++)
+		n++;
+	for (char **e = info.env; e && *e; e++)
+		m++;
+	char **env = calloc(n + m + 1, sizeof(char *));
+	if (!env) {
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
+	size_t k = 0;
+	for (char **e = info.env; e && *e; e++)
+		if (strchr(*e, '=') && !env_has(spec->env, *e))
+			env[k++] = *e;
+	for (char *const *e = spec->env; e && *e; e++)
+		env[k++] = *e;
+	spec->env = env;
+	return 0;
+}
+
+/* ---- the images resource (GET/POST/DELETE /v1/images) ------------------------------------ */
+
+json_t *image_list_json(const struct corrald *d)
+{
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s/refs", d->image_store);
+	json_t *items = json_array();
+	DIR *dd = opendir(dir);
+	if (!dd || !items)
+		return items;
+	struct dirent *de;
+	while ((de = readdir(dd))) {
+		size_t n = strlen(de->d_name);
+		if (n < 6 || strcmp(de->d_name + n - 5, ".json") != 0)
+			continue;
+		char p[PATH_MAX + 300];
+		snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+		json_t *j = json_load_file(p, 0, NULL);
+		const char *name = json_string_value(json_object_get(j, "name"));
+		if (name) {
+			json_t *o = json_pack("{s:s, s:O, s:I}", "name", name, "digest",
+					      json_object_get(j, "manifest"), "layers",
+					      (json_int_t)json_array_size(json_object_get(j, "layers")));
+			json_t *x;
+			if ((x = json_object_get(j, "size")))
+				json_object_set(o, "sizeBytes", x);
+			if ((x = json_object_get(j, "platform")))
+				json_object_set(o, "platform", x);
+			if (o)
+				json_array_append_new(items, o);
+		}
+		json_decref(j);
+	}
+	closedir(dd);
+	return items;
+}
+
+static struct sandbox *image_user(struct corrald *d, const char *name);
+
+int image_forget(const struct corrald *d, const char *uri, char *msg, size_t msglen)
+{
+	struct image_ref ref;
+	struct error err = {0};
+	if (image_ref_parse(uri, &ref, &err) < 0) {
+		snprintf(msg, msglen, "ref: %s", err.msg);
+		return -EINVAL;
+	}
+	struct sandbox *user = image_user((struct corrald *)d, ref.name);
+	if (user) {
+		snprintf(msg, msglen, "image %s is used by sandbox %s; delete the sandboxes first",
+			 ref.name, user->id);
+		return -EBUSY;
+	}
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s/refs", d->image_store);
+	DIR *dd = opendir(dir);
+	int found = 0;
+	struct dirent *de;
+	while (dd && (de = readdir(dd))) {
+		char p[PATH_MAX + 300];
+		snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+		json_t *j = de->d_name[0] != '.' ? json_load_file(p, 0, NULL) : NULL;
+		const char *name = json_string_value(json_object_get(j, "name"));
+		if (name && strcmp(name, ref.name) == 0 && unlink(p) == 0)
+			found++;
+		json_decref(j);
+	}
+	if (dd)
+		closedir(dd);
+	if (!found) {
+		snprintf(msg, msglen, "image %s is not in the store", ref.name);
+		return -ENOENT;
+	}
+	log_info("image %s removed from the store (%d platform(s))", ref.name, found);
+	if (image_gc_start((struct corrald *)d) < 0)
+		log_warn("cannot start the image store's garbage collection; unused layers stay");
+	return 0;
+}
+
+/* The client's reference or credentials (422), the pull's own deadline (504), the disk (507),
+ * the registry or what it sent (502). */
+int image_pull_http_status(int rc)
+{
+	switch (rc) {
+	case -EACCES:
+	case -ENOENT:
+	case -ENOEXEC:
+	case -EINVAL:
+		return 422;
+	case -ETIMEDOUT:
+		return 504;
+	case -ENOSPC:
+		return 507;
+	default:
+		return 502;
+	}
+}
+
+/* ---- garbage collection ----------------------------------------------------------------- */
+
+struct gc_job {
+	struct worker w;
+	char store[PATH_MAX], sandboxes[PATH_MAX];
+};
+
+static void gc_in_worker(void *arg, struct worker_result *res)
+{
+	struct gc_job *g = arg;
+	struct error err = {0};
+	unsigned removed = 0;
+	res->rc = image_gc(g->store, g->sandboxes, &removed, &err);
+	res->pid = (pid_t)removed;
+	if (res->rc < 0)
+		snprintf(res->msg, sizeof(res->msg), "%s", err.msg);
+}
+
+static void on_gc_done(struct worker *w, const struct worker_result *res, void *arg)
+{
+	struct gc_job *g = arg;
+	if (res->rc < 0)
+		log_warn("image store garbage collection: %s", res->msg);
+	else
+		log_info("image store garbage collection: %d unused layer(s) removed", (int)res->pid);
+	worker_clear(&g->w);
+	free(g);
+}
+
+int image_gc_start(struct corrald *d)
+{
+	struct gc_job *g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->w = (struct worker)WORKER_INIT;
+	g->w.fn = gc_in_worker;
+	g->w.done = on_gc_done;
+	g->w.arg = g;
+	snprintf(g->store, sizeof(g->store), "%s", d->image_store);
+	snprintf(g->sandboxes, sizeof(g->sandboxes), "%s", d->sandboxes_dir);
+	int r = worker_start(&g->w, d->base);
+	if (r < 0)
+		free(g);
+	return r;
+}
+
+/* The first live sandbox made from the image named (normalized) name, or NULL. */
+static struct sandbox *image_user(struct corrald *d, const char *name)
+{
+	struct sandbox *sb;
+	TAILQ_FOREACH(sb, &d->sandboxes, link)
+		if (sb->registry_image && !sb->deleting && !sandbox_ended(sb) &&
+		    strcmp(sb->rootfs, name) == 0)
+			return sb;
+	return NULL;
 }

@@ -15,6 +15,7 @@
 #include "corrald/admission.h"
 #include "corrald/corrald.h"
 #include "corrald/upstream.h"
+#include "images/images.h"
 #include "shared/fsutil.h"
 #include "shared/log.h"
 #include "shared/quantity.h"
@@ -192,6 +193,22 @@ static void create_in_worker(void *arg, struct worker_result *res)
 			 c->sb->id, strerror(-r));
 		return;
 	}
+	/* A registry image's layers stay put while they are mounted: a garbage collection waits
+	 * for the store's lock, and then sees this sandbox's layer list. */
+	_cleanup_close_ int lock = -1;
+	if (c->sb->registry_image) {
+		lock = image_store_lock(d->image_store, false);
+		if (lock < 0) {
+			res->rc = lock;
+			snprintf(res->msg, sizeof(res->msg), "lock the image store: %s",
+				 strerror(-lock));
+			return;
+		}
+		if ((r = image_fill_spec(d, c->sb, &c->spec, res->msg, sizeof(res->msg))) < 0) {
+			res->rc = r == -ENOENT ? -ENOMEDIUM : r; /* not (or no longer) in the store */
+			return;
+		}
+	}
 	res->rc = d->rt->create(&d->rt_cfg, &c->spec, &res->pid, &res->starttime, &err);
 	if (res->rc < 0)
 		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-res->rc));
@@ -216,6 +233,11 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 		 * (its exit report went with the rolled-back files). */
 		create_fail(c, 422, "SANDBOX::ENTRYPOINT_EXITED",
 			    "entrypoint: the sandbox ended as soon as it started (%s); check that the entrypoint exists in the image and keeps running, e.g. [\"sleep\",\"infinity\"]",
+			    res->msg);
+		return;
+	}
+	if (res->rc == -ENOMEDIUM) {
+		create_fail(c, 422, "SANDBOX::IMAGE_PULL_FAILED", "image %s: %s", sb->rootfs,
 			    res->msg);
 		return;
 	}
@@ -267,6 +289,46 @@ static char **envp_from_json_object(json_t *o)
 	return v;
 }
 
+/* The runtime's part: a worker, under the create deadline (which starts after any pull). */
+static int create_start(struct create_ctx *c)
+{
+	struct corrald *d = c->sb->d;
+	sandbox_set_status(c->sb, SB_PENDING, "Creating", NULL);
+	int r = worker_start(&c->w, d->base);
+	if (r < 0)
+		return r;
+	c->deadline_mono_ms = time_mono_ms() + (int64_t)d->create_timeout_s * 1000;
+	struct timeval tv = {d->create_timeout_s, 0};
+	evtimer_add(c->deadline_ev, &tv);
+	return 0;
+}
+
+static void on_image_pulled(int rc, const char *msg, void *arg)
+{
+	struct create_ctx *c = arg;
+	struct sandbox *sb = c->sb;
+	if (rc == -ECANCELED) {
+		create_fail(c, 503, "SANDBOX::SHUTTING_DOWN",
+			    "corrald is shutting down: the pull of %s was stopped; retry once it has restarted",
+			    sb->rootfs);
+		return;
+	}
+	if (rc < 0) {
+		create_fail(c, image_pull_http_status(rc), "SANDBOX::IMAGE_PULL_FAILED", "pull %s: %s",
+			    sb->rootfs, msg);
+		return;
+	}
+	if (sb->delete_requested) {
+		create_fail(c, 409, "SANDBOX::DELETED",
+			    "sandbox %s was deleted while its image was being pulled", sb->id);
+		return;
+	}
+	int r = create_start(c);
+	if (r < 0)
+		create_fail(c, 500, "SANDBOX::CREATE_FAILED", "start the create of %s: %s", sb->id,
+			    strerror(-r));
+}
+
 int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit, uint64_t pids_max,
 		     uint64_t cpu_req, uint64_t mem_req, create_done_fn done, void *arg)
 {
@@ -303,21 +365,28 @@ int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit,
 	if (disk)
 		(void)quantity_parse_bytes(disk, &c->spec.disk_limit_bytes); /* validated */
 
-	sandbox_set_status(sb, SB_PENDING, "Creating", NULL);
 	c->w.fn = create_in_worker;
 	c->w.done = on_create_worker_done;
 	c->w.arg = c;
-	int r = worker_start(&c->w, d->base);
+	c->start_mono_ms = time_mono_ms();
+	if (sb->registry_image && image_needs_pull(sb)) {
+		sandbox_set_status(sb, SB_PENDING, "ImagePulling", "pulling %s", sb->rootfs);
+		int r = image_ensure(sb, on_image_pulled, c);
+		if (r < 0) {
+			c->finished = true;
+			create_ctx_maybe_free(c);
+			return r;
+		}
+		sb->creating = c;
+		return 0;
+	}
+	int r = create_start(c);
 	if (r < 0) {
 		c->finished = true;
 		create_ctx_maybe_free(c);
 		return r;
 	}
 	sb->creating = c;
-	c->start_mono_ms = time_mono_ms();
-	c->deadline_mono_ms = c->start_mono_ms + (int64_t)d->create_timeout_s * 1000;
-	struct timeval tv = {d->create_timeout_s, 0};
-	evtimer_add(c->deadline_ev, &tv);
 	return 0;
 }
 

@@ -23,6 +23,7 @@
 #include "corrald/corrald.h"
 #include "corrald/upstream.h"
 #include "runtime/confine.h"
+#include "images/images.h"
 #include "shared/fsutil.h"
 #include "shared/log.h"
 #include "shared/quantity.h"
@@ -33,6 +34,7 @@
 #define DEFAULT_CREATE_TIMEOUT 30
 /* Below the stock SDKs' 30 s request timeout, so their clients see the 503 rather than time out. */
 #define DEFAULT_CAPACITY_WAIT 20
+#define DEFAULT_PULL_TIMEOUT 600
 #define SHUTDOWN_WAIT_S 10
 #define DEFAULT_DISK "10Gi"
 
@@ -53,6 +55,17 @@ static void usage(FILE *f)
 		"  --state-dir DIR        sandbox records, overlays and execd sockets (default " DEFAULT_STATE_DIR ")\n"
 		"  --image-dir DIR        images: each subdirectory NAME is a root file system usable as\n"
 		"                         {\"image\":{\"uri\":\"NAME\"}}; \"host\" is always the host's own root\n"
+		"                         Any other reference (python:3.11, ghcr.io/o/r@sha256:...,\n"
+		"                         127.0.0.1:5000/task:1) is pulled from its registry into\n"
+		"                         <state-dir>/images (docs/images.md)\n"
+		"  --insecure-registry HOST[:PORT]\n"
+		"                         reach this registry over plain HTTP (repeatable)\n"
+		"  --registry-auth FILE   registry credentials in the ~/.docker/config.json format\n"
+		"  --registry-mirror HOST[:PORT]\n"
+		"                         try this mirror of docker.io first (repeatable, in order)\n"
+		"  --pull-timeout SECS    longest image pull of a create (default %d)\n"
+		"  --import-dir DIR       POST /v1/images may import OCI image layouts (directories or\n"
+		"                         tars, e.g. docker save) from under DIR\n"
 		"  --execd PATH           the static corral-execd binary (default: corral-execd next to corrald)\n"
 		"  --cgroup-name NAME     parent cgroup of all sandboxes in each hierarchy (default corral)\n"
 		"  --idle-timeout SECS    close idle keep-alive connections after SECS (default %d);\n"
@@ -87,8 +100,8 @@ static void usage(FILE *f)
 		"  corrald --listen 127.0.0.1:8080 --state-dir /tmp/corral --image-dir /srv/images\n"
 		"  curl -s localhost:8080/v1/sandboxes -d '{\"image\":{\"uri\":\"host\"},\n"
 		"       \"entrypoint\":[\"sleep\",\"infinity\"],\"timeout\":600}'\n",
-		DEFAULT_IDLE_TIMEOUT, DEFAULT_CREATE_TIMEOUT, CONFINE_DEFAULT_NOFILE,
-		DEFAULT_CAPACITY_WAIT);
+		DEFAULT_PULL_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_CREATE_TIMEOUT,
+		CONFINE_DEFAULT_NOFILE, DEFAULT_CAPACITY_WAIT);
 }
 
 static int parse_listen(const char *s, char *host, size_t hostlen, unsigned short *port)
@@ -197,6 +210,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		d->bound = NULL;
 	}
 	admission_shutdown(d);
+	image_pulls_cancel();
 	shutdown_ev = evtimer_new(d->base, on_shutdown_tick, d);
 	on_shutdown_tick(-1, 0, d);
 }
@@ -238,7 +252,8 @@ int main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
 	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS,
-	       OPT_NOFILE, OPT_DEFAULT_DISK };
+	       OPT_NOFILE, OPT_DEFAULT_DISK, OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT, OPT_MIRROR,
+	       OPT_IMPORT_DIR };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -254,6 +269,11 @@ int main(int argc, char **argv)
 		{"no-userns", no_argument, NULL, OPT_NO_USERNS},
 		{"sandbox-nofile", required_argument, NULL, OPT_NOFILE},
 		{"default-disk", required_argument, NULL, OPT_DEFAULT_DISK},
+		{"insecure-registry", required_argument, NULL, OPT_INSECURE},
+		{"registry-auth", required_argument, NULL, OPT_REG_AUTH},
+		{"registry-mirror", required_argument, NULL, OPT_MIRROR},
+		{"pull-timeout", required_argument, NULL, OPT_PULL_TIMEOUT},
+		{"import-dir", required_argument, NULL, OPT_IMPORT_DIR},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -264,6 +284,7 @@ int main(int argc, char **argv)
 	d->create_timeout_s = DEFAULT_CREATE_TIMEOUT;
 	d->capacity_wait_s = DEFAULT_CAPACITY_WAIT;
 	d->default_disk = DEFAULT_DISK;
+	d->pull_timeout_s = DEFAULT_PULL_TIMEOUT;
 	d->api_key = getenv("CORRAL_API_KEY");
 	TAILQ_INIT(&d->sandboxes);
 	log_set_ident("corrald");
@@ -288,6 +309,38 @@ int main(int argc, char **argv)
 		case OPT_EXECD: execd = optarg; break;
 		case OPT_CGROUP: cgroup_name = optarg; break;
 		case OPT_NO_USERNS: d->rt_cfg.no_userns = true; break;
+		case OPT_INSECURE:
+			if (d->n_insecure + 1 >= ARRAY_SIZE(d->insecure)) {
+				fprintf(stderr, "corrald: at most %zu --insecure-registry\n",
+					ARRAY_SIZE(d->insecure) - 1);
+				return 2;
+			}
+			d->insecure[d->n_insecure++] = optarg;
+			break;
+		case OPT_REG_AUTH: d->registry_auth = optarg; break;
+		case OPT_IMPORT_DIR:
+			if (!realpath(optarg, d->import_dir)) {
+				fprintf(stderr, "corrald: --import-dir %s: %s\n", optarg, strerror(errno));
+				return 2;
+			}
+			break;
+		case OPT_MIRROR:
+			if (d->n_mirrors + 1 >= ARRAY_SIZE(d->mirrors)) {
+				fprintf(stderr, "corrald: at most %zu --registry-mirror\n",
+					ARRAY_SIZE(d->mirrors) - 1);
+				return 2;
+			}
+			if (strpbrk(optarg, "/ ") || !*optarg) {
+				fprintf(stderr, "corrald: --registry-mirror '%s': give HOST[:PORT] (plain HTTP only with --insecure-registry HOST[:PORT])\n",
+					optarg);
+				return 2;
+			}
+			d->mirrors[d->n_mirrors++] = optarg;
+			break;
+		case OPT_PULL_TIMEOUT:
+			if (parse_seconds("--pull-timeout", optarg, &d->pull_timeout_s) < 0)
+				return 2;
+			break;
 		case OPT_LOG: {
 			enum log_level lvl;
 			if (log_level_parse(optarg, &lvl) < 0) {
@@ -425,6 +478,18 @@ int main(int argc, char **argv)
 	if (r < 0) {
 		fprintf(stderr, "corrald: mkdir %s: %s\n", d->sandboxes_dir, strerror(-r));
 		return 1;
+	}
+	snprintf(d->image_store, sizeof(d->image_store), "%s/" IMAGE_STORE_DIR, d->state_dir);
+	{
+		struct error err = {0};
+		if (image_store_init(d->image_store, &err) < 0) {
+			fprintf(stderr, "corrald: %s\n", err.msg);
+			return 1;
+		}
+	}
+	if (d->registry_auth && access(d->registry_auth, R_OK) < 0) {
+		fprintf(stderr, "corrald: --registry-auth %s: %s\n", d->registry_auth, strerror(errno));
+		return 2;
 	}
 	d->rt = &runtime_native;
 	d->rt_cfg.state_dir = d->state_dir;

@@ -84,6 +84,10 @@ static void sandbox_free(struct sandbox *sb)
 	free(sb->message);
 	free(sb->image_uri);
 	free(sb->rootfs);
+	free(sb->auth_user);
+	if (sb->auth_pass)
+		explicit_bzero(sb->auth_pass, strlen(sb->auth_pass));
+	free(sb->auth_pass);
 	json_decref(sb->entrypoint);
 	json_decref(sb->env);
 	json_decref(sb->metadata);
@@ -270,6 +274,7 @@ int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *
 	const char *rootfs = json_string_value(json_object_get(o, "rootfs"));
 	sb->rootfs = strdup(rootfs ? rootfs : "");
 	sb->host_image = json_is_true(json_object_get(o, "hostImage"));
+	sb->registry_image = !sb->host_image && sb->rootfs && sb->rootfs[0] && sb->rootfs[0] != '/';
 	sb->entrypoint = json_incref(json_object_get(o, "entrypoint"));
 	sb->env = obj_or_empty(json_object_get(o, "env"));
 	sb->metadata = obj_or_empty(json_object_get(o, "metadata"));

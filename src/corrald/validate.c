@@ -211,6 +211,10 @@ void create_params_clear(struct create_params *p)
 	if (!p)
 		return;
 	free(p->image_uri);
+	free(p->auth_user);
+	if (p->auth_pass)
+		explicit_bzero(p->auth_pass, strlen(p->auth_pass));
+	free(p->auth_pass);
 	json_decref(p->entrypoint);
 	json_decref(p->env);
 	json_decref(p->metadata);
@@ -268,6 +272,16 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	p->image_uri = strdup(json_string_value(uri));
 	if (!p->image_uri)
 		return -ENOMEM;
+	json_t *auth = json_object_get(image, "auth");
+	if (auth && !json_is_null(auth)) {
+		const char *au = json_string_value(json_object_get(auth, "username"));
+		const char *ap = json_string_value(json_object_get(auth, "password"));
+		if (!json_is_object(auth) || !au || !ap || strlen(au) > 256 || strlen(ap) > 4096)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("image", "auth"),
+					"image.auth must be an object {\"username\": string, \"password\": string} (at most 256 and 4096 bytes)");
+		if (!(p->auth_user = strdup(au)) || !(p->auth_pass = strdup(ap)))
+			return -ENOMEM;
+	}
 
 	/* entrypoint: required, array of strings, minItems 1. */
 	json_t *ep = json_object_get(body, "entrypoint");
@@ -404,6 +418,20 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 		else if (strcasecmp(s, "false") != 0)
 			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("extensions", "oomGroup"),
 					"extensions.oomGroup must be \"true\" or \"false\", got '%s'", s);
+	}
+	/* The image pull policy, under either of its two names. */
+	static const char *const policy_keys[] = {"imagePullPolicy",
+						  "opensandbox.extensions.image-pull-policy"};
+	p->pull_policy = "IfNotPresent";
+	for (size_t pk = 0; pk < sizeof(policy_keys) / sizeof(policy_keys[0]); pk++) {
+		const char *s = json_string_value(json_object_get(p->extensions, policy_keys[pk]));
+		if (!s)
+			continue;
+		if (strcmp(s, "Always") && strcmp(s, "IfNotPresent") && strcmp(s, "Never"))
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("extensions", policy_keys[pk]),
+					"extensions.%s must be \"Always\", \"IfNotPresent\" or \"Never\", got '%s'",
+					policy_keys[pk], s);
+		p->pull_policy = strcmp(s, "Always") == 0 ? "Always" : strcmp(s, "Never") == 0 ? "Never" : "IfNotPresent";
 	}
 	/* extensions.cpuCapEnv (default "true"): the CPU-cap variables below, explicit env wins. */
 	json_t *ce = json_object_get(p->extensions, "cpuCapEnv");

@@ -40,6 +40,10 @@ struct create_params {
 	bool requests_given;   /* resourceRequests was sent (else requests = limits) */
 	json_t *extensions;    /* object string->string */
 	json_t *platform;      /* object or NULL */
+	char *auth_user;       /* image.auth.username / password (registry images), or NULL */
+	char *auth_pass;
+	const char *pull_policy; /* "Always", "IfNotPresent" (default) or "Never", from extensions
+				  * imagePullPolicy or opensandbox.extensions.image-pull-policy */
 	bool has_timeout;      /* false = manual cleanup, no expiry */
 	int64_t timeout_s;
 	uint64_t cpu_limit_millis, memory_limit_bytes, pids_max;

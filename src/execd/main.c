@@ -28,6 +28,7 @@
 #include "shared/macro.h"
 #include "shared/quantity.h"
 #include "spawn.h"
+#include "users.h"
 
 struct event_base *execd_base;
 
@@ -37,6 +38,7 @@ static struct {
 	const char *state_dir;
 	char exit_file[PATH_MAX];
 	char *const *entrypoint;
+	const char *entry_user; /* --user USER[:GROUP], or NULL: root */
 	pid_t entry_pid;
 	bool pid1;
 } M;
@@ -207,6 +209,22 @@ static void on_term(evutil_socket_t sig, short what, void *arg)
 	execd_exit("ExecdExited", 0, msg);
 }
 
+/* "user", "uid", "user:group", "uid:gid" (an image config's User). */
+static int entry_user(struct spawn *sp)
+{
+	char u[USERS_NAME_MAX];
+	snprintf(u, sizeof(u), "%s", M.entry_user);
+	char *g = strchr(u, ':');
+	if (g)
+		*g++ = '\0';
+	uid_t uid;
+	gid_t gid = 0;
+	if (users_uid_by_name(u, &uid) < 0 || (g && users_gid_by_name(g, &gid) < 0))
+		return -ENOENT;
+	spawn_set_user(sp, uid, g != NULL, gid, NULL, 0);
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -224,6 +242,8 @@ static void usage(FILE *f)
 		"  --output-cap BYTES output kept per command (default 256Mi; K/M/G, Ki/Mi/Gi suffixes);\n"
 		"                     past it the command runs on and the rest is dropped and counted\n"
 		"  --log-level LEVEL  error, warn, info (default) or debug\n"
+		"  --user USER[:GROUP]  run the entrypoint as this user (a name from /etc/passwd or\n"
+		"                     a number; an image's User)\n"
 		"  --help             this text\n"
 		"\n"
 		"When ENTRYPOINT exits, execd writes the exit file, kills what is left and exits with\n"
@@ -234,7 +254,7 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	enum { OPT_SOCKET = 256, OPT_LISTEN_FD, OPT_STATE, OPT_EXIT_FILE, OPT_LOG_LEVEL, OPT_OUTPUT_CAP,
-	       OPT_HELP };
+	       OPT_USER, OPT_HELP };
 	static const struct option opts[] = {
 		{"socket", required_argument, NULL, OPT_SOCKET},
 		{"listen-fd", required_argument, NULL, OPT_LISTEN_FD},
@@ -242,6 +262,7 @@ int main(int argc, char **argv)
 		{"exit-file", required_argument, NULL, OPT_EXIT_FILE},
 		{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
 		{"output-cap", required_argument, NULL, OPT_OUTPUT_CAP},
+		{"user", required_argument, NULL, OPT_USER},
 		{"help", no_argument, NULL, OPT_HELP},
 		{NULL, 0, NULL, 0},
 	};
@@ -271,6 +292,7 @@ int main(int argc, char **argv)
 		}
 		case OPT_STATE: M.state_dir = optarg; break;
 		case OPT_EXIT_FILE: exit_file = optarg; break;
+		case OPT_USER: M.entry_user = optarg; break;
 		case OPT_LOG_LEVEL: {
 			enum log_level lvl;
 			if (log_level_parse(optarg, &lvl) < 0) {
@@ -362,6 +384,13 @@ int main(int argc, char **argv)
 		sp.argv = M.entrypoint;
 		sp.stdout_fd = SPAWN_FD_INHERIT;
 		sp.stderr_fd = SPAWN_FD_INHERIT;
+		if (M.entry_user && entry_user(&sp) < 0) {
+			char msg[ERROR_MSG_MAX];
+			snprintf(msg, sizeof(msg), "entrypoint user '%s' is not in the image's /etc/passwd and not a number",
+				 M.entry_user);
+			log_error("%s", msg);
+			execd_exit("EntrypointExited", 127, msg);
+		}
 		if (spawn_start(&sp, &M.entry_pid, &err) < 0) {
 			char msg[ERROR_MSG_MAX + 32];
 			snprintf(msg, sizeof(msg), "start entrypoint '%s': %s", M.entrypoint[0], err.msg);

@@ -85,6 +85,7 @@
 #define DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DEFAULT_HOME "HOME=/root"
 #define EXECD_SOCKET "execd.sock"
+#define OVERLAY_OPTS_MAX 4000 /* mount(2) copies one page of options; room for ",volatile" */
 #define SANDBOX_EXIT_FILE_MAX 4096 /* execd writes a few hundred bytes */
 
 /* Phase timestamps for profiling create (build with -DRUNTIME_TRACE; off in normal builds). */
@@ -211,6 +212,9 @@ struct child_ctx {
 	uid_t base;		  /* host id of sandbox root (0 without a user namespace) */
 	int userns_fd;		  /* the sandbox's user namespace, or -1 (cfg->no_userns) */
 	bool idmap_lower;	  /* mount the image idmapped on <dir>/lower first */
+	bool bind_lower;	  /* layers without a user namespace: a plain bind mount there */
+	const char *lower_src;	  /* what is mounted on <dir>/lower: rootfs or layer_root */
+	char image_top[PATH_MAX]; /* the image's top directory (its root's owner and /etc) */
 	int listen_fd;		  /* execd's socket, bound at <dir>/execd.sock: EXECD_LISTEN_FD */
 	int state_fd;		  /* run/: EXECD_STATE_FD */
 	int execd_fd;		  /* O_PATH of the host's corral-execd, exec'd by PID 1 */
@@ -450,7 +454,9 @@ static int mount_overlay(struct child_ctx *c, struct error *err)
 		return error_set_errno(err, errno, "chdir '%s'", c->dir);
 	int r;
 	if (c->idmap_lower &&
-	    (r = userns_idmap_mount(c->spec->rootfs, "lower", c->userns_fd, err)) < 0)
+	    (r = userns_idmap_mount(c->lower_src, "lower", c->userns_fd, err)) < 0)
+		return r;
+	if (c->bind_lower && (r = do_mount(c->lower_src, "lower", NULL, MS_BIND, NULL, err)) < 0)
 		return r;
 	/* "volatile" (5.10+): no syncs on the upper layer; the layer dies with the sandbox. */
 	size_t n = strlen(c->overlay_opts);
@@ -634,6 +640,16 @@ static int child_setup(struct child_ctx *c, struct error *err)
 			return error_set_errno(err, errno, "become root of the user namespace");
 	}
 
+	/* The image's working directory, made as sandbox root like any of its files. */
+	if (c->spec->workdir && c->spec->workdir[0]) {
+		if ((r = fs_mkdir_p(c->spec->workdir, 0755)) < 0)
+			return error_set_errno(err, -r, "make the working directory '%s'",
+					       c->spec->workdir);
+		if (chdir(c->spec->workdir) < 0)
+			return error_set_errno(err, errno, "chdir to the working directory '%s'",
+					       c->spec->workdir);
+	}
+
 	TRACE(12);
 	if ((r = confine_drop_caps(c->cap_last, err)) < 0)
 		return r;
@@ -718,12 +734,16 @@ static int build_argv(const struct sandbox_spec *spec, char ***ret)
 	size_t n = 0;
 	for (char *const *a = spec->entrypoint; a && *a; a++)
 		n++;
-	char **argv = calloc(ARRAY_SIZE(head) + 1 + n + 1, sizeof(char *));
+	char **argv = calloc(ARRAY_SIZE(head) + 2 + 1 + n + 1, sizeof(char *));
 	if (!argv)
 		return -ENOMEM;
 	size_t i = 0;
 	for (size_t k = 0; k < ARRAY_SIZE(head); k++)
 		argv[i++] = (char *)head[k];
+	if (n && spec->user && spec->user[0]) {
+		argv[i++] = (char *)"--user";
+		argv[i++] = (char *)spec->user;
+	}
 	if (n) {
 		argv[i++] = (char *)"--";
 		for (char *const *a = spec->entrypoint; *a; a++)
@@ -733,15 +753,59 @@ static int build_argv(const struct sandbox_spec *spec, char ***ret)
 	return 0;
 }
 
+/* A registry image: "lowerdir=lower/<top>:...:lower/<lowest>," (overlay lists the top first), the
+ * whole layer root mounted once on <dir>/lower. The options must fit the kernel's one page. */
+static int layer_opts(struct child_ctx *c, const struct runtime_config *cfg,
+		      const struct sandbox_spec *spec, struct error *err)
+{
+	size_t n = 0, len = sizeof(c->overlay_opts);
+	if (!spec->layer_root || spec->layer_root[0] != '/')
+		return error_set(err, EINVAL, "image layer root must be an absolute path");
+	for (char *const *l = spec->layers; *l; l++, n++)
+		if (!**l || **l == '.' || strpbrk(*l, "/,:\\"))
+			return error_set(err, EINVAL, "image layer name '%s' is invalid", *l);
+	if (n == 0)
+		return error_set(err, EINVAL, "image has no layers");
+	size_t o = (size_t)snprintf(c->overlay_opts, len, "lowerdir=");
+	for (size_t i = n; i-- > 0;)
+		o += (size_t)snprintf(c->overlay_opts + o, len - o, "lower/%s%s", spec->layers[i],
+				      i ? ":" : ",");
+	if (o + 64 > OVERLAY_OPTS_MAX)
+		return error_set(err, E2BIG,
+				 "image has %zu layers: too many for one overlay mount (its options must fit in %d bytes)",
+				 n, OVERLAY_OPTS_MAX);
+	c->lower_src = spec->layer_root;
+	c->bind_lower = cfg->no_userns;
+	snprintf(c->image_top, sizeof(c->image_top), "%s/%s", spec->layer_root, spec->layers[n - 1]);
+	/* /etc of the merged image: from the topmost layer that has an entry for it. */
+	for (size_t i = n; i-- > 0;) {
+		char p[PATH_MAX];
+		struct stat st;
+		snprintf(p, sizeof(p), "%s/%s/etc", spec->layer_root, spec->layers[i]);
+		if (lstat(p, &st) == 0) {
+			snprintf(c->image_top, sizeof(c->image_top), "%s/%s", spec->layer_root,
+				 spec->layers[i]);
+			break;
+		}
+	}
+	return 0;
+}
+
 static int prepare_child(struct child_ctx *c, const struct runtime_config *cfg,
 			 const struct sandbox_spec *spec, struct error *err)
 {
 	const char *lower = spec->host_image ? "/" : spec->rootfs;
 	bool disk = spec->disk_limit_bytes > 0;
-	if (!lower || lower[0] != '/' || strpbrk(lower, ",:\\"))
+	if (spec->layers) {
+		int r = layer_opts(c, cfg, spec, err);
+		if (r < 0)
+			return r;
+		lower = NULL;
+	} else if (!lower || lower[0] != '/' || strpbrk(lower, ",:\\")) {
 		return error_set(err, EINVAL,
 				 "image rootfs '%s' must be an absolute path without ',' ':' '\\'",
 				 lower ? lower : "");
+	}
 	if (sb_path(c->dir, sizeof(c->dir), cfg, spec->id, NULL) < 0 ||
 	    sb_path(c->rootfs, sizeof(c->rootfs), cfg, spec->id, "rootfs") < 0 ||
 	    sb_path(c->run, sizeof(c->run), cfg, spec->id, disk ? DISK_MOUNT "/run" : "run") < 0 ||
@@ -750,9 +814,15 @@ static int prepare_child(struct child_ctx *c, const struct runtime_config *cfg,
 		return error_set(err, ENAMETOOLONG, "state dir path too long");
 	/* An image other than the host's keeps its owners through an idmapped mount (userns.h). */
 	c->idmap_lower = !cfg->no_userns && !spec->host_image;
-	snprintf(c->overlay_opts, sizeof(c->overlay_opts), "lowerdir=%s,upperdir=%s,workdir=%s",
-		 c->idmap_lower ? "lower" : lower, disk ? DISK_MOUNT "/upper" : "upper",
-		 disk ? DISK_MOUNT "/work" : "work");
+	if (lower) {
+		c->lower_src = spec->rootfs;
+		snprintf(c->image_top, sizeof(c->image_top), "%s", lower);
+		snprintf(c->overlay_opts, sizeof(c->overlay_opts), "lowerdir=%s,",
+			 c->idmap_lower ? "lower" : lower);
+	}
+	size_t n = strlen(c->overlay_opts);
+	snprintf(c->overlay_opts + n, sizeof(c->overlay_opts) - n, "upperdir=%s,workdir=%s",
+		 disk ? DISK_MOUNT "/upper" : "upper", disk ? DISK_MOUNT "/work" : "work");
 
 	const char *h = spec->hostname && *spec->hostname ? spec->hostname : NULL;
 	if (h) {
@@ -995,14 +1065,14 @@ static int make_layer_dirs(struct child_ctx *c, const char *dir, struct error *e
 			return r;
 	}
 	struct stat st = {0};
-	if (stat(spec->host_image ? "/" : spec->rootfs, &st) < 0)
-		return error_set_errno(err, errno, "stat image '%s'", spec->rootfs);
+	if (stat(c->image_top, &st) < 0)
+		return error_set_errno(err, errno, "stat image '%s'", c->image_top);
 	if (c->base && chown(c->upper, host_id(c, st.st_uid), host_id(c, st.st_gid)) < 0)
 		return error_set_errno(err, errno, "chown '%s'", c->upper);
 	if ((r = mkdir_owned(c->run, 0700, c->base, err)) < 0)
 		return r;
 	snprintf(path, sizeof(path), "%s/lower", dir);
-	return c->idmap_lower ? mkdir_owned(path, 0755, 0, err) : 0;
+	return c->idmap_lower || c->bind_lower ? mkdir_owned(path, 0755, 0, err) : 0;
 }
 
 /* What PID 1 hands to execd: its listening socket, bound here at <dir>/execd.sock (a path only the
@@ -1074,7 +1144,7 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 		goto fail_files;
 	if ((r = make_layer_dirs(&c, dir, err)) < 0)
 		goto fail_files;
-	if ((r = write_etc_upper(&c, spec->host_image ? "/" : spec->rootfs, c.upper, err)) < 0)
+	if ((r = write_etc_upper(&c, c.image_top, c.upper, err)) < 0)
 		goto fail_files;
 	if ((r = open_execd_fds(&c, dir, err)) < 0)
 		goto fail_files;

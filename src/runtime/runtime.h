@@ -19,7 +19,9 @@
  *     disk/             instead of upper/ work/ with an ephemeral-storage limit (every sandbox,
  *                       with corrald's --default-disk): the layer's own ext4 file system (an
  *                       unnamed image, see disk.h) holding upper/, work/ and run/
- *     lower/            mount point of an --image-dir image, idmapped (in PID 1's namespace only)
+ *     lower/            mount point of an --image-dir image, or of a registry image's layer root
+ *                       (<state>/images/layers, images/images.h), idmapped (in PID 1's namespace
+ *                       only); a registry image's overlay names its layers "lower/<digest>"
  *     run/              execd's state (disk/run/ with a disk limit), owned by sandbox root, 0700:
  *       execs/          one entry per execution: output, status (execd owns it)
  *       exit.json       written by execd just before PID 1 exits: {"reason","exitCode","message"}
@@ -87,6 +89,14 @@ struct sandbox_spec {
 	const char *hostname;   /* defaults to the first 12 characters of the id */
 	const char *rootfs;     /* image lower dir: "/" for the host image, else <image-dir>/<name> */
 	bool host_image;        /* the lower dir is the host's own "/" */
+	/* A registry image instead of rootfs: layer directories under layer_root, lowest first
+	 * (NULL-terminated names without '/', ',' or ':'). The overlay stacks them as its lower
+	 * layers, named relative to one (idmapped) mount of layer_root. */
+	const char *layer_root;
+	char *const *layers;
+	const char *workdir;     /* PID 1's working directory, made if missing (execd's commands
+				  * and entrypoint inherit it); NULL = "/" */
+	const char *user;        /* the entrypoint's user, "USER[:GROUP]" (execd --user); NULL: root */
 	char *const *entrypoint; /* NULL-terminated argv, or NULL: execd only */
 	char *const *env;        /* NULL-terminated "KEY=VALUE" list, may be NULL */
 	uint64_t cpu_limit_millis;      /* 0 = no quota */

@@ -88,13 +88,38 @@ cleanup_on_signal() {
 trap cleanup_on_signal INT TERM
 trap 'stop_corrald' EXIT
 
+# A registry for images.test.mjs: Debian's docker-registry on loopback, plain HTTP (corrald is
+# told with --insecure-registry). Without the binary that test skips itself.
+REG_PID=""
+REG_ARGS=()
+if command -v docker-registry >/dev/null && command -v skopeo >/dev/null; then
+	REG_PORT=$(free_port)
+	printf 'version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' \
+		"$TMP/registry" "$REG_PORT" >"$TMP/registry.yml"
+	docker-registry serve "$TMP/registry.yml" >>"$TMP/registry.log" 2>&1 &
+	REG_PID=$!
+	for _ in $(seq 100); do
+		curl -s -o /dev/null "http://127.0.0.1:$REG_PORT/v2/" && break
+		sleep 0.1
+	done
+	export CORRAL_COMPAT_REGISTRY="127.0.0.1:$REG_PORT"
+	REG_ARGS=(--insecure-registry "127.0.0.1:$REG_PORT")
+fi
+stop_registry() {
+	[ -n "$REG_PID" ] || return 0
+	kill -TERM "$REG_PID" 2>/dev/null
+	wait "$REG_PID" 2>/dev/null
+	REG_PID=""
+}
+trap 'stop_corrald; stop_registry' EXIT
+
 PORT=""
 for attempt in 1 2 3; do
 	PORT=$(free_port)
 	# A capacity far above this host's (host-wide tables included): the SDK tests run several
 	# 1-CPU sandboxes at once, and admission is tested by tests/integration/test_resources.py.
 	"$CORRALD" --listen "127.0.0.1:$PORT" --state-dir "$STATE" --cgroup-name "$CGROUP" \
-		--api-key "$API_KEY" --capacity cpu=100000,memory=100Ti,pids=1000000000,files=1000000000000 >>"$LOG" 2>&1 &
+		--api-key "$API_KEY" --capacity cpu=100000,memory=100Ti,pids=1000000000,files=1000000000000 "${REG_ARGS[@]}" >>"$LOG" 2>&1 &
 	CORRALD_PID=$!
 	up=0
 	for _ in $(seq 100); do

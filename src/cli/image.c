@@ -1,0 +1,165 @@
+/* corral image pull|ls|rm: registry images in corrald's store (docs/images.md). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "shared/quantity.h"
+
+static const char image_help[] =
+	"Usage: corral image pull [OPTIONS] REF\n"
+	"       corral image ls [--json]\n"
+	"       corral image rm REF\n"
+	"       corral image import PATH NAME\n"
+	"\n"
+	"Registry images in corrald's store. pull fetches REF now (python:3.11,\n"
+	"127.0.0.1:5000/team/task@sha256:...), so later creates from it do not wait; a pull of the\n"
+	"same image already running is shared. ls lists the store's images; rm forgets one, and\n"
+	"corrald removes the layers nothing uses any more (refused while a sandbox uses it). import\n"
+	"loads an OCI image layout (a directory, or a tar such as docker save writes) from PATH on\n"
+	"corrald's host, under its --import-dir, as NAME.\n"
+	"\n"
+	"Options:\n"
+	"  --username USER        registry user for pull; the password is read from stdin\n"
+	"                         (first line), never from the command line\n"
+	"  --timeout SECS         how long pull waits (default 900)\n"
+	"  --json                 ls: the server's answer as JSON\n"
+	"\n" CLI_COMMON_HELP
+	"\n"
+	"Examples:\n"
+	"  corral image pull python:3.11\n"
+	"  echo \"$TOKEN\" | corral image pull --username me registry.example.com/team/task:1\n"
+	"  corral image ls\n"
+	"\n"
+	"Exit status: 0 done; 1 usage error; 2 the server refused (\"corral: SANDBOX::IMAGE_PULL_FAILED:\n"
+	"...\" with the registry's words); 3 the server could not be reached; 130 interrupted.\n";
+
+enum { OPT_JSON = OPT_FIRST_COMMAND_OPTION, OPT_USERNAME, OPT_PULL_WAIT };
+
+static void print_table(json_t *o)
+{
+	json_t *items = json_object_get(o, "items"), *it;
+	size_t i;
+	printf("%-60s %-8s %-10s %s\n", "NAME", "LAYERS", "SIZE", "DIGEST");
+	json_array_foreach(items, i, it) {
+		char size[32] = "-";
+		json_t *sz = json_object_get(it, "sizeBytes");
+		if (json_is_integer(sz))
+			quantity_format_bytes((uint64_t)json_integer_value(sz), size, sizeof(size));
+		const char *digest = json_string_value(json_object_get(it, "digest"));
+		printf("%-60s %-8lld %-10s %.19s\n", json_string_value(json_object_get(it, "name")),
+		       (long long)json_integer_value(json_object_get(it, "layers")), size,
+		       digest ? digest : "-");
+	}
+}
+
+static int read_password(char **ret)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n = getline(&line, &cap, stdin);
+	if (n < 0) {
+		free(line);
+		return -1;
+	}
+	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+		line[--n] = '\0';
+	*ret = line;
+	return 0;
+}
+
+int cmd_image(struct cli *cli, int argc, char **argv)
+{
+	static const struct option options[] = {
+		CLI_COMMON_OPTIONS,
+		{"json", no_argument, NULL, OPT_JSON},
+		{"username", required_argument, NULL, OPT_USERNAME},
+		{"timeout", required_argument, NULL, OPT_PULL_WAIT},
+		{0},
+	};
+	bool json_out = false;
+	const char *user = NULL;
+	unsigned long long timeout_s = 900;
+	int c;
+	while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+		if (cli_common_option(cli, c, optarg))
+			continue;
+		if (c == 'h') {
+			fputs(image_help, stdout);
+			return EXIT_OK;
+		}
+		if (c == OPT_JSON) {
+			json_out = true;
+			continue;
+		}
+		if (c == OPT_USERNAME) {
+			user = optarg;
+			continue;
+		}
+		if (c == OPT_PULL_WAIT) {
+			if (cli_parse_uint(optarg, 86400, &timeout_s) < 0 || timeout_s == 0)
+				return cli_usage_error("image", "--timeout '%s': expected 1 to 86400 seconds",
+						       optarg);
+			continue;
+		}
+		return cli_try_help("image");
+	}
+	if (optind >= argc)
+		return cli_usage_error("image", "expected pull, ls, rm or import");
+	const char *sub = argv[optind++];
+	bool is_ls = strcmp(sub, "ls") == 0 || strcmp(sub, "list") == 0;
+	bool is_pull = strcmp(sub, "pull") == 0, is_rm = strcmp(sub, "rm") == 0;
+	bool is_import = strcmp(sub, "import") == 0;
+	if (!is_ls && !is_pull && !is_rm && !is_import)
+		return cli_usage_error("image", "unknown subcommand '%s': expected pull, ls, rm or import",
+				       sub);
+	int want = is_ls ? 0 : is_import ? 2 : 1;
+	if (argc - optind != want)
+		return cli_usage_error("image", "%s takes %s", sub,
+				       want == 0 ? "no argument" : want == 1 ? "one REF" : "PATH NAME");
+	corral_client *client = NULL;
+	int ret = cli_client_new(cli, &client);
+	if (ret)
+		return ret;
+	corral_error err = {0};
+	char *out = NULL;
+	if (is_ls) {
+		if (corral_image_list_json(client, &out, &err) < 0) {
+			ret = cli_report("image ls", &err);
+		} else {
+			json_t *j = json_loads(out, 0, NULL);
+			if (json_out || !j)
+				printf("%s\n", out);
+			else
+				print_table(j);
+			json_decref(j);
+		}
+	} else if (is_pull) {
+		char *pass = NULL;
+		if (user && read_password(&pass) < 0) {
+			corral_client_free(client);
+			return cli_usage_error("image", "--username: no password on stdin");
+		}
+		if (corral_image_pull(client, argv[optind], user, pass, (double)timeout_s, &out,
+				      &err) < 0)
+			ret = cli_report("image pull", &err);
+		else
+			printf("%s\n", argv[optind]);
+		if (pass) {
+			explicit_bzero(pass, strlen(pass));
+			free(pass);
+		}
+	} else if (is_import) {
+		if (corral_image_import(client, argv[optind], argv[optind + 1], (double)timeout_s,
+					&out, &err) < 0)
+			ret = cli_report("image import", &err);
+		else
+			printf("%s\n", argv[optind + 1]);
+	} else if (corral_image_remove(client, argv[optind], &err) < 0) {
+		ret = cli_report("image rm", &err);
+	}
+	free(out);
+	corral_client_free(client);
+	return ret;
+}

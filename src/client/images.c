@@ -1,0 +1,123 @@
+/* Registry images in corrald's store (corral extension /v1/images; docs/images.md). */
+#include <curl/curl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+/* One request, answered with status want (and a JSON object when ret is not NULL). No retries:
+ * a pull is shared by corrald and is cheap to ask for again, a list or a remove is the caller's
+ * to repeat. */
+static int images_call(corral_client *c, const char *method, const char *path, const char *body,
+		       long timeout_ms, long want, json_t **ret, const char *what,
+		       corral_error *err)
+{
+	struct http_req rq = {.method = method, .path = path, .body = body, .api_key = true,
+			      .timeout_ms = timeout_ms};
+	struct http_resp rs;
+	http_do(c, &rq, &rs);
+	int r = 0;
+	if (rs.status != want)
+		r = cerr_from_resp(err, &rs, what);
+	else if (ret && !json_is_object(rs.json))
+		r = cerr_set(err, CORRAL_E_PROTOCOL, "%s: the answer is not a JSON object", what);
+	else if (ret)
+		*ret = json_incref(rs.json);
+	http_resp_clear(&rs);
+	return r;
+}
+
+static char *dump(json_t *j, corral_error *err)
+{
+	char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(j);
+	if (!s)
+		cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+	return s;
+}
+
+CORRAL_API int corral_image_list_json(corral_client *c, char **ret_json, corral_error *err)
+{
+	json_t *j = NULL;
+	int r = images_call(c, "GET", "/v1/images", NULL, (long)(c->o.request_timeout_s * 1000), 200,
+			    &j, "list images", err);
+	if (r < 0)
+		return r;
+	*ret_json = dump(j, err);
+	return *ret_json ? 0 : -ENOMEM;
+}
+
+CORRAL_API int corral_image_pull(corral_client *c, const char *ref, const char *username,
+				 const char *password, double timeout_s, char **ret_json,
+				 corral_error *err)
+{
+	if (!ref || !*ref)
+		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "an image reference is required");
+	json_t *body = json_pack("{s:{s:s}}", "image", "uri", ref);
+	if (body && username)
+		json_object_set_new(json_object_get(body, "image"), "auth",
+				    json_pack("{s:s, s:s}", "username", username, "password",
+					      password ? password : ""));
+	char *b = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	if (!b)
+		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+	char what[600];
+	snprintf(what, sizeof(what), "pull %s", ref);
+	json_t *j = NULL;
+	int r = images_call(c, "POST", "/v1/images", b, (long)(timeout_s * 1000), 200, &j, what,
+			    err);
+	explicit_bzero(b, strlen(b));
+	free(b);
+	if (r < 0)
+		return r;
+	if (!ret_json) {
+		json_decref(j);
+		return 0;
+	}
+	*ret_json = dump(j, err);
+	return *ret_json ? 0 : -ENOMEM;
+}
+
+CORRAL_API int corral_image_import(corral_client *c, const char *path, const char *ref,
+				   double timeout_s, char **ret_json, corral_error *err)
+{
+	if (!ref || !*ref || !path || !*path)
+		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "a path and an image name are required");
+	json_t *body = json_pack("{s:{s:s}, s:{s:s}}", "image", "uri", ref, "import", "path", path);
+	char *b = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	if (!b)
+		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+	char what[600];
+	snprintf(what, sizeof(what), "import %s", path);
+	json_t *j = NULL;
+	int r = images_call(c, "POST", "/v1/images", b, (long)(timeout_s * 1000), 200, &j, what,
+			    err);
+	free(b);
+	if (r < 0)
+		return r;
+	if (!ret_json) {
+		json_decref(j);
+		return 0;
+	}
+	*ret_json = dump(j, err);
+	return *ret_json ? 0 : -ENOMEM;
+}
+
+CORRAL_API int corral_image_remove(corral_client *c, const char *ref, corral_error *err)
+{
+	if (!ref || !*ref)
+		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "an image reference is required");
+	char *q = curl_easy_escape(NULL, ref, 0);
+	if (!q)
+		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+	char path[2048], what[600];
+	snprintf(path, sizeof(path), "/v1/images?ref=%s", q);
+	curl_free(q);
+	snprintf(what, sizeof(what), "remove image %s", ref);
+	return images_call(c, "DELETE", path, NULL, (long)(c->o.request_timeout_s * 1000), 204, NULL,
+			   what, err);
+}

@@ -1,0 +1,137 @@
+/*
+ * Task images from registries: references, pulls over the OCI distribution API, and the verified,
+ * content-addressed layer store that sandboxes stack as overlay lower layers.
+ *
+ * Store layout (everything root-only: <store> is 0700, because layers keep setuid-root files and
+ * device nodes exactly as the image has them):
+ *
+ *   <state>/images/                 the store (IMAGE_STORE_DIR under the state dir)
+ *     blobs/sha256/<hex>            manifests and configs, verified against their digest
+ *     layers/<hex>/                 one layer, unpacked, named by its blob's (compressed) digest;
+ *                                   only complete layers are here (unpacked in tmp/, then renamed)
+ *     refs/<key>.json               one pulled image: name, manifest digest, layers (lowest first),
+ *                                   Env, WorkingDir, User; key = sha256(name "\n" platform)
+ *     tmp/                          downloads and half-unpacked layers; emptied at start
+ *
+ * Layers are verified (digest and size) before they are unpacked, and a layer's files carry their
+ * in-image owners as on-disk ids: a sandbox sees them through an idmapped mount of layers/.
+ *
+ * The functions here block (network, disk): corrald calls them in a forked worker, never on its
+ * event loop. image_record_exists() is a single stat and may run anywhere.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/error.h"
+
+#define IMAGE_STORE_DIR "images"
+#define IMAGE_HEX_LEN 64
+#define IMAGE_LAYERS_MAX 127 /* what Docker allows */
+
+/* A reference resolved the way `docker pull` does. */
+struct image_ref {
+	char registry[256]; /* as named: "docker.io", "127.0.0.1:5000" */
+	char host[256];     /* what is contacted: "registry-1.docker.io" for docker.io */
+	char repo[256];     /* "library/python" */
+	char tag[129];      /* "latest" when neither tag nor digest is given; "" with a digest only */
+	char digest[72];    /* "sha256:<hex>" or "" */
+	char name[800];     /* normalized: "docker.io/library/python:3.11", ".../x@sha256:..." */
+};
+
+/* "python:3.11", "ghcr.io/o/r@sha256:...", "localhost:5000/x". -EINVAL with a message naming the
+ * rule that the string breaks. */
+int image_ref_parse(const char *s, struct image_ref *ret, struct error *err);
+
+enum image_pull_policy {
+	IMAGE_PULL_IF_NOT_PRESENT = 0,
+	IMAGE_PULL_ALWAYS,
+	IMAGE_PULL_NEVER,
+};
+/* "Always", "IfNotPresent", "Never"; -EINVAL otherwise. */
+int image_pull_policy_parse(const char *s, enum image_pull_policy *ret);
+
+struct image_platform {
+	char os[32];      /* "linux" */
+	char arch[32];    /* "amd64" */
+	char variant[32]; /* "" = any */
+};
+
+struct image_pull_opts {
+	const char *store;                /* <state>/images */
+	struct image_platform platform;   /* empty os/arch: linux/amd64 */
+	const char *username, *password;  /* image.auth of the create request, or NULL */
+	const char *auth_file;            /* ~/.docker/config.json format (--registry-auth), or NULL */
+	const char *const *insecure;      /* NULL-terminated registries reachable over plain HTTP */
+	const char *const *mirrors;       /* NULL-terminated mirrors of docker.io ("host[:port]"),
+					   * tried in order before Docker Hub itself */
+	long timeout_s;                   /* for the whole pull; 0 = none */
+	/* Optional: bytes of blobs downloaded so far and to download in all (the layers not yet in
+	 * the store, and the config), updated as the pull goes; may live in memory shared with the
+	 * process that watches the pull. */
+	volatile uint64_t *progress_done, *progress_total;
+};
+
+/*
+ * Pull ref into the store: manifest (index/list resolved to the platform), config and every layer,
+ * each verified against its digest and size (a mismatch discards the blob), layers unpacked once,
+ * then the ref's record written. Failures name the cause and carry the registry's message:
+ *   -EACCES unauthorized, -ENOENT not found, -ENOEXEC no matching platform, -EBADMSG digest or
+ *   size mismatch, -EHOSTUNREACH registry unreachable, -ETIMEDOUT timeout, -ENOSPC disk full,
+ *   -EPROTO a reply that is not a valid manifest/config/layer (an escaping layer is one).
+ */
+int image_pull(const struct image_pull_opts *o, const struct image_ref *ref, struct error *err);
+
+/*
+ * Import an OCI image layout (a directory, or a tar of one: what `docker save` writes since
+ * Docker 25, `skopeo copy ... oci-archive:`) as ref: the descriptor tagged ref->tag in its
+ * index.json (or its only one), resolved to the platform, every blob checked against its digest
+ * and size, layers unpacked as a pull's are. Errors as image_pull()'s.
+ */
+int image_import(const struct image_pull_opts *o, const char *path, const struct image_ref *ref,
+		 struct error *err);
+
+/* Whether the store holds a complete record for ref on the platform (a stat). */
+bool image_record_exists(const char *store, const struct image_ref *ref,
+			 const struct image_platform *p);
+
+/* What a sandbox needs of a pulled image. */
+struct image_info {
+	char **layers;   /* hex digests, lowest first, NULL-terminated: dirs under <store>/layers */
+	size_t n_layers;
+	char **env;      /* config Env, "K=V", NULL-terminated (may be empty) */
+	char *workdir;   /* config WorkingDir or NULL */
+	char *user;      /* config User or NULL */
+};
+#define IMAGE_INFO_INIT { 0 }
+
+/* Read ref's record; -ENOENT when the image is not in the store (or a layer is missing). */
+int image_info_load(const char *store, const struct image_ref *ref, const struct image_platform *p,
+		    struct image_info *ret, struct error *err);
+void image_info_clear(struct image_info *info);
+
+/*
+ * The store's lock (<store>/lock, flock): pulls and creates hold it shared while they use layers,
+ * the garbage collector exclusively. Blocks; returns the fd (close it to unlock) or -errno.
+ */
+int image_store_lock(const char *store, bool exclusive);
+
+/*
+ * Remove every layer no image record references and no sandbox uses (the layer lists in
+ * <sandboxes_dir>/<id>/IMAGE_LAYERS_FILE), under the exclusive lock. Each doomed layer is renamed
+ * into tmp/ first, so it disappears at once and a crash leaves only tmp/ leftovers.
+ */
+#define IMAGE_LAYERS_FILE "image-layers"
+int image_gc(const char *store, const char *sandboxes_dir, unsigned *ret_removed,
+	     struct error *err);
+
+/* Create the store's directories (root-only), empty tmp/ of a previous run's leftovers, and drop
+ * image records whose layers are not all in the store (the image is pulled again when needed). */
+int image_store_init(const char *store, struct error *err);
+
+/* layer.c: unpack the tar blob (plain, gzip or zstd) at blob into the existing empty directory
+ * dir, turning OCI whiteouts into overlayfs ones. Any entry that would land outside dir (absolute
+ * path, "..", a path or hard link through a symlink) fails with -EPROTO: the layer is invalid. */
+int image_layer_unpack(const char *blob, const char *dir, struct error *err);

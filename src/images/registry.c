@@ -1,0 +1,572 @@
+/*
+ * The OCI distribution API client: GET manifests and blobs with libcurl, answering the registry's
+ * WWW-Authenticate challenge (Bearer: a token from the realm, with credentials when we have them;
+ * Basic: the credentials). Registries are reached over HTTPS, or plain HTTP when listed as
+ * insecure. Redirects (blob storage) are followed over the same schemes, and curl never sends our
+ * Authorization header to another host.
+ */
+#include <ctype.h>
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "images/registry.h"
+#include "shared/timeutil.h"
+
+#define BLOB_TRIES 3
+#define CRED_MAX 1024
+
+struct registry {
+	CURL *h;
+	const struct image_ref *ref;
+	const struct image_pull_opts *o;
+	bool insecure;
+	char *user, *pass;
+	char *bearer;            /* Authorization value once a challenge was answered */
+	bool basic;              /* the registry asked for Basic: send it from then on */
+	int64_t deadline_mono_ms; /* 0 = none */
+};
+
+/* Where a response body goes: memory (bounded) or a file (bounded, hashed as it is written). */
+struct sink {
+	char *buf;   /* memory body (manifests, tokens, error replies) */
+	size_t blen;
+	size_t len, max; /* file sinks: bytes written; the most either may hold */
+	long status; /* of the reply being received (after any redirect) */
+	int fd;
+	EVP_MD_CTX *md;
+	int err; /* negative errno of the write side: -EFBIG past max, -ENOSPC... */
+	volatile uint64_t *progress; /* file sinks: bytes written, across the whole pull */
+	/* headers of the last response */
+	char auth[1024];
+	char type[128];
+};
+
+void registry_sha256(const void *data, size_t len, char ret[72])
+{
+	unsigned char d[32];
+	unsigned int n = 0;
+	EVP_Digest(data, len, d, &n, EVP_sha256(), NULL);
+	strcpy(ret, "sha256:");
+	for (unsigned i = 0; i < 32; i++)
+		sprintf(ret + 7 + 2 * i, "%02x", d[i]);
+}
+
+/* Memory kept of a non-200 reply to a blob request (its error message). */
+#define ERROR_BODY_MAX 65536
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+	struct sink *s = arg;
+	size_t len = size * n;
+	if (s->fd >= 0 && s->status == 200) {
+		if (s->err)
+			return 0;
+		if (s->len + len > s->max) {
+			s->err = -EFBIG;
+			return 0;
+		}
+		size_t off = 0;
+		while (off < len) {
+			ssize_t w = write(s->fd, p + off, len - off);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				s->err = w < 0 ? -errno : -EIO;
+				return 0;
+			}
+			off += (size_t)w;
+		}
+		EVP_DigestUpdate(s->md, p, len);
+		if (s->progress) /* layers download in parallel processes */
+			__atomic_add_fetch(s->progress, len, __ATOMIC_RELAXED);
+		s->len += len;
+		return len;
+	}
+	/* A manifest, a token, or the error body of any reply. */
+	size_t max = s->fd >= 0 ? ERROR_BODY_MAX : s->max;
+	if (s->blen + len > max) {
+		if (s->fd >= 0)
+			return len; /* an error body: its start is enough */
+		s->err = -EFBIG;
+		return 0;
+	}
+	char *b = realloc(s->buf, s->blen + len + 1);
+	if (!b) {
+		s->err = -ENOMEM;
+		return 0;
+	}
+	s->buf = b;
+	memcpy(b + s->blen, p, len);
+	s->blen += len;
+	b[s->blen] = '\0';
+	return len;
+}
+
+static void header_value(const char *line, size_t len, char *out, size_t outlen)
+{
+	const char *v = memchr(line, ':', len);
+	if (!v)
+		return;
+	v++;
+	while (v < line + len && (*v == ' ' || *v == '\t'))
+		v++;
+	size_t n = (size_t)(line + len - v);
+	while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
+		n--;
+	snprintf(out, outlen, "%.*s", (int)MIN(n, outlen - 1), v);
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+	struct sink *s = arg;
+	size_t len = size * n;
+	if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) { /* a new response (after a redirect) */
+		s->auth[0] = s->type[0] = '\0';
+		const char *sp = memchr(p, ' ', len);
+		s->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+		free(s->buf);
+		s->buf = NULL;
+		s->blen = 0;
+	} else if (len > 17 && strncasecmp(p, "www-authenticate:", 17) == 0) {
+		header_value(p, len, s->auth, sizeof(s->auth));
+	} else if (len > 13 && strncasecmp(p, "content-type:", 13) == 0) {
+		header_value(p, len, s->type, sizeof(s->type));
+		char *semi = strchr(s->type, ';');
+		if (semi)
+			*semi = '\0';
+	}
+	return len;
+}
+
+/* The registry's own words from an error body: "CODE: message" of errors[0] of the distribution
+ * API's JSON, printable only. Nothing else of a body is ever repeated: a reference can point
+ * corrald at any URL (and a registry can redirect it), so echoing raw bodies would hand a client
+ * whatever an internal service answers. */
+static void registry_message(const struct sink *s, char *out, size_t len)
+{
+	out[0] = '\0';
+	if (!s->buf)
+		return;
+	json_t *j = json_loadb(s->buf, s->blen, 0, NULL);
+	json_t *e = json_array_get(json_object_get(j, "errors"), 0);
+	const char *code = json_string_value(json_object_get(e, "code"));
+	const char *msg = json_string_value(json_object_get(e, "message"));
+	if (code || msg)
+		snprintf(out, len, "%s%s%s", code ? code : "", code && msg ? ": " : "",
+			 msg ? msg : "");
+	for (char *p = out; *p; p++)
+		if (!isprint((unsigned char)*p))
+			*p = ' ';
+	json_decref(j);
+}
+
+static void sink_reset(struct sink *s)
+{
+	if (s->progress && s->fd >= 0) /* a retry starts the blob over */
+		__atomic_sub_fetch(s->progress, s->len, __ATOMIC_RELAXED);
+	free(s->buf);
+	s->buf = NULL;
+	s->blen = 0;
+	s->len = 0;
+	s->status = 0;
+	s->err = 0;
+	s->auth[0] = s->type[0] = '\0';
+	if (s->fd >= 0) {
+		if (ftruncate(s->fd, 0) < 0 || lseek(s->fd, 0, SEEK_SET) < 0)
+			s->err = -errno; /* on_body refuses to write then */
+		EVP_DigestInit_ex(s->md, EVP_sha256(), NULL);
+	}
+}
+
+static bool is_transport_unreachable(CURLcode c)
+{
+	return c == CURLE_COULDNT_CONNECT || c == CURLE_COULDNT_RESOLVE_HOST ||
+	       c == CURLE_COULDNT_RESOLVE_PROXY || c == CURLE_SSL_CONNECT_ERROR ||
+	       c == CURLE_PEER_FAILED_VERIFICATION || c == CURLE_UNSUPPORTED_PROTOCOL;
+}
+
+/* One GET: the HTTP status (>= 100) or a negative errno for a transport failure. */
+static int perform(struct registry *r, const char *url, const char *accept, const char *auth_hdr,
+		   bool basic, struct sink *s, struct error *err)
+{
+	CURL *h = r->h;
+	curl_easy_reset(h);
+	struct curl_slist *hdrs = NULL;
+	char line[4200];
+	if (accept) {
+		snprintf(line, sizeof(line), "Accept: %s", accept);
+		hdrs = curl_slist_append(hdrs, line);
+	}
+	if (auth_hdr) {
+		snprintf(line, sizeof(line), "Authorization: %s", auth_hdr);
+		hdrs = curl_slist_append(hdrs, line);
+	}
+	const char *protos = r->insecure ? "http,https" : "https";
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, protos);
+	curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, protos);
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_USERAGENT, "corral/0.1");
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(h, CURLOPT_HEADERDATA, s);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L); /* stalled for a minute: give up */
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
+	if (basic && r->user) {
+		curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+		curl_easy_setopt(h, CURLOPT_USERNAME, r->user);
+		curl_easy_setopt(h, CURLOPT_PASSWORD, r->pass ? r->pass : "");
+	}
+	if (r->deadline_mono_ms) {
+		int64_t left = r->deadline_mono_ms - time_mono_ms();
+		if (left <= 0) {
+			curl_slist_free_all(hdrs);
+			return error_set(err, ETIMEDOUT, "pull of '%s' timed out", r->ref->name);
+		}
+		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)left);
+	}
+	sink_reset(s);
+	CURLcode c = curl_easy_perform(h);
+	curl_slist_free_all(hdrs);
+	if (c == CURLE_WRITE_ERROR && s->err == -EFBIG)
+		return error_set(err, EBADMSG, "'%s' sent more than the %zu bytes expected", url,
+				 s->max);
+	if (c == CURLE_WRITE_ERROR && s->err)
+		return error_set_errno(err, -s->err, "write what '%s' sent", url);
+	if (c == CURLE_OPERATION_TIMEDOUT)
+		return error_set(err, ETIMEDOUT, "timed out: GET %s: %s (the pull's deadline, or a transfer stalled for a minute)",
+				 url, curl_easy_strerror(c));
+	if (is_transport_unreachable(c))
+		return error_set(err, EHOSTUNREACH, "registry %s unreachable: %s", r->ref->registry,
+				 curl_easy_strerror(c));
+	if (c != CURLE_OK)
+		return error_set(err, EIO, "GET %s: %s", url, curl_easy_strerror(c));
+	long status = 0;
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	return (int)status;
+}
+
+/* key="value" (or key=value) from a challenge's parameter list. */
+static bool challenge_param(const char *ch, const char *key, char *out, size_t len)
+{
+	size_t kl = strlen(key);
+	for (const char *p = ch; (p = strcasestr(p, key)); p += kl) {
+		if ((p != ch && p[-1] != ' ' && p[-1] != ',') || p[kl] != '=')
+			continue;
+		const char *v = p + kl + 1;
+		size_t n;
+		if (*v == '"') {
+			v++;
+			const char *e = strchr(v, '"');
+			n = e ? (size_t)(e - v) : strlen(v);
+		} else {
+			n = strcspn(v, ", ");
+		}
+		if (n >= len)
+			return false;
+		memcpy(out, v, n);
+		out[n] = '\0';
+		return true;
+	}
+	return false;
+}
+
+static void url_escape(CURL *h, const char *s, char *out, size_t len)
+{
+	char *e = curl_easy_escape(h, s, 0);
+	snprintf(out, len, "%s", e ? e : "");
+	curl_free(e);
+}
+
+/* Answer a Bearer challenge: GET realm?service=&scope= (with Basic credentials when we have
+ * them) and keep "Bearer <token>". */
+static int fetch_token(struct registry *r, const char *challenge, struct error *err)
+{
+	char realm[1024], service[256] = "", scope[512] = "", url[2600], es[800], esc[1600];
+	if (!challenge_param(challenge, "realm", realm, sizeof(realm)))
+		return error_set(err, EPROTO, "registry %s: Bearer challenge without a realm",
+				 r->ref->registry);
+	if (strncmp(realm, "https://", 8) != 0 &&
+	    !(r->insecure && strncmp(realm, "http://", 7) == 0))
+		return error_set(err, EPROTO,
+				 "registry %s: token realm '%s' is not https (plain http only for --insecure-registry)",
+				 r->ref->registry, realm);
+	challenge_param(challenge, "service", service, sizeof(service));
+	if (!challenge_param(challenge, "scope", scope, sizeof(scope)))
+		snprintf(scope, sizeof(scope), "repository:%s:pull", r->ref->repo);
+	url_escape(r->h, service, es, sizeof(es));
+	url_escape(r->h, scope, esc, sizeof(esc));
+	snprintf(url, sizeof(url), "%s%sservice=%s&scope=%s", realm, strchr(realm, '?') ? "&" : "?",
+		 es, esc);
+	struct sink s = {.max = 1 << 20, .fd = -1};
+	int st = perform(r, url, "application/json", NULL, true, &s, err);
+	if (st < 0) {
+		free(s.buf);
+		return st;
+	}
+	if (st != 200) {
+		char m[256];
+		registry_message(&s, m, sizeof(m));
+		free(s.buf);
+		return error_set(err, st == 401 || st == 403 ? EACCES : EPROTO,
+				 "%sregistry %s: token server answered %d%s%s",
+				 st == 401 || st == 403 ? "unauthorized: " : "", r->ref->registry, st,
+				 m[0] ? ": " : "", m);
+	}
+	json_t *j = json_loadb(s.buf ? s.buf : "", s.blen, 0, NULL);
+	free(s.buf);
+	const char *tok = json_string_value(json_object_get(j, "token"));
+	if (!tok)
+		tok = json_string_value(json_object_get(j, "access_token"));
+	if (!tok || strlen(tok) > 4000) {
+		json_decref(j);
+		return error_set(err, EPROTO, "registry %s: token server sent no usable token",
+				 r->ref->registry);
+	}
+	free(r->bearer);
+	if (asprintf(&r->bearer, "Bearer %s", tok) < 0)
+		r->bearer = NULL;
+	json_decref(j);
+	return r->bearer ? 0 : error_set(err, ENOMEM, "token");
+}
+
+/* GET path under /v2/<repo>/, answering one auth challenge. The final status, or -errno. */
+static int get(struct registry *r, const char *what, const char *accept, struct sink *s,
+	       struct error *err)
+{
+	char url[1200];
+	snprintf(url, sizeof(url), "%s://%s/v2/%s/%s", r->insecure ? "http" : "https", r->ref->host,
+		 r->ref->repo, what);
+	bool basic = r->basic;
+	int st = perform(r, url, accept, basic ? NULL : r->bearer, basic, s, err);
+	if (st != 401)
+		return st;
+	char challenge[sizeof(s->auth)];
+	snprintf(challenge, sizeof(challenge), "%s", s->auth);
+	if (strncasecmp(challenge, "Bearer ", 7) == 0) {
+		int k = fetch_token(r, challenge + 7, err);
+		if (k < 0)
+			return k;
+	} else if (strncasecmp(challenge, "Basic", 5) == 0 && r->user && !basic) {
+		basic = r->basic = true;
+	} else {
+		return st;
+	}
+	return perform(r, url, accept, basic ? NULL : r->bearer, basic, s, err);
+}
+
+static int status_error(struct registry *r, int st, const char *what, const struct sink *s,
+			struct error *err)
+{
+	char m[300];
+	registry_message(s, m, sizeof(m));
+	const char *sep = m[0] ? ": " : "";
+	if (st == 401 || st == 403)
+		return error_set(err, EACCES, "unauthorized: registry %s refused %s of %s%s%s%s",
+				 r->ref->registry, what, r->ref->repo,
+				 r->user ? "" : " (no credentials given)", sep, m);
+	if (st == 404)
+		return error_set(err, ENOENT, "not found: %s of %s on registry %s%s%s", what,
+				 r->ref->repo, r->ref->registry, sep, m);
+	return error_set(err, st == 429 || st >= 500 ? EAGAIN : EPROTO,
+			 "registry %s answered %d to %s of %s%s%s", r->ref->registry, st, what,
+			 r->ref->repo, sep, m);
+}
+
+int registry_get_manifest(struct registry *r, const char *reference, char **ret_body,
+			  size_t *ret_len, char *ret_type, size_t type_len, struct error *err)
+{
+	static const char accept[] =
+	    "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, "
+	    "application/vnd.docker.distribution.manifest.list.v2+json, "
+	    "application/vnd.docker.distribution.manifest.v2+json";
+	char what[200];
+	snprintf(what, sizeof(what), "manifests/%s", reference);
+	struct sink s = {.max = REGISTRY_MANIFEST_MAX, .fd = -1};
+	int st = -EAGAIN;
+	for (int i = 0; i < BLOB_TRIES && (st == -EAGAIN || st == -EIO || st == 429 || st >= 500);
+	     i++) {
+		if (i)
+			usleep(200000u << i);
+		st = get(r, what, accept, &s, err);
+	}
+	if (st < 0) {
+		free(s.buf);
+		return st;
+	}
+	if (st != 200) {
+		int k = status_error(r, st, "manifest", &s, err);
+		free(s.buf);
+		return k;
+	}
+	*ret_body = s.buf ? s.buf : strdup("");
+	*ret_len = s.blen;
+	snprintf(ret_type, type_len, "%s", s.type);
+	return *ret_body ? 0 : error_set(err, ENOMEM, "manifest");
+}
+
+int registry_get_blob(struct registry *r, const char *digest, uint64_t size, const char *path,
+		      struct error *err)
+{
+	char what[120];
+	snprintf(what, sizeof(what), "blobs/%s", digest);
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return error_set_errno(err, errno, "create '%s'", path);
+	struct sink s = {.max = size, .fd = fd, .md = EVP_MD_CTX_new(),
+			 .progress = r->o->progress_done};
+	int st = -EAGAIN;
+	if (!s.md) {
+		st = error_set(err, ENOMEM, "digest context");
+		goto out;
+	}
+	for (int i = 0; i < BLOB_TRIES && (st == -EAGAIN || st == -EIO || st == 429 || st >= 500);
+	     i++) {
+		if (i)
+			usleep(200000u << i);
+		st = get(r, what, NULL, &s, err);
+	}
+	if (st < 0)
+		goto out;
+	if (st != 200) {
+		st = status_error(r, st, "blob", &s, err);
+		goto out;
+	}
+	if (s.len != size) {
+		st = error_set(err, EBADMSG,
+			       "blob %s of %s: got %zu bytes, the manifest says %llu; discarded",
+			       digest, r->ref->name, s.len, (unsigned long long)size);
+		goto out;
+	}
+	unsigned char d[32];
+	unsigned int n = 0;
+	char got[72] = "sha256:";
+	EVP_DigestFinal_ex(s.md, d, &n);
+	for (unsigned i = 0; i < 32; i++)
+		sprintf(got + 7 + 2 * i, "%02x", d[i]);
+	if (strcmp(got, digest) != 0) {
+		st = error_set(err, EBADMSG, "digest mismatch: blob %s of %s has digest %s; discarded",
+			       digest, r->ref->name, got);
+		goto out;
+	}
+	if (fsync(fd) < 0) {
+		st = error_set_errno(err, errno, "fsync '%s'", path);
+		goto out;
+	}
+	st = 0;
+out:
+	EVP_MD_CTX_free(s.md);
+	free(s.buf);
+	close(fd);
+	if (st < 0)
+		unlink(path);
+	return st;
+}
+
+/* user:pass for the registry from a ~/.docker/config.json: "auths" keyed by host, "https://host",
+ * or for Docker Hub "https://index.docker.io/v1/"; "auth" is base64("user:pass"). */
+static int auth_file_lookup(struct registry *r, const char *file, struct error *err)
+{
+	json_error_t je;
+	json_t *j = json_load_file(file, 0, &je);
+	if (!j)
+		return error_set(err, EINVAL, "--registry-auth '%s': %s (line %d)", file, je.text,
+				 je.line);
+	json_t *auths = json_object_get(j, "auths");
+	const char *reg = r->ref->registry;
+	char k2[300], k3[300];
+	snprintf(k2, sizeof(k2), "https://%s", reg);
+	snprintf(k3, sizeof(k3), "http://%s", reg);
+	const char *keys[] = {reg, k2, k3, "https://index.docker.io/v1/", "index.docker.io"};
+	size_t nk = strcmp(reg, "docker.io") == 0 ? 5 : 3;
+	json_t *e = NULL;
+	for (size_t i = 0; i < nk && !e; i++)
+		e = json_object_get(auths, keys[i]);
+	const char *b64 = json_string_value(json_object_get(e, "auth"));
+	const char *u = json_string_value(json_object_get(e, "username"));
+	const char *p = json_string_value(json_object_get(e, "password"));
+	if (b64 && strlen(b64) < CRED_MAX) {
+		unsigned char dec[CRED_MAX];
+		int n = EVP_DecodeBlock(dec, (const unsigned char *)b64, (int)strlen(b64));
+		while (n > 0 && dec[n - 1] == '\0') /* padding */
+			n--;
+		if (n > 0) {
+			dec[n] = '\0';
+			char *colon = strchr((char *)dec, ':');
+			if (colon) {
+				*colon = '\0';
+				r->user = strdup((char *)dec);
+				r->pass = strdup(colon + 1);
+			}
+		}
+	} else if (u) {
+		r->user = strdup(u);
+		r->pass = strdup(p ? p : "");
+	}
+	json_decref(j);
+	return 0;
+}
+
+int registry_open(const struct image_pull_opts *o, const struct image_ref *ref,
+		  struct registry **ret, struct error *err)
+{
+	static bool inited;
+	if (!inited) {
+		if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
+			return error_set(err, EIO, "curl_global_init failed");
+		inited = true;
+	}
+	struct registry *r = calloc(1, sizeof(*r));
+	if (!r || !(r->h = curl_easy_init())) {
+		free(r);
+		return error_set(err, ENOMEM, "registry client");
+	}
+	r->ref = ref;
+	r->o = o;
+	for (const char *const *h = o->insecure; h && *h; h++)
+		if (strcmp(*h, ref->registry) == 0)
+			r->insecure = true;
+	if (o->username) {
+		r->user = strdup(o->username);
+		r->pass = strdup(o->password ? o->password : "");
+	} else if (o->auth_file) {
+		int k = auth_file_lookup(r, o->auth_file, err);
+		if (k < 0) {
+			registry_close(r);
+			return k;
+		}
+	}
+	if (o->timeout_s > 0)
+		r->deadline_mono_ms = time_mono_ms() + o->timeout_s * 1000;
+	*ret = r;
+	return 0;
+}
+
+int registry_after_fork(struct registry *r)
+{
+	r->h = curl_easy_init(); /* the old one: left alone, its sockets are the parent's */
+	return r->h ? 0 : -ENOMEM;
+}
+
+void registry_close(struct registry *r)
+{
+	if (!r)
+		return;
+	curl_easy_cleanup(r->h);
+	free(r->user);
+	free(r->pass);
+	free(r->bearer);
+	free(r);
+}

@@ -1,0 +1,846 @@
+/* The store and the pull: manifests resolved to one platform, blobs verified, layers unpacked
+ * into place, then the image's record. Layout and guarantees in images.h. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "images/registry.h"
+#include "shared/fsutil.h"
+
+#define CONFIG_MAX (8u << 20)
+
+static const char *const subdirs[] = {"blobs", "blobs/sha256", "layers", "refs", "tmp"};
+
+static void path_in(char *buf, size_t len, const char *store, const char *fmt, ...)
+    _printf_(4, 5);
+static void path_in(char *buf, size_t len, const char *store, const char *fmt, ...)
+{
+	int n = snprintf(buf, len, "%s/", store);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf + n, len - (size_t)n, fmt, ap);
+	va_end(ap);
+}
+
+int image_store_init(const char *store, struct error *err)
+{
+	char p[PATH_MAX];
+	int r = fs_mkdir_p(store, 0700);
+	if (r < 0 || chmod(store, 0700) < 0)
+		return error_set_errno(err, r < 0 ? -r : errno, "image store '%s'", store);
+	path_in(p, sizeof(p), store, "tmp");
+	if ((r = fs_remove_tree(p)) < 0)
+		return error_set_errno(err, -r, "empty '%s'", p);
+	for (size_t i = 0; i < ARRAY_SIZE(subdirs); i++) {
+		path_in(p, sizeof(p), store, "%s", subdirs[i]);
+		if (mkdir(p, 0700) < 0 && errno != EEXIST)
+			return error_set_errno(err, errno, "mkdir '%s'", p);
+	}
+	/* A record whose layers are not all there (removed by hand, a damaged disk) is dropped, so
+	 * the next create pulls the image again instead of failing on it. Unreadable records too. */
+	path_in(p, sizeof(p), store, "refs");
+	DIR *d = opendir(p);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		char rp[PATH_MAX + 300], lp[PATH_MAX + 100];
+		path_in(rp, sizeof(rp), store, "refs/%s", de->d_name);
+		json_t *j = json_load_file(rp, 0, NULL), *x;
+		json_t *layers = json_object_get(j, "layers");
+		bool ok = json_array_size(layers) > 0;
+		size_t i;
+		json_array_foreach(layers, i, x) {
+			const char *h = json_string_value(x);
+			if (!h || strlen(h) != IMAGE_HEX_LEN || strchr(h, '/')) {
+				ok = false;
+				break;
+			}
+			path_in(lp, sizeof(lp), store, "layers/%s", h);
+			if (access(lp, F_OK) < 0) {
+				ok = false;
+				break;
+			}
+		}
+		json_decref(j);
+		if (!ok)
+			unlink(rp);
+	}
+	if (d)
+		closedir(d);
+	return 0;
+}
+
+static void platform_or_default(const struct image_platform *in, struct image_platform *out)
+{
+	*out = *in;
+	if (!out->os[0])
+		snprintf(out->os, sizeof(out->os), "linux");
+	if (!out->arch[0])
+		snprintf(out->arch, sizeof(out->arch), "amd64");
+}
+
+static void record_path(char *buf, size_t len, const char *store, const struct image_ref *ref,
+			const struct image_platform *p)
+{
+	struct image_platform pl;
+	platform_or_default(p, &pl);
+	char key[1024], d[72];
+	int n = snprintf(key, sizeof(key), "%s\n%s/%s/%s", ref->name, pl.os, pl.arch, pl.variant);
+	registry_sha256(key, (size_t)n, d);
+	path_in(buf, len, store, "refs/%s.json", d + 7);
+}
+
+bool image_record_exists(const char *store, const struct image_ref *ref,
+			 const struct image_platform *p)
+{
+	char path[PATH_MAX];
+	record_path(path, sizeof(path), store, ref, p);
+	return access(path, F_OK) == 0;
+}
+
+static bool digest_ok(const char *d)
+{
+	if (!d || strncmp(d, "sha256:", 7) != 0 || strlen(d) != 7 + IMAGE_HEX_LEN)
+		return false;
+	return strspn(d + 7, "0123456789abcdef") == IMAGE_HEX_LEN;
+}
+
+static bool is_index(const char *t)
+{
+	return t && (strcmp(t, "application/vnd.oci.image.index.v1+json") == 0 ||
+		     strcmp(t, "application/vnd.docker.distribution.manifest.list.v2+json") == 0);
+}
+
+static bool layer_type_ok(const char *t)
+{
+	static const char *const ok[] = {
+	    "application/vnd.oci.image.layer.v1.tar",
+	    "application/vnd.oci.image.layer.v1.tar+gzip",
+	    "application/vnd.oci.image.layer.v1.tar+zstd",
+	    "application/vnd.docker.image.rootfs.diff.tar.gzip",
+	    "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+	    "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
+	};
+	for (size_t i = 0; t && i < ARRAY_SIZE(ok); i++)
+		if (strcmp(t, ok[i]) == 0)
+			return true;
+	return false;
+}
+
+struct pull {
+	const struct image_pull_opts *o;
+	const struct image_ref *ref;
+	struct image_platform pl;
+	struct registry *reg; /* a registry pull, or */
+	const char *layout;   /* an import: an OCI image layout directory */
+};
+
+/* A blob of the layout, checked against digest and size (the whole file is hashed). */
+static int layout_blob(struct pull *p, const char *digest, uint64_t size, char *path, size_t len,
+		       struct error *err)
+{
+	snprintf(path, len, "%s/blobs/sha256/%s", p->layout, digest + 7);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return error_set_errno(err, errno, "not found: blob %s of the image layout", digest);
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	if (!md)
+		return error_set(err, ENOMEM, "digest context");
+	EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+	char buf[1 << 16];
+	uint64_t total = 0;
+	ssize_t n;
+	while ((n = read(fd, buf, sizeof(buf))) > 0) {
+		EVP_DigestUpdate(md, buf, (size_t)n);
+		total += (uint64_t)n;
+	}
+	unsigned char d[32];
+	unsigned int dl = 0;
+	EVP_DigestFinal_ex(md, d, &dl);
+	EVP_MD_CTX_free(md);
+	if (n < 0)
+		return error_set_errno(err, errno, "read blob %s of the image layout", digest);
+	char got[72] = "sha256:";
+	for (unsigned i = 0; i < 32; i++)
+		sprintf(got + 7 + 2 * i, "%02x", d[i]);
+	if (total != size || strcmp(got, digest) != 0)
+		return error_set(err, EBADMSG,
+				 "digest mismatch: blob %s of the image layout has %llu bytes and digest %s",
+				 digest, (unsigned long long)total, got);
+	return 0;
+}
+
+/* index.json of the layout: the descriptor whose org.opencontainers.image.ref.name is the tag
+ * (or the only one), as "sha256:..." into reference. */
+static int layout_pick(struct pull *p, char *reference, size_t len, struct error *err)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/index.json", p->layout);
+	json_error_t je;
+	json_t *idx = json_load_file(path, 0, &je), *x, *pick = NULL;
+	if (!idx) {
+		snprintf(path, sizeof(path), "%s/manifest.json", p->layout);
+		if (access(path, F_OK) == 0)
+			return error_set(err, EPROTO,
+					 "not an OCI image layout: a docker save archive from before Docker 25 (convert it: skopeo copy docker-archive:FILE oci:DIR)");
+		return error_set(err, EPROTO, "not an OCI image layout (no index.json): %s", je.text);
+	}
+	json_t *ms = json_object_get(idx, "manifests");
+	size_t i, n = json_array_size(ms);
+	json_array_foreach(ms, i, x) {
+		const char *name = json_string_value(
+		    json_object_get(json_object_get(x, "annotations"), "org.opencontainers.image.ref.name"));
+		if (name && p->ref->tag[0] && strcmp(name, p->ref->tag) == 0)
+			pick = x;
+	}
+	if (!pick && n == 1)
+		pick = json_array_get(ms, 0);
+	const char *d = json_string_value(json_object_get(pick, "digest"));
+	int r = 0;
+	if (!pick)
+		r = error_set(err, ENOENT,
+			      "not found: the image layout has %zu images and none is tagged '%s'", n,
+			      p->ref->tag);
+	else if (!digest_ok(d))
+		r = error_set(err, EPROTO, "index.json of the image layout names an invalid digest");
+	else
+		snprintf(reference, len, "%s", d);
+	json_decref(idx);
+	return r;
+}
+
+static int get_manifest_body(struct pull *p, const char *reference, char **body, size_t *len,
+			     char *type, size_t type_len, struct error *err)
+{
+	if (!p->layout)
+		return registry_get_manifest(p->reg, reference, body, len, type, type_len, err);
+	char path[PATH_MAX];
+	type[0] = '\0';
+	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", p->layout, reference + 7);
+	int r = fs_read_file(path, REGISTRY_MANIFEST_MAX, body, len);
+	return r < 0 ? error_set_errno(err, -r, "not found: manifest %s of the image layout",
+				       reference)
+		     : 0;
+}
+
+/* The manifest for the platform: an index or list is resolved to one entry, fetched by digest.
+ * Every body fetched by digest is checked against it. */
+static int fetch_manifest(struct pull *p, json_t **ret, char ret_digest[72], struct error *err)
+{
+	const struct image_ref *ref = p->ref;
+	char reference[160], type[128], got[72];
+	snprintf(reference, sizeof(reference), "%s", ref->digest[0] ? ref->digest : ref->tag);
+	if (p->layout && !ref->digest[0]) {
+		int r = layout_pick(p, reference, sizeof(reference), err);
+		if (r < 0)
+			return r;
+	}
+	for (int depth = 0; depth < 2; depth++) {
+		char *body = NULL;
+		size_t len = 0;
+		int r = get_manifest_body(p, reference, &body, &len, type, sizeof(type), err);
+		if (r < 0)
+			return r;
+		registry_sha256(body, len, got);
+		if (strncmp(reference, "sha256:", 7) == 0 && strcmp(got, reference) != 0) {
+			free(body);
+			return error_set(err, EBADMSG,
+					 "digest mismatch: manifest %s of %s has digest %s; discarded",
+					 reference, ref->name, got);
+		}
+		json_error_t je;
+		json_t *m = json_loadb(body, len, 0, &je);
+		free(body);
+		if (!json_is_object(m)) {
+			json_decref(m);
+			return error_set(err, EPROTO, "manifest of %s is not a JSON object: %s",
+					 ref->name, je.text);
+		}
+		const char *mt = json_string_value(json_object_get(m, "mediaType"));
+		if (!is_index(mt) && !is_index(type)) {
+			if (json_integer_value(json_object_get(m, "schemaVersion")) != 2) {
+				json_decref(m);
+				return error_set(err, EPROTO,
+						 "manifest of %s: only schema 2 manifests are supported",
+						 ref->name);
+			}
+			*ret = m;
+			memcpy(ret_digest, got, 72);
+			return 0;
+		}
+		/* An index: the entry for our platform. */
+		json_t *ms = json_object_get(m, "manifests"), *x;
+		size_t i;
+		char have[512] = "";
+		size_t hn = 0;
+		const char *pick = NULL;
+		json_array_foreach(ms, i, x) {
+			json_t *pf = json_object_get(x, "platform");
+			const char *os = json_string_value(json_object_get(pf, "os"));
+			const char *arch = json_string_value(json_object_get(pf, "architecture"));
+			const char *var = json_string_value(json_object_get(pf, "variant"));
+			if (!os || !arch)
+				continue;
+			if (hn < sizeof(have))
+				hn += (size_t)snprintf(have + hn, sizeof(have) - hn, "%s%s/%s%s%s",
+						       hn ? ", " : "", os, arch, var ? "/" : "",
+						       var ? var : "");
+			if (!pick && strcmp(os, p->pl.os) == 0 && strcmp(arch, p->pl.arch) == 0 &&
+			    (!p->pl.variant[0] || (var && strcmp(var, p->pl.variant) == 0)))
+				pick = json_string_value(json_object_get(x, "digest"));
+		}
+		if (!pick) {
+			json_decref(m);
+			return error_set(err, ENOEXEC,
+					 "no matching platform: %s has no %s/%s%s%s image (it has: %s)",
+					 ref->name, p->pl.os, p->pl.arch, p->pl.variant[0] ? "/" : "",
+					 p->pl.variant, have[0] ? have : "none");
+		}
+		if (!digest_ok(pick)) {
+			json_decref(m);
+			return error_set(err, EPROTO, "index of %s names an invalid digest",
+					 ref->name);
+		}
+		snprintf(reference, sizeof(reference), "%s", pick);
+		json_decref(m);
+	}
+	return error_set(err, EPROTO, "index of %s points to another index", ref->name);
+}
+
+/* A small blob (the config) into blobs/, verified; its content read back. */
+static int fetch_config(struct pull *p, const char *digest, uint64_t size, char **ret,
+			struct error *err)
+{
+	char path[PATH_MAX], tmp[PATH_MAX];
+	path_in(path, sizeof(path), p->o->store, "blobs/sha256/%s", digest + 7);
+	if (access(path, F_OK) < 0) {
+		if (size > CONFIG_MAX)
+			return error_set(err, EPROTO, "config of %s is too large (%llu bytes)",
+					 p->ref->name, (unsigned long long)size);
+		path_in(tmp, sizeof(tmp), p->o->store, "tmp/%s.%d", digest + 7, (int)getpid());
+		int r;
+		if (p->layout) {
+			char src[PATH_MAX], *data = NULL;
+			size_t dl = 0;
+			if ((r = layout_blob(p, digest, size, src, sizeof(src), err)) < 0)
+				return r;
+			if ((r = fs_read_file(src, CONFIG_MAX, &data, &dl)) == 0) {
+				r = fs_write_atomic(tmp, data, dl, 0600);
+				free(data);
+			}
+			if (r < 0)
+				return error_set_errno(err, -r, "copy config %s", digest);
+		} else if ((r = registry_get_blob(p->reg, digest, size, tmp, err)) < 0) {
+			return r;
+		}
+		if (rename(tmp, path) < 0) {
+			r = error_set_errno(err, errno, "rename '%s'", tmp);
+			unlink(tmp);
+			return r;
+		}
+	}
+	size_t len;
+	int r = fs_read_file(path, CONFIG_MAX, ret, &len);
+	if (r < 0)
+		return error_set_errno(err, -r, "read '%s'", path);
+	char got[72];
+	registry_sha256(*ret, len, got);
+	if (strcmp(got, digest) != 0) { /* a damaged store: drop it, the next pull refetches */
+		unlink(path);
+		free(*ret);
+		return error_set(err, EBADMSG, "digest mismatch: stored config %s; discarded", digest);
+	}
+	return 0;
+}
+
+/* One layer into layers/<hex>, unless it is there already. */
+static int fetch_layer(struct pull *p, const char *digest, uint64_t size, struct error *err)
+{
+	const char *hex = digest + 7;
+	char final[PATH_MAX], blob[PATH_MAX], dir[PATH_MAX];
+	path_in(final, sizeof(final), p->o->store, "layers/%s", hex);
+	if (access(final, F_OK) == 0)
+		return 0;
+	path_in(blob, sizeof(blob), p->o->store, "tmp/%s.%d", hex, (int)getpid());
+	path_in(dir, sizeof(dir), p->o->store, "tmp/layer-%.16s-XXXXXX", hex);
+	bool own_blob = !p->layout; /* an import unpacks the layout's verified file in place */
+	int r = p->layout ? layout_blob(p, digest, size, blob, sizeof(blob), err)
+			  : registry_get_blob(p->reg, digest, size, blob, err);
+	if (r < 0)
+		return r;
+	if (!mkdtemp(dir)) {
+		r = error_set_errno(err, errno, "mkdtemp '%s'", dir);
+		if (own_blob)
+			unlink(blob);
+		return r;
+	}
+	if (chmod(dir, 0755) < 0)
+		r = error_set_errno(err, errno, "chmod '%s'", dir);
+	if (r == 0)
+		r = image_layer_unpack(blob, dir, err);
+	if (own_blob)
+		unlink(blob);
+	if (r == 0 && rename(dir, final) < 0) {
+		if (errno != EEXIST && errno != ENOTEMPTY) /* else: another pull got there first */
+			r = error_set_errno(err, errno, "rename '%s' to '%s'", dir, final);
+	} else if (r == 0) {
+		return 0;
+	}
+	fs_remove_tree(dir);
+	if (r < 0)
+		error_prefix(err, "layer %s of %s", digest, p->ref->name);
+	return r;
+}
+
+/* A layer fetched in a child: its result comes back over fd as a struct error. */
+static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t size, int fd)
+{
+	struct error e = {0};
+	int r = p->reg ? registry_after_fork(p->reg) : 0;
+	if (r < 0)
+		error_set(&e, -r, "registry client");
+	else
+		r = fetch_layer(p, digest, size, &e);
+	e.code = r;
+	ssize_t _unused_ w = write(fd, &e, sizeof(e));
+	_exit(r < 0 ? 1 : 0);
+}
+
+/*
+ * Every layer not yet in the store, up to PULL_PARALLEL at once, each in a child process (the
+ * pull runs single-threaded in a corrald worker; each child has its own connection). After a
+ * failure no new layer starts, the running ones finish (what they unpack is verified and valid),
+ * and the first error is reported.
+ */
+#define PULL_PARALLEL 3
+static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
+{
+	struct {
+		pid_t pid;
+		int fd;
+	} run[PULL_PARALLEL];
+	size_t n = json_array_size(layers), next = 0, running = 0;
+	int first = 0;
+	for (size_t k = 0; k < PULL_PARALLEL; k++)
+		run[k].pid = -1;
+	while (next < n || running) {
+		while (next < n && running < PULL_PARALLEL && first == 0) {
+			json_t *l = json_array_get(layers, next++);
+			const char *d = json_string_value(json_object_get(l, "digest"));
+			uint64_t size = (uint64_t)json_integer_value(json_object_get(l, "size"));
+			char lp[PATH_MAX];
+			path_in(lp, sizeof(lp), p->o->store, "layers/%s", d + 7);
+			if (access(lp, F_OK) == 0)
+				continue;
+			int fds[2];
+			if (pipe2(fds, O_CLOEXEC) < 0) {
+				first = error_set_errno(err, errno, "pipe");
+				break;
+			}
+			pid_t pid = fork();
+			if (pid == 0) {
+				close(fds[0]);
+				layer_child(p, d, size, fds[1]);
+			}
+			close(fds[1]);
+			if (pid < 0) {
+				close(fds[0]);
+				first = error_set_errno(err, errno, "fork");
+				break;
+			}
+			for (size_t k = 0; k < PULL_PARALLEL; k++)
+				if (run[k].pid < 0) {
+					run[k].pid = pid;
+					run[k].fd = fds[0];
+					break;
+				}
+			running++;
+		}
+		if (!running)
+			break;
+		int status;
+		pid_t pid = RETRY_EINTR(waitpid(-1, &status, 0));
+		if (pid < 0) {
+			first = first ? first : error_set_errno(err, errno, "waitpid");
+			break;
+		}
+		for (size_t k = 0; k < PULL_PARALLEL; k++) {
+			if (run[k].pid != pid)
+				continue;
+			struct error e = {0};
+			ssize_t got = read(run[k].fd, &e, sizeof(e));
+			close(run[k].fd);
+			run[k].pid = -1;
+			running--;
+			if (first == 0 && (got != (ssize_t)sizeof(e) || e.code < 0)) {
+				if (got == (ssize_t)sizeof(e)) {
+					e.msg[sizeof(e.msg) - 1] = '\0';
+					first = error_set(err, -e.code, "%s", e.msg);
+				} else {
+					first = error_set(err, EIO,
+							  "layer download process died (status 0x%x)",
+							  status);
+				}
+			}
+		}
+	}
+	return first;
+}
+
+static json_t *json_strv_or_empty(json_t *a)
+{
+	json_t *out = json_array(), *x;
+	size_t i;
+	json_array_foreach(a, i, x)
+		if (json_is_string(x))
+			json_array_append(out, x);
+	return out;
+}
+
+/* Pull ref through the registry named in via (ref itself, or a mirror of it). */
+static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref,
+		    const struct image_ref *via, const char *layout, struct error *err)
+{
+	struct pull p = {.o = o, .ref = via, .layout = layout};
+	platform_or_default(&o->platform, &p.pl);
+	int r = layout ? 0 : registry_open(o, via, &p.reg, err);
+	if (r < 0)
+		return r;
+	json_t *m = NULL, *cfg = NULL, *rec = NULL;
+	char *cfg_body = NULL, *dump = NULL;
+	char mdigest[72];
+	if ((r = fetch_manifest(&p, &m, mdigest, err)) < 0)
+		goto out;
+	json_t *c = json_object_get(m, "config");
+	const char *cd = json_string_value(json_object_get(c, "digest"));
+	json_int_t cs = json_integer_value(json_object_get(c, "size"));
+	json_t *layers = json_object_get(m, "layers"), *l;
+	size_t nl = json_array_size(layers), i;
+	if (!digest_ok(cd) || cs <= 0 || !json_is_array(layers) || nl == 0 ||
+	    nl > IMAGE_LAYERS_MAX) {
+		r = error_set(err, EPROTO,
+			      "manifest of %s: needs a config digest and size and 1 to %d layers",
+			      ref->name, IMAGE_LAYERS_MAX);
+		goto out;
+	}
+	json_array_foreach(layers, i, l) {
+		const char *t = json_string_value(json_object_get(l, "mediaType"));
+		const char *d = json_string_value(json_object_get(l, "digest"));
+		json_int_t s = json_integer_value(json_object_get(l, "size"));
+		if (!layer_type_ok(t) || !digest_ok(d) || s < 0) {
+			r = error_set(err, EPROTO,
+				      "manifest of %s: layer %zu has an unsupported media type '%s' or an invalid digest or size",
+				      ref->name, i, t ? t : "");
+			goto out;
+		}
+	}
+	if (o->progress_total) { /* what is left to download: the config and missing layers */
+		char lp[PATH_MAX];
+		uint64_t total = (uint64_t)cs;
+		json_array_foreach(layers, i, l) {
+			path_in(lp, sizeof(lp), o->store, "layers/%s",
+				json_string_value(json_object_get(l, "digest")) + 7);
+			if (access(lp, F_OK) < 0)
+				total += (uint64_t)json_integer_value(json_object_get(l, "size"));
+		}
+		*o->progress_total = total;
+	}
+	if ((r = fetch_config(&p, cd, (uint64_t)cs, &cfg_body, err)) < 0)
+		goto out;
+	json_error_t je;
+	cfg = json_loads(cfg_body, 0, &je);
+	if (!json_is_object(cfg)) {
+		r = error_set(err, EPROTO, "config of %s is not a JSON object: %s", ref->name,
+			      je.text);
+		goto out;
+	}
+	if ((r = fetch_layers(&p, layers, err)) < 0)
+		goto out;
+
+	json_t *cc = json_object_get(cfg, "config");
+	json_t *hexes = json_array();
+	json_array_foreach(layers, i, l)
+		json_array_append_new(hexes,
+				      json_string(json_string_value(json_object_get(l, "digest")) + 7));
+	rec = json_pack("{s:s, s:s, s:o, s:o}", "name", ref->name, "manifest", mdigest, "layers",
+			hexes, "env", json_strv_or_empty(json_object_get(cc, "Env")));
+	json_int_t size = 0;
+	json_array_foreach(layers, i, l)
+		size += json_integer_value(json_object_get(l, "size"));
+	if (rec) {
+		json_object_set_new(rec, "size", json_integer(size));
+		json_object_set_new(rec, "platform", json_pack("{s:s, s:s}", "os", p.pl.os, "arch",
+								p.pl.arch));
+	}
+	const char *wd = json_string_value(json_object_get(cc, "WorkingDir"));
+	const char *user = json_string_value(json_object_get(cc, "User"));
+	if (rec && wd && *wd)
+		json_object_set_new(rec, "workdir", json_string(wd));
+	if (rec && user && *user)
+		json_object_set_new(rec, "user", json_string(user));
+	dump = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+	if (!dump) {
+		r = error_set(err, ENOMEM, "image record");
+		goto out;
+	}
+	char path[PATH_MAX];
+	record_path(path, sizeof(path), o->store, ref, &p.pl);
+	if ((r = fs_write_atomic(path, dump, strlen(dump), 0600)) < 0)
+		r = error_set_errno(err, -r, "write '%s'", path);
+out:
+	free(dump);
+	json_decref(rec);
+	json_decref(cfg);
+	free(cfg_body);
+	json_decref(m);
+	registry_close(p.reg);
+	return r;
+}
+
+int image_pull(const struct image_pull_opts *o, const struct image_ref *ref, struct error *err)
+{
+	/* Docker Hub images try the mirrors first, in order, then Docker Hub itself. */
+	if (strcmp(ref->registry, "docker.io") == 0)
+		for (const char *const *m = o->mirrors; m && *m; m++) {
+			struct image_ref via = *ref;
+			snprintf(via.registry, sizeof(via.registry), "%s", *m);
+			snprintf(via.host, sizeof(via.host), "%s", *m);
+			struct error e = {0};
+			if (pull_via(o, ref, &via, NULL, &e) == 0)
+				return 0;
+			if (e.code == -ENOSPC || e.code == -ETIMEDOUT)
+				return error_set(err, -e.code, "mirror %s: %s", *m, e.msg);
+		}
+	return pull_via(o, ref, ref, NULL, err);
+}
+
+int image_import(const struct image_pull_opts *o, const char *path, const struct image_ref *ref,
+		 struct error *err)
+{
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return error_set_errno(err, errno, "not found: '%s'", path);
+	if (S_ISDIR(st.st_mode))
+		return pull_via(o, ref, ref, path, err);
+	if (!S_ISREG(st.st_mode))
+		return error_set(err, EINVAL, "'%s' is neither a directory nor a tar file", path);
+	/* A tar of a layout (docker save of Docker 25+, skopeo oci-archive): unpacked into tmp/
+	 * with the same confinement as a layer, imported, removed. */
+	char dir[PATH_MAX];
+	path_in(dir, sizeof(dir), o->store, "tmp/import-XXXXXX");
+	if (!mkdtemp(dir))
+		return error_set_errno(err, errno, "mkdtemp '%s'", dir);
+	int r = image_layer_unpack(path, dir, err);
+	if (r < 0)
+		error_prefix(err, "unpack '%s'", path);
+	else
+		r = pull_via(o, ref, ref, dir, err);
+	fs_remove_tree(dir);
+	return r;
+}
+
+static char **strv_from(json_t *a)
+{
+	size_t n = json_array_size(a), i;
+	char **v = calloc(n + 1, sizeof(char *));
+	json_t *x;
+	if (!v)
+		return NULL;
+	json_array_foreach(a, i, x)
+		if (!(v[i] = strdup(json_string_value(x) ? json_string_value(x) : "")))
+			return v; /* NULL-terminated early; the caller sees ENOMEM via the count */
+	return v;
+}
+
+int image_info_load(const char *store, const struct image_ref *ref, const struct image_platform *p,
+		    struct image_info *ret, struct error *err)
+{
+	char path[PATH_MAX];
+	record_path(path, sizeof(path), store, ref, p);
+	json_error_t je;
+	json_t *j = json_load_file(path, 0, &je);
+	if (!j) {
+		if (access(path, F_OK) < 0)
+			return error_set(err, ENOENT, "image %s is not in the store", ref->name);
+		return error_set(err, EPROTO, "image record '%s': %s", path, je.text);
+	}
+	json_t *layers = json_object_get(j, "layers"), *x;
+	size_t i;
+	int r = 0;
+	json_array_foreach(layers, i, x) {
+		const char *h = json_string_value(x);
+		char lp[PATH_MAX];
+		if (!h || strlen(h) != IMAGE_HEX_LEN ||
+		    strspn(h, "0123456789abcdef") != IMAGE_HEX_LEN) {
+			r = error_set(err, EPROTO, "image record '%s': invalid layer", path);
+			break;
+		}
+		path_in(lp, sizeof(lp), store, "layers/%s", h);
+		if (access(lp, F_OK) < 0) {
+			r = error_set(err, ENOENT, "image %s: layer %s is missing from the store",
+				      ref->name, h);
+			break;
+		}
+	}
+	if (r == 0 && (json_array_size(layers) == 0 || json_array_size(layers) > IMAGE_LAYERS_MAX))
+		r = error_set(err, EPROTO, "image record '%s': no layers", path);
+	if (r == 0) {
+		ret->n_layers = json_array_size(layers);
+		ret->layers = strv_from(layers);
+		ret->env = strv_from(json_object_get(j, "env"));
+		const char *wd = json_string_value(json_object_get(j, "workdir"));
+		const char *u = json_string_value(json_object_get(j, "user"));
+		ret->workdir = wd ? strdup(wd) : NULL;
+		ret->user = u ? strdup(u) : NULL;
+		if (!ret->layers || !ret->env || (wd && !ret->workdir) || (u && !ret->user)) {
+			image_info_clear(ret);
+			r = error_set(err, ENOMEM, "image record");
+		}
+	}
+	json_decref(j);
+	return r;
+}
+
+static void strv_free_(char **v)
+{
+	for (char **p = v; p && *p; p++)
+		free(*p);
+	free(v);
+}
+
+void image_info_clear(struct image_info *info)
+{
+	strv_free_(info->layers);
+	strv_free_(info->env);
+	free(info->workdir);
+	free(info->user);
+	*info = (struct image_info)IMAGE_INFO_INIT;
+}
+
+int image_store_lock(const char *store, bool exclusive)
+{
+	char path[PATH_MAX];
+	path_in(path, sizeof(path), store, "lock");
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return -errno;
+	if (RETRY_EINTR(flock(fd, exclusive ? LOCK_EX : LOCK_SH)) < 0) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+/* A set of hex names, as a sorted array (bsearch). */
+struct hexset {
+	char (*v)[IMAGE_HEX_LEN + 1];
+	size_t n, cap;
+};
+
+static void hexset_add(struct hexset *h, const char *hex)
+{
+	if (strlen(hex) != IMAGE_HEX_LEN || strspn(hex, "0123456789abcdef") != IMAGE_HEX_LEN)
+		return;
+	if (h->n == h->cap) {
+		size_t cap = h->cap ? h->cap * 2 : 64;
+		void *v = realloc(h->v, cap * sizeof(*h->v));
+		if (!v)
+			return; /* the set falls short of the count: image_gc() removes nothing */
+		h->v = v;
+		h->cap = cap;
+	}
+	memcpy(h->v[h->n++], hex, IMAGE_HEX_LEN + 1);
+}
+
+static int hex_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+int image_gc(const char *store, const char *sandboxes_dir, unsigned *ret_removed,
+	     struct error *err)
+{
+	*ret_removed = 0;
+	_cleanup_close_ int lock = image_store_lock(store, true);
+	if (lock < 0)
+		return error_set_errno(err, -lock, "lock the image store");
+	struct hexset keep = {0};
+	char path[PATH_MAX + 300];
+	size_t expected = 0; /* names seen; a short set (out of memory) removes nothing */
+	/* Layers of every image record. */
+	path_in(path, sizeof(path), store, "refs");
+	DIR *d = opendir(path);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		char p[PATH_MAX + 300];
+		path_in(p, sizeof(p), store, "refs/%s", de->d_name);
+		json_t *j = json_load_file(p, 0, NULL), *x;
+		size_t i;
+		if (!j && strstr(de->d_name, ".json")) {
+			closedir(d);
+			free(keep.v);
+			return error_set(err, EPROTO, "image record '%s' is unreadable: nothing removed",
+					 de->d_name);
+		}
+		json_array_foreach(json_object_get(j, "layers"), i, x) {
+			hexset_add(&keep, json_string_value(x) ? json_string_value(x) : "");
+			expected++;
+		}
+		json_decref(j);
+	}
+	if (d)
+		closedir(d);
+	/* Layers of every sandbox on the host's state dir (live or not yet removed). */
+	d = sandboxes_dir ? opendir(sandboxes_dir) : NULL;
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s/" IMAGE_LAYERS_FILE, sandboxes_dir, de->d_name);
+		_cleanup_fclose_ FILE *f = fopen(path, "re");
+		char line[128];
+		while (f && fgets(line, sizeof(line), f)) {
+			line[strcspn(line, "\n")] = '\0';
+			hexset_add(&keep, line);
+			expected++;
+		}
+	}
+	if (d)
+		closedir(d);
+	if (keep.n != expected) {
+		free(keep.v);
+		return error_set(err, ENOMEM, "out of memory: nothing removed");
+	}
+	qsort(keep.v, keep.n, sizeof(*keep.v), hex_cmp);
+	path_in(path, sizeof(path), store, "layers");
+	d = opendir(path);
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.' ||
+		    bsearch(de->d_name, keep.v, keep.n, sizeof(*keep.v), hex_cmp))
+			continue;
+		char from[PATH_MAX + 300], to[PATH_MAX + 300];
+		path_in(from, sizeof(from), store, "layers/%s", de->d_name);
+		path_in(to, sizeof(to), store, "tmp/gc-%.64s-%d", de->d_name, (int)getpid());
+		if (rename(from, to) == 0) {
+			fs_remove_tree(to);
+			(*ret_removed)++;
+		}
+	}
+	if (d)
+		closedir(d);
+	free(keep.v);
+	return 0;
+}

@@ -1,0 +1,649 @@
+#!/usr/bin/env python3
+"""Registry images end to end: test images built as OCI layouts, pushed with skopeo to Debian's
+docker-registry on loopback (plain and with htpasswd basic auth), and created as sandboxes through
+a real corrald: layers, whiteouts, opaque dirs, links, setuid, owners as seen inside, Env,
+WorkingDir, User, pull policies, shared pulls, typed pull errors, a SWE-bench-shaped task."""
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+import tempfile
+import threading
+import urllib.parse
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import CorralTestCase, Corrald, main  # noqa: E402
+import oci  # noqa: E402
+from oci import C, D, F, H, L, X  # noqa: E402
+import struct  # noqa: E402
+
+PULL_FAILED = "SANDBOX::IMAGE_PULL_FAILED"
+
+
+class Images(CorralTestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.reg = oci.Registry()
+        cls.authreg = oci.Registry(user="alice", password="s3cret-pw")
+        # Bearer flow: a token server needing credentials, and one handing tokens to anyone
+        # (Docker Hub's anonymous pulls), both in front of cls.reg.
+        cls.tokreg = oci.TokenProxy(cls.reg.host, user="bob", password="t0ken-pw")
+        cls.anonreg = oci.TokenProxy(cls.reg.host)
+        cls.authfile = os.path.join(tempfile.mkdtemp(prefix="corral-auth-"), "config.json")
+        with open(cls.authfile, "w") as f:
+            json.dump({"auths": {cls.authreg.host: {"auth": base64.b64encode(
+                b"alice:s3cret-pw").decode()}}}, f)
+        cls.corrald_kwargs = {"extra_args": [
+            "--insecure-registry", cls.reg.host, "--insecure-registry", cls.authreg.host,
+            "--insecure-registry", cls.tokreg.host, "--insecure-registry", cls.anonreg.host]}
+        cls.tmp = tempfile.mkdtemp(prefix="corral-images-")
+        cls.base = oci.base_layer()
+        try:
+            super().setUpClass()
+        except Exception:
+            cls.stop_registries()
+            raise
+
+    @classmethod
+    def stop_registries(cls):
+        cls.tokreg.stop()
+        cls.anonreg.stop()
+        cls.reg.stop()
+        cls.authreg.stop()
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        cls.stop_registries()
+        oci.shutil.rmtree(cls.tmp, ignore_errors=True)
+        oci.shutil.rmtree(os.path.dirname(cls.authfile), ignore_errors=True)
+
+    def layout(self, name, layers, config=None, compression="gzip"):
+        d = os.path.join(self.tmp, name)
+        info = oci.write_layout(d, layers, config=config, compression=compression)
+        return d, info
+
+    def sh(self, sid, cmd, **kw):
+        return self.run_ok(sid, cmd, **kw).stdout.rstrip("\n")
+
+    def create_image(self, ref, expect=202, **spec):
+        return self.create(image={"uri": ref}, expect=expect, **spec)
+
+    # --- the image as the sandbox sees it -------------------------------------------------------
+
+    def test_layers_whiteouts_links_owners(self):
+        lower = oci.layer_tar([
+            D("data"), F("data/keep", "keep"), F("data/gone", "gone"),
+            D("opq"), F("opq/old1", "1"), F("opq/old2", "2"),
+            D("home"), D("home/u", uid=1000, gid=1000, mode=0o700),
+            F("home/u/secret", "mine", uid=1000, gid=1000, mode=0o600),
+            F("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nu:x:1000:1000::/home/u:/bin/sh\n"),
+        ])
+        upper = oci.layer_tar([
+            D("data"), F("data/.wh.gone"),
+            D("opq"), F("opq/.wh..wh..opq"), F("opq/new", "new"),
+            F("bin-suid", "#!/bin/sh\n", mode=0o4755),
+            F("target", "T"), H("hard", "target"), L("soft", "target"), L("abs", "/data/keep"),
+            C("devnode", 1, 3),
+            # cap_net_raw+ep as a v2 security.capability xattr, and a user xattr
+            X(F("capped", "c", mode=0o755),
+              security__capability=struct.pack("<IIIII", 0x02000001, 1 << 13, 0, 0, 0),
+              user__note=b"kept"),
+        ])
+        d, info = self.layout("multi", [self.base, lower, (upper, "zstd")])
+        ref = self.reg.push(d, "t/multi")
+        sid = self.create_image(ref)["id"]
+        self.assertEqual(self.sh(sid, "cat /data/keep"), "keep")
+        self.assertEqual(self.sh(sid, "ls /data"), "keep", "whiteout hides data/gone")
+        self.assertEqual(self.sh(sid, "ls /opq"), "new", "opaque dir hides the lower entries")
+        # owners as in the image, through the user namespace
+        self.assertEqual(self.sh(sid, "stat -c '%u:%g %a' /home/u /home/u/secret"),
+                         "1000:1000 700\n1000:1000 600")
+        self.assertEqual(self.sh(sid, "stat -c '%u %a' /bin-suid"), "0 4755")
+        self.assertEqual(self.sh(sid, "stat -c %h /hard"), "2")
+        self.assertEqual(self.sh(sid, "cat /hard /soft /abs"), "TTkeep")
+        self.assertEqual(self.sh(sid, "readlink /soft"), "target")
+        # a device node is kept but cannot be opened (the overlay is nodev)
+        self.assertEqual(self.sh(sid, "stat -c '%F %t,%T' /devnode"), "character special file 1,3")
+        res = self.client.run(sid, "cat /devnode")
+        self.assertNotEqual(res.exit_code, 0, res)
+        # xattrs and file capabilities are kept in the store's layer
+        top = os.path.join(self.corrald.state_dir, "images", "layers", info["layers"][2][7:])
+        self.assertEqual(os.getxattr(os.path.join(top, "capped"), "user.note"), b"kept")
+        self.assertEqual(os.getxattr(os.path.join(top, "capped"), "security.capability")[4:8],
+                         struct.pack("<I", 1 << 13))
+        # the user's file is the user's: uid 1000 reads it, another uid does not
+        self.assertEqual(self.run_ok(sid, "cat /home/u/secret", uid=1000).stdout, "mine")
+        res = self.client.run(sid, "cat /home/u/secret", uid=1001)
+        self.assertNotEqual(res.exit_code, 0, res)
+        # writes go to the sandbox's own layer, never into the store
+        self.sh(sid, "echo changed > /data/keep")
+        self.assertEqual(self.sh(sid, "cat /data/keep"), "changed")
+        sid2 = self.create_image(ref)["id"]
+        self.assertEqual(self.sh(sid2, "cat /data/keep"), "keep")
+        # no host path or id in the sandbox's mount table
+        mi = self.sh(sid, "cat /proc/self/mountinfo")
+        self.assertNotIn(self.corrald.state_dir, mi)
+        self.assertNotIn("images", mi)
+
+    def test_config_env_workdir_user(self):
+        top = oci.layer_tar([
+            F("etc/passwd", "root:x:0:0:root:/root:/bin/sh\napp:x:4242:4343::/w:/bin/sh\n"),
+            F("etc/group", "root:x:0:\napp:x:4343:\n")])
+        d, _ = self.layout("cfg", [self.base, top], config={
+            "Env": ["PATH=/usr/bin:/bin", "FROM_IMAGE=1", "OVERRIDE=image"],
+            "WorkingDir": "/w/sub", "User": "app"})
+        ref = self.reg.push(d, "t/cfg", "v1")
+        sid = self.create_image(ref, env={"OVERRIDE": "request"},
+                                entrypoint=["sh", "-c", "id -u > /tmp/entry-uid; pwd > /tmp/entry-cwd; exec sleep infinity"])["id"]
+        self.assertEqual(self.sh(sid, "echo $FROM_IMAGE $OVERRIDE"), "1 request")
+        self.assertEqual(self.sh(sid, "pwd"), "/w/sub", "commands start in WorkingDir")
+        for _ in range(100):
+            res = self.client.run(sid, "cat /tmp/entry-uid /tmp/entry-cwd")
+            if res.exit_code == 0:
+                break
+        self.assertEqual(res.stdout.rstrip("\n"), "4242\n/w/sub", "the entrypoint runs as User in WorkingDir")
+        self.assertEqual(self.sh(sid, "id -u"), "0", "commands keep the API's uid default")
+
+    def test_pull_policy_and_normalized_errors(self):
+        d, _ = self.layout("policy", [self.base])
+        ref = "%s/t/policy:v1" % self.reg.host
+        r = self.client.create_sandbox_raw(image={"uri": ref}, extensions={"imagePullPolicy": "Never"})
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(r.json()["code"], PULL_FAILED)
+        self.assertIn("Never", r.json()["message"])
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(r.json()["code"], PULL_FAILED)
+        self.assertIn("not found", r.json()["message"])
+        self.reg.push(d, "t/policy", "v1")
+        self.create_image(ref)
+        self.create_image(ref, extensions={"opensandbox.extensions.image-pull-policy": "Never"})
+        self.create_image(ref, extensions={"imagePullPolicy": "Always"})
+        r = self.client.create_sandbox_raw(image={"uri": ref}, extensions={"imagePullPolicy": "Sometimes"})
+        self.assertEqual(r.status, 422, r)
+        self.assertIn("imagePullPolicy", r.text)
+
+    def test_concurrent_creates_share_one_pull(self):
+        N = 50
+        d, _ = self.layout("shared", [self.base, oci.layer_tar([F("marker", "m")])])
+        ref = self.reg.push(d, "t/shared")
+        before = self.corrald.log_tail(100000).count("pulling %s" % ref)
+        results = []
+
+        def one():
+            c = self.corrald.client(timeout=120)
+            results.append(c.create_sandbox_raw(image={"uri": ref}))
+            c.close()
+        threads = [threading.Thread(target=one) for _ in range(N)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for r in results:
+            if r.status == 202:
+                self.addCleanup(self._cleanup_sandbox, r.json()["id"])
+        self.assertEqual([r.status for r in results], [202] * N, results)
+        pulls = self.corrald.log_tail(100000).count("pulling %s" % ref) - before
+        self.assertEqual(pulls, 1, "one pull for %d concurrent creates" % N)
+
+    def test_corrupted_blob_is_a_typed_error_and_discarded(self):
+        d, info = self.layout("corrupt", [self.base, oci.layer_tar([F("x", "original")])])
+        ref = self.reg.push(d, "t/corrupt")
+        path = self.reg.blob_path(info["layers"][1])
+        with open(path, "r+b") as f:
+            data = f.read()
+            f.seek(0)
+            f.write(bytes(b ^ 0xFF for b in data[:16]))
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 502, r)
+        self.assertEqual(r.json()["code"], PULL_FAILED)
+        self.assertIn("digest mismatch", r.json()["message"])
+        self.assertNotIn(info["layers"][1][7:], oci.store_layers(self.corrald.state_dir))
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [], "the bad blob is discarded")
+
+    def test_auth(self):
+        d, _ = self.layout("auth", [self.base, oci.layer_tar([F("private", "p")])])
+        ref = self.authreg.push(d, "t/private")
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(r.json()["code"], PULL_FAILED)
+        self.assertIn("unauthorized", r.json()["message"])
+        r = self.client.create_sandbox_raw(image={"uri": ref, "auth": {"username": "alice", "password": "wrong"}})
+        self.assertEqual(r.status, 422, r)
+        self.assertIn("unauthorized", r.json()["message"])
+        self.assertNotIn("wrong", r.text, "the password is never echoed")
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [])
+
+    def test_auth_good_credentials(self):
+        d, _ = self.layout("auth2", [self.base, oci.layer_tar([F("private", "p2")])])
+        ref = self.authreg.push(d, "t/private2")
+        sid = self.create(image={"uri": ref, "auth": {"username": "alice", "password": "s3cret-pw"}})["id"]
+        self.assertEqual(self.sh(sid, "cat /private"), "p2")
+
+    def test_unreachable_registry(self):
+        r = self.client.create_sandbox_raw(image={"uri": "127.0.0.1:1/t/none:v1"})
+        self.assertEqual(r.status, 502, r)
+        self.assertEqual(r.json()["code"], PULL_FAILED)
+        self.assertIn("unreachable", r.json()["message"])
+
+    def test_bearer_token_flow(self):
+        d, _ = self.layout("bearer", [self.base, oci.layer_tar([F("b", "bearer")])])
+        self.reg.push(d, "t/bearer")
+        ref = "%s/t/bearer:latest" % self.tokreg.host
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 422, r)
+        self.assertIn("unauthorized", r.json()["message"])
+        self.assertIn("bad credentials for the token server", r.json()["message"],
+                      "the token server's own words")
+        before = self.tokreg.token_requests
+        sid = self.create(image={"uri": ref, "auth": {"username": "bob", "password": "t0ken-pw"}})["id"]
+        self.assertEqual(self.sh(sid, "cat /b"), "bearer")
+        self.assertEqual(self.tokreg.token_requests - before, 1, "one token for the whole pull")
+        # anonymous tokens (Docker Hub style)
+        sid = self.create_image("%s/t/bearer:latest" % self.anonreg.host)["id"]
+        self.assertEqual(self.sh(sid, "cat /b"), "bearer")
+
+    def test_registry_auth_file(self):
+        d, _ = self.layout("authfile", [self.base, oci.layer_tar([F("f", "from-file")])])
+        ref = self.authreg.push(d, "t/authfile")
+        c = Corrald(extra_args=["--insecure-registry", self.authreg.host,
+                                "--registry-auth", self.authfile]).start()
+        try:
+            cl = c.client(timeout=120)
+            r = cl.create_sandbox_raw(image={"uri": ref})
+            self.assertEqual(r.status, 202, "%r\n%s" % (r, c.log_tail(10)))
+            res = cl.run(r.json()["id"], "cat /f")
+            self.assertEqual(res.stdout, "from-file")
+            cl.delete_sandbox(r.json()["id"])
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
+    def test_docker_hub_names_through_mirrors(self):
+        d, _ = self.layout("mirrored", [self.base, oci.layer_tar([F("m", "mirrored")])])
+        self.reg.push(d, "library/mirrored", "v1")
+        # a dead mirror first: the next one serves the image, no Docker Hub needed
+        c = Corrald(extra_args=["--insecure-registry", self.reg.host, "--insecure-registry",
+                                "127.0.0.1:1", "--registry-mirror", "127.0.0.1:1",
+                                "--registry-mirror", self.reg.host]).start()
+        try:
+            cl = c.client(timeout=120)
+            r = cl.create_sandbox_raw(image={"uri": "mirrored:v1"})
+            self.assertEqual(r.status, 202, "%r\n%s" % (r, c.log_tail(10)))
+            self.assertEqual(cl.run(r.json()["id"], "cat /m").stdout, "mirrored")
+            self.assertIn("pulling docker.io/library/mirrored:v1", c.log_tail(50),
+                          "normalized like docker pull")
+            names = [i["name"] for i in cl.get("/v1/images").json()["items"]]
+            self.assertEqual(names, ["docker.io/library/mirrored:v1"])
+            # the same image under its other spellings is the same store entry
+            for uri in ("docker.io/mirrored:v1", "index.docker.io/library/mirrored:v1"):
+                r2 = cl.create_sandbox_raw(image={"uri": uri},
+                                           extensions={"imagePullPolicy": "Never"})
+                self.assertEqual(r2.status, 202, (uri, r2))
+                cl.delete_sandbox(r2.json()["id"])
+            cl.delete_sandbox(r.json()["id"])
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
+    def test_pending_image_pulling_while_pull_runs(self):
+        d, _ = self.layout("slow", [self.base, oci.layer_tar([F("s", "slow")])])
+        self.reg.push(d, "t/slow")
+        ref = "%s/t/slow:latest" % self.anonreg.host
+        self.anonreg.delay_blobs = 1.0
+        self.addCleanup(setattr, self.anonreg, "delay_blobs", 0.0)
+        out = []
+        t = threading.Thread(target=lambda: out.append(
+            self.corrald.client(timeout=120).create_sandbox_raw(image={"uri": ref})))
+        t.start()
+        seen = None
+        messages = set()
+        deadline = time.monotonic() + 30
+        while t.is_alive() and time.monotonic() < deadline:
+            for sb in self.client.get("/v1/sandboxes?state=Pending").json()["items"]:
+                if sb["status"].get("reason") == "ImagePulling":
+                    seen = sb
+                    messages.add(sb["status"].get("message", ""))
+            time.sleep(0.05)
+        t.join()
+        self.assertEqual(out[0].status, 202, out[0])
+        self.addCleanup(self._cleanup_sandbox, out[0].json()["id"])
+        self.assertIsNotNone(seen, "the sandbox was Pending/ImagePulling during the pull")
+        self.assertIn("t/slow", seen["status"].get("message", ""))
+        self.assertTrue(any(" MB" in m for m in messages), "progress in MB: %r" % messages)
+
+    def test_registry_dying_mid_blob(self):
+        d, _ = self.layout("cut", [self.base, oci.layer_tar([F("c", "x" * 100000)])])
+        self.reg.push(d, "t/cut")
+        ref = "%s/t/cut:latest" % self.anonreg.host
+        # Every reply cut in half: the pull gives up with a typed error, nothing half-made kept.
+        self.anonreg.cut_blobs = 1000
+        self.addCleanup(setattr, self.anonreg, "cut_blobs", 0)
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 502, r)
+        self.assertEqual(r.json()["code"], PULL_FAILED)
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [])
+        # One cut reply: retried from the start, and the pull succeeds.
+        self.anonreg.cut_blobs = 1
+        sid = self.create_image(ref)["id"]
+        self.assertEqual(self.sh(sid, "wc -c < /c"), "100000")
+
+    def test_docker_schema2_plain_layers_and_platform_index(self):
+        d, _ = self.layout("v2s2", [self.base, (oci.layer_tar([F("v", "docker")]), "none")])
+        # skopeo converts to a Docker schema 2 manifest (gzip layers) on push
+        ref = self.reg.push(d, "t/v2s2", fmt="v2s2")
+        self.assertEqual(self.reg.manifest_type("t/v2s2", "latest"),
+                         "application/vnd.docker.distribution.manifest.v2+json")
+        sid = self.create_image(ref)["id"]
+        self.assertEqual(self.sh(sid, "cat /v"), "docker")
+        # an index with linux/arm64 and linux/amd64 picks amd64; one with arm64 only is refused
+        d2 = os.path.join(self.tmp, "multi-arch")
+        oci.write_index_layout(d2, [("arm64", [self.base, oci.layer_tar([F("arch", "arm64")])]),
+                                    ("amd64", [self.base, oci.layer_tar([F("arch", "amd64")])])])
+        ref = self.reg.push(d2, "t/multiarch", all_platforms=True)
+        sid = self.create_image(ref)["id"]
+        self.assertEqual(self.sh(sid, "cat /arch"), "amd64")
+        # the same as a Docker manifest list
+        ref = self.reg.push(d2, "t/multiarch-docker", all_platforms=True, fmt="v2s2")
+        self.assertEqual(self.reg.manifest_type("t/multiarch-docker", "latest"),
+                         "application/vnd.docker.distribution.manifest.list.v2+json")
+        sid = self.create_image(ref)["id"]
+        self.assertEqual(self.sh(sid, "cat /arch"), "amd64")
+        d3 = os.path.join(self.tmp, "arm-only")
+        oci.write_index_layout(d3, [("arm64", [self.base])])
+        ref = self.reg.push(d3, "t/armonly", all_platforms=True)
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 422, r)
+        self.assertIn("no matching platform", r.json()["message"])
+        self.assertIn("linux/arm64", r.json()["message"])
+
+    def test_corrald_stopped_and_killed_mid_pull(self):
+        d, _ = self.layout("midpull", [self.base, oci.layer_tar([F("m", "mid")])])
+        self.reg.push(d, "t/midpull")
+        ref = "%s/t/midpull:latest" % self.anonreg.host
+        c = Corrald(extra_args=["--insecure-registry", self.anonreg.host])
+        c.start()
+        try:
+            self.anonreg.delay_blobs = 2.0
+            self.addCleanup(setattr, self.anonreg, "delay_blobs", 0.0)
+            out = []
+
+            def create():
+                cl = c.client(timeout=60)
+                try:
+                    out.append(cl.create_sandbox_raw(image={"uri": ref}))
+                except OSError as e:  # corrald killed under the request
+                    out.append(e)
+                finally:
+                    cl.close()
+            t = threading.Thread(target=create)
+            t.start()
+            while "pulling %s" % ref not in c.log_tail(50):
+                time.sleep(0.05)
+            # SIGTERM: the pull is stopped and the create answered, not left hanging
+            c.stop()
+            t.join(30)
+            self.assertFalse(t.is_alive())
+            self.assertEqual(out[0].status, 503, out[0])
+            self.assertEqual(out[0].json()["code"], "SANDBOX::SHUTTING_DOWN")
+            # kill -9 mid-pull: leftovers in tmp/ are removed at the next start
+            c.start()
+            t = threading.Thread(target=create)
+            t.start()
+            while c.log_tail(200).count("pulling %s" % ref) < 2:
+                time.sleep(0.05)
+            time.sleep(0.5)
+            c.kill9()
+            t.join(30)
+            junk = os.path.join(c.state_dir, "images", "tmp", "leftover-of-a-crash")
+            os.makedirs(junk)
+            self.anonreg.delay_blobs = 0.0
+            c.start()
+            self.assertFalse(os.path.exists(junk), "tmp/ emptied at start")
+            # a record whose layer went missing is dropped at start: the image is pulled again
+            r = c.client(timeout=60).create_sandbox_raw(image={"uri": ref})
+            self.assertEqual(r.status, 202, r)
+            c.client(timeout=60).delete_sandbox(r.json()["id"])
+            c.stop()
+            layers = os.path.join(c.state_dir, "images", "layers")
+            for h in os.listdir(layers):
+                oci.shutil.rmtree(os.path.join(layers, h))
+            c.start()
+            self.assertEqual(os.listdir(os.path.join(c.state_dir, "images", "refs")), [])
+            cl = c.client(timeout=60)
+            r = cl.create_sandbox_raw(image={"uri": ref})
+            self.assertEqual(r.status, 202, "%r\n%s" % (r, c.log_tail(20)))
+            self.assertEqual(cl.run(r.json()["id"], "cat /m").stdout, "mid")
+            cl.delete_sandbox(r.json()["id"])
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
+    def test_images_resource(self):
+        d, info = self.layout("ahead", [self.base, oci.layer_tar([F("a", "ahead")])])
+        ref = self.reg.push(d, "t/ahead", "v2")
+        name = ref  # a registry with a port is already normalized
+        r = self.client.post("/v1/images", {"image": {"uri": ref}})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["status"], "Pulled")
+        items = {i["name"]: i for i in self.client.get("/v1/images").json()["items"]}
+        self.assertIn(name, items)
+        self.assertEqual(items[name]["digest"], info["manifest"])
+        self.assertEqual(items[name]["layers"], 2)
+        self.assertGreater(items[name]["sizeBytes"], 0)
+        # in the store: a create with Never works
+        sid = self.create_image(ref, extensions={"imagePullPolicy": "Never"})["id"]
+        self.assertEqual(self.sh(sid, "cat /a"), "ahead")
+        # in use: not deleted
+        q = "/v1/images?ref=" + urllib.parse.quote(ref, safe="")
+        r = self.client.delete(q)
+        self.assertEqual(r.status, 409, r)
+        self.assertEqual(r.json()["code"], "SANDBOX::IMAGE_IN_USE")
+        self.assertIn(sid, r.json()["message"])
+        self.assertEqual(self.client.delete_sandbox(sid).status, 204)
+        sdir = os.path.join(self.corrald.state_dir, "sandboxes", sid)
+        deadline = time.monotonic() + 30
+        while os.path.exists(sdir) and time.monotonic() < deadline:
+            time.sleep(0.05)  # a sandbox's layers are kept while its directory exists
+        # forgotten: Never now fails, the entry is gone, its own layer is collected, the base
+        # layer (shared with the other images of this suite) stays
+        own, base = info["layers"][1][7:], info["layers"][0][7:]
+        self.assertIn(own, oci.store_layers(self.corrald.state_dir))
+        r = self.client.delete(q)
+        self.assertEqual(r.status, 204, r)
+        deadline = time.monotonic() + 30
+        while own in oci.store_layers(self.corrald.state_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertNotIn(own, oci.store_layers(self.corrald.state_dir))
+        self.assertIn(base, oci.store_layers(self.corrald.state_dir))
+        self.assertNotIn(name, [i["name"] for i in self.client.get("/v1/images").json()["items"]])
+        r = self.client.create_sandbox_raw(image={"uri": ref}, extensions={"imagePullPolicy": "Never"})
+        self.assertEqual(r.status, 422, r)
+        r = self.client.delete("/v1/images?ref=" + urllib.parse.quote(ref, safe=""))
+        self.assertEqual(r.status, 404, r)
+        # errors are the create's
+        r = self.client.post("/v1/images", {"image": {"uri": "%s/t/nope:v1" % self.reg.host}})
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(r.json()["code"], PULL_FAILED)
+        r = self.client.post("/v1/images", {"image": {"uri": "Bad Ref"}})
+        self.assertEqual(r.status, 422, r)
+
+    def test_pull_timeout(self):
+        d, _ = self.layout("timeout", [self.base, oci.layer_tar([F("t", "t")])])
+        self.reg.push(d, "t/timeout")
+        ref = "%s/t/timeout:latest" % self.anonreg.host
+        self.anonreg.delay_blobs = 4.0
+        self.addCleanup(setattr, self.anonreg, "delay_blobs", 0.0)
+        c = Corrald(extra_args=["--insecure-registry", self.anonreg.host, "--pull-timeout", "1"])
+        c.start()
+        try:
+            cl = c.client(timeout=60)
+            t0 = time.monotonic()
+            r = cl.create_sandbox_raw(image={"uri": ref})
+            self.assertEqual(r.status, 504, r)
+            self.assertEqual(r.json()["code"], PULL_FAILED)
+            self.assertIn("timed out", r.json()["message"].lower())
+            self.assertLess(time.monotonic() - t0, 30, "the pull is bounded, not the registry")
+            self.assertEqual(oci.store_tmp(c.state_dir), [])
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
+    def test_disk_full_is_a_typed_error(self):
+        # the store on a 24 MiB tmpfs, a 40 MB incompressible layer
+        d, _ = self.layout("big", [self.base, oci.layer_tar([F("big", os.urandom(40 << 20))])])
+        ref = self.reg.push(d, "t/big")
+        small = tempfile.mkdtemp(prefix="corral-small-")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", small],
+                       check=True)
+        self.addCleanup(oci.shutil.rmtree, small, True)
+        self.addCleanup(subprocess.run, ["umount", "-l", small])
+        args = ["--insecure-registry", self.reg.host]
+        from harness import binary
+        if "--default-disk" in subprocess.run([binary("corrald"), "--help"], capture_output=True,
+                                              text=True).stdout:
+            args += ["--default-disk", "none"]  # the store's fs is smaller than any default disk
+        c = Corrald(extra_args=args)
+        c.state_dir = os.path.join(small, "state")
+        os.mkdir(c.state_dir)
+        c.start()
+        try:
+            cl = c.client(timeout=120)
+            r = cl.create_sandbox_raw(image={"uri": ref})
+            self.assertEqual(r.status, 507, "%r\n%s" % (r, c.log_tail(10)))
+            self.assertEqual(r.json()["code"], PULL_FAILED)
+            self.assertIn("No space left on device", r.json()["message"])
+            self.assertNotIn(small, r.text, "no host path in the reply")
+            self.assertEqual(oci.store_tmp(c.state_dir), [], "nothing half-written kept")
+            self.assertEqual(cl.get("/health").status, 200)
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
+    def corral(self, *args, stdin=None):
+        from harness import binary
+        env = dict(os.environ, CORRAL_SERVER=self.corrald.base_url)
+        env.pop("CORRAL_API_KEY", None)
+        p = subprocess.run([binary("corral")] + list(args), input=stdin, capture_output=True,
+                           text=True, timeout=300, env=env)
+        return p.returncode, p.stdout, p.stderr
+
+    def test_cli_image_pull_ls_rm(self):
+        d, _ = self.layout("cli", [self.base, oci.layer_tar([F("cli", "cli")])])
+        ref = self.authreg.push(d, "t/cli", "v1")
+        rc, out, err = self.corral("image", "pull", ref)
+        self.assertEqual(rc, 2, (out, err))
+        self.assertIn("SANDBOX::IMAGE_PULL_FAILED", err)
+        self.assertIn("unauthorized", err)
+        rc, out, err = self.corral("image", "pull", "--username", "alice", ref,
+                                   stdin="s3cret-pw\n")
+        self.assertEqual((rc, out.strip()), (0, ref), err)
+        rc, out, err = self.corral("image", "ls")
+        self.assertEqual(rc, 0, err)
+        self.assertIn(ref, out)
+        rc, out, err = self.corral("image", "ls", "--json")
+        self.assertIn(ref, [i["name"] for i in json.loads(out)["items"]])
+        rc, out, err = self.corral("image", "rm", ref)
+        self.assertEqual(rc, 0, err)
+        rc, out, err = self.corral("image", "rm", ref)
+        self.assertEqual(rc, 2, (out, err))
+        self.assertIn("IMAGE_NOT_FOUND", err)
+        rc, out, err = self.corral("image", "frobnicate")
+        self.assertEqual(rc, 1, (out, err))
+
+    def test_import_oci_layouts(self):
+        imports = tempfile.mkdtemp(prefix="corral-import-")
+        self.addCleanup(oci.shutil.rmtree, imports, True)
+        d = os.path.join(imports, "layout")
+        oci.write_layout(d, [self.base, oci.layer_tar([F("imported", "yes")])], tag="v1")
+        tarpath = os.path.join(imports, "saved.tar")  # docker save (Docker 25+) is such a tar
+        with oci.tarfile.open(tarpath, "w") as t:
+            for name in os.listdir(d):
+                t.add(os.path.join(d, name), arcname=name)
+        c = Corrald(extra_args=["--import-dir", imports])
+        c.start()
+        try:
+            cl = c.client(timeout=120)
+            # a directory, then a tar, each under its own name; creates need no registry
+            for path, name in ((d, "local/dir:v1"), (tarpath, "local/tar:v1")):
+                r = cl.post("/v1/images", {"image": {"uri": name}, "import": {"path": path}})
+                self.assertEqual(r.status, 200, "%r\n%s" % (r, c.log_tail(10)))
+                r = cl.create_sandbox_raw(image={"uri": name},
+                                          extensions={"imagePullPolicy": "Never"})
+                self.assertEqual(r.status, 202, r)
+                self.assertEqual(cl.run(r.json()["id"], "cat /imported").stdout, "yes")
+                cl.delete_sandbox(r.json()["id"])
+            names = [i["name"] for i in cl.get("/v1/images").json()["items"]]
+            self.assertIn("docker.io/local/dir:v1", names)
+            # the CLI
+            from harness import binary
+            env = dict(os.environ, CORRAL_SERVER=c.base_url)
+            env.pop("CORRAL_API_KEY", None)
+            p = subprocess.run([binary("corral"), "image", "import", d, "local/cli:v1"],
+                               capture_output=True, text=True, env=env, timeout=120)
+            self.assertEqual((p.returncode, p.stdout.strip()), (0, "local/cli:v1"), p.stderr)
+            # outside --import-dir, directly or through a symlink: refused before any read
+            os.symlink("/etc", os.path.join(imports, "escape"))
+            for path in ("/etc", os.path.join(imports, "escape"), os.path.join(imports, "..")):
+                r = cl.post("/v1/images", {"image": {"uri": "x/y:z"}, "import": {"path": path}})
+                self.assertEqual(r.status, 403, (path, r))
+                self.assertEqual(r.json()["code"], "SANDBOX::IMPORT_NOT_ALLOWED")
+            # a corrupted blob (of a layer not in the store yet): refused, nothing kept
+            bad = os.path.join(imports, "bad")
+            binfo = oci.write_layout(bad, [self.base, oci.layer_tar([F("bad", "bad")])])
+            with open(os.path.join(bad, "blobs", "sha256", binfo["layers"][1][7:]), "r+b") as f:
+                f.write(b"\0\0\0\0")
+            r = cl.post("/v1/images", {"image": {"uri": "local/bad:v1"}, "import": {"path": bad}})
+            self.assertEqual(r.status, 502, r)
+            self.assertIn("digest mismatch", r.json()["message"])
+            self.assertEqual(oci.store_tmp(c.state_dir), [])
+            self.assertNotIn(binfo["layers"][1][7:], oci.store_layers(c.state_dir))
+            # the docker save format of Docker < 25: named, not guessed at
+            legacy = os.path.join(imports, "legacy")
+            os.mkdir(legacy)
+            with open(os.path.join(legacy, "manifest.json"), "w") as f:
+                f.write("[]")
+            r = cl.post("/v1/images", {"image": {"uri": "local/old:v1"}, "import": {"path": legacy}})
+            self.assertEqual(r.status, 502, r)
+            self.assertIn("before Docker 25", r.json()["message"])
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+        # imports are off without --import-dir
+        r = self.client.post("/v1/images", {"image": {"uri": "x/y:z"}, "import": {"path": d}})
+        self.assertEqual(r.status, 403, r)
+        self.assertIn("--import-dir", r.json()["message"])
+
+    def test_swebench_shaped_task(self):
+        py = oci.base_layer(python=True)
+        pkg = oci.layer_tar([
+            D("testbed"), D("testbed/calc"),
+            F("testbed/calc/__init__.py", "def add(a, b):\n    return a + b\n"),
+            D("testbed/tests"), F("testbed/tests/__init__.py", ""),
+            F("testbed/tests/test_calc.py",
+              "import unittest\nfrom calc import add\n\n"
+              "class T(unittest.TestCase):\n"
+              "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"),
+            D("tests"),
+            F("tests/test.sh",
+              "#!/bin/sh\ncd /testbed\nif python3 -c 'import pytest' 2>/dev/null; then\n"
+              "  exec python3 -m pytest -q tests\nfi\nexec python3 -m unittest -v tests.test_calc\n",
+              mode=0o755),
+        ])
+        d, _ = self.layout("swe", [py, pkg], config={"WorkingDir": "/testbed",
+                                                     "Env": ["PATH=/usr/bin:/bin"]})
+        ref = self.reg.push(d, "swebench/sweb.eval.x86_64.calc__calc-1", "latest")
+        sid = self.create_image(ref)["id"]
+        res = self.client.run(sid, "/tests/test.sh", read_timeout=300)
+        self.assertEqual(res.exit_code, 0, "%r %s %s" % (res, res.stdout, res.stderr))
+        self.assertIn("OK", res.stdout + res.stderr)
+
+
+if __name__ == "__main__":
+    main()
