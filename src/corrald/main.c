@@ -20,6 +20,8 @@
 
 #include "corrald/admission.h"
 #include "corrald/corrald.h"
+#include "corrald/front.h"
+#include "corrald/token.h"
 #include "corrald/upstream.h"
 #include "shared/fsutil.h"
 #include "shared/log.h"
@@ -29,6 +31,8 @@
 #define DEFAULT_STATE_DIR "/var/lib/corral"
 #define DEFAULT_IDLE_TIMEOUT 30
 #define DEFAULT_CREATE_TIMEOUT 30
+#define DEFAULT_HEADER_TIMEOUT 10
+#define DEFAULT_MAX_CONNECTIONS 4096
 /* Below the stock SDKs' 30 s request timeout, so their clients see the 503 rather than time out. */
 #define DEFAULT_CAPACITY_WAIT 20
 #define SHUTDOWN_WAIT_S 10
@@ -45,7 +49,8 @@ static void usage(FILE *f)
 		"Options:\n"
 		"  --listen ADDR:PORT     address to serve on (default " DEFAULT_LISTEN "; [::1]:8080 for IPv6)\n"
 		"  --api-key KEY          require header OPEN-SANDBOX-API-KEY: KEY on every route except\n"
-		"                         /health and the proxy route (default: env CORRAL_API_KEY).\n"
+		"                         /health (default: env CORRAL_API_KEY). The proxy route also\n"
+		"                         takes the sandbox's token from its endpoint reply's headers.\n"
 		"                         Without a key corrald only listens on loopback addresses.\n"
 		"  --state-dir DIR        sandbox records, overlays and execd sockets (default " DEFAULT_STATE_DIR ")\n"
 		"  --image-dir DIR        images: each subdirectory NAME is a root file system usable as\n"
@@ -54,6 +59,11 @@ static void usage(FILE *f)
 		"  --cgroup-name NAME     parent cgroup of all sandboxes in each hierarchy (default corral)\n"
 		"  --idle-timeout SECS    close idle keep-alive connections after SECS (default %d);\n"
 		"                         advertised on every response as Keep-Alive: timeout=SECS\n"
+		"  --header-timeout SECS  close a connection whose request head is not complete SECS after\n"
+		"                         its first byte (default %d)\n"
+		"  --max-connections N    client connections open at once; at the limit corrald stops\n"
+		"                         accepting until one closes (default %d, at most half the\n"
+		"                         open-file limit)\n"
 		"  --create-timeout SECS  deadline for a create once admitted: runtime work plus execd\n"
 		"                         readiness (default %d)\n"
 		"  --capacity cpu=N,memory=SIZE\n"
@@ -71,7 +81,8 @@ static void usage(FILE *f)
 		"  corrald --listen 127.0.0.1:8080 --state-dir /tmp/corral --image-dir /srv/images\n"
 		"  curl -s localhost:8080/v1/sandboxes -d '{\"image\":{\"uri\":\"host\"},\n"
 		"       \"entrypoint\":[\"sleep\",\"infinity\"],\"timeout\":600}'\n",
-		DEFAULT_IDLE_TIMEOUT, DEFAULT_CREATE_TIMEOUT, DEFAULT_CAPACITY_WAIT);
+		DEFAULT_IDLE_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+		DEFAULT_CREATE_TIMEOUT, DEFAULT_CAPACITY_WAIT);
 }
 
 static int parse_listen(const char *s, char *host, size_t hostlen, unsigned short *port)
@@ -160,6 +171,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	log_info("received %s: no longer accepting connections; sandboxes keep running",
 		 sig == SIGINT ? "SIGINT" : "SIGTERM");
 	if (d->bound) {
+		front_unlisten();
 		evhttp_del_accept_socket(d->http, d->bound);
 		d->bound = NULL;
 	}
@@ -171,7 +183,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 int main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
-	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT };
+	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_HEADER_TIMEOUT,
+	       OPT_MAX_CONNECTIONS };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -184,6 +197,8 @@ int main(int argc, char **argv)
 		{"create-timeout", required_argument, NULL, OPT_CREATE_TIMEOUT},
 		{"capacity", required_argument, NULL, OPT_CAPACITY},
 		{"capacity-wait", required_argument, NULL, OPT_CAPACITY_WAIT},
+		{"header-timeout", required_argument, NULL, OPT_HEADER_TIMEOUT},
+		{"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -191,6 +206,8 @@ int main(int argc, char **argv)
 	const char *listen = DEFAULT_LISTEN, *state_dir = DEFAULT_STATE_DIR, *execd = NULL;
 	const char *cgroup_name = "corral";
 	d->idle_timeout_s = DEFAULT_IDLE_TIMEOUT;
+	d->header_timeout_s = DEFAULT_HEADER_TIMEOUT;
+	bool max_conn_given = false;
 	d->create_timeout_s = DEFAULT_CREATE_TIMEOUT;
 	d->capacity_wait_s = DEFAULT_CAPACITY_WAIT;
 	d->api_key = getenv("CORRAL_API_KEY");
@@ -229,6 +246,22 @@ int main(int argc, char **argv)
 			if (parse_seconds("--idle-timeout", optarg, &d->idle_timeout_s) < 0)
 				return 2;
 			break;
+		case OPT_HEADER_TIMEOUT:
+			if (parse_seconds("--header-timeout", optarg, &d->header_timeout_s) < 0)
+				return 2;
+			break;
+		case OPT_MAX_CONNECTIONS: {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (!*optarg || *end || v < 1 || v > 1000000) {
+				fprintf(stderr, "corrald: --max-connections: '%s' is not a number from 1 to 1000000\n",
+					optarg);
+				return 2;
+			}
+			d->max_connections = (unsigned)v;
+			max_conn_given = true;
+			break;
+		}
 		case OPT_CREATE_TIMEOUT:
 			if (parse_seconds("--create-timeout", optarg, &d->create_timeout_s) < 0)
 				return 2;
@@ -343,9 +376,41 @@ int main(int argc, char **argv)
 				 (unsigned long long)rl.rlim_max, strerror(errno));
 	}
 
+	/* Half the descriptors for clients at most: sandboxes (pidfds) and execd connections need theirs. */
+	if (!max_conn_given) {
+		d->max_connections = DEFAULT_MAX_CONNECTIONS;
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+		    rl.rlim_cur / 2 < d->max_connections)
+			d->max_connections = rl.rlim_cur / 2 > 16 ? (unsigned)(rl.rlim_cur / 2) : 16;
+	} else if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+		   d->max_connections > rl.rlim_cur) {
+		log_warn("--max-connections %u is above the open-file limit %llu: past it, accepting pauses with a backoff",
+			 d->max_connections, (unsigned long long)rl.rlim_cur);
+	}
+	if (d->api_key) {
+		char key_path[PATH_MAX + 32], msg[PATH_MAX + 256];
+		snprintf(key_path, sizeof(key_path), "%s/proxy-token.key", d->state_dir);
+		r = token_secret_load(key_path, d->proxy_secret, msg, sizeof(msg));
+		if (r < 0) {
+			fprintf(stderr, "corrald: proxy token secret: %s\n", msg);
+			return 1;
+		}
+	}
+
 	signal(SIGPIPE, SIG_IGN);
 	d->base = event_base_new();
-	if (!d->base || api_init(d) < 0 || admission_init(d, &cap) < 0) {
+	if (!d->base) {
+		fprintf(stderr, "corrald: cannot set up the event loop\n");
+		return 1;
+	}
+	r = api_init(d);
+	if (r == -EPROTO) {
+		fprintf(stderr,
+			"corrald: libevent %s: its evhttp connection layout is not the one corrald knows (2.1.8 to 2.1.12); corrald cannot judge requests before their body and will not start\n",
+			event_get_version());
+		return 1;
+	}
+	if (r < 0 || admission_init(d, &cap) < 0) {
 		fprintf(stderr, "corrald: cannot set up the event loop\n");
 		return 1;
 	}
@@ -354,6 +419,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "corrald: cannot listen on %s: %s\n", listen, strerror(errno));
 		return 1;
 	}
+	front_listen(d->bound);
 	/*
 	 * Accepted sockets inherit TCP_NODELAY from the listener. Without it a streamed reply's
 	 * small writes wait for the client's delayed ACK (~40 ms per command round trip).
@@ -373,9 +439,9 @@ int main(int argc, char **argv)
 
 	char capmem[32];
 	quantity_format_bytes(cap.memory_bytes, capmem, sizeof(capmem));
-	log_info("listening on %s (state %s, execd %s, cgroup %s, auth %s, capacity cpu %llum memory %s)",
+	log_info("listening on %s (state %s, execd %s, cgroup %s, auth %s, capacity cpu %llum memory %s, max connections %u)",
 		 listen, d->state_dir, execd, cgroup_name, d->api_key ? "on" : "off (loopback only)",
-		 (unsigned long long)cap.cpu_millis, capmem);
+		 (unsigned long long)cap.cpu_millis, capmem, d->max_connections);
 	event_base_dispatch(d->base);
 	upstream_shutdown();
 	log_info("stopped");

@@ -406,7 +406,7 @@ static void client_detach(struct exchange *ex)
 	if (!ex->evcon)
 		return;
 	unwatch_client(ex);
-	evhttp_connection_set_closecb(ex->evcon, NULL, NULL);
+	http_conn_set_closecb(ex->evcon, NULL, NULL);
 	if (ex->timeouts_changed) {
 		client_set_timeouts(ex, true, true);
 		ex->timeouts_changed = false;
@@ -1011,7 +1011,7 @@ static void client_closed(struct evhttp_connection *evcon, void *arg)
 static void splice_teardown(struct exchange *ex)
 {
 	struct evhttp_connection *evcon = ex->evcon;
-	evhttp_connection_set_closecb(evcon, NULL, NULL);
+	http_conn_set_closecb(evcon, NULL, NULL);
 	ex->evcon = NULL;
 	exchange_free(ex);
 	evhttp_connection_free(evcon); /* frees the request and the client socket */
@@ -1159,7 +1159,7 @@ void upstream_proxy(struct event_base *base, const char *sock_path, struct evhtt
 		       (cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD || cmd == EVHTTP_REQ_OPTIONS ||
 			cmd == EVHTTP_REQ_DELETE || cmd == EVHTTP_REQ_PUT);
 	if (ex->evcon) {
-		evhttp_connection_set_closecb(ex->evcon, client_closed, ex);
+		http_conn_set_closecb(ex->evcon, client_closed, ex);
 		watch_client(ex);
 	}
 	exchange_connect(ex);
