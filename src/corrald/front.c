@@ -354,11 +354,15 @@ static void refuse(struct hconn *c, struct evhttp_request *req, int status, cons
 	va_end(ap);
 	c->refuse_status = status;
 	c->refuse_code = code;
-	/* evhttp then takes the request as bodiless: it dispatches it at once and reads nothing more */
+	/*
+	 * evhttp then takes the request as bodiless: it dispatches it at once and reads nothing more.
+	 * Debian's evhttp decides chunked-ness before the header callback (req->chunked).
+	 */
 	struct evkeyvalq *h = evhttp_request_get_input_headers(req);
 	evhttp_remove_header(h, "Transfer-Encoding");
 	evhttp_remove_header(h, "Content-Length");
 	evhttp_add_header(h, "Content-Length", "0");
+	req->chunked = 0;
 	evhttp_connection_set_max_body_size(c->evcon, 0);
 }
 
