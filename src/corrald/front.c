@@ -270,7 +270,8 @@ static void on_complete(struct evhttp_request *req, void *arg);
 static void hook_request(struct hconn *c)
 {
 	struct evhttp_request *req = evhttp_peek(c->evcon)->requests.tqh_first;
-	if (!req || req == c->hooked || req->evcon != c->evcon)
+	/* Not by address: the next request is often allocated where the last one was freed. */
+	if (!req || req->header_cb == on_head || req->evcon != c->evcon)
 		return;
 	c->hooked = req;
 	c->head_done = false;

@@ -136,6 +136,25 @@ class BodyFloodTest(AttackCase):
                 b"HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
         self.assert_flood_contained(head, 401)
 
+    def test_every_request_on_a_connection_is_judged(self):
+        # Attack: authenticate on a keep-alive connection, then send an unauthenticated flood on it.
+        for calls in range(1, 5):
+            s = socket.create_connection(("127.0.0.1", self.corrald.port), timeout=10)
+            for _ in range(calls):
+                s.sendall(b"GET /v1/sandboxes HTTP/1.1\r\nHost: x\r\nOPEN-SANDBOX-API-KEY: " +
+                          KEY.encode() + b"\r\n\r\n")
+                self.assertIn(" 200 ", (recv_head(s, 5) or "") + " ")
+                s.settimeout(0.2)
+                try:
+                    s.recv(65536)  # whatever is left of the listing
+                except socket.timeout:
+                    pass
+            s.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                      % CLAIMED)
+            self.assertIn(" 401 ", (recv_head(s, 5) or "") + " ")
+            s.close()
+        self.assert_platform_alive()
+
     def test_authenticated_lifecycle_body_over_cap(self):
         # Attack: a client with the key sends a 125 MB create body: refused on its length.
         head = (b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nOPEN-SANDBOX-API-KEY: " +
@@ -324,6 +343,22 @@ class ProxyAuthTest(AttackCase):
         self.assertEqual(self.endpoint(sid)["headers"][TOKEN_HEADER], token)
         self.assertNotEqual(token, other_token)
         self.assert_platform_alive(sid, other)
+
+    def test_upload_after_lifecycle_calls_on_one_connection(self):
+        # Not an attack: a 4 MiB upload on a connection that first made lifecycle calls (1 MiB cap).
+        # Each request on a connection is judged anew, wherever evhttp allocates it.
+        sid = self.create()["id"]
+        for calls in range(1, 5):
+            c = self.corrald.client(timeout=30)
+            try:
+                for _ in range(calls):
+                    self.assertEqual(c.get("/v1/sandboxes/%s" % sid).status, 200)
+                r = c.request("POST", c.execd_path(sid, "/files/upload"), raw=b"x" * (4 << 20),
+                              headers={"Content-Type": "multipart/form-data; boundary=b"})
+                self.assertNotEqual(r.status, 413, r)
+                self.assertEqual(c.connects, 1)
+            finally:
+                c.close()
 
     def test_token_survives_restart(self):
         sid = self.create()["id"]
