@@ -604,7 +604,8 @@ static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbo
 		return;
 	}
 	/* corrald's credential for this sandbox is no business of the sandbox */
-	evhttp_remove_header(evhttp_request_get_input_headers(req), TOKEN_HEADER);
+	while (evhttp_remove_header(evhttp_request_get_input_headers(req), TOKEN_HEADER) == 0)
+		;
 	upstream_proxy(d->base, sb->sock_path, req, target, on_proxy_fail, d);
 }
 

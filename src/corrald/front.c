@@ -122,8 +122,8 @@ static void listener_update(void)
 	F.accepting = want;
 	uint64_t n;
 	if (!want && !F.backing_off && ratelimit_ok(&F.rl_cap, &n))
-		log_warn("%u client connections open (--max-connections): not accepting more until one closes%s",
-			 F.connections, n ? " (again)" : "");
+		log_warn("%u client connections open (--max-connections): not accepting more until one closes (%" PRIu64 " more pauses since the last report)",
+			 F.connections, n);
 }
 
 static void on_backoff_done(evutil_socket_t fd, short what, void *arg)
