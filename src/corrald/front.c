@@ -319,6 +319,9 @@ static void on_attach(evutil_socket_t fd, short what, void *arg)
 		evhttp_connection_set_closecb(c->evcon, on_close, c);
 		bufferevent_decref(c->bev);
 		hook_request(c);
+		/* A new connection owes its first head from the start: no idle wait before it. */
+		if (!c->deadline_armed && reading_head(c))
+			deadline_arm(c);
 	}
 }
 

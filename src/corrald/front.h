@@ -10,8 +10,9 @@
  *    is reserved at the head, a chunked body as its chunks arrive (each bounded by the route cap).
  *  - At most max_connections client connections: at the cap the listener stops accepting (the
  *    kernel's backlog holds new ones) until one closes.
- *  - A request head must be complete within header_timeout_s of its first byte, else the
- *    connection is closed (slowloris). Idle keep-alive connections keep evhttp's idle timeout.
+ *  - A request head must be complete within header_timeout_s of its first byte, and a new
+ *    connection's first head within header_timeout_s of the accept, else the connection is closed
+ *    (slowloris, idle sockets). Keep-alive connections between requests keep evhttp's idle timeout.
  *  - accept() failing (EMFILE, ENFILE, ENOMEM...) pauses accepting with a backoff from 10 ms to
  *    1 s instead of spinning, and is logged at most once per 10 s with a count.
  *

@@ -199,6 +199,28 @@ class SlowlorisTest(AttackCase):
         self.assertTrue(answered_meanwhile, "corrald did not answer during the attack")
         self.assert_platform_alive()
 
+    def test_silent_connections(self):
+        # Attack: 200 connections that never send a byte, to fill the connection cap for free.
+        socks = [socket.create_connection(("127.0.0.1", self.corrald.port), timeout=5)
+                 for _ in range(200)]
+        deadline = time.monotonic() + 20
+        open_ = set(range(len(socks)))
+        while open_ and time.monotonic() < deadline:
+            time.sleep(0.5)
+            for i in list(open_):
+                socks[i].setblocking(False)
+                try:
+                    if socks[i].recv(1) == b"":
+                        open_.discard(i)
+                except BlockingIOError:
+                    pass
+                except ConnectionResetError:
+                    open_.discard(i)
+        for s in socks:
+            s.close()
+        self.assertEqual(len(open_), 0, "%d silent connections still open" % len(open_))
+        self.assert_platform_alive()
+
     def test_idle_keepalive_is_not_a_slow_head(self):
         # Not an attack: an idle keep-alive connection outlives the header deadline.
         c = self.corrald.client(timeout=10)
