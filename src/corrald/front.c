@@ -39,6 +39,11 @@
 #define BACKOFF_MIN_MS 10
 #define BACKOFF_MAX_MS 1000
 #define LOG_EVERY_MS 10000
+/*
+ * A chunked body's next chunk sits whole in the connection's input before evhttp hands it over,
+ * so room for it is reserved ahead: a chunk larger than this is refused (413).
+ */
+#define CHUNK_ALLOWANCE (16ULL << 20)
 
 struct hconn {
 	struct evhttp_connection *evcon; /* NULL until attached */
@@ -60,6 +65,8 @@ struct hconn {
 	char refuse_msg[FRONT_MESSAGE_MAX];
 	uint64_t reserved;     /* bytes of the body budget it holds */
 	struct evbuffer *body; /* its chunked body, accounted, until dispatch */
+	uint64_t body_max;     /* its route's cap */
+	uint64_t allowance;    /* chunked: reserved room for the next chunk */
 
 	http_closecb_fn user_closecb;
 	void *user_closecb_arg;
@@ -174,6 +181,7 @@ static void body_release(struct hconn *c)
 {
 	F.body_held -= c->reserved;
 	c->reserved = 0;
+	c->allowance = 0;
 	if (c->body)
 		evbuffer_drain(c->body, evbuffer_get_length(c->body));
 }
@@ -393,9 +401,23 @@ static int on_head(struct evhttp_request *req, void *arg)
 			       "this route takes no request body");
 			return 0;
 		}
+		uint64_t a = MIN(v.body_max, CHUNK_ALLOWANCE);
+		if (a > F.opts.body_budget - F.body_held) {
+			evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+			refuse(c, req, 503, "GENERAL::BODY_BUDGET_EXHAUSTED",
+			       "corrald holds %" PRIu64 " bytes of request bodies (limit %" PRIu64 "): retry later",
+			       F.body_held, F.opts.body_budget);
+			return 0;
+		}
 		if (!c->body && !(c->body = evbuffer_new()))
 			return -1;
+		c->allowance = a;
+		c->reserved = a;
+		F.body_held += a;
+		c->body_max = v.body_max;
 		evhttp_request_set_chunked_cb(req, on_chunk);
+		evhttp_connection_set_max_body_size(c->evcon, a);
+		return 0;
 	} else if (cl) {
 		char *end;
 		errno = 0;
@@ -434,21 +456,15 @@ static void on_chunk(struct evhttp_request *req, void *arg)
 	if (!c || c->refuse_status)
 		return;
 	struct evbuffer *in = evhttp_request_get_input_buffer(req);
-	size_t n = evbuffer_get_length(in);
-	if (n > F.opts.body_budget - F.body_held) {
-		/* the next chunk fails evhttp's size test; a last one is refused at dispatch */
-		c->refuse_status = 503;
-		c->refuse_code = "GENERAL::BODY_BUDGET_EXHAUSTED";
-		snprintf(c->refuse_msg, sizeof(c->refuse_msg),
-			 "corrald holds %" PRIu64 " bytes of request bodies (limit %" PRIu64 "): retry later",
-			 F.body_held, F.opts.body_budget);
-		evhttp_connection_set_max_body_size(c->evcon, 0);
-		body_release(c);
-		return;
-	}
+	uint64_t n = evbuffer_get_length(in);
 	evbuffer_add_buffer(c->body, in);
-	c->reserved += n;
-	F.body_held += n;
+	/* The chunk used n bytes of the allowance: reserve them again, as far as the budget allows. */
+	uint64_t more = MIN(n, F.opts.body_budget - F.body_held);
+	c->allowance = c->allowance - MIN(n, c->allowance) + more;
+	c->reserved += more;
+	F.body_held += more;
+	evhttp_connection_set_max_body_size(
+		c->evcon, MIN(c->body_max, evbuffer_get_length(c->body) + c->allowance));
 }
 
 bool front_dispatch(struct evhttp_request *req)

@@ -155,6 +155,13 @@ class BodyFloodTest(AttackCase):
             s.close()
         self.assert_platform_alive()
 
+    def test_authenticated_chunked_upload_of_one_huge_chunk(self):
+        # Attack: with the key, 8 chunked uploads through the proxy, each one 100 MB chunk.
+        head = (b"POST /sandboxes/00000000-0000-4000-8000-000000000000/proxy/44772/files/upload "
+                b"HTTP/1.1\r\nHost: x\r\nOPEN-SANDBOX-API-KEY: " + KEY.encode() +
+                b"\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n" % 100_000_000)
+        self.assert_flood_contained(head, 413)
+
     def test_authenticated_lifecycle_body_over_cap(self):
         # Attack: a client with the key sends a 125 MB create body: refused on its length.
         head = (b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nOPEN-SANDBOX-API-KEY: " +
