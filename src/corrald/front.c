@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,9 @@
 #define BACKOFF_MIN_MS 10
 #define BACKOFF_MAX_MS 1000
 #define LOG_EVERY_MS 10000
+#define TRIM_DELAY_MS 1000
+#define TRIM_AFTER_BYTES (16ULL << 20) /* of bodies released, or... */
+#define TRIM_AFTER_CONNECTIONS 64      /* ...a burst of connections gone by half */
 /*
  * A chunked body's next chunk sits whole in the connection's input before evhttp hands it over,
  * so room for it is reserved ahead: a chunk larger than this is refused (413).
@@ -97,6 +101,10 @@ static struct {
 	TAILQ_HEAD(, hconn) pending;
 
 	unsigned connections;
+	unsigned connections_peak; /* since the last trim */
+	uint64_t released;         /* body bytes released since the last trim */
+	struct event trim_ev;
+	bool trim_armed;
 	uint64_t body_held;
 	uint64_t head_timeouts, accept_errors;
 	struct ratelimit rl_accept, rl_cap, rl_head;
@@ -177,8 +185,34 @@ void front_unlisten(void)
 
 /* ---- connection records -------------------------------------------------------------------- */
 
+/*
+ * Give memory back after a burst: what a flood of connections or bodies made malloc take stays
+ * in its free lists (fragmented heap) unless trimmed, so corrald's RSS would stay at the flood's
+ * peak after the clients left.
+ */
+static void on_trim(evutil_socket_t fd, short what, void *arg)
+{
+	F.trim_armed = false;
+	F.connections_peak = F.connections;
+	F.released = 0;
+	malloc_trim(0);
+}
+
+static void maybe_trim(void)
+{
+	if (F.trim_armed || !F.base)
+		return;
+	if (F.released < TRIM_AFTER_BYTES && (F.connections_peak < TRIM_AFTER_CONNECTIONS ||
+					      F.connections > F.connections_peak / 2))
+		return;
+	struct timeval tv = {TRIM_DELAY_MS / 1000, (TRIM_DELAY_MS % 1000) * 1000};
+	evtimer_add(&F.trim_ev, &tv);
+	F.trim_armed = true;
+}
+
 static void body_release(struct hconn *c)
 {
+	F.released += c->reserved;
 	F.body_held -= c->reserved;
 	c->reserved = 0;
 	c->allowance = 0;
@@ -201,6 +235,7 @@ static void hconn_free(struct hconn *c)
 	free(c);
 	F.connections--;
 	listener_update();
+	maybe_trim();
 }
 
 static struct hconn *hconn_of(struct evhttp_connection *evcon);
@@ -303,6 +338,7 @@ static void on_complete(struct evhttp_request *req, void *arg)
 {
 	struct hconn *c = arg;
 	body_release(c);
+	maybe_trim();
 	event_active(&c->next_ev, EV_TIMEOUT, 1);
 }
 
@@ -349,6 +385,7 @@ static struct bufferevent *on_accept(struct event_base *base, void *arg)
 	c->is_pending = true;
 	event_active(&F.attach_ev, EV_TIMEOUT, 1);
 	F.connections++;
+	F.connections_peak = MAX(F.connections_peak, F.connections);
 	listener_update();
 	return bev;
 }
@@ -509,6 +546,7 @@ int front_init(struct event_base *base, struct evhttp *http, const struct front_
 	if (!F.head_tv)
 		return -ENOMEM;
 	evtimer_assign(&F.backoff_ev, base, on_backoff_done, NULL);
+	evtimer_assign(&F.trim_ev, base, on_trim, NULL);
 	event_assign(&F.attach_ev, base, -1, 0, on_attach, NULL);
 	evhttp_set_bevcb(http, on_accept, NULL);
 	http_set_closecb_hook(closecb_hook);
