@@ -13,7 +13,9 @@
  *    on: the completion callback schedules hook_request() for it, which runs ahead of evhttp's own
  *    deferred read of any pipelined bytes.
  *  - An evbuffer callback on the connection's input sees the first byte of each request head and
- *    arms the header deadline; the header callback disarms it.
+ *    arms the header deadline (a new connection's first one is armed at the attach); the header
+ *    callback disarms it.
+ * After a burst (connections or bodies gone) malloc_trim() hands the freed memory back.
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -7,7 +7,9 @@
  *    hold in bodies (body_budget), is answered {code, message} without reading its body, and its
  *    connection closed.
  *  - Bodies held in memory are accounted across all connections (body_budget): a Content-Length
- *    is reserved at the head, a chunked body as its chunks arrive (each bounded by the route cap).
+ *    is reserved at the head; a chunked body reserves room for its next chunk (16 MiB at most,
+ *    larger chunks get 413) and then its chunks as they arrive. Memory freed after a burst is
+ *    trimmed back to the system.
  *  - At most max_connections client connections: at the cap the listener stops accepting (the
  *    kernel's backlog holds new ones) until one closes.
  *  - A request head must be complete within header_timeout_s of its first byte, and a new
