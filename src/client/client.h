@@ -118,7 +118,7 @@ struct http_req {
 	const char *method;
 	const char *path;      /* appended to the server URL */
 	const char *body;      /* JSON, may be NULL */
-	bool api_key;          /* lifecycle route: send the API key */
+	bool api_key;          /* send the API key (corrald routes; the proxy route needs it too) */
 	long timeout_ms;       /* the whole transfer; 0 = none */
 	bool stream;           /* deliver the body through http_stream_next */
 	long stall_s;          /* streams: abort when nothing arrives for this long (0 = never) */

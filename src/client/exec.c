@@ -226,7 +226,7 @@ static int learn_id_support(struct corral_sandbox *sb, corral_error *err)
 	char body[160];
 	snprintf(body, sizeof(body), "{\"command\":\"true\",\"background\":true,\"id\":\"%s\"}", id);
 	for (int failures = 1;; failures++) {
-		struct http_req rq = {.method = "POST", .path = path, .body = body,
+		struct http_req rq = {.api_key = true, .method = "POST", .path = path, .body = body,
 				      .timeout_ms = (long)(c->o.request_timeout_s * 1000)};
 		struct http_resp rs;
 		http_do(c, &rq, &rs);
@@ -258,7 +258,7 @@ static int get_status(struct corral_sandbox *sb, const char *id, long wait_s, js
 			 sb->id, id, wait_s);
 	else
 		snprintf(path, sizeof(path), "/sandboxes/%s" EXECD "/command/status/%s", sb->id, id);
-	struct http_req rq = {.method = "GET", .path = path,
+	struct http_req rq = {.api_key = true, .method = "GET", .path = path,
 			      .timeout_ms = (long)((wait_s + c->o.status_poll_timeout_s) * 1000)};
 	http_do(c, &rq, last);
 	if (last->status == 200 && json_is_object(last->json)) {
@@ -329,7 +329,7 @@ static int run_foreground(struct run *r, const char *body, int64_t deadline, cor
 		}
 		/* Without id support a silent resend by libcurl could run the command twice: such
 		 * submits go on a new connection. */
-		struct http_req rq = {.method = "POST", .path = path, .body = body,
+		struct http_req rq = {.api_key = true, .method = "POST", .path = path, .body = body,
 				      .timeout_ms = deadline ? left : 0, .stall_s = c->o.stream_stall_s,
 				      .fresh = atomic_load(&c->ids_supported) != 1,
 				      .cancel = r->o->cancel};
@@ -421,7 +421,7 @@ static int run_background(struct run *r, const char *body, int64_t deadline, cor
 
 	/* Submit (the answer is the init event and an immediate completion). */
 	for (int failures = 0;;) {
-		struct http_req rq = {.method = "POST", .path = path, .body = body,
+		struct http_req rq = {.api_key = true, .method = "POST", .path = path, .body = body,
 				      .timeout_ms = (long)(c->o.request_timeout_s * 1000),
 				      .fresh = atomic_load(&c->ids_supported) != 1};
 		struct http_resp rs;
@@ -520,7 +520,7 @@ static int run_background(struct run *r, const char *body, int64_t deadline, cor
 		char lpath[300];
 		snprintf(lpath, sizeof(lpath), "/sandboxes/%s" EXECD "/command/%s/logs?cursor=%llu",
 			 sb->id, id, (unsigned long long)cursor);
-		struct http_req rq = {.method = "GET", .path = lpath,
+		struct http_req rq = {.api_key = true, .method = "GET", .path = lpath,
 				      .timeout_ms = (long)(c->o.request_timeout_s * 1000)};
 		struct http_resp rs;
 		http_do(c, &rq, &rs);
@@ -642,7 +642,7 @@ CORRAL_API int corral_exec_logs(corral_sandbox *sb, const char *exec_id, uint64_
 	char what[160];
 	snprintf(what, sizeof(what), "output of execution %s in sandbox %s", exec_id, sb->id);
 	for (int failures = 0;;) {
-		struct http_req rq = {.method = "GET", .path = path,
+		struct http_req rq = {.api_key = true, .method = "GET", .path = path,
 				      .timeout_ms = (long)(c->o.request_timeout_s * 1000)};
 		struct http_resp rs;
 		http_do(c, &rq, &rs);
@@ -676,7 +676,7 @@ CORRAL_API int corral_exec_interrupt(corral_sandbox *sb, const char *exec_id, co
 	snprintf(path, sizeof(path), "/sandboxes/%s" EXECD "/command?id=%s", sb->id, exec_id);
 	snprintf(what, sizeof(what), "stop command %s in sandbox %s", exec_id, sb->id);
 	for (int failures = 0;;) {
-		struct http_req rq = {.method = "DELETE", .path = path,
+		struct http_req rq = {.api_key = true, .method = "DELETE", .path = path,
 				      .timeout_ms = (long)(c->o.request_timeout_s * 1000)};
 		struct http_resp rs;
 		http_do(c, &rq, &rs);

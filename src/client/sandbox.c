@@ -242,7 +242,7 @@ static int create_once(struct corral_client *c, const char *body, int64_t deadli
 			return cerr_set(err, CORRAL_E_CREATE_TIMEOUT,
 					"sandbox %s: execd did not answer /ping before the create deadline",
 					ret_id);
-		struct http_req pq = {.method = "GET", .path = path, .timeout_ms = MIN(left, PING_TIMEOUT_MS),
+		struct http_req pq = {.api_key = true, .method = "GET", .path = path, .timeout_ms = MIN(left, PING_TIMEOUT_MS),
 				      .cancel = cancel};
 		r = http_do(c, &pq, &rs);
 		if (r == 0 && rs.status == 200) {

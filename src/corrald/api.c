@@ -17,8 +17,10 @@
 #include "corrald/corrald.h"
 #include "corrald/admission.h"
 #include "corrald/filter.h"
+#include "corrald/front.h"
 #include "corrald/hangup.h"
 #include "corrald/stats.h"
+#include "corrald/token.h"
 #include "corrald/upstream.h"
 #include "corrald/validate.h"
 #include "shared/httputil.h"
@@ -675,7 +677,15 @@ static void h_endpoint(struct corrald *d, struct evhttp_request *req, struct san
 	char ep[1024];
 	snprintf(ep, sizeof(ep), "%s/sandboxes/%s/proxy/%d", host && *host ? host : "localhost",
 		 sb->id, port);
-	http_send_json(req, 200, json_pack("{s:s}", "endpoint", ep));
+	if (!d->api_key) {
+		http_send_json(req, 200, json_pack("{s:s}", "endpoint", ep));
+		return;
+	}
+	/* The SDKs send an endpoint's headers on every call to it: the proxy route's credential. */
+	char token[TOKEN_HEX_LEN + 1];
+	token_for(d->proxy_secret, sb->id, token);
+	http_send_json(req, 200,
+		       json_pack("{s:s, s:{s:s}}", "endpoint", ep, "headers", TOKEN_HEADER, token));
 }
 
 /* --- the proxy route ---------------------------------------------------------------------- */
@@ -748,6 +758,9 @@ static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbo
 		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
 		return;
 	}
+	/* corrald's credential for this sandbox is no business of the sandbox */
+	while (evhttp_remove_header(evhttp_request_get_input_headers(req), TOKEN_HEADER) == 0)
+		;
 	upstream_proxy(d->base, sb->sock_path, sb->pid, req, target, on_proxy_fail, d);
 }
 
@@ -797,40 +810,105 @@ static int split_segments(const char *p, char segs[][128], int max, const char *
 	return n;
 }
 
-static void dispatch(struct evhttp_request *req, void *arg)
+/* A request's route, from its path alone: what is known once its head is read. */
+struct route {
+	char segs[4][128];
+	const char *rest; /* for the proxy, what follows {port}: it goes upstream */
+	const char *path; /* without /v1 */
+	int n;            /* segments; -E2BIG: longer than any route */
+	bool health, proxy;
+};
+
+static void route_parse(struct evhttp_request *req, struct route *rt)
 {
-	struct corrald *d = arg;
-	add_common_headers(d, req);
-	enum evhttp_cmd_type m = evhttp_request_get_command(req);
-	log_debug("%s %s", method_name(m), evhttp_request_get_uri(req));
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
 	const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
 	if (!path || !*path)
 		path = "/";
 	if (strncmp(path, "/v1", 3) == 0 && (path[3] == '/' || path[3] == '\0'))
 		path += 3;
+	rt->path = path;
+	rt->rest = "";
+	/* Every route has at most 4 segments. */
+	rt->n = split_segments(path, rt->segs, 4, &rt->rest);
+	rt->proxy = rt->n == 4 && strcmp(rt->segs[0], "sandboxes") == 0 &&
+		    strcmp(rt->segs[2], "proxy") == 0;
+	if (!rt->proxy && rt->n >= 0 && rt->rest[strspn(rt->rest, "/")] != '\0')
+		rt->n = -E2BIG;
+	rt->health = rt->n >= 1 && strcmp(rt->segs[0], "health") == 0;
+}
 
-	/* Every route has at most 4 segments; for the proxy, what follows {port} goes upstream. */
-	char segs[4][128];
-	const char *rest = "";
-	int n = split_segments(path, segs, 4, &rest);
-	bool is_proxy = n == 4 && strcmp(segs[0], "sandboxes") == 0 && strcmp(segs[2], "proxy") == 0;
-	if (!is_proxy && n >= 0 && rest[strspn(rest, "/")] != '\0')
-		n = -E2BIG; /* longer than any route */
-	bool is_health = n >= 1 && strcmp(segs[0], "health") == 0;
+/*
+ * With an API key every route but /health needs it. The proxy route also takes the sandbox's own
+ * token from its endpoint reply (not on paths with "..": those need the key). Returns true when
+ * allowed; else fills v with the 401.
+ */
+static bool auth_ok(struct corrald *d, struct evhttp_request *req, const struct route *rt,
+		    struct front_verdict *v)
+{
+	if (!d->api_key || rt->health)
+		return true;
+	struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+	const char *k = evhttp_find_header(h, "OPEN-SANDBOX-API-KEY");
+	if (k && api_key_equal(d->api_key, d->api_key_len, k))
+		return true;
+	bool token_route = rt->proxy && !strstr(rt->path, "..");
+	const char *t = token_route ? evhttp_find_header(h, TOKEN_HEADER) : NULL;
+	if (t && token_check(d->proxy_secret, rt->segs[1], t))
+		return true;
+	v->status = 401;
+	if (k) {
+		v->code = "INVALID_API_KEY";
+		snprintf(v->message, sizeof(v->message), "Invalid API key");
+	} else if (t) {
+		v->code = "INVALID_ACCESS_TOKEN";
+		snprintf(v->message, sizeof(v->message),
+			 "Invalid %s token for sandbox %.64s: use the headers of GET /sandboxes/{id}/endpoints/{port}",
+			 TOKEN_HEADER, rt->segs[1]);
+	} else if (token_route) {
+		v->code = "MISSING_API_KEY";
+		snprintf(v->message, sizeof(v->message),
+			 "Authentication credentials were not provided: send the OPEN-SANDBOX-API-KEY header, or the %s header of GET /sandboxes/{id}/endpoints/{port}",
+			 TOKEN_HEADER);
+	} else {
+		v->code = "MISSING_API_KEY";
+		snprintf(v->message, sizeof(v->message),
+			 "Authentication credentials were not provided: send the OPEN-SANDBOX-API-KEY header");
+	}
+	return false;
+}
 
-	if (d->api_key && !is_health && !(is_proxy && !strstr(path, ".."))) {
-		const char *k = evhttp_find_header(evhttp_request_get_input_headers(req),
-						   "OPEN-SANDBOX-API-KEY");
-		if (!k) {
-			http_send_error(req, 401, "MISSING_API_KEY",
-					"Authentication credentials were not provided: send the OPEN-SANDBOX-API-KEY header");
-			return;
-		}
-		if (!api_key_equal(d->api_key, d->api_key_len, k)) {
-			http_send_error(req, 401, "INVALID_API_KEY", "Invalid API key");
-			return;
-		}
+/* front.c: judge a request on its head, before any of its body is read. */
+static void judge_head(struct evhttp_request *req, struct front_verdict *v, void *arg)
+{
+	struct corrald *d = arg;
+	struct route rt;
+	route_parse(req, &rt);
+	if (!auth_ok(d, req, &rt, v))
+		return;
+	v->body_max = rt.health ? 0 : rt.proxy ? CORRALD_HTTP_BODY_MAX : CORRALD_LIFECYCLE_BODY_MAX;
+}
+
+static void dispatch(struct evhttp_request *req, void *arg)
+{
+	struct corrald *d = arg;
+	add_common_headers(d, req);
+	if (front_dispatch(req))
+		return;
+	enum evhttp_cmd_type m = evhttp_request_get_command(req);
+	log_debug("%s %s", method_name(m), evhttp_request_get_uri(req));
+	struct route rt;
+	route_parse(req, &rt);
+	int n = rt.n;
+	char(*segs)[128] = rt.segs;
+	const char *rest = rt.rest;
+	bool is_proxy = rt.proxy, is_health = rt.health;
+
+	/* Judged at the head already; again here in case the front could not watch this connection. */
+	struct front_verdict v = {0};
+	if (!auth_ok(d, req, &rt, &v)) {
+		http_send_error(req, v.status, v.code, "%s", v.message);
+		return;
 	}
 	if (n < 0) {
 		http_send_error(req, 404, "GENERAL::NOT_FOUND", "no route for %s %s", method_name(m),
@@ -911,9 +989,18 @@ int api_init(struct corrald *d)
 	evhttp_set_allowed_methods(d->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
 						    EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
 						    EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
-	evhttp_set_max_body_size(d->http, CORRALD_HTTP_BODY_MAX);
+	/* Each request's cap is set once its head is judged (judge_head); this is the fallback. */
+	evhttp_set_max_body_size(d->http, CORRALD_LIFECYCLE_BODY_MAX);
 	evhttp_set_max_headers_size(d->http, 64 * 1024);
 	evhttp_set_timeout(d->http, d->idle_timeout_s);
+	struct front_options fo = {
+		.max_connections = d->max_connections,
+		.header_timeout_s = d->header_timeout_s,
+		.body_budget = CORRALD_BODY_BUDGET,
+	};
+	int r = front_init(d->base, d->http, &fo, judge_head, d);
+	if (r < 0)
+		return r;
 	/* No invented text/html Content-Type on replies that have no body (proxied empty 200s). */
 	evhttp_set_default_content_type(d->http, NULL);
 	return 0;

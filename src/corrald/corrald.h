@@ -19,7 +19,8 @@
 #include "runtime/runtime.h"
 
 #define CORRALD_LIFECYCLE_BODY_MAX (1024 * 1024) /* lifecycle routes, enforced by api.c */
-#define CORRALD_HTTP_BODY_MAX (128LL * 1024 * 1024) /* evhttp's global cap: proxied uploads */
+#define CORRALD_HTTP_BODY_MAX (128LL * 1024 * 1024) /* the proxy route's cap: uploads */
+#define CORRALD_BODY_BUDGET (512LL * 1024 * 1024)  /* request bodies held at once, all connections */
 #define EXECD_PORT 44772
 
 enum sb_state {
@@ -110,6 +111,9 @@ struct corrald {
 	const char *api_key;   /* NULL: no auth (loopback only) */
 	size_t api_key_len;
 	int idle_timeout_s;
+	int header_timeout_s;     /* a request head must be complete this long after its first byte */
+	unsigned max_connections; /* client connections open at once */
+	uint8_t proxy_secret[32]; /* keys the per-sandbox proxy tokens (token.h); with api_key only */
 	int create_timeout_s; /* runtime work plus execd readiness, from admission */
 	int capacity_wait_s;  /* longest wait in the admission queue */
 	uint64_t default_disk_bytes; /* --default-disk: ephemeral-storage of a sandbox without one */

@@ -4,6 +4,7 @@
 #include <event2/bufferevent_struct.h>
 
 #include "corrald/hangup.h"
+#include "shared/httputil.h"
 
 static void hangup_event_cb(struct bufferevent *bev, short what, void *arg)
 {
@@ -37,7 +38,7 @@ void hangup_watch(struct hangup *h, struct evhttp_connection *evcon, void (*cb)(
 	h->arg = arg;
 	h->read_tv = bev->timeout_read;
 	h->write_tv = bev->timeout_write;
-	evhttp_connection_set_closecb(evcon, hangup_closed, h);
+	http_conn_set_closecb(evcon, hangup_closed, h);
 	bufferevent_setcb(bev, NULL, NULL, hangup_event_cb, h);
 	bufferevent_setwatermark(bev, EV_READ, 0, HANGUP_EARLY_MAX);
 	bufferevent_set_timeouts(bev, NULL, NULL);
@@ -49,7 +50,7 @@ void hangup_unwatch(struct hangup *h)
 	if (!h->evcon)
 		return;
 	struct bufferevent *bev = evhttp_connection_get_bufferevent(h->evcon);
-	evhttp_connection_set_closecb(h->evcon, NULL, NULL);
+	http_conn_set_closecb(h->evcon, NULL, NULL);
 	bufferevent_disable(bev, EV_READ);
 	bufferevent_setwatermark(bev, EV_READ, 0, 0);
 	bufferevent_setcb(bev, NULL, NULL, NULL, NULL);

@@ -21,6 +21,8 @@
 
 #include "corrald/admission.h"
 #include "corrald/corrald.h"
+#include "corrald/front.h"
+#include "corrald/token.h"
 #include "corrald/upstream.h"
 #include "runtime/confine.h"
 #include "images/images.h"
@@ -32,6 +34,8 @@
 #define DEFAULT_STATE_DIR "/var/lib/corral"
 #define DEFAULT_IDLE_TIMEOUT 30
 #define DEFAULT_CREATE_TIMEOUT 30
+#define DEFAULT_HEADER_TIMEOUT 10
+#define DEFAULT_MAX_CONNECTIONS 4096
 /* Below the stock SDKs' 30 s request timeout, so their clients see the 503 rather than time out. */
 #define DEFAULT_CAPACITY_WAIT 20
 #define DEFAULT_PULL_TIMEOUT 600
@@ -50,7 +54,8 @@ static void usage(FILE *f)
 		"Options:\n"
 		"  --listen ADDR:PORT     address to serve on (default " DEFAULT_LISTEN "; [::1]:8080 for IPv6)\n"
 		"  --api-key KEY          require header OPEN-SANDBOX-API-KEY: KEY on every route except\n"
-		"                         /health and the proxy route (default: env CORRAL_API_KEY).\n"
+		"                         /health (default: env CORRAL_API_KEY). The proxy route also\n"
+		"                         takes the sandbox's token from its endpoint reply's headers.\n"
 		"                         Without a key corrald only listens on loopback addresses.\n"
 		"  --state-dir DIR        sandbox records, overlays and execd sockets (default " DEFAULT_STATE_DIR ")\n"
 		"  --image-dir DIR        images: each subdirectory NAME is a root file system usable as\n"
@@ -70,6 +75,12 @@ static void usage(FILE *f)
 		"  --cgroup-name NAME     parent cgroup of all sandboxes in each hierarchy (default corral)\n"
 		"  --idle-timeout SECS    close idle keep-alive connections after SECS (default %d);\n"
 		"                         advertised on every response as Keep-Alive: timeout=SECS\n"
+		"  --header-timeout SECS  close a connection whose request head is not complete SECS after\n"
+		"                         its first byte, or after the accept for its first request\n"
+		"                         (default %d)\n"
+		"  --max-connections N    client connections open at once; at the limit corrald stops\n"
+		"                         accepting until one closes (default %d, at most half the\n"
+		"                         open-file limit)\n"
 		"  --create-timeout SECS  deadline for a create once admitted: runtime work plus execd\n"
 		"                         readiness (default %d)\n"
 		"  --capacity cpu=N,memory=SIZE,pids=N,files=N\n"
@@ -100,8 +111,9 @@ static void usage(FILE *f)
 		"  corrald --listen 127.0.0.1:8080 --state-dir /tmp/corral --image-dir /srv/images\n"
 		"  curl -s localhost:8080/v1/sandboxes -d '{\"image\":{\"uri\":\"host\"},\n"
 		"       \"entrypoint\":[\"sleep\",\"infinity\"],\"timeout\":600}'\n",
-		DEFAULT_PULL_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_CREATE_TIMEOUT,
-		CONFINE_DEFAULT_NOFILE, DEFAULT_CAPACITY_WAIT);
+		DEFAULT_PULL_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_HEADER_TIMEOUT,
+		DEFAULT_MAX_CONNECTIONS, DEFAULT_CREATE_TIMEOUT, CONFINE_DEFAULT_NOFILE,
+		DEFAULT_CAPACITY_WAIT);
 }
 
 static int parse_listen(const char *s, char *host, size_t hostlen, unsigned short *port)
@@ -206,6 +218,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	log_info("received %s: no longer accepting connections; sandboxes keep running",
 		 sig == SIGINT ? "SIGINT" : "SIGTERM");
 	if (d->bound) {
+		front_unlisten();
 		evhttp_del_accept_socket(d->http, d->bound);
 		d->bound = NULL;
 	}
@@ -253,7 +266,7 @@ int main(int argc, char **argv)
 	enum { OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
 	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS,
 	       OPT_NOFILE, OPT_DEFAULT_DISK, OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT, OPT_MIRROR,
-	       OPT_IMPORT_DIR };
+	       OPT_IMPORT_DIR, OPT_HEADER_TIMEOUT, OPT_MAX_CONNECTIONS };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -281,6 +294,8 @@ int main(int argc, char **argv)
 	const char *listen = DEFAULT_LISTEN, *state_dir = DEFAULT_STATE_DIR, *execd = NULL;
 	const char *cgroup_name = "corral";
 	d->idle_timeout_s = DEFAULT_IDLE_TIMEOUT;
+	d->header_timeout_s = DEFAULT_HEADER_TIMEOUT;
+	bool max_conn_given = false;
 	d->create_timeout_s = DEFAULT_CREATE_TIMEOUT;
 	d->capacity_wait_s = DEFAULT_CAPACITY_WAIT;
 	d->default_disk = DEFAULT_DISK;
@@ -355,6 +370,22 @@ int main(int argc, char **argv)
 			if (parse_seconds("--idle-timeout", optarg, &d->idle_timeout_s) < 0)
 				return 2;
 			break;
+		case OPT_HEADER_TIMEOUT:
+			if (parse_seconds("--header-timeout", optarg, &d->header_timeout_s) < 0)
+				return 2;
+			break;
+		case OPT_MAX_CONNECTIONS: {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (!*optarg || *end || v < 1 || v > 1000000) {
+				fprintf(stderr, "corrald: --max-connections: '%s' is not a number from 1 to 1000000\n",
+					optarg);
+				return 2;
+			}
+			d->max_connections = (unsigned)v;
+			max_conn_given = true;
+			break;
+		}
 		case OPT_CREATE_TIMEOUT:
 			if (parse_seconds("--create-timeout", optarg, &d->create_timeout_s) < 0)
 				return 2;
@@ -516,9 +547,41 @@ int main(int argc, char **argv)
 				 (unsigned long long)rl.rlim_max, strerror(errno));
 	}
 
+	/* Half the descriptors for clients at most: sandboxes (pidfds) and execd connections need theirs. */
+	if (!max_conn_given) {
+		d->max_connections = DEFAULT_MAX_CONNECTIONS;
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+		    rl.rlim_cur / 2 < d->max_connections)
+			d->max_connections = rl.rlim_cur / 2 > 16 ? (unsigned)(rl.rlim_cur / 2) : 16;
+	} else if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+		   d->max_connections > rl.rlim_cur) {
+		log_warn("--max-connections %u is above the open-file limit %llu: past it, accepting pauses with a backoff",
+			 d->max_connections, (unsigned long long)rl.rlim_cur);
+	}
+	if (d->api_key) {
+		char key_path[PATH_MAX + 32], msg[PATH_MAX + 256];
+		snprintf(key_path, sizeof(key_path), "%s/proxy-token.key", d->state_dir);
+		r = token_secret_load(key_path, d->proxy_secret, msg, sizeof(msg));
+		if (r < 0) {
+			fprintf(stderr, "corrald: proxy token secret: %s\n", msg);
+			return 1;
+		}
+	}
+
 	signal(SIGPIPE, SIG_IGN);
 	d->base = event_base_new();
-	if (!d->base || api_init(d) < 0 || admission_init(d, &cap) < 0) {
+	if (!d->base) {
+		fprintf(stderr, "corrald: cannot set up the event loop\n");
+		return 1;
+	}
+	r = api_init(d);
+	if (r == -EPROTO) {
+		fprintf(stderr,
+			"corrald: libevent %s: its evhttp connection layout is not the one corrald knows (2.1.8 to 2.1.12); corrald cannot judge requests before their body and will not start\n",
+			event_get_version());
+		return 1;
+	}
+	if (r < 0 || admission_init(d, &cap) < 0) {
 		fprintf(stderr, "corrald: cannot set up the event loop\n");
 		return 1;
 	}
@@ -527,6 +590,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "corrald: cannot listen on %s: %s\n", listen, strerror(errno));
 		return 1;
 	}
+	front_listen(d->bound);
 	/*
 	 * Accepted sockets inherit TCP_NODELAY from the listener. Without it a streamed reply's
 	 * small writes wait for the client's delayed ACK (~40 ms per command round trip).
@@ -546,12 +610,13 @@ int main(int argc, char **argv)
 
 	char capmem[32];
 	quantity_format_bytes(cap.memory_bytes, capmem, sizeof(capmem));
-	log_info("listening on %s (state %s, execd %s, cgroup %s, auth %s, user namespaces %s, capacity cpu %llum memory %s pids %llu files %llu, sandbox nofile %llu)",
+	log_info("listening on %s (state %s, execd %s, cgroup %s, auth %s, user namespaces %s, capacity cpu %llum memory %s pids %llu files %llu, sandbox nofile %llu, max connections %u)",
 		 listen, d->state_dir, execd, cgroup_name, d->api_key ? "on" : "off (loopback only)",
 		 d->rt_cfg.no_userns ? "off (--no-userns)" : "on",
 		 (unsigned long long)cap.cpu_millis, capmem, (unsigned long long)cap.pids,
 		 (unsigned long long)cap.files,
-		 (unsigned long long)(d->rt_cfg.nofile ? d->rt_cfg.nofile : CONFINE_DEFAULT_NOFILE));
+		 (unsigned long long)(d->rt_cfg.nofile ? d->rt_cfg.nofile : CONFINE_DEFAULT_NOFILE),
+		 d->max_connections);
 	if (cap.pids / RUNTIME_DEFAULT_PIDS_MAX < 16)
 		log_warn("the host's pid table admits only %llu sandboxes at the default pids limit %d: raise kernel.pid_max (e.g. sysctl kernel.pid_max=4194304) or create sandboxes with a lower resourceLimits.pids",
 			 (unsigned long long)(cap.pids / RUNTIME_DEFAULT_PIDS_MAX),

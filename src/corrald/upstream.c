@@ -403,7 +403,7 @@ static void client_detach(struct exchange *ex)
 	if (!ex->evcon)
 		return;
 	unwatch_client(ex);
-	evhttp_connection_set_closecb(ex->evcon, NULL, NULL);
+	http_conn_set_closecb(ex->evcon, NULL, NULL);
 	if (ex->timeouts_changed) {
 		client_set_timeouts(ex, true, true);
 		ex->timeouts_changed = false;
@@ -1004,7 +1004,7 @@ static void client_closed(struct evhttp_connection *evcon, void *arg)
 static void splice_teardown(struct exchange *ex)
 {
 	struct evhttp_connection *evcon = ex->evcon;
-	evhttp_connection_set_closecb(evcon, NULL, NULL);
+	http_conn_set_closecb(evcon, NULL, NULL);
 	ex->evcon = NULL;
 	exchange_free(ex);
 	evhttp_connection_free(evcon); /* frees the request and the client socket */
@@ -1152,7 +1152,7 @@ void upstream_proxy(struct event_base *base, const char *sock_path, pid_t peer_p
 		       (cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD || cmd == EVHTTP_REQ_OPTIONS ||
 			cmd == EVHTTP_REQ_DELETE || cmd == EVHTTP_REQ_PUT);
 	if (ex->evcon) {
-		evhttp_connection_set_closecb(ex->evcon, client_closed, ex);
+		http_conn_set_closecb(ex->evcon, client_closed, ex);
 		watch_client(ex);
 	}
 	exchange_connect(ex);

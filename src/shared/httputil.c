@@ -232,3 +232,17 @@ int http_split_path(char *buf, char **segs, int max)
 	}
 	return n;
 }
+
+static bool (*closecb_hook)(struct evhttp_connection *, http_closecb_fn, void *);
+
+void http_set_closecb_hook(bool (*hook)(struct evhttp_connection *evcon, http_closecb_fn cb,
+					void *arg))
+{
+	closecb_hook = hook;
+}
+
+void http_conn_set_closecb(struct evhttp_connection *evcon, http_closecb_fn cb, void *arg)
+{
+	if (!closecb_hook || !closecb_hook(evcon, cb, arg))
+		evhttp_connection_set_closecb(evcon, cb, arg);
+}

@@ -53,6 +53,17 @@ size_t http_query_get_all(const struct http_query *q, const char *key, const cha
 /* Split "/a/b/c" into segments (in place in buf). Returns the count, or -E2BIG past max. */
 int http_split_path(char *buf, char **segs, int max);
 
+/*
+ * Set the close callback of a server connection. corrald's front keeps a close callback of its own
+ * on every client connection and chains the one set here (http_set_closecb_hook); without a hook
+ * this is evhttp_connection_set_closecb(). cb NULL removes it.
+ */
+typedef void (*http_closecb_fn)(struct evhttp_connection *evcon, void *arg);
+void http_conn_set_closecb(struct evhttp_connection *evcon, http_closecb_fn cb, void *arg);
+/* hook returns false for a connection it does not track (then evhttp's own slot is used). */
+void http_set_closecb_hook(bool (*hook)(struct evhttp_connection *evcon, http_closecb_fn cb,
+					void *arg));
+
 static inline void http_query_freep(struct http_query **q)
 {
 	http_query_free(*q);

@@ -367,10 +367,11 @@ test("a client that disconnects mid-stream leaves the sandbox healthy", async ()
   // the connection by hand after the first event.
   await withSandbox({ metadata: { case: "run-disconnect" } }, async (sbx) => {
     const url = await sbx.getEndpointUrl(44772);
+    const epHeaders = (await sbx.getEndpoint(44772)).headers ?? {}; // what the SDK sends
     const ac = new AbortController();
     const res = await fetch(`${url}/command`, {
       method: "POST",
-      headers: { "content-type": "application/json", accept: "text/event-stream" },
+      headers: { ...epHeaders, "content-type": "application/json", accept: "text/event-stream" },
       body: JSON.stringify({ command: "echo started; sleep 2; echo finished > /tmp/after-disconnect" }),
       signal: ac.signal,
     });

@@ -63,11 +63,13 @@ test("proxied requests keep method, path, query and body; credentials are stripp
     await sbx.files.writeFiles([{ path: "/tmp/echo_server.py", data: ECHO_SERVER }]);
     const bg = await sbx.commands.run("exec python3 /tmp/echo_server.py", { background: true });
     const url = await sbx.getEndpointUrl(8002);
+    const epHeaders = (await sbx.getEndpoint(8002)).headers ?? {}; // what the SDK sends
     const send = (method, body) =>
       fetch(`${url}/some/path?x=1&y=two%20words`, {
         method,
         body,
         headers: {
+          ...epHeaders,
           "OPEN-SANDBOX-API-KEY": "must-not-leak",
           Authorization: "Bearer must-not-leak",
           Cookie: "session=must-not-leak",
@@ -87,7 +89,7 @@ test("proxied requests keep method, path, query and body; credentials are stripp
     assert.equal(first.method, "GET");
     assert.equal(first.path, "/some/path?x=1&y=two%20words", "sub-path and query forwarded verbatim");
     assert.equal(first.headers["x-compat-custom"], "kept", "ordinary headers pass");
-    for (const h of ["open-sandbox-api-key", "authorization", "cookie"]) {
+    for (const h of ["open-sandbox-api-key", "authorization", "cookie", "opensandbox-secure-access"]) {
       assert.equal(first.headers[h], undefined, `${h} is stripped by the proxy`);
     }
     for (const method of ["POST", "PUT", "PATCH", "DELETE"]) {
@@ -104,8 +106,9 @@ test("proxied requests keep method, path, query and body; credentials are stripp
 test("a port with nothing listening gives a 502, not a hang", async () => {
   await withSandbox({ metadata: { case: "ports-502" } }, async (sbx) => {
     const url = await sbx.getEndpointUrl(8001);
+    const headers = { ...((await sbx.getEndpoint(8001)).headers ?? {}) }; // what the SDK sends
     const t0 = Date.now();
-    const r = await fetch(`${url}/`, { signal: AbortSignal.timeout(10_000) });
+    const r = await fetch(`${url}/`, { headers, signal: AbortSignal.timeout(10_000) });
     await r.arrayBuffer();
     assert.equal(r.status, 502, `status ${r.status}`);
     assert.ok(Date.now() - t0 < 5_000);
@@ -178,11 +181,11 @@ while True:
 
 // A minimal RFC 6455 client on node:http's upgrade event: sends messages[0], then each next one
 // after the previous echo, then a close frame. Resolves with the echoed texts and the 101 headers.
-function wsEcho(url, messages, timeoutMs = 10_000) {
+function wsEcho(url, messages, timeoutMs = 10_000, extraHeaders = {}) {
   return new Promise((resolve, reject) => {
     const key = randomBytes(16).toString("base64");
     const req = http.request(url, {
-      headers: { Connection: "Upgrade", Upgrade: "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": key },
+      headers: { ...extraHeaders, Connection: "Upgrade", Upgrade: "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": key },
     });
     const timer = setTimeout(() => { req.destroy(); reject(new Error(`websocket to ${url}: no answer in ${timeoutMs} ms`)); }, timeoutMs);
     req.on("error", (e) => { clearTimeout(timer); reject(e); });
@@ -237,10 +240,11 @@ for (const useServerProxy of [true, false]) {
       await sbx.files.writeFiles([{ path: "/tmp/ws_echo.py", data: WS_ECHO_SERVER }]);
       const bg = await sbx.commands.run("exec python3 /tmp/ws_echo.py 8003", { background: true });
       const url = await sbx.getEndpointUrl(8003);
+      const headers = { ...((await sbx.getEndpoint(8003)).headers ?? {}) }; // what the SDK sends
       // Wait until the server listens (a plain GET gets its 400 "not a websocket request").
       const up = await poll(async () => {
         try {
-          const r = await fetch(`${url}/`);
+          const r = await fetch(`${url}/`, { headers });
           await r.arrayBuffer();
           return r.status === 400;
         } catch {
@@ -249,7 +253,7 @@ for (const useServerProxy of [true, false]) {
       }, { timeoutMs: 10_000, intervalMs: 200 });
       assert.ok(up, "the WebSocket server in the sandbox answers plain HTTP through the proxy");
       const big = "x".repeat(70_000);
-      const res = await wsEcho(`${url}/chat?room=1`, ["hello", big, "bye"]);
+      const res = await wsEcho(`${url}/chat?room=1`, ["hello", big, "bye"], 10_000, headers);
       assert.equal(res.headers["x-path"], "/chat?room=1", "path and query reach the backend");
       assert.deepEqual(res.got, ["echo:hello", `echo:${big}`, "echo:bye"], "frames flow both ways");
       await sbx.commands.interrupt(bg.id);

@@ -654,14 +654,16 @@ class ApiKey(CorralTestCase):
         r = nokey.get("/health")
         self.assertEqual(r.status, 200, r)
         sid = self.create()["id"]
+        # The proxy route takes the key or the sandbox's token from its endpoint's headers.
         r = nokey.get("/sandboxes/%s/proxy/44772/ping" % sid)
+        self.assertEqual(r.status, 401, r)
+        headers = self.client.get("/v1/sandboxes/%s/endpoints/44772" % sid).json()["headers"]
+        r = nokey.get("/sandboxes/%s/proxy/44772/ping" % sid, headers=headers)
         self.assertEqual(r.status, 200, r)
-        res = nokey.run(sid, "echo via-proxy")
-        self.assertEqual(res.stdout_lines, ["via-proxy"])
-        r = nokey.get("/v1/sandboxes/%s/proxy/44772/ping" % sid)
+        r = nokey.get("/v1/sandboxes/%s/proxy/44772/ping" % sid, headers=headers)
         self.assertEqual(r.status, 200, r)
-        # ".." in the proxy path is not exempt
-        r = nokey.get("/sandboxes/%s/proxy/44772/../../../v1/sandboxes" % sid)
+        # ".." in the proxy path needs the key itself
+        r = nokey.get("/sandboxes/%s/proxy/44772/../../../v1/sandboxes" % sid, headers=headers)
         self.assertNotEqual(r.status, 200, r)
 
 
