@@ -287,6 +287,8 @@ int main(int argc, char **argv)
 		{"registry-mirror", required_argument, NULL, OPT_MIRROR},
 		{"pull-timeout", required_argument, NULL, OPT_PULL_TIMEOUT},
 		{"import-dir", required_argument, NULL, OPT_IMPORT_DIR},
+		{"header-timeout", required_argument, NULL, OPT_HEADER_TIMEOUT},
+		{"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
