@@ -215,7 +215,10 @@ def bench_variants(args, notes):
     build with --no-userns), interleaved in rounds of 5 so machine noise hits all alike."""
     variants = [("this build", harness.Corrald())]
     if args.baseline:
-        variants.append(("baseline %s" % args.baseline, BuildCorrald(args.baseline)))
+        # Only the capacity keys every build knows (cpu, memory).
+        variants.append(("baseline %s" % args.baseline,
+                         BuildCorrald(args.baseline,
+                                      extra_args=["--capacity", "cpu=100000,memory=100Ti"])))
     variants.append(("this build, --no-userns", harness.Corrald(extra_args=["--no-userns"])))
     out = {name: [] for name, _ in variants}
     started = []
