@@ -13,7 +13,30 @@ from harness import CorralTestCase, main  # noqa: E402,F401
 
 
 class AttackCase(CorralTestCase):
-    """A CorralTestCase that, after every attack, checks the platform still answers."""
+    """A CorralTestCase that, after every attack, checks the platform still answers.
+
+    class_sandboxes: names of class attributes that each get a sandbox (host image, sleep
+    infinity) for the whole class, e.g. ("attacker", "neighbour"); deleted after it."""
+
+    class_sandboxes = ()
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        for name in cls.class_sandboxes:
+            r = cls.client.create_sandbox_raw()
+            if r.status != 202:
+                cls.tearDownClass()
+                raise RuntimeError("cannot create sandbox %s: %r" % (name, r))
+            setattr(cls, name, r.json()["id"])
+
+    @classmethod
+    def tearDownClass(cls):
+        for name in cls.class_sandboxes:
+            sid = getattr(cls, name, None)
+            if sid:
+                cls.client.delete_sandbox(sid)
+        super().tearDownClass()
 
     def assert_platform_alive(self, *sids):
         c = self.corrald.client(timeout=10)

@@ -56,26 +56,7 @@ class KernelSurface(AttackCase):
     # visibly the sandbox's own rather than one inherited from corrald.
     corrald_kwargs = {"extra_args": ["--sandbox-nofile", "4096"]}
 
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        ids = []
-        for _ in range(2):
-            r = cls.client.create_sandbox_raw()
-            if r.status != 202:
-                for sid in ids:
-                    cls.client.delete_sandbox(sid)
-                cls.tearDownClass()
-                raise RuntimeError("cannot create sandboxes: %r" % r)
-            ids.append(r.json()["id"])
-        cls.attacker, cls.neighbour = ids
-
-    @classmethod
-    def tearDownClass(cls):
-        for sid in (getattr(cls, "attacker", None), getattr(cls, "neighbour", None)):
-            if sid:
-                cls.client.delete_sandbox(sid)
-        super().tearDownClass()
+    class_sandboxes = ("attacker", "neighbour")
 
     def syscalls(self, sid, calls):
         """Run [name, nr, args] syscalls inside sid; {name: (ret, errno)}."""

@@ -93,26 +93,7 @@ print(json.dumps(out))
 
 class Seams(AttackCase):
 
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        ids = []
-        for _ in range(2):
-            r = cls.client.create_sandbox_raw(entrypoint=["sleep", "infinity"])
-            if r.status != 202:
-                for sid in ids:
-                    cls.client.delete_sandbox(sid)
-                cls.tearDownClass()
-                raise RuntimeError("cannot create sandboxes: %r" % r)
-            ids.append(r.json()["id"])
-        cls.a, cls.b = ids
-
-    @classmethod
-    def tearDownClass(cls):
-        for sid in (getattr(cls, "a", None), getattr(cls, "b", None)):
-            if sid:
-                cls.client.delete_sandbox(sid)
-        super().tearDownClass()
+    class_sandboxes = ("a", "b")
 
     def pid1(self, sid):
         with open(os.path.join(self.corrald.sandbox_dir(sid), "pid")) as f:
