@@ -12,6 +12,8 @@
 #include <sys/statvfs.h>
 
 #include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/http_struct.h> /* req->chunked */
 #include <event2/keyvalq_struct.h>
 
 #include "corrald/corrald.h"
@@ -764,6 +766,46 @@ static void on_proxy_fail(struct evhttp_request *req, enum upstream_failure why,
 			detail ? detail : "unknown error");
 }
 
+/*
+ * A proxied reply broke after it started. A command's event stream gets a last error event naming
+ * the cause (SANDBOX::ENDED and the reason when PID 1 died) and ends cleanly; anything else is cut.
+ */
+static bool on_proxy_broken(struct evhttp_request *req, const char *detail, void *arg)
+{
+	struct corrald *d = arg;
+	char id[UUID_STR_LEN] = "";
+	struct sandbox *sb = proxy_id_of(req, id) ? registry_find_any(d, id) : NULL;
+	if (sb)
+		lifecycle_check_alive_within(sb, 200);
+	bool ended = sb && sandbox_ended(sb);
+	const char *reason = ended && sb->reason ? sb->reason : "Unknown";
+	const char *msg = ended && sb->message ? sb->message : "the sandbox has ended";
+	log_warn("proxy to sandbox %s broke mid-reply: %s%s%s%s%s", id, detail ? detail : "?",
+		 ended ? "; the sandbox ended: " : "", ended ? reason : "", ended ? ": " : "",
+		 ended ? msg : "");
+	const char *ct = evhttp_find_header(evhttp_request_get_output_headers(req), "Content-Type");
+	if (!req->chunked || !ct || !strstr(ct, "text/event-stream"))
+		return false;
+	json_t *ev = json_pack("{s:s, s:I, s:{s:s, s:s, s:[s]}}", "type", "error", "timestamp",
+			       (json_int_t)time_now_ms(), "error", "ename",
+			       ended ? "SANDBOX::ENDED" : "SANDBOX::BACKEND_UNREACHABLE", "evalue",
+			       ended ? reason : "StreamBroken", "traceback",
+			       ended ? msg : "corral-execd closed the stream before the command ended");
+	_cleanup_free_ char *s = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+	json_decref(ev);
+	struct evbuffer *b = s ? evbuffer_new() : NULL;
+	/* The leading newline ends a line the break may have cut. */
+	if (!b || evbuffer_add_printf(b, "\n%s\n\n", s) < 0) {
+		if (b)
+			evbuffer_free(b);
+		return false;
+	}
+	evhttp_send_reply_chunk(req, b);
+	evbuffer_free(b);
+	evhttp_send_reply_end(req);
+	return true;
+}
+
 static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbox *sb,
 		    const char *port_s, const char *rest)
 {
@@ -804,6 +846,7 @@ static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbo
 	/* corrald's credential for this sandbox is no business of the sandbox */
 	while (evhttp_remove_header(evhttp_request_get_input_headers(req), TOKEN_HEADER) == 0)
 		;
+	upstream_set_broken_cb(on_proxy_broken, d);
 	upstream_proxy(d->base, sb->sock_path, sb->pid, req, target, on_proxy_fail, d);
 }
 

@@ -167,6 +167,9 @@ int lifecycle_pause(struct sandbox *sb, char *msg, size_t msglen, int *write_err
 int lifecycle_resume(struct sandbox *sb, char *msg, size_t msglen, int *write_err);
 /* Check the PID 1 right now (a proxy call just failed): handles a death not yet seen. */
 void lifecycle_check_alive(struct sandbox *sb);
+/* The same, waiting up to wait_ms for PID 1 to end (a stream from it just broke: it closes its
+ * sockets a moment before it is reported dead). Blocks the loop: only for a broken stream. */
+void lifecycle_check_alive_within(struct sandbox *sb, int wait_ms);
 int lifecycle_recover(struct corrald *d);
 
 /* images.c */

@@ -575,13 +575,18 @@ static void watch_death(struct sandbox *sb)
 	watch_oom(sb);
 }
 
-void lifecycle_check_alive(struct sandbox *sb)
+void lifecycle_check_alive_within(struct sandbox *sb, int wait_ms)
 {
 	if (!sb->death_ev || sandbox_ended(sb))
 		return;
 	struct pollfd p = {.fd = sb->watch_fd, .events = POLLIN};
-	if (sb->watch_fd >= 0 ? poll(&p, 1, 0) > 0 : !pid1_alive(sb))
+	if (sb->watch_fd >= 0 ? poll(&p, 1, wait_ms) > 0 : !pid1_alive(sb))
 		sandbox_died(sb);
+}
+
+void lifecycle_check_alive(struct sandbox *sb)
+{
+	lifecycle_check_alive_within(sb, 0);
 }
 
 /*

@@ -4,13 +4,14 @@ either stored durably and answered 2xx, or refused with a typed 5xx and not made
 hits the host's process limit is a retryable 503, never the entrypoint's fault."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Corrald, CorralTestCase, controller_dir, main  # noqa: E402
+from harness import CommandStream, Corrald, CorralTestCase, controller_dir, main  # noqa: E402
 
 TMPFS_SIZE = "48m"
 SMALL = {"cpu": "1", "memory": "256Mi", "ephemeral-storage": "8Mi"}
@@ -126,8 +127,26 @@ class StateDiskFull(CorralTestCase):
         self.assertEqual(self.sh(a, "echo ok"), "ok")
 
 
-class HostPidLimit(CorralTestCase):
-    """The suite's parent cgroup (never the host's) limited to a few processes."""
+class Faults(CorralTestCase):
+    """Host limits (the suite's own cgroup, never the host's) and sandbox deaths."""
+
+    def test_pid1_dies_mid_stream(self):
+        # Fault: PID 1 of a sandbox is killed -9 while a command streams: the client's stream must
+        # end with an error event naming SANDBOX::ENDED and the reason, not a bare cut.
+        sid = self.create(resourceLimits=SMALL)["id"]
+        s = CommandStream("127.0.0.1", self.corrald.port, sid, "echo started; sleep 60")
+        self.addCleanup(s.abort)
+        self.assertEqual(s.wait_for("stdout")["text"], "started")
+        os.kill(self.corrald.pid1(sid), signal.SIGKILL)
+        res = s.finish()  # a bare cut raises IncompleteRead here
+        self.assertIsNotNone(res.error, res)
+        self.assertEqual(res.error["ename"], "SANDBOX::ENDED", res)
+        st = self.client.get_sandbox(sid).json()["status"]
+        self.assertEqual(res.error["evalue"], st["reason"], (res, st))
+        self.assertNotIn(self.corrald.tmp, b"".join(res.lines).decode())
+        # corrald still answers, and other sandboxes still run commands
+        other = self.create(resourceLimits=SMALL)["id"]
+        self.assertEqual(self.sh(other, "echo fine"), "fine")
 
     def pids_max(self):
         d = controller_dir("pids")
