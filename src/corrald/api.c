@@ -12,6 +12,8 @@
 #include <sys/statvfs.h>
 
 #include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/http_struct.h> /* req->chunked */
 #include <event2/keyvalq_struct.h>
 
 #include "corrald/corrald.h"
@@ -131,7 +133,10 @@ static void on_created(struct sandbox *sb, int status, const char *code, const c
 	hangup_unwatch(&cr->hup);
 	if (cr->req && status == 202)
 		http_send_json(cr->req, 202, sandbox_to_api(sb, true));
-	else if (cr->req)
+	else if (cr->req && status == 503) { /* a transient host limit: retryable */
+		evhttp_add_header(evhttp_request_get_output_headers(cr->req), "Retry-After", "5");
+		http_send_error(cr->req, status, code, "%s", msg);
+	} else if (cr->req)
 		http_send_error(cr->req, status, code, "%s", msg);
 	else if (status == 202)
 		lifecycle_teardown(sb, "created, but its client hung up before the answer");
@@ -526,6 +531,18 @@ static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbo
 	http_send_json(req, 200, o);
 }
 
+/* A change whose record could not be stored: it was not made (the caller rolled it back). */
+static void send_state_write_failed(struct evhttp_request *req, const struct sandbox *sb, int r,
+				    const char *what)
+{
+	int status = sandbox_save_status(r);
+	if (status == 507)
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "30");
+	http_send_error(req, status, CODE_STATE_WRITE_FAILED,
+			"sandbox %s was not %s: its record could not be stored (%s); nothing changed",
+			sb->id, what, strerror(-r));
+}
+
 static void h_delete(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
 {
 	if (sb->creating) {
@@ -538,7 +555,11 @@ static void h_delete(struct corrald *d, struct evhttp_request *req, struct sandb
 		admission_cancel(sb, 409, "SANDBOX::DELETED", msg);
 		lifecycle_teardown(sb, "deleted while waiting for capacity");
 	} else {
-		lifecycle_teardown(sb, "deleted");
+		int r = lifecycle_delete(sb, "deleted");
+		if (r < 0) {
+			send_state_write_failed(req, sb, r, "deleted");
+			return;
+		}
 	}
 	http_send_empty(req, 204);
 }
@@ -576,8 +597,14 @@ static void h_renew(struct corrald *d, struct evhttp_request *req, struct sandbo
 				(long long)CREATE_TIMEOUT_MAX_S);
 		return;
 	}
+	int64_t old = sb->expires_ms;
 	sb->expires_ms = t;
-	sandbox_save(sb);
+	r = sandbox_save(sb);
+	if (r < 0) {
+		sb->expires_ms = old;
+		send_state_write_failed(req, sb, r, "renewed");
+		return;
+	}
 	lifecycle_arm_ttl(sb);
 	http_send_json(req, 200, json_pack("{s:s}", "expiresAt", ts));
 }
@@ -594,9 +621,16 @@ static void h_patch_metadata(struct corrald *d, struct evhttp_request *req, stru
 		send_verr(req, &e, "body");
 		return;
 	}
-	json_decref(sb->metadata);
+	json_t *old = sb->metadata;
 	sb->metadata = n;
-	sandbox_save(sb);
+	r = sandbox_save(sb);
+	if (r < 0) {
+		sb->metadata = old;
+		json_decref(n);
+		send_state_write_failed(req, sb, r, "updated");
+		return;
+	}
+	json_decref(old);
 	http_send_json(req, 200, sandbox_to_api(sb, false));
 }
 
@@ -604,8 +638,12 @@ static void h_pause_resume(struct corrald *d, struct evhttp_request *req, struct
 			   bool pause)
 {
 	char msg[768];
-	int r = pause ? lifecycle_pause(sb, msg, sizeof(msg)) : lifecycle_resume(sb, msg, sizeof(msg));
-	if (r == -EBUSY) {
+	int werr = 0;
+	int r = pause ? lifecycle_pause(sb, msg, sizeof(msg), &werr)
+		      : lifecycle_resume(sb, msg, sizeof(msg), &werr);
+	if (werr < 0) {
+		send_state_write_failed(req, sb, werr, pause ? "paused" : "resumed");
+	} else if (r == -EBUSY) {
 		http_send_error(req, 409, pause ? "SANDBOX::NOT_RUNNING" : "SANDBOX::NOT_PAUSED", "%s",
 				msg);
 	} else if (r < 0) {
@@ -728,6 +766,46 @@ static void on_proxy_fail(struct evhttp_request *req, enum upstream_failure why,
 			detail ? detail : "unknown error");
 }
 
+/*
+ * A proxied reply broke after it started. A command's event stream gets a last error event naming
+ * the cause (SANDBOX::ENDED and the reason when PID 1 died) and ends cleanly; anything else is cut.
+ */
+static bool on_proxy_broken(struct evhttp_request *req, const char *detail, void *arg)
+{
+	struct corrald *d = arg;
+	char id[UUID_STR_LEN] = "";
+	struct sandbox *sb = proxy_id_of(req, id) ? registry_find_any(d, id) : NULL;
+	if (sb)
+		lifecycle_check_alive_within(sb, 200);
+	bool ended = sb && sandbox_ended(sb);
+	const char *reason = ended && sb->reason ? sb->reason : "Unknown";
+	const char *msg = ended && sb->message ? sb->message : "the sandbox has ended";
+	log_warn("proxy to sandbox %s broke mid-reply: %s%s%s%s%s", id, detail ? detail : "?",
+		 ended ? "; the sandbox ended: " : "", ended ? reason : "", ended ? ": " : "",
+		 ended ? msg : "");
+	const char *ct = evhttp_find_header(evhttp_request_get_output_headers(req), "Content-Type");
+	if (!req->chunked || !ct || !strstr(ct, "text/event-stream"))
+		return false;
+	json_t *ev = json_pack("{s:s, s:I, s:{s:s, s:s, s:[s]}}", "type", "error", "timestamp",
+			       (json_int_t)time_now_ms(), "error", "ename",
+			       ended ? "SANDBOX::ENDED" : "SANDBOX::BACKEND_UNREACHABLE", "evalue",
+			       ended ? reason : "StreamBroken", "traceback",
+			       ended ? msg : "corral-execd closed the stream before the command ended");
+	_cleanup_free_ char *s = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+	json_decref(ev);
+	struct evbuffer *b = s ? evbuffer_new() : NULL;
+	/* The leading newline ends a line the break may have cut. */
+	if (!b || evbuffer_add_printf(b, "\n%s\n\n", s) < 0) {
+		if (b)
+			evbuffer_free(b);
+		return false;
+	}
+	evhttp_send_reply_chunk(req, b);
+	evbuffer_free(b);
+	evhttp_send_reply_end(req);
+	return true;
+}
+
 static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbox *sb,
 		    const char *port_s, const char *rest)
 {
@@ -742,6 +820,13 @@ static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbo
 			       json_pack("{s:s, s:s, s:s}", "code", "SANDBOX::ENDED", "message",
 					 sb->message ? sb->message : "the sandbox has ended", "reason",
 					 sb->reason ? sb->reason : "Unknown"));
+		return;
+	}
+	if (sb->state == SB_PAUSED) {
+		/* Its processes are frozen: a call would only wait for the upstream timeout. */
+		http_send_error(req, 409, "SANDBOX::PAUSED",
+				"sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume)",
+				sb->id, sb->id);
 		return;
 	}
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
@@ -761,6 +846,7 @@ static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbo
 	/* corrald's credential for this sandbox is no business of the sandbox */
 	while (evhttp_remove_header(evhttp_request_get_input_headers(req), TOKEN_HEADER) == 0)
 		;
+	upstream_set_broken_cb(on_proxy_broken, d);
 	upstream_proxy(d->base, sb->sock_path, sb->pid, req, target, on_proxy_fail, d);
 }
 

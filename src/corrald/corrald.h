@@ -131,8 +131,14 @@ void sandbox_unrefp(struct sandbox **sb);
 #define _cleanup_sandbox_ _cleanup_(sandbox_unrefp)
 void sandbox_set_status(struct sandbox *sb, enum sb_state state, const char *reason,
 			const char *fmt, ...) _printf_(4, 5);
-/* Write sandbox.json atomically. Logs on failure (the boundary) and returns -errno. */
+/* Write sandbox.json durably (write, fsync, rename, fsync the directory). Logs on failure (the
+ * boundary) and returns -errno: the caller then rolls its change back and says so. */
 int sandbox_save(struct sandbox *sb);
+/* A state change whose record could not be stored: 507 when the file system is full, else 500. */
+#define CODE_STATE_WRITE_FAILED "SANDBOX::STATE_WRITE_FAILED"
+/* A create that hit the host's process limit (fork/clone EAGAIN): 503, retryable. */
+#define CODE_HOST_PID_LIMIT "SANDBOX::HOST_PID_LIMIT"
+int sandbox_save_status(int r);
 /* Load <dir>/sandbox.json into a new record. */
 int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *msg, size_t msglen);
 /* The API's Sandbox object; the create response omits image. */
@@ -152,11 +158,18 @@ typedef void (*create_done_fn)(struct sandbox *sb, int status, const char *code,
 int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit, uint64_t pids_max,
 		     uint64_t cpu_req, uint64_t mem_req, create_done_fn done, void *arg);
 void lifecycle_teardown(struct sandbox *sb, const char *why);
+/* DELETE: like lifecycle_teardown, but only once the delete mark is durable; else -errno, nothing
+ * changed. */
+int lifecycle_delete(struct sandbox *sb, const char *why);
 void lifecycle_arm_ttl(struct sandbox *sb);
-int lifecycle_pause(struct sandbox *sb, char *msg, size_t msglen);
-int lifecycle_resume(struct sandbox *sb, char *msg, size_t msglen);
+/* -EBUSY: wrong state; *write_err < 0 (and the change undone): the record could not be stored. */
+int lifecycle_pause(struct sandbox *sb, char *msg, size_t msglen, int *write_err);
+int lifecycle_resume(struct sandbox *sb, char *msg, size_t msglen, int *write_err);
 /* Check the PID 1 right now (a proxy call just failed): handles a death not yet seen. */
 void lifecycle_check_alive(struct sandbox *sb);
+/* The same, waiting up to wait_ms for PID 1 to end (a stream from it just broke: it closes its
+ * sockets a moment before it is reported dead). Blocks the loop: only for a broken stream. */
+void lifecycle_check_alive_within(struct sandbox *sb, int wait_ms);
 int lifecycle_recover(struct corrald *d);
 
 /* images.c */

@@ -4,6 +4,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,7 +132,15 @@ static void on_ping(int result, void *arg)
 	}
 	if (result == 0) {
 		sandbox_set_status(sb, SB_RUNNING, "Ready", NULL);
-		sandbox_save(sb);
+		int r = sandbox_save(sb);
+		if (r < 0) {
+			/* Not acknowledged unless a restart would still know it as Running. */
+			sandbox_set_status(sb, SB_PENDING, "Pending", NULL);
+			create_fail(c, sandbox_save_status(r), CODE_STATE_WRITE_FAILED,
+				    "the record of sandbox %s could not be stored: %s; nothing was created",
+				    sb->id, strerror(-r));
+			return;
+		}
 		lifecycle_arm_ttl(sb);
 		create_finish(c, 202, NULL, NULL);
 		return;
@@ -189,7 +198,8 @@ static void create_in_worker(void *arg, struct worker_result *res)
 		r = sandbox_save(c->sb);
 	if (r < 0) {
 		res->rc = r;
-		snprintf(res->msg, sizeof(res->msg), "write the record of sandbox %s: %s",
+		res->state_write = true;
+		snprintf(res->msg, sizeof(res->msg), "the record of sandbox %s could not be stored: %s",
 			 c->sb->id, strerror(-r));
 		return;
 	}
@@ -234,6 +244,18 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 		create_fail(c, 422, "SANDBOX::ENTRYPOINT_EXITED",
 			    "entrypoint: the sandbox ended as soon as it started (%s); check that the entrypoint exists in the image and keeps running, e.g. [\"sleep\",\"infinity\"]",
 			    res->msg);
+		return;
+	}
+	if (res->state_write) {
+		create_fail(c, sandbox_save_status(res->rc), CODE_STATE_WRITE_FAILED,
+			    "%s; nothing was created", res->msg);
+		return;
+	}
+	if (res->rc == -EAGAIN) {
+		/* fork/clone hit a process limit of the host (or of corrald's cgroup): transient. */
+		create_fail(c, 503, CODE_HOST_PID_LIMIT,
+			    "the host could not start sandbox %s's processes (%s): a host process limit was reached; retry later",
+			    sb->id, res->msg);
 		return;
 	}
 	if (res->rc == -ENOMEDIUM) {
@@ -553,13 +575,18 @@ static void watch_death(struct sandbox *sb)
 	watch_oom(sb);
 }
 
-void lifecycle_check_alive(struct sandbox *sb)
+void lifecycle_check_alive_within(struct sandbox *sb, int wait_ms)
 {
 	if (!sb->death_ev || sandbox_ended(sb))
 		return;
 	struct pollfd p = {.fd = sb->watch_fd, .events = POLLIN};
-	if (sb->watch_fd >= 0 ? poll(&p, 1, 0) > 0 : !pid1_alive(sb))
+	if (sb->watch_fd >= 0 ? poll(&p, 1, wait_ms) > 0 : !pid1_alive(sb))
 		sandbox_died(sb);
+}
+
+void lifecycle_check_alive(struct sandbox *sb)
+{
+	lifecycle_check_alive_within(sb, 0);
 }
 
 /*
@@ -628,6 +655,10 @@ static void sandbox_died(struct sandbox *sb)
 			create_fail(sb->creating, 422, "SANDBOX::ENTRYPOINT_EXITED",
 				    "entrypoint: the sandbox ended during start-up because its entrypoint exited (%s); an entrypoint must keep running, e.g. [\"sleep\",\"infinity\"]",
 				    msg);
+		else if (strcmp(reason, "ResourceExhausted") == 0)
+			create_fail(sb->creating, 503, CODE_HOST_PID_LIMIT,
+				    "the sandbox could not start its entrypoint for lack of a host resource (%s); retry later",
+				    msg);
 		else if (strcmp(reason, "OOMKilled") == 0)
 			create_fail(sb->creating, 422, "SANDBOX::OOM_KILLED",
 				    "resourceLimits.memory: the sandbox was killed for lack of memory during start-up: %s",
@@ -675,7 +706,30 @@ void lifecycle_arm_ttl(struct sandbox *sb)
 
 /* --- pause / resume ----------------------------------------------------------------------- */
 
-int lifecycle_pause(struct sandbox *sb, char *msg, size_t msglen)
+/* The status before a transition, to put back when the transition cannot be stored. */
+struct status_saved {
+	enum sb_state state;
+	char *reason, *message;
+	int64_t transition_ms;
+};
+
+static void status_save(const struct sandbox *sb, struct status_saved *s)
+{
+	s->state = sb->state;
+	s->reason = sb->reason ? strdup(sb->reason) : NULL;
+	s->message = sb->message ? strdup(sb->message) : NULL;
+	s->transition_ms = sb->transition_ms;
+}
+
+static void status_restore(struct sandbox *sb, struct status_saved *s)
+{
+	sandbox_set_status(sb, s->state, s->reason, s->message ? "%s" : NULL, s->message);
+	sb->transition_ms = s->transition_ms;
+	free(s->reason);
+	free(s->message);
+}
+
+int lifecycle_pause(struct sandbox *sb, char *msg, size_t msglen, int *write_err)
 {
 	struct error err = {0};
 	if (sb->state != SB_RUNNING) {
@@ -688,12 +742,25 @@ int lifecycle_pause(struct sandbox *sb, char *msg, size_t msglen)
 		snprintf(msg, msglen, "pause sandbox %s: %s", sb->id, err.msg[0] ? err.msg : strerror(-r));
 		return r == -EBUSY ? -EIO : r;
 	}
+	struct status_saved old;
+	status_save(sb, &old);
 	sandbox_set_status(sb, SB_PAUSED, "Paused", NULL);
-	sandbox_save(sb);
+	r = sandbox_save(sb);
+	if (r < 0) {
+		status_restore(sb, &old);
+		*write_err = r;
+		snprintf(msg, msglen, "sandbox %s was not paused: its record could not be stored: %s",
+			 sb->id, strerror(-r));
+		if (sb->d->rt->resume(&sb->d->rt_cfg, sb->id, &err) < 0)
+			log_error("sandbox %s: resume after a failed pause: %s", sb->id, err.msg);
+		return r;
+	}
+	free(old.reason);
+	free(old.message);
 	return 0;
 }
 
-int lifecycle_resume(struct sandbox *sb, char *msg, size_t msglen)
+int lifecycle_resume(struct sandbox *sb, char *msg, size_t msglen, int *write_err)
 {
 	struct error err = {0};
 	if (sb->state != SB_PAUSED) {
@@ -706,8 +773,21 @@ int lifecycle_resume(struct sandbox *sb, char *msg, size_t msglen)
 		snprintf(msg, msglen, "resume sandbox %s: %s", sb->id, err.msg[0] ? err.msg : strerror(-r));
 		return r == -EBUSY ? -EIO : r;
 	}
+	struct status_saved old;
+	status_save(sb, &old);
 	sandbox_set_status(sb, SB_RUNNING, "Resumed", NULL);
-	sandbox_save(sb);
+	r = sandbox_save(sb);
+	if (r < 0) {
+		status_restore(sb, &old);
+		*write_err = r;
+		snprintf(msg, msglen, "sandbox %s was not resumed: its record could not be stored: %s",
+			 sb->id, strerror(-r));
+		if (sb->d->rt->pause(&sb->d->rt_cfg, sb->id, &err) < 0)
+			log_error("sandbox %s: pause again after a failed resume: %s", sb->id, err.msg);
+		return r;
+	}
+	free(old.reason);
+	free(old.message);
 	return 0;
 }
 
@@ -777,17 +857,57 @@ static void teardown_start(struct sandbox *sb)
 	}
 }
 
+/*
+ * The delete mark, durable: sandbox.json saying "deleting", or, when that cannot be written (a full
+ * file system), no sandbox.json at all: recovery tears a directory without a record down. Sets
+ * sb->deleting; -errno when neither could be made durable.
+ */
+static int mark_deleting(struct sandbox *sb)
+{
+	struct stat st;
+	sb->deleting = true;
+	if (stat(sb->dir, &st) < 0)
+		return 0; /* nothing on disk yet */
+	int r = sandbox_save(sb);
+	if (r >= 0)
+		return 0;
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/sandbox.json", sb->dir);
+	if (unlink(path) < 0 && errno != ENOENT)
+		return r;
+	_cleanup_close_ int dfd = open(sb->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || fsync(dfd) < 0)
+		return r;
+	log_warn("sandbox %s: the delete mark could not be written (%s): its record was removed instead",
+		 sb->id, strerror(-r));
+	return 0;
+}
+
+int lifecycle_delete(struct sandbox *sb, const char *why)
+{
+	if (!sb->creating && !sb->deleting) {
+		int r = mark_deleting(sb);
+		if (r < 0) {
+			sb->deleting = false;
+			return r;
+		}
+		log_info("sandbox %s: teardown (%s)", sb->id, why);
+	}
+	lifecycle_teardown(sb, why);
+	return 0;
+}
+
 void lifecycle_teardown(struct sandbox *sb, const char *why)
 {
 	if (sb->creating)
 		return; /* the create path rolls back itself */
 	admission_release(sb);
 	if (!sb->deleting) {
-		sb->deleting = true;
 		log_info("sandbox %s: teardown (%s)", sb->id, why);
-		struct stat st;
-		if (stat(sb->dir, &st) == 0)
-			sandbox_save(sb);
+		int r = mark_deleting(sb);
+		if (r < 0) /* the teardown goes on: it removes the directory, record and all */
+			log_error("sandbox %s: the delete mark could not be stored: %s", sb->id,
+				  strerror(-r));
 	}
 	if (sb->ttl_ev)
 		event_del(sb->ttl_ev);

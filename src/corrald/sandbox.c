@@ -225,6 +225,11 @@ int sandbox_save(struct sandbox *sb)
 	return r;
 }
 
+int sandbox_save_status(int r)
+{
+	return r == -ENOSPC || r == -EDQUOT ? 507 : 500;
+}
+
 static json_t *obj_or_empty(json_t *v)
 {
 	return json_is_object(v) ? json_incref(v) : json_object();

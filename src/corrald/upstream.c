@@ -464,6 +464,15 @@ static void watch_event_cb(struct bufferevent *bev, short what, void *arg)
  * The exchange failed. Before any byte reached the client the caller (or a 502) answers; after,
  * the client connection is dropped so a truncated body cannot pass for a complete one.
  */
+static upstream_broken_cb broken_cb;
+static void *broken_arg;
+
+void upstream_set_broken_cb(upstream_broken_cb cb, void *arg)
+{
+	broken_cb = cb;
+	broken_arg = arg;
+}
+
 static void exchange_fail(struct exchange *ex, enum upstream_failure why, int err,
 			  const char *fmt, ...) _printf_(4, 5);
 static void exchange_fail(struct exchange *ex, enum upstream_failure why, int err,
@@ -489,9 +498,10 @@ static void exchange_fail(struct exchange *ex, enum upstream_failure why, int er
 	void *fail_arg = ex->fail_arg;
 	client_detach(ex);
 	exchange_free(ex);
-	if (started)
-		client_abort(evcon);
-	else if (fail_cb)
+	if (started) {
+		if (!broken_cb || !broken_cb(req, detail, broken_arg))
+			client_abort(evcon);
+	} else if (fail_cb)
 		fail_cb(req, why, detail, fail_arg);
 	else
 		http_send_error(req, 502, "SANDBOX::BACKEND_UNREACHABLE", "%s", detail);

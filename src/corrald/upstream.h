@@ -26,6 +26,14 @@ typedef void (*upstream_fail_cb)(struct evhttp_request *req, enum upstream_failu
 				 const char *detail, void *arg);
 
 /*
+ * Called when a proxied exchange fails after the reply started (status and part of the body are
+ * out). It may add a last chunk and end the reply (true); false: the client connection is dropped,
+ * so a truncated body cannot pass for a complete one.
+ */
+typedef bool (*upstream_broken_cb)(struct evhttp_request *req, const char *detail, void *arg);
+void upstream_set_broken_cb(upstream_broken_cb cb, void *arg);
+
+/*
  * Forward req to the execd at sock_path. When peer_pid > 0, a new connection whose listener is not
  * that process (SO_PEERCRED) is refused (-EPERM, reported as a connect failure). target is the path and query to send upstream
  * (e.g. "/command?x=1"). Method, headers (minus hop-by-hop and credential headers, plus

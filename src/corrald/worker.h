@@ -22,6 +22,7 @@ struct worker_result {
 	int rc; /* 0 or a negative errno */
 	pid_t pid;
 	uint64_t starttime;
+	bool state_write; /* rc is the failure to store the sandbox's record */
 	char msg[ERROR_MSG_MAX];
 };
 

@@ -977,6 +977,15 @@ static void handle_rmdir(struct evhttp_request *req)
  * Byte range of lines [first, first + count) of fd (1-based, each with its newline; a last line
  * without one counts), found by scanning with a small buffer.
  */
+static void evbuffer_freep(struct evbuffer **b)
+{
+	if (*b)
+		evbuffer_free(*b);
+}
+
+/* A line read is built in memory (terminators stripped): at most this much of the file. */
+#define LINES_MAX (64 << 20)
+
 static int line_range(int fd, uint64_t size, uint64_t first, uint64_t count, uint64_t *ret_off,
 		      uint64_t *ret_len)
 {
@@ -1011,6 +1020,53 @@ done:
 	return 0;
 }
 
+/*
+ * Lines [off, off + len) of fd as the reference returns them: each without its terminator ("\n"
+ * or "\r\n"), joined by "\n" (so no terminator after the last one).
+ */
+static int lines_read(int fd, uint64_t off, uint64_t len, struct evbuffer *out)
+{
+	char buf[65536], o[65536];
+	uint64_t end = off + len;
+	for (int i = 0; i < 2 && end > off; i++) { /* the last line's "\n", then its "\r" */
+		char c;
+		ssize_t n = RETRY_EINTR(pread(fd, &c, 1, (off_t)(end - 1)));
+		if (n < 0)
+			return -errno;
+		if (n == 1 && c == (i == 0 ? '\n' : '\r'))
+			end--;
+		else
+			break;
+	}
+	bool cr = false; /* a '\r' held back: dropped if a '\n' follows */
+	for (uint64_t pos = off; pos < end;) {
+		ssize_t n = RETRY_EINTR(pread(fd, buf, MIN(sizeof(buf), end - pos), (off_t)pos));
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		size_t k = 0;
+		if (cr && buf[0] != '\n')
+			o[k++] = '\r';
+		cr = false;
+		for (ssize_t i = 0; i < n; i++) {
+			if (buf[i] == '\r' && i + 1 == n) {
+				cr = true;
+				break;
+			}
+			if (buf[i] == '\r' && buf[i + 1] == '\n')
+				continue;
+			o[k++] = buf[i];
+		}
+		if (evbuffer_add(out, o, k) < 0)
+			return -ENOMEM;
+		pos += (uint64_t)n;
+	}
+	if (cr && evbuffer_add(out, "\r", 1) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
 /* A positive decimal integer query parameter. */
 static bool parse_positive(const char *s, uint64_t *ret)
 {
@@ -1033,24 +1089,23 @@ static void handle_download(struct evhttp_request *req)
 		http_send_error(req, 400, CODE_MISSING_QUERY, "missing query parameter 'path'");
 		return;
 	}
-	/* Line-based reading (offset and limit, both or neither), as the reference's newer execd.
-	 */
+	/* Line-based reading, as the reference's newer execd: offset (1-based, default 1) and
+	 * limit (default: to the end of the file), either alone; not together with Range. */
 	const char *os_ = http_query_get(q, "offset"), *ls = http_query_get(q, "limit");
 	bool by_lines = (os_ && *os_) || (ls && *ls);
-	uint64_t first = 0, count = 0;
+	uint64_t first = 1, count = INT64_MAX;
 	if (by_lines) {
-		if (!os_ || !*os_ || !ls || !*ls) {
-			const char *msg =
-			    "both offset and limit must be given for line-based reading";
-			http_send_error(req, 400, CODE_BAD_BODY, "%s", msg);
+		if (evhttp_find_header(evhttp_request_get_input_headers(req), "Range")) {
+			http_send_error(req, 400, CODE_BAD_BODY,
+					"a Range header cannot be combined with offset or limit");
 			return;
 		}
-		if (!parse_positive(os_, &first)) {
+		if (os_ && *os_ && !parse_positive(os_, &first)) {
 			http_send_error(req, 400, CODE_BAD_BODY,
 					"offset must be a positive integer (1-based)");
 			return;
 		}
-		if (!parse_positive(ls, &count)) {
+		if (ls && *ls && !parse_positive(ls, &count)) {
 			http_send_error(req, 400, CODE_BAD_BODY,
 					"limit must be a positive integer");
 			return;
@@ -1074,12 +1129,26 @@ static void handle_download(struct evhttp_request *req)
 	int status = 200;
 	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
 	const char *range = by_lines ? NULL : evhttp_find_header(in, "Range");
+	_cleanup_(evbuffer_freep) struct evbuffer *text = NULL;
 	if (by_lines) {
 		int r = line_range(fd, size, first, count, &off, &len);
+		if (r == 0 && len > LINES_MAX)
+			r = -EFBIG;
+		if (r == 0 && !(text = evbuffer_new()))
+			r = -ENOMEM;
+		if (r == 0)
+			r = lines_read(fd, off, len, text);
+		if (r == -EFBIG) {
+			http_send_error(req, 400, CODE_BAD_BODY,
+					"the lines asked for are more than %d MiB: read them in parts (a smaller limit) or by bytes (Range)",
+					LINES_MAX >> 20);
+			return;
+		}
 		if (r < 0) {
 			reply_errno(req, r, CODE_BAD_BODY, "reading '%s'", path);
 			return;
 		}
+		len = evbuffer_get_length(text);
 	} else if (range) {
 		struct files_range rg;
 		int r = files_parse_range(range, size, &rg);
@@ -1101,7 +1170,7 @@ static void handle_download(struct evhttp_request *req)
 	/* The segment owns fd from here; it is sent with sendfile, never read into memory. */
 	struct evbuffer_file_segment *seg = NULL;
 	bool head = evhttp_request_get_command(req) == EVHTTP_REQ_HEAD;
-	if (len && !head) {
+	if (len && !head && !text) {
 		seg = evbuffer_file_segment_new(fd, (ev_off_t)off, (ev_off_t)len,
 						EVBUF_FS_CLOSE_ON_FREE);
 		if (!seg) {
@@ -1120,7 +1189,7 @@ static void handle_download(struct evhttp_request *req)
 	gmtime_r(&st.st_mtim.tv_sec, &tm);
 	strftime(lm, sizeof(lm), "%a, %d %b %Y %H:%M:%S GMT", &tm);
 	if (by_lines) {
-		evhttp_add_header(out, "Content-Type", "text/plain");
+		evhttp_add_header(out, "Content-Type", "text/plain; charset=utf-8");
 	} else {
 		evhttp_add_header(out, "Content-Type", "application/octet-stream");
 		evhttp_add_header(out, "Content-Disposition", cd);
@@ -1149,6 +1218,8 @@ static void handle_download(struct evhttp_request *req)
 						  (ev_off_t)len);
 		evbuffer_file_segment_free(seg);
 	}
+	if (text && !head && bev)
+		evbuffer_add_buffer(bufferevent_get_output(bev), text);
 	evhttp_send_reply_end(req);
 }
 

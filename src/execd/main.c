@@ -391,11 +391,15 @@ int main(int argc, char **argv)
 			log_error("%s", msg);
 			execd_exit("EntrypointExited", 127, msg);
 		}
-		if (spawn_start(&sp, &M.entry_pid, &err) < 0) {
+		int r = spawn_start(&sp, &M.entry_pid, &err);
+		if (r < 0) {
 			char msg[ERROR_MSG_MAX + 32];
 			snprintf(msg, sizeof(msg), "start entrypoint '%s': %s", M.entrypoint[0], err.msg);
 			log_error("%s", msg);
-			execd_exit("EntrypointExited", 127, msg);
+			/* fork's EAGAIN is a process limit, ENOMEM the host's memory: not the entrypoint's
+			 * fault (corrald answers a retryable 503, not ENTRYPOINT_EXITED). */
+			execd_exit(r == -EAGAIN || r == -ENOMEM ? "ResourceExhausted" : "EntrypointExited",
+				   127, msg);
 		}
 		log_info("entrypoint '%s' started (pid %d)", M.entrypoint[0], (int)M.entry_pid);
 	}

@@ -49,8 +49,8 @@ int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
 		else
 			*slash = '\0';
 		_cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (dfd >= 0)
-			fsync(dfd);
+		if (dfd < 0 || fsync(dfd) < 0)
+			return -errno; /* the new file is in place, but not known to be durable */
 	}
 	return 0;
 }

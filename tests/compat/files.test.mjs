@@ -298,12 +298,21 @@ test("~ paths expand to the sandbox user's home", async () => {
 });
 
 test("readFile with line offset/limit (SDK 0.1.11 line-based download)", async () => {
+  // Exact strings, as the reference returns them: lines without terminators, CRLF stripped,
+  // each parameter alone (the SDK sends them separately).
   await withSandbox({ metadata: { case: "files-lines" } }, async (sbx) => {
     const f = `${base()}/lines.txt`;
-    await sbx.files.writeFiles([{ path: f, data: "l1\nl2\nl3\nl4\nl5\n" }]);
-    const got = await sbx.files.readFile(f, { offset: 2, limit: 2 });
-    const lines = got.split("\n").filter((x) => x !== "");
-    assert.deepEqual(lines, ["l2", "l3"], `offset=2 limit=2 returned ${JSON.stringify(got)}`);
+    const crlf = `${base()}/crlf.txt`;
+    await sbx.files.writeFiles([
+      { path: f, data: "l1\nl2\nl3\nl4\nl5\n" },
+      { path: crlf, data: "a\r\nb\r\nc\r\n" },
+    ]);
+    assert.equal(await sbx.files.readFile(f, { offset: 2, limit: 2 }), "l2\nl3", "offset=2 limit=2");
+    assert.equal(await sbx.files.readFile(f, { offset: 4 }), "l4\nl5", "offset alone: to the end");
+    assert.equal(await sbx.files.readFile(f, { limit: 2 }), "l1\nl2", "limit alone: from line 1");
+    assert.equal(await sbx.files.readFile(f, { offset: 9 }), "", "past the end");
+    assert.equal(await sbx.files.readFile(crlf, { offset: 1, limit: 2 }), "a\nb", "CRLF stripped");
+    assert.equal(await sbx.files.readFile(f), "l1\nl2\nl3\nl4\nl5\n", "no line parameters: the bytes");
   });
 });
 

@@ -414,6 +414,9 @@ test("pause makes execd unreachable, resume brings it back", async () => {
     const t0 = Date.now();
     assert.equal(await sbx.isHealthy(), false, "ping is unhealthy while paused");
     assert.ok(Date.now() - t0 < 15_000, "unhealthy ping answered or timed out within 15 s");
+    // A command on a paused sandbox is refused with a typed 409, not left to time out.
+    const err = await rejectsWithStatus(sbx.commands.run("echo while-paused"), 409, "a command while paused");
+    assert.match(String(err.error?.code ?? err.message), /PAUSED/, "the error names SANDBOX::PAUSED");
 
     const mgr = SandboxManager.create({ connectionConfig: connOpts() });
     try {

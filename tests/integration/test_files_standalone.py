@@ -392,15 +392,27 @@ class FilesTest(unittest.TestCase):
         self.err(400, "INVALID_REQUEST_BODY", "GET", "/files/download?" + q(path="/dl/fifo"))
         # the connection is still usable after errors (keep-alive)
         self.assertEqual(self.download("/dl/r\u00e9sum\u00e9.txt", {"Range": "bytes=0-0"})[1], b"0")
-        # line-based reading: offset (1-based) and limit, both or neither
-        self.upload_ok([({"path": "/dl/lines.txt"}, b"l1\nl2\nl3\nl4\nl5")])
-        for (off, lim), want in {(2, 2): b"l2\nl3\n", (1, 1): b"l1\n", (4, 10): b"l4\nl5",
-                                 (5, 1): b"l5", (6, 1): b"", (1, 99): b"l1\nl2\nl3\nl4\nl5"}.items():
-            r, data = self.req("GET", "/files/download?" + q(path="/dl/lines.txt", offset=off, limit=lim))
-            self.assertEqual((r.status, data), (200, want), (off, lim))
-            self.assertEqual(r.getheader("Content-Type"), "text/plain")
-        for bad in ({"offset": 1}, {"limit": 1}, {"offset": 0, "limit": 1}, {"offset": 1, "limit": "x"}):
+        # line-based reading as the reference: offset (1-based, default 1) and limit (default: no
+        # limit), each alone; lines without their terminators, CRLF stripped
+        self.upload_ok([({"path": "/dl/lines.txt"}, b"l1\nl2\nl3\nl4\nl5\n")])
+        self.upload_ok([({"path": "/dl/crlf.txt"}, b"a\r\nb\rc\r\n\r\nd")])
+        cases = {("lines", 2, 2): b"l2\nl3", ("lines", 1, 1): b"l1", ("lines", 4, 10): b"l4\nl5",
+                 ("lines", 5, 1): b"l5", ("lines", 6, 1): b"", ("lines", 1, 99): b"l1\nl2\nl3\nl4\nl5",
+                 ("lines", 4, None): b"l4\nl5", ("lines", None, 2): b"l1\nl2",
+                 ("crlf", 1, None): b"a\nb\rc\n\nd", ("crlf", 2, 2): b"b\rc\n"}
+        for (f, off, lim), want in cases.items():
+            params = {"path": "/dl/%s.txt" % f}
+            if off is not None:
+                params["offset"] = off
+            if lim is not None:
+                params["limit"] = lim
+            r, data = self.req("GET", "/files/download?" + q(**params))
+            self.assertEqual((r.status, data), (200, want), (f, off, lim))
+            self.assertEqual(r.getheader("Content-Type"), "text/plain; charset=utf-8")
+        for bad in ({"offset": 0}, {"offset": 0, "limit": 1}, {"offset": 1, "limit": "x"}, {"limit": 0}):
             self.err(400, "INVALID_REQUEST_BODY", "GET", "/files/download?" + q(path="/dl/lines.txt", **bad))
+        self.err(400, "INVALID_REQUEST_BODY", "GET", "/files/download?" + q(path="/dl/lines.txt", offset=2),
+                 headers={"Range": "bytes=0-1"})
         self.err(404, "FILE_NOT_FOUND", "GET", "/files/download?" + q(path="/dl/none", offset=1, limit=1))
         # ~ is execd's HOME inside the root
         self.upload_ok([({"path": "~/notes.txt"}, b"home")])
