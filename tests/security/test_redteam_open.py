@@ -7,10 +7,10 @@ and asserts what the docs promise.
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sec import AttackCase, main  # noqa: E402
+from test_disk import DEFAULT_DISK_MIB, MIB, SPEC, STATE_MIB, SmallStateCorrald, free_bytes  # noqa: E402
 
 # Runs in the background as the workload (root of the sandbox): waits for a bash session's shell,
 # stops it, reads the scripts execd writes to its stdin (through /proc/<pid>/fd/0, a pipe), takes the run's
@@ -78,6 +78,36 @@ class SessionForgeryTest(AttackCase):
         self.assertTrue(errors and errors[-1]["error"]["evalue"] == "1",
                         "the grader's exit code 1 was not reported: %r" % ev)
         self.assert_platform_alive(sid)
+
+
+class DiskOvercommitTest(AttackCase):
+    """corrald on a 192 MiB state file system of its own, every sandbox with a 64Mi default disk."""
+
+    @classmethod
+    def setUpClass(cls):
+        d = SmallStateCorrald(extra_args=["--default-disk", "%dMi" % DEFAULT_DISK_MIB])
+        try:
+            d.start()
+        except Exception:
+            d.shutdown_and_check()
+            raise
+        cls.corrald = d
+        cls.client = d.client()
+
+    def test_sandboxes_within_their_limits_cannot_fill_the_state_fs(self):
+        # Attack: five sandboxes, each writing 50 MiB (within its 64Mi disk), fill the host's state fs.
+        sids = [self.create(**SPEC)["id"] for _ in range(5)]
+        outs = []
+        for sid in sids:
+            outs.append(self.client.run(sid, "dd if=/dev/urandom of=/var/tmp/fill bs=1M count=50 "
+                                        "conv=fsync status=none 2>&1; echo rc=$?", read_timeout=120)
+                        .stdout)
+        free = free_bytes(self.corrald.state_dir)
+        self.assert_platform_alive(*sids)
+        self.assertGreater(free, 8 * MIB, "sandboxes within their limits left %.1f MiB of the "
+                           "%d MiB state fs: %r" % (free / MIB, STATE_MIB, outs))
+        for sid, out in zip(sids, outs):
+            self.assertIn("rc=0", out, "a write within the sandbox's own limit failed: %r" % outs)
 
 
 if __name__ == "__main__":
