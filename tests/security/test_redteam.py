@@ -11,10 +11,13 @@ import shutil
 import socket
 import sys
 import tempfile
-import threading
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
+import oci  # noqa: E402
 from sec import AttackCase, main  # noqa: E402
+from test_disk import DEFAULT_DISK_MIB, MIB, SPEC, SmallStateCorrald, free_bytes  # noqa: E402
 
 KEY = "redteam-key-" + secrets.token_hex(8)
 
@@ -229,6 +232,53 @@ class ProxyHeadersTest(AttackCase):
             self.assertNotIn(KEY, seen, "the API key reached the workload: %s" % seen)
             self.assertNotIn(token, seen, "the proxy token reached the workload: %s" % seen)
         self.assert_platform_alive(sid)
+
+
+class LayerOnFullStateTest(AttackCase):
+    """corrald on a 192 MiB state fs of its own, pulling from a registry on loopback."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.reg = oci.Registry()
+        cls.tmp = tempfile.mkdtemp(prefix="corral-redteam-layer-")
+        d = SmallStateCorrald(extra_args=["--default-disk", "%dMi" % DEFAULT_DISK_MIB,
+                                          "--insecure-registry", cls.reg.host])
+        try:
+            d.start()
+        except Exception:
+            d.shutdown_and_check()
+            cls.reg.stop()
+            raise
+        cls.corrald = d
+        cls.client = d.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        cls.reg.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_layer_that_does_not_fit_is_not_stored_short(self):
+        # Attack: a 0.3 MiB layer unpacks to 240 MiB on a 192 MiB state fs, to get a short layer accepted.
+        layer = oci.layer_tar([oci.F("bomb", b"A" * (240 * MIB))])
+        d = os.path.join(self.tmp, "bomb")
+        info = oci.write_layout(d, [layer])
+        del layer
+        ref = self.reg.push(d, "evil/bomb")
+        neighbour = self.create(**SPEC)["id"]
+        r = self.client.create_sandbox_raw(image={"uri": ref}, entrypoint=["sleep", "infinity"])
+        if r.status == 202:
+            self.addCleanup(self._cleanup_sandbox, r.json()["id"])
+        self.assertEqual(r.status, 507, "%r\n%s" % (r, self.corrald.log_tail(10)))
+        self.assertEqual(r.json()["code"], "SANDBOX::IMAGE_PULL_FAILED")
+        self.assertNotIn(info["layers"][-1][7:], oci.store_layers(self.corrald.state_dir),
+                         "a layer cut short by a full disk was kept")
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [], "no half layer left")
+        self.assertEqual(self.client.get("/v1/images").json().get("items", []), [])
+        # The space comes back, and everyone else carries on.
+        self.wait_until(lambda: free_bytes(self.corrald.state_dir) > 128 * MIB, 20,
+                        msg="the half layer's space to return")
+        self.assert_platform_alive(neighbour)
 
 
 if __name__ == "__main__":
