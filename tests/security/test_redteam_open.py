@@ -6,10 +6,17 @@ and asserts what the docs promise.
 """
 import json
 import os
+import shutil
 import sys
+import tempfile
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sec import AttackCase, main  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "integration"))
+import oci  # noqa: E402
 from test_disk import DEFAULT_DISK_MIB, MIB, SPEC, STATE_MIB, SmallStateCorrald, free_bytes  # noqa: E402
 
 # Runs in the background as the workload (root of the sandbox): waits for a bash session's shell,
@@ -108,6 +115,58 @@ class DiskOvercommitTest(AttackCase):
                            "%d MiB state fs: %r" % (free / MIB, STATE_MIB, outs))
         for sid, out in zip(sids, outs):
             self.assertIn("rc=0", out, "a write within the sandbox's own limit failed: %r" % outs)
+
+
+class ImageBombTest(AttackCase):
+    """corrald on a 192 MiB state fs of its own, pulling from a registry on loopback."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.reg = oci.Registry()
+        cls.tmp = tempfile.mkdtemp(prefix="corral-redteam-bomb-")
+        d = SmallStateCorrald(extra_args=["--default-disk", "%dMi" % DEFAULT_DISK_MIB,
+                                          "--insecure-registry", cls.reg.host])
+        try:
+            d.start()
+        except Exception:
+            d.shutdown_and_check()
+            cls.reg.stop()
+            raise
+        cls.corrald = d
+        cls.client = d.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        cls.reg.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_decompression_bomb_does_not_fill_the_state_fs(self):
+        # Attack: an image whose 0.3 MiB gzip layer unpacks to 240 MiB, pulled onto a 192 MiB state fs.
+        layer = oci.layer_tar([oci.F("bomb", b"A" * (240 * MIB))])
+        d = os.path.join(self.tmp, "bomb")
+        oci.write_layout(d, [layer])
+        del layer
+        ref = self.reg.push(d, "evil/bomb")
+        neighbour = self.create(**SPEC)["id"]
+        lowest, stop = [free_bytes(self.corrald.state_dir)], threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                lowest[0] = min(lowest[0], free_bytes(self.corrald.state_dir))
+                time.sleep(0.005)
+        t = threading.Thread(target=sample, daemon=True)
+        t.start()
+        r = self.client.create_sandbox_raw(image={"uri": ref}, entrypoint=["sleep", "infinity"])
+        if r.status == 202:
+            self.addCleanup(self._cleanup_sandbox, r.json()["id"])
+            self.wait_until(lambda: self.client.get_sandbox(r.json()["id"]).json()["status"]["state"]
+                            != "Pending", 120, interval=0.2, msg="the pull to end")
+        stop.set()
+        t.join()
+        self.assert_platform_alive(neighbour)
+        self.assertGreater(lowest[0], 8 * MIB, "pulling the image left %.1f MiB of the %d MiB state "
+                           "fs (%r)" % (lowest[0] / MIB, STATE_MIB, r))
 
 
 if __name__ == "__main__":
