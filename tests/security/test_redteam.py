@@ -118,6 +118,21 @@ class InsideTest(AttackCase):
         self.assertEqual((st.st_mode & 0o777, st.st_uid, st.st_nlink), (0o600, 0, 1))
         self.assert_platform_alive(self.a)
 
+    def test_id_slot_files_out_of_reach(self):
+        # Attack: read the host-wide id-range pool, whose slot files name every sandbox's state dir (its id).
+        pool = "/run/corral/userns"
+        if not os.path.isdir(pool):
+            self.skipTest("no id-range pool at %s" % pool)
+        slots = os.listdir(pool)
+        self.assertTrue(slots)
+        r = self.client.run(self.a, "base=$(awk '{print $2}' /proc/self/uid_map); "
+                            "slot=$(( (base - 0x10000000) / 65536 )); "
+                            "ls %s; cat %s/$slot; cat %s/%s; echo done" % (pool, pool, pool, slots[0]))
+        self.assertIn("done", r.stdout, r)
+        self.assertNotIn("/sandboxes/", r.stdout, "a slot file was read: %r" % r)
+        self.assertNotIn(self.a, r.stdout + r.stderr)
+        self.assertNotIn(self.b, r.stdout + r.stderr)
+
     def test_no_descriptor_of_execd_reaches_a_command(self):
         # Attack: look for execd's listening socket or state dir among a command's inherited fds.
         listings = [self.client.run(self.a, LIST_FDS).stdout]
