@@ -146,6 +146,22 @@ class InsideTest(AttackCase):
             extra = {f: t for f, t in fds.items() if int(f) > 2 and "/proc/" not in t}
             self.assertEqual(extra, {}, "a command inherited execd's fds: %r" % fds)
 
+    def test_no_descriptor_of_execd_reaches_a_session(self):
+        # Attack: a command in a bash session looks for execd's fds among the shell's.
+        r = self.client.post(self.client.execd_path(self.a, "/session"), body={})
+        self.assertEqual(r.status, 200, r)
+        session = r.json()["session_id"]
+        r = self.client.post(self.client.execd_path(self.a, "/session/%s/run" % session),
+                             body={"command": LIST_FDS})
+        self.assertEqual(r.status, 200, r)
+        out = [json.loads(c) for c in r.body.decode().split("\n\n") if c.strip().startswith("{")]
+        line = [e["text"] for e in out if e.get("type") == "stdout"][-1]
+        fds = json.loads(line)
+        # fd 3 is the here-document the shell sources the command from (a pipe).
+        extra = {f: t for f, t in fds.items()
+                 if int(f) > 2 and "/proc/" not in t and not (f == "3" and t.startswith("pipe:"))}
+        self.assertEqual(extra, {}, "a session's command holds execd's fds: %r" % fds)
+
     def test_no_descriptor_of_execd_reaches_the_entrypoint(self):
         # Attack: the entrypoint (started with fork, not vfork) looks for execd's fds 3 and 4.
         r = self.client.create_sandbox_raw(
