@@ -290,7 +290,7 @@ class LayerOnFullStateTest(AttackCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def test_layer_that_does_not_fit_is_not_stored_short(self):
-        # Attack: a 0.3 MiB layer unpacks to 240 MiB on a 192 MiB state fs, to get a short layer accepted.
+        # Attack: a 1 MiB layer unpacks to 240 MiB on a 192 MiB state fs, to get a short layer accepted.
         layer = oci.layer_tar([oci.F("bomb", b"A" * (240 * MIB))])
         d = os.path.join(self.tmp, "bomb")
         info = oci.write_layout(d, [layer])

@@ -142,7 +142,7 @@ class ImageBombTest(AttackCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def test_decompression_bomb_does_not_fill_the_state_fs(self):
-        # Attack: an image whose 0.3 MiB gzip layer unpacks to 240 MiB, pulled onto a 192 MiB state fs.
+        # Attack: an image whose 1 MiB gzip layer unpacks to 240 MiB, pulled onto a 192 MiB state fs.
         layer = oci.layer_tar([oci.F("bomb", b"A" * (240 * MIB))])
         d = os.path.join(self.tmp, "bomb")
         oci.write_layout(d, [layer])
