@@ -249,8 +249,10 @@ static int unpack_entries(struct archive *a, struct archive *w, int dfd, struct 
 			const void *buf;
 			size_t len;
 			la_int64_t off;
+			/* A failed write() (ENOSPC...) is only ARCHIVE_WARN to libarchive: anything
+			 * but ARCHIVE_OK leaves the file short, and a short layer is no layer. */
 			while ((k = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
-				if (archive_write_data_block(w, buf, len, off) < ARCHIVE_WARN)
+				if (archive_write_data_block(w, buf, len, off) != ARCHIVE_OK)
 					return archive_fail(w, "write", rel, err);
 			if (k != ARCHIVE_EOF)
 				return archive_fail(a, "read", rel, err);
