@@ -283,7 +283,9 @@ class Stats(CorralTestCase):
 class ForkBomb(CorralTestCase):
 
     def test_contained(self):
-        bomb = self.create(resourceLimits={"cpu": "500m", "memory": "256Mi", "pids": "64"})["id"]
+        # Memory enough that the pids limit, not the OOM killer, is what stops the bomb (an ASan
+        # build's execd alone takes tens of MiB of it).
+        bomb = self.create(resourceLimits={"cpu": "500m", "memory": "1Gi", "pids": "64"})["id"]
         other = self.create(resourceLimits={"cpu": "500m", "memory": "128Mi"})["id"]
         # The classic bomb, started in the background; it runs until the sandbox is deleted.
         r = self.client.post("/sandboxes/%s/proxy/44772/command" % bomb,
