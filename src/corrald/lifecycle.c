@@ -729,30 +729,44 @@ static void status_restore(struct sandbox *sb, struct status_saved *s)
 	free(s->message);
 }
 
-int lifecycle_pause(struct sandbox *sb, char *msg, size_t msglen, int *write_err)
+/*
+ * Pause (freeze) or resume a sandbox and store the new state. A state that cannot be stored undoes
+ * the freeze or thaw and the status change: nothing is acknowledged that a restart would not show.
+ */
+static int set_frozen(struct sandbox *sb, bool freeze, char *msg, size_t msglen, int *write_err)
 {
+	const struct runtime_ops *rt = sb->d->rt;
+	const struct runtime_config *cfg = &sb->d->rt_cfg;
+	int (*apply)(const struct runtime_config *, const char *, struct error *) =
+	    freeze ? rt->pause : rt->resume;
+	int (*undo)(const struct runtime_config *, const char *, struct error *) =
+	    freeze ? rt->resume : rt->pause;
+	const char *verb = freeze ? "pause" : "resume";
 	struct error err = {0};
-	if (sb->state != SB_RUNNING) {
-		snprintf(msg, msglen, "sandbox %s is %s, not Running; only a running sandbox can be paused",
-			 sb->id, sb_state_name(sb->state));
+	if (sb->state != (freeze ? SB_RUNNING : SB_PAUSED)) {
+		snprintf(msg, msglen, "sandbox %s is %s, not %s; only a %s sandbox can be %sd",
+			 sb->id, sb_state_name(sb->state), freeze ? "Running" : "Paused",
+			 freeze ? "running" : "paused", verb);
 		return -EBUSY;
 	}
-	int r = sb->d->rt->pause(&sb->d->rt_cfg, sb->id, &err);
+	int r = apply(cfg, sb->id, &err);
 	if (r < 0) {
-		snprintf(msg, msglen, "pause sandbox %s: %s", sb->id, err.msg[0] ? err.msg : strerror(-r));
+		snprintf(msg, msglen, "%s sandbox %s: %s", verb, sb->id,
+			 err.msg[0] ? err.msg : strerror(-r));
 		return r == -EBUSY ? -EIO : r;
 	}
 	struct status_saved old;
 	status_save(sb, &old);
-	sandbox_set_status(sb, SB_PAUSED, "Paused", NULL);
+	sandbox_set_status(sb, freeze ? SB_PAUSED : SB_RUNNING, freeze ? "Paused" : "Resumed", NULL);
 	r = sandbox_save(sb);
 	if (r < 0) {
 		status_restore(sb, &old);
 		*write_err = r;
-		snprintf(msg, msglen, "sandbox %s was not paused: its record could not be stored: %s",
-			 sb->id, strerror(-r));
-		if (sb->d->rt->resume(&sb->d->rt_cfg, sb->id, &err) < 0)
-			log_error("sandbox %s: resume after a failed pause: %s", sb->id, err.msg);
+		snprintf(msg, msglen, "sandbox %s was not %sd: its record could not be stored: %s",
+			 sb->id, verb, strerror(-r));
+		if (undo(cfg, sb->id, &err) < 0)
+			log_error("sandbox %s: undo the %s after its record could not be stored: %s",
+				  sb->id, verb, err.msg);
 		return r;
 	}
 	free(old.reason);
@@ -760,35 +774,14 @@ int lifecycle_pause(struct sandbox *sb, char *msg, size_t msglen, int *write_err
 	return 0;
 }
 
+int lifecycle_pause(struct sandbox *sb, char *msg, size_t msglen, int *write_err)
+{
+	return set_frozen(sb, true, msg, msglen, write_err);
+}
+
 int lifecycle_resume(struct sandbox *sb, char *msg, size_t msglen, int *write_err)
 {
-	struct error err = {0};
-	if (sb->state != SB_PAUSED) {
-		snprintf(msg, msglen, "sandbox %s is %s, not Paused; only a paused sandbox can be resumed",
-			 sb->id, sb_state_name(sb->state));
-		return -EBUSY;
-	}
-	int r = sb->d->rt->resume(&sb->d->rt_cfg, sb->id, &err);
-	if (r < 0) {
-		snprintf(msg, msglen, "resume sandbox %s: %s", sb->id, err.msg[0] ? err.msg : strerror(-r));
-		return r == -EBUSY ? -EIO : r;
-	}
-	struct status_saved old;
-	status_save(sb, &old);
-	sandbox_set_status(sb, SB_RUNNING, "Resumed", NULL);
-	r = sandbox_save(sb);
-	if (r < 0) {
-		status_restore(sb, &old);
-		*write_err = r;
-		snprintf(msg, msglen, "sandbox %s was not resumed: its record could not be stored: %s",
-			 sb->id, strerror(-r));
-		if (sb->d->rt->pause(&sb->d->rt_cfg, sb->id, &err) < 0)
-			log_error("sandbox %s: pause again after a failed resume: %s", sb->id, err.msg);
-		return r;
-	}
-	free(old.reason);
-	free(old.message);
-	return 0;
+	return set_frozen(sb, false, msg, msglen, write_err);
 }
 
 /* --- teardown ----------------------------------------------------------------------------- */

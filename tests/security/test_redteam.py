@@ -44,26 +44,7 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 class InsideTest(AttackCase):
     """Attacks from root inside a host-image sandbox, with a second sandbox beside it."""
 
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        ids = []
-        for _ in range(2):
-            r = cls.client.create_sandbox_raw(entrypoint=["sleep", "infinity"])
-            if r.status != 202:
-                for sid in ids:
-                    cls.client.delete_sandbox(sid)
-                cls.tearDownClass()
-                raise RuntimeError("cannot create sandboxes: %r" % r)
-            ids.append(r.json()["id"])
-        cls.a, cls.b = ids
-
-    @classmethod
-    def tearDownClass(cls):
-        for sid in (getattr(cls, "a", None), getattr(cls, "b", None)):
-            if sid:
-                cls.client.delete_sandbox(sid)
-        super().tearDownClass()
+    class_sandboxes = ("a", "b")
 
     def host_dir(self, mode=0o755):
         """A directory on the host's root file system (what the host image shows), not /tmp."""
