@@ -16,6 +16,7 @@
 #include "command.h"
 #include "exec.h"
 #include "session.h"
+#include "sweep.h"
 #include "shared/log.h"
 #include "shared/timeutil.h"
 #include "users.h"
@@ -354,6 +355,29 @@ void command_run(struct evhttp_request *req)
 		if (!json_is_string(v) || !id_is_hex32(json_string_value(v)))
 			BAD("field 'id' must be 32 lowercase hex characters");
 		r.id = json_string_value(v);
+	}
+	bool exclusive = false;
+	v = json_object_get(j, "exclusive");
+	if (v && !json_is_null(v)) {
+		if (!json_is_boolean(v))
+			BAD("field 'exclusive' must be a boolean");
+		exclusive = json_is_true(v);
+	}
+	/* Run alone: nothing the workload left running may touch this command (sweep.h). Not again
+	 * for a resubmitted id, which exec_start() answers with the first run. */
+	struct execution *known = exclusive && r.id ? exec_find(r.id) : NULL;
+	if (known) {
+		exec_unref(known);
+	} else if (exclusive) {
+		int n = sweep_others();
+		if (n == -EPERM)
+			BAD("field 'exclusive': only corral-execd as a sandbox's PID 1 can clear it");
+		if (n < 0) {
+			http_send_error(req, 503, "RUNTIME_ERROR",
+					"field 'exclusive': processes kept appearing while the sandbox was cleared; retry");
+			return;
+		}
+		log_info("exclusive command: %d process(es) of the sandbox killed first", n);
 	}
 
 	struct error err = {0};

@@ -28,6 +28,7 @@
 #include "shared/macro.h"
 #include "shared/quantity.h"
 #include "spawn.h"
+#include "sweep.h"
 #include "users.h"
 
 struct event_base *execd_base;
@@ -402,6 +403,7 @@ int main(int argc, char **argv)
 				   127, msg);
 		}
 		log_info("entrypoint '%s' started (pid %d)", M.entrypoint[0], (int)M.entry_pid);
+		sweep_keep(M.entry_pid);
 	}
 	if (M.socket_path)
 		log_info("listening on %s (state %s)", M.socket_path, M.state_dir);

@@ -91,6 +91,27 @@ print(json.dumps(out))
 '''
 
 
+# Writes "42 passed" into the stdout of every process whose command line names the grader.
+INJECTOR_PY = r'''
+import os, time
+me = os.getpid()
+while True:
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) in (1, me):
+            continue
+        try:
+            with open("/proc/%s/cmdline" % p, "rb") as f:
+                if b"grader-marker" not in f.read():
+                    continue
+            fd = os.open("/proc/%s/fd/1" % p, os.O_WRONLY)
+            os.write(fd, b"42 passed\n")
+            os.close(fd)
+        except OSError:
+            pass
+    time.sleep(0.002)
+'''
+
+
 class Seams(AttackCase):
 
     class_sandboxes = ("a", "b")
@@ -143,6 +164,28 @@ class Seams(AttackCase):
             self.assertNotEqual(result, "ok", "%s succeeded from inside the sandbox: %r"
                                 % (name, out))
         self.assert_platform_alive(self.a)
+
+    # --- a grading command that runs alone -----------------------------------------------------
+
+    def test_exclusive_command_runs_alone(self):
+        # Attack: a process the workload left behind writes "42 passed" into the stdout of the
+        # grading command (/proc/<pid>/fd/1: same uid, dumpable), as soon as it appears.
+        sid = self.create(entrypoint=["sleep", "infinity"])["id"]
+        self.run_ok(sid, "cat > /tmp/inject.py <<'EOF'\n%s\nEOF" % INJECTOR_PY)
+        self.run_ok(sid, "nohup python3 /tmp/inject.py >/dev/null 2>&1 &")
+        grader = "sleep 0.5; echo grader-marker >/dev/null; echo real-result; exit 1"
+        # Control: without exclusive the injection lands (the attack is real).
+        res = self.client.run(sid, grader)
+        self.assertIn("42 passed", res.stdout, "the injector did not reach the grader: %r" % res)
+        # exclusive: every other process is stopped and killed before the grader starts.
+        res = self.client.run(sid, grader, exclusive=True)
+        self.assertEqual(res.exit_code, 1, res)
+        self.assertEqual(res.stdout.strip(), "real-result", res)
+        self.assertEqual(self.client.run(sid, "pgrep -f inject.py").exit_code, 1,
+                         "the injector survived")
+        # The sandbox lives on (its entrypoint was spared) and answers.
+        self.assertEqual(self.client.get_sandbox(sid).json()["status"]["state"], "Running")
+        self.assert_platform_alive(sid, self.a)
 
     # --- the exit report ------------------------------------------------------------------------
 
