@@ -965,6 +965,7 @@ class Corrald:
 class CorralTestCase(unittest.TestCase):
     """One corrald per test class; self.client is a keep-alive client to it."""
 
+    corrald_class = None  # a Corrald subclass, or None for Corrald
     corrald_kwargs = {}
     maxDiff = 4000
 
@@ -972,7 +973,7 @@ class CorralTestCase(unittest.TestCase):
     def setUpClass(cls):
         if not os.path.exists(binary("corrald")):
             raise RuntimeError("%s not built (ninja -C %s)" % (binary("corrald"), BUILD_DIR))
-        cls.corrald = Corrald(**cls.corrald_kwargs)
+        cls.corrald = (cls.corrald_class or Corrald)(**cls.corrald_kwargs)
         try:
             cls.corrald.start()
         except Exception:

@@ -4,6 +4,7 @@ what several attack files need. Each test states its attack in one comment line.
 """
 import os
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
@@ -37,6 +38,21 @@ class AttackCase(CorralTestCase):
             if sid:
                 cls.client.delete_sandbox(sid)
         super().tearDownClass()
+
+    def wait_answering(self, timeout=15.0, msg="corrald never answered again"):
+        """Poll GET /health until corrald answers 200 (it may refuse connections meanwhile)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            c = self.corrald.client(timeout=3)
+            try:
+                if c.get("/health").status == 200:
+                    return
+            except OSError:
+                pass
+            finally:
+                c.close()
+            self.assertLess(time.monotonic(), deadline, msg)
+            time.sleep(0.2)
 
     def assert_platform_alive(self, *sids):
         c = self.corrald.client(timeout=10)

@@ -7,11 +7,14 @@ corrald runs here on a state file system of its own (a 192 MiB tmpfs), with --de
 what the sandbox can take from the host is measured exactly and the test writes a bounded amount.
 """
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sec import AttackCase, Corrald, main, mounts_under  # noqa: E402
+import oci  # noqa: E402  (tests/integration, on the path through sec)
 
 MIB = 1024 * 1024
 STATE_MIB = 192
@@ -57,18 +60,46 @@ def free_bytes(path):
     return st.f_bavail * st.f_frsize
 
 
-class DiskFill(AttackCase):
+class SmallStateCase(AttackCase):
+    """corrald on a state fs of STATE_MIB of its own, every sandbox with a DEFAULT_DISK_MIB disk."""
+
+    corrald_class = SmallStateCorrald
+    corrald_kwargs = {"extra_args": ["--default-disk", "%dMi" % DEFAULT_DISK_MIB]}
+
+
+class SmallStateRegistryCase(SmallStateCase):
+    """The same, plus a registry on loopback it may pull from over plain HTTP (cls.reg), and a
+    temp dir for image layouts (cls.tmp)."""
 
     @classmethod
     def setUpClass(cls):
-        d = SmallStateCorrald(extra_args=["--default-disk", "%dMi" % DEFAULT_DISK_MIB])
+        cls.reg = oci.Registry()
+        cls.tmp = tempfile.mkdtemp(prefix="corral-sec-reg-")
+        cls.corrald_kwargs = {"extra_args": SmallStateCase.corrald_kwargs["extra_args"] +
+                              ["--insecure-registry", cls.reg.host]}
         try:
-            d.start()
+            super().setUpClass()
         except Exception:
-            d.shutdown_and_check()
+            cls.reg.stop()
+            shutil.rmtree(cls.tmp, ignore_errors=True)
             raise
-        cls.corrald = d
-        cls.client = d.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        cls.reg.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def push_bomb(self):
+        """An image whose one gzip layer (~1 MiB) unpacks to a 240 MiB file: (ref, layout info)."""
+        layer = oci.layer_tar([oci.F("bomb", b"A" * (240 * MIB))])
+        d = os.path.join(self.tmp, "bomb")
+        info = oci.write_layout(d, [layer])
+        del layer
+        return self.reg.push(d, "evil/bomb"), info
+
+
+class DiskFill(SmallStateCase):
 
     def fill(self, sid, cmd):
         return self.client.run(sid, "%s 2>&1; echo rc=$?" % cmd, read_timeout=120)

@@ -294,15 +294,7 @@ class ConnectionCapTest(AttackCase):
         for s in socks:
             s.close()
         self.assertLessEqual(held, 64 + 2, "corrald holds %d client sockets" % held)
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                if self.corrald.client(timeout=3).get("/health").status == 200:
-                    break
-            except OSError:
-                pass
-            self.assertLess(time.monotonic(), deadline, "corrald never accepted again")
-            time.sleep(0.2)
+        self.wait_answering(15, "corrald never accepted again")
         self.assert_platform_alive()
 
 
@@ -314,11 +306,8 @@ class LowFdCorrald(Corrald):
 
 
 class FdExhaustionTest(AttackCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.corrald = LowFdCorrald(extra_args=["--max-connections", "100000"])
-        cls.corrald.start()
-        cls.client = cls.corrald.client()
+    corrald_class = LowFdCorrald
+    corrald_kwargs = {"extra_args": ["--max-connections", "100000"]}
 
     def test_fd_exhaustion(self):
         # Attack: open more connections than corrald has descriptors (RLIMIT_NOFILE 128).
@@ -342,15 +331,7 @@ class FdExhaustionTest(AttackCase):
         # Past the limit corrald pauses accepting instead of spinning on accept() and logging.
         self.assertLess(cpu, 1.0, "corrald used %.2f s of CPU in 3 s at the fd limit" % cpu)
         self.assertLess(grown, 16 * 1024, "corrald logged %d bytes" % grown)
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                if self.corrald.client(timeout=3).get("/health").status == 200:
-                    break
-            except OSError:
-                pass
-            self.assertLess(time.monotonic(), deadline, "corrald never answered again")
-            time.sleep(0.2)
+        self.wait_answering(15, "corrald never answered again")
         self.assert_platform_alive()
 
 

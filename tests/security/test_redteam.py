@@ -17,7 +17,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 import oci  # noqa: E402
 from sec import AttackCase, main  # noqa: E402
-from test_disk import DEFAULT_DISK_MIB, MIB, SPEC, SmallStateCorrald, free_bytes  # noqa: E402
+from test_disk import MIB, SPEC, SmallStateRegistryCase, free_bytes  # noqa: E402
 
 KEY = "redteam-key-" + secrets.token_hex(8)
 
@@ -246,37 +246,12 @@ class ProxyHeadersTest(AttackCase):
         self.assert_platform_alive(sid)
 
 
-class LayerOnFullStateTest(AttackCase):
+class LayerOnFullStateTest(SmallStateRegistryCase):
     """corrald on a 192 MiB state fs of its own, pulling from a registry on loopback."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.reg = oci.Registry()
-        cls.tmp = tempfile.mkdtemp(prefix="corral-redteam-layer-")
-        d = SmallStateCorrald(extra_args=["--default-disk", "%dMi" % DEFAULT_DISK_MIB,
-                                          "--insecure-registry", cls.reg.host])
-        try:
-            d.start()
-        except Exception:
-            d.shutdown_and_check()
-            cls.reg.stop()
-            raise
-        cls.corrald = d
-        cls.client = d.client()
-
-    @classmethod
-    def tearDownClass(cls):
-        super().tearDownClass()
-        cls.reg.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def test_layer_that_does_not_fit_is_not_stored_short(self):
         # Attack: a 1 MiB layer unpacks to 240 MiB on a 192 MiB state fs, to get a short layer accepted.
-        layer = oci.layer_tar([oci.F("bomb", b"A" * (240 * MIB))])
-        d = os.path.join(self.tmp, "bomb")
-        info = oci.write_layout(d, [layer])
-        del layer
-        ref = self.reg.push(d, "evil/bomb")
+        ref, info = self.push_bomb()
         neighbour = self.create(**SPEC)["id"]
         r = self.client.create_sandbox_raw(image={"uri": ref}, entrypoint=["sleep", "infinity"])
         if r.status == 202:

@@ -6,18 +6,13 @@ and asserts what the docs promise.
 """
 import json
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sec import AttackCase, main  # noqa: E402
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "integration"))
-import oci  # noqa: E402
-from test_disk import DEFAULT_DISK_MIB, MIB, SPEC, STATE_MIB, SmallStateCorrald, free_bytes  # noqa: E402
+from test_disk import MIB, SPEC, STATE_MIB, SmallStateCase, SmallStateRegistryCase, free_bytes  # noqa: E402
 
 # Runs in the background as the workload (root of the sandbox): waits for a bash session's shell,
 # stops it, reads the scripts execd writes to its stdin (through /proc/<pid>/fd/0, a pipe), takes the run's
@@ -87,19 +82,8 @@ class SessionForgeryTest(AttackCase):
         self.assert_platform_alive(sid)
 
 
-class DiskOvercommitTest(AttackCase):
+class DiskOvercommitTest(SmallStateCase):
     """corrald on a 192 MiB state file system of its own, every sandbox with a 64Mi default disk."""
-
-    @classmethod
-    def setUpClass(cls):
-        d = SmallStateCorrald(extra_args=["--default-disk", "%dMi" % DEFAULT_DISK_MIB])
-        try:
-            d.start()
-        except Exception:
-            d.shutdown_and_check()
-            raise
-        cls.corrald = d
-        cls.client = d.client()
 
     def test_sandboxes_within_their_limits_cannot_fill_the_state_fs(self):
         # Attack: five sandboxes, each writing 50 MiB (within its 64Mi disk), fill the host's state fs.
@@ -117,37 +101,12 @@ class DiskOvercommitTest(AttackCase):
             self.assertIn("rc=0", out, "a write within the sandbox's own limit failed: %r" % outs)
 
 
-class ImageBombTest(AttackCase):
+class ImageBombTest(SmallStateRegistryCase):
     """corrald on a 192 MiB state fs of its own, pulling from a registry on loopback."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.reg = oci.Registry()
-        cls.tmp = tempfile.mkdtemp(prefix="corral-redteam-bomb-")
-        d = SmallStateCorrald(extra_args=["--default-disk", "%dMi" % DEFAULT_DISK_MIB,
-                                          "--insecure-registry", cls.reg.host])
-        try:
-            d.start()
-        except Exception:
-            d.shutdown_and_check()
-            cls.reg.stop()
-            raise
-        cls.corrald = d
-        cls.client = d.client()
-
-    @classmethod
-    def tearDownClass(cls):
-        super().tearDownClass()
-        cls.reg.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def test_decompression_bomb_does_not_fill_the_state_fs(self):
         # Attack: an image whose 1 MiB gzip layer unpacks to 240 MiB, pulled onto a 192 MiB state fs.
-        layer = oci.layer_tar([oci.F("bomb", b"A" * (240 * MIB))])
-        d = os.path.join(self.tmp, "bomb")
-        oci.write_layout(d, [layer])
-        del layer
-        ref = self.reg.push(d, "evil/bomb")
+        ref, _ = self.push_bomb()
         neighbour = self.create(**SPEC)["id"]
         lowest, stop = [free_bytes(self.corrald.state_dir)], threading.Event()
 
