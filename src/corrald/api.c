@@ -163,15 +163,22 @@ static void on_create_hangup(void *arg)
 	sandbox_unref(sb);
 }
 
-static void h_create(struct corrald *d, struct evhttp_request *req)
+/* A POST that starts new work: refused with 503 while corrald shuts down, else its JSON body in
+ * *ret (false: the error was sent). */
+static bool accepting_body(struct corrald *d, struct evhttp_request *req, json_t **ret)
 {
-	json_t *body = NULL;
 	if (d->shutting_down) {
 		http_send_error(req, 503, "SANDBOX::SHUTTING_DOWN",
 				"corrald is shutting down; retry once it has restarted");
-		return;
+		return false;
 	}
-	if (!body_json(req, false, &body))
+	return body_json(req, false, ret);
+}
+
+static void h_create(struct corrald *d, struct evhttp_request *req)
+{
+	json_t *body = NULL;
+	if (!accepting_body(d, req, &body))
 		return;
 	struct create_params p;
 	struct verr e;
@@ -318,12 +325,7 @@ static void on_pulled_ahead(int rc, const char *msg, void *arg)
 static void h_image_pull(struct corrald *d, struct evhttp_request *req)
 {
 	json_t *body = NULL;
-	if (d->shutting_down) {
-		http_send_error(req, 503, "SANDBOX::SHUTTING_DOWN",
-				"corrald is shutting down; retry once it has restarted");
-		return;
-	}
-	if (!body_json(req, false, &body))
+	if (!accepting_body(d, req, &body))
 		return;
 	json_t *image = json_object_get(body, "image");
 	json_t *auth = json_object_get(image, "auth");
