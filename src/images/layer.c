@@ -179,8 +179,9 @@ static int archive_fail(struct archive *a, const char *what, const char *rel, st
 {
 	int e = archive_errno(a);
 	const char *m = archive_error_string(a);
+	/* libarchive says only "Write failed": name the cause, as a full blob download does. */
 	if (e == ENOSPC || e == EDQUOT)
-		return error_set(err, ENOSPC, "%s '%s': %s", what, rel, m ? m : "disk full");
+		return error_set(err, ENOSPC, "%s '%s': %s", what, rel, strerror(e));
 	if (e == ENOMEM)
 		return error_set(err, ENOMEM, "%s '%s': out of memory", what, rel);
 	return error_set(err, EPROTO, "%s '%s': %s", what, rel, m ? m : "failed");
