@@ -17,6 +17,7 @@
 #include "exec.h"
 #include "session.h"
 #include "sweep.h"
+#include "shared/httputil.h"
 #include "shared/log.h"
 #include "shared/timeutil.h"
 #include "users.h"
@@ -89,7 +90,7 @@ static void stream_send(struct stream_client *sc, const void *data, size_t len)
 
 static void stream_end(struct stream_client *sc)
 {
-	evhttp_connection_set_closecb(sc->evcon, NULL, NULL);
+	http_conn_set_closecb(sc->evcon, NULL, NULL);
 	evhttp_send_reply_end(sc->req);
 	sc->req = NULL;
 	stream_free(sc);
@@ -213,7 +214,7 @@ void command_stream(struct evhttp_request *req, struct execution *ex)
 	sc->w.notify = stream_notify;
 	stream_headers(req);
 	evhttp_send_reply_start(req, 200, "OK");
-	evhttp_connection_set_closecb(sc->evcon, on_client_close, sc);
+	http_conn_set_closecb(sc->evcon, on_client_close, sc);
 	if (ex->running) {
 		exec_watch_add(ex, &sc->w);
 		sc->ping = event_new(execd_base, -1, EV_PERSIST, on_ping, sc);

@@ -27,9 +27,13 @@
 #include "shared/log.h"
 #include "shared/macro.h"
 #include "shared/quantity.h"
+#include "shared/timeutil.h"
 #include "spawn.h"
 #include "sweep.h"
 #include "users.h"
+
+/* How long an ending execd waits for a client to take the replies it has queued. */
+#define EXECD_END_DRAIN_MS 2000
 
 struct event_base *execd_base;
 
@@ -42,6 +46,14 @@ static struct {
 	const char *entry_user; /* --user USER[:GROUP], or NULL: root */
 	pid_t entry_pid;
 	bool pid1;
+
+	/* Ending (execd_end): the replies already made leave before PID 1 exits. */
+	bool ending;
+	char end_reason[32];
+	int end_code;
+	char end_message[192];
+	int64_t end_deadline_ms;
+	struct event *end_ev;
 } M;
 
 /*
@@ -86,6 +98,46 @@ static _noreturn_ void execd_exit(const char *reason, int code, const char *mess
 	if (!M.pid1 && M.socket_path)
 		unlink(M.socket_path);
 	exit(code);
+}
+
+static void on_end_tick(evutil_socket_t fd, short what, void *arg)
+{
+	size_t unsent = server_unsent();
+	if (unsent == 0 || time_now_ms() >= M.end_deadline_ms) {
+		if (unsent)
+			log_warn("%zu bytes of replies not sent after %d ms: ending anyway", unsent,
+				 EXECD_END_DRAIN_MS);
+		execd_exit(M.end_reason, M.end_code, M.end_message);
+	}
+}
+
+/*
+ * The sandbox ends (its entrypoint exited), but results already made must not go down with it:
+ * every other process is stopped where it is, no new command is taken, and PID 1 exits once the
+ * replies it has queued (a command that finished just before, its stream's last events) are in
+ * their sockets, or after EXECD_END_DRAIN_MS when a client does not read. Commands still running
+ * end with the sandbox: corrald reports them as SANDBOX::ENDED.
+ */
+static void execd_end(const char *reason, int code, const char *message)
+{
+	if (M.ending)
+		return;
+	M.ending = true;
+	snprintf(M.end_reason, sizeof(M.end_reason), "%s", reason);
+	M.end_code = code;
+	snprintf(M.end_message, sizeof(M.end_message), "%s", message);
+	log_info("ending (%s, %d): %s", reason, code, message);
+	if (M.pid1)
+		kill(-1, SIGSTOP); /* every process of the namespace but PID 1 */
+	server_set_ending(M.end_message);
+	M.end_deadline_ms = time_now_ms() + EXECD_END_DRAIN_MS;
+	static const struct timeval tick = {0, 2000};
+	M.end_ev = event_new(execd_base, -1, EV_PERSIST, on_end_tick, NULL);
+	/* The lowest priority: it runs after the other zombies are reaped, their results queued and
+	 * the replies that can be written are written. */
+	if (!M.end_ev || event_priority_set(M.end_ev, EXEC_PRIO_BACKGROUND) < 0 ||
+	    event_add(M.end_ev, &tick) < 0)
+		execd_exit(M.end_reason, M.end_code, M.end_message);
 }
 
 /* Append s to buf[*n..len) without overflowing; async-signal-safe. */
@@ -191,7 +243,7 @@ static void on_sigchld(evutil_socket_t fd, short what, void *arg)
 			else
 				snprintf(msg, sizeof(msg), "entrypoint exited with status %d", code);
 			M.entry_pid = 0;
-			execd_exit("EntrypointExited", code, msg);
+			execd_end("EntrypointExited", code, msg);
 		}
 		/* Anything else is an orphan we inherited as PID 1 (or subreaper): discarded. */
 	}

@@ -59,7 +59,7 @@ static void copy_headers(struct evkeyvalq *from, struct evkeyvalq *to, bool resp
 static void relay_free(struct relay *r)
 {
 	if (r->client)
-		evhttp_connection_set_closecb(r->client, NULL, NULL);
+		http_conn_set_closecb(r->client, NULL, NULL);
 	free(r);
 }
 
@@ -165,7 +165,7 @@ static void splice_close(struct splice *sp)
 		/* Frees the client's bufferevent, fd and pending request too. */
 		evhttp_connection_free(sp->client);
 	} else {
-		evhttp_connection_set_closecb(sp->client, NULL, NULL);
+		http_conn_set_closecb(sp->client, NULL, NULL);
 	}
 	free(sp);
 }
@@ -209,7 +209,7 @@ static void splice_backend_event(struct bufferevent *bev, short what, void *arg)
 	struct splice *sp = arg;
 	if (!(what & BEV_EVENT_CONNECTED)) {
 		if (!sp->spliced) {
-			evhttp_connection_set_closecb(sp->client, NULL, NULL);
+			http_conn_set_closecb(sp->client, NULL, NULL);
 			evhttp_send_reply(sp->req, 502, "Bad Gateway", NULL);
 			sp->req = NULL;
 			bufferevent_free(sp->bbev);
@@ -225,7 +225,7 @@ static void splice_backend_event(struct bufferevent *bev, short what, void *arg)
 	bufferevent_write_buffer(sp->bbev, sp->head);
 	evbuffer_free(sp->head);
 	sp->head = NULL;
-	evhttp_connection_set_closecb(sp->client, NULL, NULL);
+	http_conn_set_closecb(sp->client, NULL, NULL);
 	sp->cbev = evhttp_connection_get_bufferevent(sp->client);
 	sp->spliced = true;
 	bufferevent_setcb(sp->cbev, splice_client_read, NULL, splice_event, sp);
@@ -278,10 +278,10 @@ static void proxy_upgrade(struct evhttp_request *req, int port, const char *targ
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((unsigned short)port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	bufferevent_setcb(sp->bbev, NULL, NULL, splice_backend_event, sp);
-	evhttp_connection_set_closecb(sp->client, splice_client_gone, sp);
+	http_conn_set_closecb(sp->client, splice_client_gone, sp);
 	/* A refused connection is reported through splice_backend_event (deferred). */
 	if (bufferevent_socket_connect(sp->bbev, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		evhttp_connection_set_closecb(sp->client, NULL, NULL);
+		http_conn_set_closecb(sp->client, NULL, NULL);
 		bufferevent_free(sp->bbev);
 		evbuffer_free(sp->head);
 		free(sp);
@@ -358,11 +358,11 @@ bool proxy_dispatch(struct evhttp_request *req, const char *path)
 		evhttp_add_header(out, "X-Forwarded-Proto", "http");
 	evbuffer_add_buffer(evhttp_request_get_output_buffer(r->oreq), evhttp_request_get_input_buffer(req));
 
-	evhttp_connection_set_closecb(r->client, on_client_close, r);
+	http_conn_set_closecb(r->client, on_client_close, r);
 	if (evhttp_make_request(r->backend, r->oreq, evhttp_request_get_command(req), target) < 0) {
 		/* evhttp freed oreq; answer like any unreachable backend. */
 		r->oreq = NULL;
-		evhttp_connection_set_closecb(r->client, NULL, NULL);
+		http_conn_set_closecb(r->client, NULL, NULL);
 		evhttp_connection_free(r->backend);
 		free(r);
 		evhttp_send_reply(req, 502, "Bad Gateway", NULL);

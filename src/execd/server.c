@@ -4,10 +4,13 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/queue.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/http.h>
 
 #include "command.h"
@@ -20,6 +23,81 @@
 #include "shared/log.h"
 
 static struct evhttp *http;
+
+/*
+ * Every client connection that has sent a request, so that an ending execd can wait until their
+ * replies have left (server_unsent). We own each one's evhttp close callback; other code sets its
+ * own through http_conn_set_closecb(), which we chain.
+ */
+struct conn {
+	struct evhttp_connection *evcon;
+	http_closecb_fn cb;
+	void *arg;
+	LIST_ENTRY(conn) link;
+};
+static LIST_HEAD(, conn) conns = LIST_HEAD_INITIALIZER(conns);
+static const char *ending; /* NULL, or why no new command is taken */
+
+static struct conn *conn_find(struct evhttp_connection *evcon)
+{
+	struct conn *c;
+	LIST_FOREACH(c, &conns, link)
+		if (c->evcon == evcon)
+			return c;
+	return NULL;
+}
+
+static void conn_closed(struct evhttp_connection *evcon, void *arg)
+{
+	struct conn *c = arg;
+	http_closecb_fn cb = c->cb;
+	void *cb_arg = c->arg;
+	LIST_REMOVE(c, link);
+	free(c);
+	if (cb)
+		cb(evcon, cb_arg);
+}
+
+static bool closecb_hook(struct evhttp_connection *evcon, http_closecb_fn cb, void *arg)
+{
+	struct conn *c = conn_find(evcon);
+	if (!c)
+		return false;
+	c->cb = cb;
+	c->arg = arg;
+	return true;
+}
+
+/* Before any handler runs, so every close callback a handler sets is chained. */
+static void conn_track(struct evhttp_request *req)
+{
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	if (!evcon || conn_find(evcon))
+		return;
+	struct conn *c = calloc(1, sizeof(*c));
+	if (!c)
+		return; /* out of memory: an ending execd will not wait for this one */
+	c->evcon = evcon;
+	LIST_INSERT_HEAD(&conns, c, link);
+	evhttp_connection_set_closecb(evcon, conn_closed, c);
+}
+
+size_t server_unsent(void)
+{
+	size_t n = 0;
+	struct conn *c;
+	LIST_FOREACH(c, &conns, link) {
+		struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
+		if (bev)
+			n += evbuffer_get_length(bufferevent_get_output(bev));
+	}
+	return n;
+}
+
+void server_set_ending(const char *why)
+{
+	ending = why;
+}
 
 static const char *method_name(enum evhttp_cmd_type m)
 {
@@ -54,6 +132,7 @@ static void route(struct evhttp_request *req, void *arg)
 		http_send_error(req, 400, "INVALID_REQUEST_BODY", "malformed or too long request path");
 		return;
 	}
+	conn_track(req);
 	if (files_dispatch(req, path) || proxy_dispatch(req, path))
 		return;
 	enum evhttp_cmd_type m = evhttp_request_get_command(req);
@@ -71,6 +150,12 @@ static void route(struct evhttp_request *req, void *arg)
 		return;
 	}
 	log_debug("%s %s", method_name(m), path);
+	if (ending && m == EVHTTP_REQ_POST &&
+	    ((n == 1 && strcmp(seg[0], "command") == 0) || strcmp(seg[0], "session") == 0)) {
+		/* Started now, it would be killed with the sandbox before it could report. */
+		http_send_error(req, 410, "SANDBOX::ENDED", "the sandbox is ending: %s", ending);
+		return;
+	}
 
 	if (n == 1 && strcmp(seg[0], "ping") == 0) {
 		if (m == EVHTTP_REQ_GET || m == EVHTTP_REQ_HEAD)
@@ -148,6 +233,7 @@ static int serve_fd(struct event_base *base, int fd, const char *what, struct er
 	/* No invented Content-Type on empty replies (ping, "success with no data"). */
 	evhttp_set_default_content_type(http, NULL);
 	evhttp_set_gencb(http, route, NULL);
+	http_set_closecb_hook(closecb_hook);
 	if (!evhttp_accept_socket_with_handle(http, fd)) {
 		close(fd);
 		return error_set(err, EIO, "evhttp cannot accept on %s", what);

@@ -1,6 +1,8 @@
 /* The HTTP/1.1 listener on the unix socket and the request router. */
 #pragma once
 
+#include <stddef.h>
+
 #include <event2/event.h>
 
 #include "shared/error.h"
@@ -17,3 +19,8 @@ int server_start(struct event_base *base, const char *socket_path, struct error 
  * (execd never sees its path); made close-on-exec here so no command inherits it. */
 int server_start_fd(struct event_base *base, int fd, struct error *err);
 void server_stop(void);
+
+/* Bytes of replies not yet written to their clients' sockets. */
+size_t server_unsent(void);
+/* From now on POST /command and /session are refused (410 SANDBOX::ENDED, naming why). */
+void server_set_ending(const char *why);

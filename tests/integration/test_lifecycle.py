@@ -490,6 +490,20 @@ class Lifecycle(CorralTestCase):
         st = self.wait_state(sid, ("Terminated", "Failed"))
         self.assertEqual(st["state"], "Terminated", st)
 
+    def test_result_of_the_command_that_ends_the_sandbox_is_kept(self):
+        """A command that finished just before the entrypoint exits still reports its output and
+        exit code: PID 1 sends the replies it has queued before it exits."""
+        # The entrypoint ends when the command's fifo write end closes, i.e. as the command exits,
+        # so the two processes end back to back, in either order of reaping.
+        ep = ["sh", "-c", "mkfifo /tmp/f && cat /tmp/f >/dev/null; exit 0"]
+        for i in range(5):
+            sid = self.create(entrypoint=ep)["id"]
+            res = self.client.run(sid, "while [ ! -p /tmp/f ]; do sleep 0.01; done; "
+                                       "exec 3>/tmp/f; echo kept-%d; exit 7" % i)
+            self.assertEqual((res.exit_code, res.stdout.strip()), (7, "kept-%d" % i), res)
+            st = self.wait_state(sid, ("Terminated", "Failed"))
+            self.assertEqual((st["state"], st.get("reason")), ("Terminated", "EntrypointExited"), st)
+
     def test_pid1_killed_is_failed(self):
         sid = self.create()["id"]
         pid = self.corrald.pid1(sid)
