@@ -348,6 +348,11 @@ typedef struct corral_exec_opts {
 				  * CORRAL_E_CANCELLED with the output so far */
 	bool discard_output;     /* foreground with callbacks: do not also keep the output in the
 				  * result (out/err stay empty; for output of any size) */
+	bool exclusive;          /* run alone: before the command starts, every other process of
+				  * the sandbox but its entrypoint is stopped and killed, so nothing
+				  * the workload left running can write into it (for graders;
+				  * docs/security.md). A resume under the same exec_id clears
+				  * nothing again. Added in ABI 1 (libcorral.so.1) */
 } corral_exec_opts;
 
 CORRAL_API void corral_exec_opts_init(corral_exec_opts *opts);

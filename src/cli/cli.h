@@ -194,6 +194,7 @@ enum {
 	OPT_ENTRYPOINT,
 	OPT_CWD,
 	OPT_TIMEOUT,
+	OPT_EXCLUSIVE,
 };
 /* Handles one create option; returns 1 if handled, 0 if not c's, or -EXIT_USAGE on a bad value. */
 int create_option(const char *cmd, struct create_opts *o, int c, const char *arg);
@@ -211,6 +212,7 @@ struct exec_opts {
 	const char *cwd;
 	json_t *envs;         /* object */
 	long long timeout_ms; /* 0 = none */
+	bool exclusive;       /* --exclusive */
 };
 /*
  * Runs CMD in the sandbox, streaming its stdout and stderr to ours. Returns the command's exit

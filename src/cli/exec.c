@@ -23,11 +23,15 @@ static const char exec_help[] =
 	"  --cwd DIR             working directory of the command\n"
 	"  -e, --env K=V         environment variable for the command (repeatable)\n"
 	"  --timeout SECONDS     kill the command after SECONDS\n"
+	"  --exclusive           run it alone: first stop and kill every other process of the\n"
+	"                        sandbox but its entrypoint, so nothing the workload left running\n"
+	"                        can write into its output (for grading commands)\n"
 	"\n" CLI_COMMON_HELP
 	"\n"
 	"Examples:\n"
 	"  corral exec $ID -- uname -a\n"
 	"  corral exec $ID --cwd /tmp -e A=1 -- sh -c 'echo $A > f; exit 7'; echo $?   # prints 7\n"
+	"  corral exec --exclusive $ID -- python -m pytest tests/   # a grader nothing can tamper with\n"
 	"\n"
 	"Exit status: the command's own exit status (0-255; 128+N when a signal N killed it, so\n"
 	"137 after --timeout); 125 corral failed before the command ran (usage error, unknown\n"
@@ -87,6 +91,7 @@ int exec_in_sandbox(corral_sandbox *sb, const struct exec_opts *o, int argc, cha
 	eo.userdata = &out;
 	eo.cancel = cancel;
 	eo.discard_output = true;
+	eo.exclusive = o->exclusive;
 
 	corral_exec_result res;
 	corral_error e;
@@ -150,6 +155,7 @@ int cmd_exec(struct cli *cli, int argc, char **argv)
 		{"cwd", required_argument, NULL, OPT_CWD},
 		{"env", required_argument, NULL, 'e'},
 		{"timeout", required_argument, NULL, OPT_TIMEOUT},
+		{"exclusive", no_argument, NULL, OPT_EXCLUSIVE},
 		{0},
 	};
 	_cleanup_(json_decrefp) json_t *envs = json_object();
@@ -172,6 +178,9 @@ int cmd_exec(struct cli *cli, int argc, char **argv)
 		case OPT_TIMEOUT:
 			if (exec_parse_timeout("exec", optarg, &o.timeout_ms))
 				return EXIT_EXEC_FAILED;
+			break;
+		case OPT_EXCLUSIVE:
+			o.exclusive = true;
 			break;
 		default:
 			cli_try_help("exec");

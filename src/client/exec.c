@@ -183,6 +183,8 @@ static char *command_body(const char *command, const char *id, const corral_exec
 		json_object_set_new(b, "uid", json_integer(o->uid));
 	if (background)
 		json_object_set_new(b, "background", json_true());
+	if (o->exclusive)
+		json_object_set_new(b, "exclusive", json_true());
 	if (o->env && o->env[0]) {
 		json_t *env = json_object();
 		for (size_t i = 0; o->env[i]; i++) {

@@ -241,6 +241,21 @@ class Cli(CorralTestCase):
         rc, out, err = self.corral("exec", "--cwd", "/", sid, "--", "pwd", check=0)
         self.assertEqual(out, "/\n")
 
+    def test_exec_exclusive_runs_alone(self):
+        # A process the workload left running is gone before an --exclusive command starts; the
+        # entrypoint stays, and a plain exec leaves the process alone.
+        sid = self.create()
+        self.corral("exec", sid, "--", "sh", "-c", "setsid sleep 1000 >/dev/null 2>&1 & echo $! > /tmp/bg",
+                    check=0)
+        rc, out, err = self.corral("exec", sid, "--", "sh", "-c", 'kill -0 "$(cat /tmp/bg)" && echo alive',
+                                   check=0)
+        self.assertEqual(out, "alive\n", err)
+        rc, out, err = self.corral("exec", "--exclusive", sid, "--", "sh", "-c",
+                                   'kill -0 "$(cat /tmp/bg)" 2>/dev/null && echo alive || echo gone',
+                                   check=0)
+        self.assertEqual(out, "gone\n", err)
+        self.assertEqual(self.sh(sid, "echo up"), "up")
+
     def test_exec_many_lines_in_order(self):
         sid = self.create()
         rc, out, err = self.corral("exec", sid, "--", "seq", "1", "5000", check=0, timeout=120)
