@@ -204,6 +204,13 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 		create_params_clear(&p);
 		return;
 	}
+	/* volumes: host paths against --allow-host-path, sizes against --volume-size. */
+	r = volumes_apply(&p, d->host_paths, d->volume_size_bytes, d->volume_size, &e);
+	if (r < 0) {
+		send_verr(req, &e, "body");
+		create_params_clear(&p);
+		return;
+	}
 	char rootfs[PATH_MAX], msg[1536];
 	bool host = false, registry = false;
 	enum admission_table table;
@@ -261,6 +268,7 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	sb->extensions = TAKE_PTR(p.extensions);
 	sb->platform = TAKE_PTR(p.platform);
 	sb->oom_group = p.oom_group;
+	sb->volumes = TAKE_PTR(p.volumes);
 	registry_add(d, sb);
 	struct create_args args = {p.cpu_limit_millis, p.memory_limit_bytes, p.pids_max,
 				   p.cpu_request_millis, p.memory_request_bytes};

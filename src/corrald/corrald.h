@@ -63,6 +63,8 @@ struct sandbox {
 	char *auth_user, *auth_pass; /* image.auth, kept in memory only (never in sandbox.json) */
 	const char *pull_policy;     /* static string: "Always", "IfNotPresent", "Never" */
 	json_t *entrypoint, *env, *metadata, *limits, *requests, *extensions, *platform;
+	json_t *volumes; /* the create's normalized volumes (validate.h), or NULL; in memory only:
+			  * the runtime keeps what outlives the create (volume.h) */
 	int64_t timeout_s; /* 0 = none */
 	bool oom_group;
 
@@ -118,6 +120,10 @@ struct corrald {
 	int capacity_wait_s;  /* longest wait in the admission queue */
 	uint64_t default_disk_bytes; /* --default-disk: ephemeral-storage of a sandbox without one */
 	const char *default_disk;    /* as the operator spelled it; NULL when off */
+	char *host_paths[33];        /* --allow-host-path, NULL-terminated (runtime_config's) */
+	size_t n_host_paths;
+	const char *volume_size;     /* --volume-size as spelled */
+	uint64_t volume_size_bytes;
 	bool shutting_down;
 	struct sandbox_list sandboxes; /* newest first */
 	size_t n_sandboxes;

@@ -53,6 +53,7 @@
  */
 #pragma once
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -74,6 +75,35 @@ struct runtime_config {
 	uint64_t nofile;        /* RLIMIT_NOFILE of every sandbox; 0 = CONFINE_DEFAULT_NOFILE */
 	bool no_userns;         /* opt-out: no user namespace (sandbox root is host root) */
 	const char *userns_dir; /* host-wide id-range slots (userns.h); NULL = the default */
+	char *const *host_paths; /* --allow-host-path: directories host volumes may come from
+				  * (absolute, no trailing '/'), NULL-terminated; NULL = none */
+	uint64_t volume_size;    /* size of a named volume made without one; 0 = VOLUME_SIZE_DEFAULT */
+};
+
+/*
+ * Volumes (runtime/volume.h): a host directory (or file) under one of cfg->host_paths, or a named
+ * volume kept by the runtime under <state>/volumes/<name> on a file system of its own size. A
+ * request the runtime refuses fails create() with one of these codes (the message says why):
+ */
+#define RUNTIME_EVOL_DENIED EBADE      /* the source is outside the allowed directories (a
+					* symlink, '..', not listed) or not a directory or file */
+#define RUNTIME_EVOL_NOTFOUND EBADRQC  /* the host path (or a subPath in it) does not exist */
+#define RUNTIME_EVOL_NOCLAIM ENOCSI    /* the named volume does not exist (createIfNotExists false) */
+#define RUNTIME_EVOL_MOUNTPATH EBADSLT /* mountPath cannot be used in this image */
+#define RUNTIME_VOLUMES_MAX 32
+
+enum volume_kind { VOLUME_HOST = 1, VOLUME_NAMED = 2 };
+
+struct sandbox_volume {
+	const char *name;       /* the request's name (messages only) */
+	enum volume_kind kind;
+	const char *source;     /* VOLUME_HOST: absolute host path; VOLUME_NAMED: the volume's name */
+	const char *sub_path;   /* relative path inside the source, or NULL */
+	const char *mount_path; /* absolute path inside the sandbox */
+	bool read_only;
+	bool create;            /* VOLUME_NAMED: make it when missing (createIfNotExists) */
+	bool delete_on_end;     /* VOLUME_NAMED: remove it once no sandbox uses it any more */
+	uint64_t size_bytes;    /* VOLUME_NAMED: its size when made here; 0 = cfg->volume_size */
 };
 
 /* What PID 1 reported as it ended, as read by the backend from where the sandbox cannot write,
@@ -107,6 +137,9 @@ struct sandbox_spec {
 	bool oom_group;                 /* kill the whole sandbox on OOM (Kubernetes behaviour) */
 	uint64_t disk_limit_bytes;      /* ephemeral-storage: size of the writable layer's own file
 					 * system (runtime/disk.h); 0 = the state dir's, unlimited */
+	const struct sandbox_volume *volumes; /* mounted in this order after the sandbox's own
+					       * mounts (so parents before children) */
+	size_t n_volumes;               /* at most RUNTIME_VOLUMES_MAX */
 };
 
 /* What the runtime knows about a live or dead sandbox, read without blocking. */
