@@ -260,12 +260,14 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 		return;
 	}
 	if (res->rc == -RUNTIME_EVOL_DENIED || res->rc == -RUNTIME_EVOL_NOTFOUND ||
-	    res->rc == -RUNTIME_EVOL_NOCLAIM || res->rc == -RUNTIME_EVOL_MOUNTPATH) {
+	    res->rc == -RUNTIME_EVOL_NOCLAIM || res->rc == -RUNTIME_EVOL_MOUNTPATH ||
+	    res->rc == -RUNTIME_EVOL_SUBPATH) {
 		/* What the request's volumes ask for cannot be had: the client's to change. */
 		create_fail(c, 400,
 			    res->rc == -RUNTIME_EVOL_DENIED     ? "VOLUME::HOST_PATH_NOT_ALLOWED"
 			    : res->rc == -RUNTIME_EVOL_NOTFOUND ? "VOLUME::HOST_PATH_NOT_FOUND"
 			    : res->rc == -RUNTIME_EVOL_NOCLAIM  ? "VOLUME::PVC_NOT_FOUND"
+			    : res->rc == -RUNTIME_EVOL_SUBPATH  ? "VOLUME::INVALID_SUB_PATH"
 								: "VOLUME::INVALID_MOUNT_PATH",
 			    "volumes: %s", res->msg);
 		return;

@@ -90,6 +90,7 @@ struct runtime_config {
 #define RUNTIME_EVOL_NOTFOUND EBADRQC  /* the host path (or a subPath in it) does not exist */
 #define RUNTIME_EVOL_NOCLAIM ENOCSI    /* the named volume does not exist (createIfNotExists false) */
 #define RUNTIME_EVOL_MOUNTPATH EBADSLT /* mountPath cannot be used in this image */
+#define RUNTIME_EVOL_SUBPATH ENOANO    /* subPath goes through a symlink or is not a directory */
 #define RUNTIME_VOLUMES_MAX 32
 
 enum volume_kind { VOLUME_HOST = 1, VOLUME_NAMED = 2 };

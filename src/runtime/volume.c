@@ -70,7 +70,8 @@ static int open_beneath(int dirfd, const char *path, const struct sandbox_volume
 	if (fd >= 0)
 		return fd;
 	if (fd == -ELOOP || fd == -EXDEV)
-		return error_set(err, RUNTIME_EVOL_DENIED,
+		return error_set(err, strcmp(what, "subPath") == 0 ? RUNTIME_EVOL_SUBPATH
+								  : RUNTIME_EVOL_DENIED,
 				 "volume '%s': %s '%s' goes through a symlink or out of its directory: refused (symlinks are never followed there)",
 				 v->name, what, shown);
 	if (fd == -ENOENT || fd == -ENOTDIR)
@@ -193,7 +194,7 @@ static int loop_find(int img, char *dev, size_t len)
 		if (strncmp(e->d_name, "loop", 4) != 0)
 			continue;
 		snprintf(dev, len, "/dev/%s", e->d_name);
-		int fd = open(dev, O_RDWR | O_CLOEXEC);
+		int fd = open(dev, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			continue;
 		struct loop_info64 info;
@@ -265,7 +266,11 @@ static int volume_make(const struct runtime_config *cfg, int dfd, const char *na
 	return 0;
 }
 
-/* Make each missing directory of path beneath dirfd (nothing followed), then open it. */
+/*
+ * Make each missing directory of path beneath dirfd, one component at a time, each made in and
+ * opened from the one before with nothing followed: the volume's content is the sandboxes', and a
+ * symlink one of them planted (x -> /etc) must not take a host-side mkdir anywhere else.
+ */
 static int mkdir_beneath(int dirfd, const char *path, const struct sandbox_volume *v,
 			 struct error *err)
 {
@@ -273,26 +278,28 @@ static int mkdir_beneath(int dirfd, const char *path, const struct sandbox_volum
 	if (strlen(path) >= sizeof(buf))
 		return error_set(err, ENAMETOOLONG, "volume '%s': subPath too long", v->name);
 	snprintf(buf, sizeof(buf), "%s", path);
-	for (char *s = buf;;) {
+	int cur = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+	if (cur < 0)
+		return error_set_errno(err, errno, "dup");
+	for (char *s = buf; s;) {
 		char *e = strchr(s, '/');
 		if (e)
 			*e = '\0';
-		if (mkdirat(dirfd, buf, 0755) < 0 && errno != EEXIST) {
-			/* the error of opening it says what is wrong (a symlink, a file) */
-			int fd = open_beneath(dirfd, buf, v, "subPath", buf, err);
-			if (fd >= 0) {
-				close(fd);
-				return error_set_errno(err, ENOTDIR, "volume '%s': subPath '%s'",
-						       v->name, buf);
-			}
-			return fd;
+		/* A single name: mkdirat never follows it (a symlink there is EEXIST). */
+		if (mkdirat(cur, s, 0755) < 0 && errno != EEXIST) {
+			int r = error_set_errno(err, errno, "volume '%s': make subPath '%s'", v->name,
+						path);
+			close(cur);
+			return r;
 		}
-		if (!e)
-			break;
-		*e = '/';
-		s = e + 1;
+		int next = open_beneath(cur, s, v, "subPath", path, err);
+		close(cur);
+		if (next < 0)
+			return next;
+		cur = next;
+		s = e ? e + 1 : NULL;
 	}
-	return open_beneath(dirfd, path, v, "subPath", path, err);
+	return cur;
 }
 
 /* A sandbox whose directory is gone uses nothing. */
