@@ -496,10 +496,16 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 				made = openat(parent, slash + 1,
 					      O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
 					      0644);
-			if (parent < 0 || made < 0)
-				return error_set_errno(err, parent < 0 ? -parent : errno,
-						       "volume '%s': make mountPath '%s' in the sandbox",
-						       v->name, buf);
+			/* A dangling symlink of the image there (EEXIST), a file on the way, a
+			 * read-only volume above it: the request's to change. */
+			if (parent < 0 || made < 0) {
+				int en = parent < 0 ? -parent : errno;
+				return error_set(err, RUNTIME_EVOL_MOUNTPATH,
+						 "volume '%s': cannot make mountPath '%s' in the sandbox%s: %s",
+						 v->name, buf,
+						 en == EEXIST ? " (a dangling symlink of the image?)" : "",
+						 strerror(en));
+			}
 			if (last && !is_dir)
 				close(made);
 			if (owner && fchownat(parent, slash + 1, owner, owner,
@@ -507,8 +513,9 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 				return error_set_errno(err, errno, "volume '%s': chown '%s'",
 						       v->name, buf);
 		} else if (fd < 0) {
-			return error_set_errno(err, -fd, "volume '%s': mountPath '%s' in the sandbox",
-					       v->name, buf);
+			return error_set(err, RUNTIME_EVOL_MOUNTPATH,
+					 "volume '%s': mountPath '%s' in the sandbox: %s", v->name, buf,
+					 strerror(-fd));
 		}
 		if (last)
 			break;
@@ -518,9 +525,9 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 	_cleanup_close_ int target =
 	    openat2_fd(root, mp, O_PATH | (is_dir ? O_DIRECTORY : 0), in_root);
 	if (target < 0)
-		return error_set_errno(err, -target,
-				       "volume '%s': mountPath '%s' (a %s is mounted there)", v->name,
-				       mp, is_dir ? "directory" : "file");
+		return error_set(err, RUNTIME_EVOL_MOUNTPATH,
+				 "volume '%s': mountPath '%s' (a %s is mounted there): %s", v->name, mp,
+				 is_dir ? "directory" : "file", strerror(-target));
 	/* Where it really is, symlinks of the image followed inside the sandbox. */
 	const char *in = sandbox_path_of(target, root_path, where, sizeof(where));
 	if (!in || strcmp(in, "/") == 0 || under(in, "/proc") || under(in, "/sys") ||
