@@ -323,7 +323,7 @@ static void on_pulled_ahead(int rc, const char *msg, void *arg)
 		http_send_error(ir->req, 503, "SANDBOX::SHUTTING_DOWN",
 				"corrald is shutting down: the pull of %s was stopped", ir->name);
 	else
-		http_send_error(ir->req, image_pull_http_status(rc), "SANDBOX::IMAGE_PULL_FAILED",
+		http_send_error(ir->req, image_pull_http_status(rc), image_pull_code(rc),
 				"pull %s: %s", ir->name, msg);
 	free(ir);
 }

@@ -110,6 +110,7 @@ struct corrald {
 	const char *mirrors[9];     /* --registry-mirror, NULL-terminated */
 	size_t n_mirrors;
 	int pull_timeout_s;
+	uint64_t image_unpacked_max; /* --image-unpacked-max: what one image may unpack to */
 	const char *api_key;   /* NULL: no auth (loopback only) */
 	size_t api_key_len;
 	int idle_timeout_s;
@@ -203,6 +204,9 @@ int image_import_start(struct corrald *d, const char *uri, const char *path, jso
 		       image_pull_done_fn done, void *arg, char *msg, size_t msglen);
 /* The HTTP status of a failed pull (-errno of image_pull()). */
 int image_pull_http_status(int rc);
+/* Its error code: SANDBOX::IMAGE_TOO_LARGE past --image-unpacked-max, else
+ * SANDBOX::IMAGE_PULL_FAILED. */
+const char *image_pull_code(int rc);
 /* GET /v1/images: the images in the store (reads their small records). */
 json_t *image_list_json(const struct corrald *d);
 /* DELETE /v1/images?ref=: forget the image (its records) and start a garbage collection of the

@@ -271,6 +271,7 @@ static int pull_join(struct corrald *d, const struct image_ref *ref,
 	j->opts.insecure = d->insecure;
 	j->opts.mirrors = d->mirrors;
 	j->opts.timeout_s = d->pull_timeout_s;
+	j->opts.unpacked_max = d->image_unpacked_max;
 	if ((user && (!(j->user = strdup(user)) || !(j->pass = strdup(pass ? pass : "")))) ||
 	    (import_path && !(j->import_path = strdup(import_path)))) {
 		waiter_free(wt);
@@ -545,9 +546,16 @@ int image_pull_http_status(int rc)
 		return 504;
 	case -ENOSPC:
 		return 507;
+	case -EFBIG:
+		return 422;
 	default:
 		return 502;
 	}
+}
+
+const char *image_pull_code(int rc)
+{
+	return rc == -EFBIG ? "SANDBOX::IMAGE_TOO_LARGE" : "SANDBOX::IMAGE_PULL_FAILED";
 }
 
 /* ---- garbage collection ----------------------------------------------------------------- */

@@ -382,7 +382,7 @@ static void on_image_pulled(int rc, const char *msg, void *arg)
 		return;
 	}
 	if (rc < 0) {
-		create_fail(c, image_pull_http_status(rc), "SANDBOX::IMAGE_PULL_FAILED", "pull %s: %s",
+		create_fail(c, image_pull_http_status(rc), image_pull_code(rc), "pull %s: %s",
 			    sb->rootfs, msg);
 		return;
 	}

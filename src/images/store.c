@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -144,7 +145,33 @@ struct pull {
 	struct image_platform pl;
 	struct registry *reg; /* a registry pull, or */
 	const char *layout;   /* an import: an OCI image layout directory */
+	struct image_budget budget; /* what its layers may unpack to, counted across the children */
 };
+
+/* The pull's unpack budget (images.h), its counters in memory the layer children share. */
+static int budget_init(struct image_budget *b, const struct image_pull_opts *o, struct error *err)
+{
+	uint64_t *c = mmap(NULL, 2 * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+			   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (c == MAP_FAILED)
+		return error_set_errno(err, errno, "map the unpack counters");
+	c[0] = c[1] = 0;
+	*b = (struct image_budget){
+	    .max_bytes = o->unpacked_max ? o->unpacked_max : IMAGE_UNPACKED_MAX_DEFAULT,
+	    .max_entries = o->entries_max ? o->entries_max : IMAGE_ENTRIES_MAX_DEFAULT,
+	    .bytes = &c[0],
+	    .entries = &c[1],
+	    .limit_name = "--image-unpacked-max",
+	};
+	return 0;
+}
+
+static void budget_clear(struct image_budget *b)
+{
+	if (b->bytes)
+		munmap(b->bytes, 2 * sizeof(uint64_t));
+	b->bytes = b->entries = NULL;
+}
 
 /* A blob of the layout, checked against digest and size (the whole file is hashed). */
 static int layout_blob(struct pull *p, const char *digest, uint64_t size, char *path, size_t len,
@@ -388,7 +415,7 @@ static int fetch_layer(struct pull *p, const char *digest, uint64_t size, struct
 	if (chmod(dir, 0755) < 0)
 		r = error_set_errno(err, errno, "chmod '%s'", dir);
 	if (r == 0)
-		r = image_layer_unpack(blob, dir, err);
+		r = image_layer_unpack(blob, dir, &p->budget, err);
 	if (own_blob)
 		unlink(blob);
 	if (r == 0 && rename(dir, final) < 0) {
@@ -565,7 +592,11 @@ static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref
 			      je.text);
 		goto out;
 	}
-	if ((r = fetch_layers(&p, layers, err)) < 0)
+	if ((r = budget_init(&p.budget, o, err)) < 0)
+		goto out;
+	r = fetch_layers(&p, layers, err);
+	budget_clear(&p.budget);
+	if (r < 0)
 		goto out;
 
 	json_t *cc = json_object_get(cfg, "config");
@@ -641,7 +672,16 @@ int image_import(const struct image_pull_opts *o, const char *path, const struct
 	path_in(dir, sizeof(dir), o->store, "tmp/import-XXXXXX");
 	if (!mkdtemp(dir))
 		return error_set_errno(err, errno, "mkdtemp '%s'", dir);
-	int r = image_layer_unpack(path, dir, err);
+	/* The tar holds the blobs, compressed: its own limit is the image's (counted apart). */
+	uint64_t counted[2] = {0, 0};
+	struct image_budget b = {
+	    .max_bytes = o->unpacked_max ? o->unpacked_max : IMAGE_UNPACKED_MAX_DEFAULT,
+	    .max_entries = o->entries_max ? o->entries_max : IMAGE_ENTRIES_MAX_DEFAULT,
+	    .bytes = &counted[0],
+	    .entries = &counted[1],
+	    .limit_name = "--image-unpacked-max",
+	};
+	int r = image_layer_unpack(path, dir, &b, err);
 	if (r < 0)
 		error_prefix(err, "unpack '%s'", path);
 	else
