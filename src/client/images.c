@@ -121,3 +121,24 @@ CORRAL_API int corral_image_remove(corral_client *c, const char *ref, corral_err
 	return images_call(c, "DELETE", path, NULL, (long)(c->o.request_timeout_s * 1000), 204, NULL,
 			   what, err);
 }
+
+CORRAL_API int corral_image_inspect_json(corral_client *c, const char *ref, char **ret_json,
+					 corral_error *err)
+{
+	if (!ref || !*ref)
+		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "an image reference is required");
+	char *q = curl_easy_escape(NULL, ref, 0);
+	if (!q)
+		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+	char path[2048], what[600];
+	snprintf(path, sizeof(path), "/v1/images?ref=%s", q);
+	curl_free(q);
+	snprintf(what, sizeof(what), "inspect image %s", ref);
+	json_t *j = NULL;
+	int r = images_call(c, "GET", path, NULL, (long)(c->o.request_timeout_s * 1000), 200, &j,
+			    what, err);
+	if (r < 0)
+		return r;
+	*ret_json = dump(j, err);
+	return *ret_json ? 0 : -ENOMEM;
+}

@@ -391,7 +391,22 @@ static void h_images(struct corrald *d, struct evhttp_request *req)
 {
 	enum evhttp_cmd_type m = evhttp_request_get_command(req);
 	if (m == EVHTTP_REQ_GET) {
-		http_send_json(req, 200, json_pack("{s:o}", "items", image_list_json(d)));
+		_cleanup_query_ struct http_query *gq = http_query_parse(req);
+		const char *one = gq ? http_query_get(gq, "ref") : NULL;
+		if (!one) {
+			http_send_json(req, 200, json_pack("{s:o}", "items", image_list_json(d)));
+			return;
+		}
+		/* ?ref=: inspect one image (extension of the extension). */
+		json_t *items = NULL;
+		char emsg[1024];
+		int r = image_inspect_json(d, one, &items, emsg, sizeof(emsg));
+		if (r == -ENOENT)
+			http_send_error(req, 404, "SANDBOX::IMAGE_NOT_FOUND", "%s", emsg);
+		else if (r < 0)
+			http_send_error(req, 422, CODE_INVALID_PARAMETER, "%s", r == -ENOMEM ? "out of memory" : emsg);
+		else
+			http_send_json(req, 200, json_pack("{s:o}", "items", items));
 		return;
 	}
 	if (m == EVHTTP_REQ_POST)

@@ -111,6 +111,7 @@ struct corrald {
 	size_t n_mirrors;
 	int pull_timeout_s;
 	uint64_t image_unpacked_max; /* --image-unpacked-max: what one image may unpack to */
+	uint64_t image_store_max;    /* --image-store-max: LRU eviction above it; 0 = none */
 	const char *api_key;   /* NULL: no auth (loopback only) */
 	size_t api_key_len;
 	int idle_timeout_s;
@@ -209,6 +210,10 @@ int image_pull_http_status(int rc);
 const char *image_pull_code(int rc);
 /* GET /v1/images: the images in the store (reads their small records). */
 json_t *image_list_json(const struct corrald *d);
+/* GET /v1/images?ref=: the image's records (one per platform pulled) with their layers, disk
+ * usage, config, last use; -ENOENT when not in the store, -EINVAL for a bad reference. */
+int image_inspect_json(const struct corrald *d, const char *uri, json_t **ret, char *msg,
+		       size_t msglen);
 /* DELETE /v1/images?ref=: forget the image (its records) and start a garbage collection of the
  * layers nothing uses any more. -EBUSY while a live sandbox uses the image. */
 int image_forget(const struct corrald *d, const char *uri, char *msg, size_t msglen);

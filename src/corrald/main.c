@@ -75,6 +75,9 @@ static void usage(FILE *f)
 		"                         the most one pulled or imported image may unpack to in the\n"
 		"                         store (file data; and at most 4000000 entries); past it the\n"
 		"                         pull fails with SANDBOX::IMAGE_TOO_LARGE (default 32Gi)\n"
+		"  --image-store-max SIZE after a pull that leaves the store's layers above SIZE, forget\n"
+		"                         the least recently used images no sandbox uses and remove\n"
+		"                         their layers until under it (default none)\n"
 		"  --import-dir DIR       POST /v1/images may import OCI image layouts (directories or\n"
 		"                         tars, e.g. docker save) from under DIR\n"
 		"  --execd PATH           the static corral-execd binary (default: corral-execd next to corrald)\n"
@@ -316,7 +319,7 @@ int main(int argc, char **argv)
 	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS,
 	       OPT_NOFILE, OPT_DEFAULT_DISK, OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT, OPT_MIRROR,
 	       OPT_IMPORT_DIR, OPT_HEADER_TIMEOUT, OPT_MAX_CONNECTIONS, OPT_ALLOW_HOST_PATH,
-	       OPT_VOLUME_SIZE, OPT_IMAGE_UNPACKED_MAX };
+	       OPT_VOLUME_SIZE, OPT_IMAGE_UNPACKED_MAX, OPT_IMAGE_STORE_MAX };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -342,6 +345,7 @@ int main(int argc, char **argv)
 		{"allow-host-path", required_argument, NULL, OPT_ALLOW_HOST_PATH},
 		{"volume-size", required_argument, NULL, OPT_VOLUME_SIZE},
 		{"image-unpacked-max", required_argument, NULL, OPT_IMAGE_UNPACKED_MAX},
+		{"image-store-max", required_argument, NULL, OPT_IMAGE_STORE_MAX},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -478,6 +482,15 @@ int main(int argc, char **argv)
 				return 2;
 			break;
 		case OPT_VOLUME_SIZE: d->volume_size = optarg; break;
+		case OPT_IMAGE_STORE_MAX:
+			if (strcmp(optarg, "none") != 0 &&
+			    (quantity_parse_bytes(optarg, &d->image_store_max) < 0 ||
+			     d->image_store_max < (1ULL << 20))) {
+				fprintf(stderr, "corrald: --image-store-max: '%s' is not a size of at least 1Mi (e.g. 200Gi), or none\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case OPT_IMAGE_UNPACKED_MAX:
 			if (quantity_parse_bytes(optarg, &d->image_unpacked_max) < 0 ||
 			    d->image_unpacked_max < (1ULL << 20)) {

@@ -142,6 +142,25 @@ int image_store_lock(const char *store, bool exclusive);
 int image_gc(const char *store, const char *sandboxes_dir, unsigned *ret_removed,
 	     struct error *err);
 
+/* What layer hex takes on disk (measured once when unpacked, kept in <store>/sizes/<hex>), and
+ * what all layers of the store take. */
+uint64_t image_layer_usage(const char *store, const char *hex);
+int image_store_usage(const char *store, uint64_t *ret);
+
+/* The record of ref was used now (a create): its mtime is the least-recently-used clock. */
+void image_record_touch(const char *store, const struct image_ref *ref,
+			const struct image_platform *p);
+
+/*
+ * --image-store-max: while the store's layers take more than max bytes, forget the least recently
+ * used image (oldest record mtime) that is not named keep and that no sandbox uses (its layer
+ * list is no sandbox's IMAGE_LAYERS_FILE under sandboxes_dir), then collect the layers nothing
+ * references any more (a layer a sandbox uses stays, whatever image it came with).
+ * Stops when under max or when nothing else may go. *ret_images: images forgotten.
+ */
+int image_evict(const char *store, const char *sandboxes_dir, uint64_t max, const char *keep,
+		unsigned *ret_images, struct error *err);
+
 /* Create the store's directories (root-only), empty tmp/ of a previous run's leftovers, and drop
  * image records whose layers are not all in the store (the image is pulled again when needed). */
 int image_store_init(const char *store, struct error *err);
