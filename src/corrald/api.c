@@ -434,6 +434,58 @@ static void h_images(struct corrald *d, struct evhttp_request *req)
 		http_send_empty(req, 204);
 }
 
+/* --- /volumes (extension): named volumes (runtime/volume.h) ------------------------------ */
+
+static void h_volumes(struct corrald *d, struct evhttp_request *req, const char *name)
+{
+	enum evhttp_cmd_type m = evhttp_request_get_command(req);
+	struct error err = {0};
+	if (!d->rt->volume_list || !d->rt->volume_delete) {
+		http_send_error(req, 501, "SANDBOX::API_NOT_SUPPORTED",
+				"this runtime keeps no named volumes");
+		return;
+	}
+	if (!name) {
+		if (m != EVHTTP_REQ_GET)
+			return method_not_allowed(req, "GET");
+		struct volume_info *v = NULL;
+		size_t n = 0;
+		if (d->rt->volume_list(&d->rt_cfg, &v, &n, &err) < 0) {
+			log_error("list volumes: %s", err.msg);
+			http_send_error(req, 500, "VOLUME::LIST_FAILED", "list volumes: %s", err.msg);
+			return;
+		}
+		json_t *items = json_array();
+		for (size_t i = 0; items && i < n; i++)
+			json_array_append_new(items,
+					      json_pack("{s:s, s:I, s:I, s:i, s:b}", "name", v[i].name,
+							"sizeBytes", (json_int_t)v[i].size_bytes,
+							"usedBytes", (json_int_t)v[i].used_bytes,
+							"sandboxes", (int)v[i].users,
+							"deleteOnSandboxTermination",
+							v[i].delete_on_end));
+		free(v);
+		http_send_json(req, 200, json_pack("{s:o}", "items", items));
+		return;
+	}
+	if (m != EVHTTP_REQ_DELETE)
+		return method_not_allowed(req, "DELETE");
+	int r = d->rt->volume_delete(&d->rt_cfg, name, &err);
+	if (r == -ENOENT)
+		http_send_error(req, 404, "VOLUME::NOT_FOUND", "no volume '%s'", name);
+	else if (r == -EBUSY)
+		http_send_error(req, 409, "VOLUME::IN_USE", "%s; delete those sandboxes first",
+				err.msg);
+	else if (r < 0) {
+		log_error("delete volume %s: %s", name, err.msg);
+		http_send_error(req, 500, "VOLUME::DELETE_FAILED", "delete volume '%s': %s", name,
+				err.msg);
+	} else {
+		log_info("volume %s deleted", name);
+		http_send_empty(req, 204);
+	}
+}
+
 /* --- GET /sandboxes ----------------------------------------------------------------------- */
 
 static const char *metadata_get(const char *key, void *ud)
@@ -1037,6 +1089,8 @@ static void dispatch(struct evhttp_request *req, void *arg)
 	}
 	if (n == 1 && strcmp(segs[0], "images") == 0)
 		return h_images(d, req);
+	if ((n == 1 || n == 2) && strcmp(segs[0], "volumes") == 0)
+		return h_volumes(d, req, n == 2 ? segs[1] : NULL);
 	if (n < 1 || strcmp(segs[0], "sandboxes") != 0)
 		goto not_found;
 	if (n == 1) {

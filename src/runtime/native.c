@@ -1610,4 +1610,6 @@ const struct runtime_ops runtime_native = {
     .endpoint = native_endpoint,
     .read_exit = native_read_exit,
     .disk_prepare = native_disk_prepare,
+    .volume_list = volume_list,
+    .volume_delete = volume_delete,
 };

@@ -95,6 +95,17 @@ struct runtime_config {
 
 enum volume_kind { VOLUME_HOST = 1, VOLUME_NAMED = 2 };
 
+#define VOLUME_NAME_MAX 63
+
+/* A named volume as volume_list() reports it. */
+struct volume_info {
+	char name[VOLUME_NAME_MAX + 1];
+	uint64_t size_bytes; /* the file system's size */
+	uint64_t used_bytes; /* what its image takes on the host */
+	unsigned users;      /* sandboxes using it */
+	bool delete_on_end;  /* made with deleteOnSandboxTermination */
+};
+
 struct sandbox_volume {
 	const char *name;       /* the request's name (messages only) */
 	enum volume_kind kind;
@@ -206,6 +217,13 @@ struct runtime_ops {
 	 * fail if such a disk cannot be made at all. Blocking (tens of ms); for start-up. */
 	int (*disk_prepare)(const struct runtime_config *cfg, uint64_t disk_limit_bytes,
 			    struct error *err);
+	/* Optional (may be NULL). The named volumes (*ret malloc'd), and removing one: -ENOENT when
+	 * there is none, -EBUSY while a sandbox uses it. Quick (a flock the creates also take while
+	 * they make a volume: tens of ms at worst); fine on the event loop. */
+	int (*volume_list)(const struct runtime_config *cfg, struct volume_info **ret,
+			   size_t *ret_n, struct error *err);
+	int (*volume_delete)(const struct runtime_config *cfg, const char *name,
+			     struct error *err);
 };
 
 extern const struct runtime_ops runtime_native;

@@ -36,7 +36,6 @@
 
 #define VOLUME_DIR "volumes"
 #define VOLUME_SIZE_DEFAULT (1ULL << 30)
-#define VOLUME_NAME_MAX 63
 
 /* A DNS label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 characters (what OpenSandbox allows). */
 bool volume_name_valid(const char *name);
@@ -65,14 +64,6 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 
 /* Sandbox id is gone: it no longer uses any named volume (see above). Idempotent, best effort. */
 void volume_release(const struct runtime_config *cfg, const char *id);
-
-struct volume_info {
-	char name[VOLUME_NAME_MAX + 1];
-	uint64_t size_bytes;  /* the file system's size */
-	uint64_t used_bytes;  /* what the image takes on the host */
-	unsigned users;       /* live sandboxes using it */
-	bool delete_on_end;
-};
 
 /* Every named volume, by name; *ret is malloc'd. */
 int volume_list(const struct runtime_config *cfg, struct volume_info **ret, size_t *ret_n,

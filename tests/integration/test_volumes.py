@@ -5,9 +5,10 @@ Volumes (the create request's `volumes`, docs/volumes.md): host directories unde
 shared between sandboxes, surviving them, and removed with them when asked.
 """
 import os
+import subprocess
 import tempfile
 
-from harness import CorralTestCase, main, mounts_under, safe_rmtree
+from harness import CorralTestCase, binary, main, mounts_under, safe_rmtree
 
 
 def host_vol(name, path, mount, **kw):
@@ -157,6 +158,36 @@ class Volumes(CorralTestCase):
         self.assertGreater(size_kb, 8 * 1024)
         r = self.create(expect=400, volumes=[pvc_vol("v", "big", "/v", {"storage": "1Gi"})])
         self.assertIn("--volume-size", r["message"])
+
+    def test_list_and_delete(self):
+        sid = self.create(volumes=[pvc_vol("v", "listed", "/v", {"storage": "32Mi"})])["id"]
+        self.run_ok(sid, "dd if=/dev/zero of=/v/f bs=1M count=4 && sync")
+        items = {i["name"]: i for i in self.client.get("/v1/volumes").json()["items"]}
+        self.assertEqual(items["listed"]["sizeBytes"], 32 << 20)
+        self.assertGreaterEqual(items["listed"]["usedBytes"], 4 << 20)
+        self.assertEqual(items["listed"]["sandboxes"], 1)
+        self.assertIs(items["listed"]["deleteOnSandboxTermination"], False)
+        r = self.client.delete("/v1/volumes/listed")
+        self.assertEqual(r.status, 409, r)
+        self.assertEqual(r.json()["code"], "VOLUME::IN_USE")
+        self.assertEqual(self.sh(sid, "wc -c < /v/f"), str(4 << 20), "still there after a refusal")
+        # the CLI
+        env = dict(os.environ, CORRAL_SERVER=self.corrald.base_url)
+        env.pop("CORRAL_API_KEY", None)
+        p = subprocess.run([binary("corral"), "volume", "ls"], capture_output=True, text=True,
+                           env=env, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"listed\s+32Mi\s+\S+\s+1\s+no")
+        self.client.delete_sandbox(sid)
+        self.wait_gone(sid)
+        p = subprocess.run([binary("corral"), "volume", "rm", "listed"], capture_output=True,
+                           text=True, env=env, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertFalse(os.path.exists(self.volumes_dir("listed")))
+        r = self.client.delete("/v1/volumes/listed")
+        self.assertEqual(r.status, 404, r)
+        self.assertEqual(r.json()["code"], "VOLUME::NOT_FOUND")
+        self.assertNotIn("listed", [i["name"] for i in self.client.get("/v1/volumes").json()["items"]])
 
     def test_validation(self):
         cases = [
