@@ -586,14 +586,6 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	if ((r = do_mount("tmpfs", R(c, "/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, c->opt_tmp, err)) <
 	    0)
 		return r;
-	/* Last, over the sandbox's own mounts; still before pivot_root, so each mountPath is
-	 * resolved inside the root explicitly (volume_attach), never through the host's "/". */
-	for (size_t i = 0; i < c->n_vol; i++) {
-		size_t k = c->vol_order[i];
-		if ((r = volume_attach(c->rootfs, c->vol_tree[k], &c->spec->volumes[k],
-				       c->vol_dir[k], c->base, err)) < 0)
-			return r;
-	}
 
 	TRACE(9);
 	if (chdir(c->rootfs) < 0)
@@ -626,6 +618,15 @@ static int child_setup(struct child_ctx *c, struct error *err)
 		for (size_t i = 0; i < ARRAY_SIZE(own); i++)
 			if (lchown(own[i], c->base, c->base) < 0)
 				return error_set_errno(err, errno, "chown '%s'", own[i]);
+	}
+	/* The volumes last, over every mount and mask of the sandbox's own (a mask of the host
+	 * image must not hide one, nor /etc files land in one); each mountPath is resolved in the
+	 * sandbox's root (volume_attach), as everything is from here on. */
+	for (size_t i = 0; i < c->n_vol; i++) {
+		size_t k = c->vol_order[i];
+		if ((r = volume_attach("/", c->vol_tree[k], &c->spec->volumes[k], c->vol_dir[k],
+				       c->base, err)) < 0)
+			return r;
 	}
 	TRACE(11);
 	if (sethostname(c->hostname, strlen(c->hostname)) < 0)

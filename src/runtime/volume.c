@@ -450,6 +450,8 @@ static const char *sandbox_path_of(int fd, const char *root_path, char *buf, siz
 	if (n < 0)
 		return NULL;
 	buf[n] = '\0';
+	if (strcmp(root_path, "/") == 0)
+		return buf[0] == '/' ? buf : NULL;
 	size_t rl = strlen(root_path);
 	if (strncmp(buf, root_path, rl) != 0 || (buf[rl] != '/' && buf[rl] != '\0'))
 		return NULL;

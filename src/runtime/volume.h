@@ -22,7 +22,8 @@
  * submounts), idmapped through the sandbox's user namespace (on-disk id N shows as sandbox id N:
  * files sandbox root writes are owned by on-disk root), read-only when asked, always nosuid and
  * nodev, moved onto mountPath resolved inside the sandbox's root (RESOLVE_IN_ROOT: a symlink in the
- * image cannot aim it at a host path), never onto "/" or into /proc, /sys or /dev.
+ * image cannot aim it at a host path), never onto "/" or into /proc, /sys or /dev. PID 1 does
+ * this after pivot_root and the host image's masks, as its last mount.
  */
 #pragma once
 
@@ -54,10 +55,10 @@ int volume_source_open(const struct runtime_config *cfg, const char *id,
 int volume_tree(int src, const struct sandbox_volume *v, int userns_fd, struct error *err);
 
 /*
- * Move tree onto v->mount_path inside the root whose host path is root_path, resolved there with
- * RESOLVE_IN_ROOT; missing directories (and, for a file, the file) are made, owned by owner.
- * Refuses "/" and anything in /proc, /sys, /dev (RUNTIME_EVOL_MOUNTPATH). In the sandbox's mount
- * namespace, before pivot_root.
+ * Move tree onto v->mount_path inside the root at root_path ("/" once the sandbox's root is the
+ * process's own), resolved there with RESOLVE_IN_ROOT; missing directories (and, for a file, the
+ * file) are made, owned by owner. Refuses "/" and anything in /proc, /sys, /dev
+ * (RUNTIME_EVOL_MOUNTPATH). In the sandbox's mount namespace, as host root.
  */
 int volume_attach(const char *root_path, int tree, const struct sandbox_volume *v, bool is_dir,
 		  uid_t owner, struct error *err);

@@ -159,6 +159,18 @@ class Volumes(CorralTestCase):
         r = self.create(expect=400, volumes=[pvc_vol("v", "big", "/v", {"storage": "1Gi"})])
         self.assertIn("--volume-size", r["message"])
 
+    def test_host_image_masks(self):
+        # The host image's private paths are masked after pivot_root: volumes go on top of the
+        # masks, so /root (a writable tmpfs) can hold one; the read-only masks cannot.
+        data = os.path.join(self.allowed, "data")
+        sid = self.create(volumes=[host_vol("r", data, "/root/agent", readOnly=True),
+                                   pvc_vol("w", "in-work", "/tmp/w")])["id"]
+        self.assertEqual(self.sh(sid, "cat /root/agent/from-host"), "host wrote this")
+        self.run_ok(sid, "echo ok > /tmp/w/f")
+        if os.path.isdir("/home"):  # masked by an empty read-only tmpfs
+            r = self.create(expect=400, volumes=[host_vol("h", data, "/home/someone/data")])
+            self.assertEqual(r["code"], "VOLUME::INVALID_MOUNT_PATH", r)
+
     def test_list_and_delete(self):
         sid = self.create(volumes=[pvc_vol("v", "listed", "/v", {"storage": "32Mi"})])["id"]
         self.run_ok(sid, "dd if=/dev/zero of=/v/f bs=1M count=4 && sync")
