@@ -291,6 +291,16 @@ CORRAL_API int corral_image_pull(corral_client *c, const char *ref, const char *
  * at path ON THE SERVER'S HOST, under its --import-dir, into the store as ref. */
 CORRAL_API int corral_image_import(corral_client *c, const char *path, const char *ref,
 				   double timeout_s, char **ret_json, corral_error *err);
+/* GET /v1/images?ref=: the image's records {"items": [{name, digest, platform, layers: [{digest,
+ * unpackedBytes}], unpackedBytes, sizeBytes, env, workingDir, user, lastUsedAt, inUse}]} (one per
+ * platform pulled) as JSON text; not in the store: CORRAL_E_... from SANDBOX::IMAGE_NOT_FOUND. */
+CORRAL_API int corral_image_inspect_json(corral_client *c, const char *ref, char **ret_json,
+					 corral_error *err);
+/* Named volumes (corral extension /v1/volumes; docs/volumes.md): GET as JSON text
+ * {"items": [{name, sizeBytes, usedBytes, sandboxes, deleteOnSandboxTermination}]}, and DELETE
+ * (refused while a sandbox uses it: CORRAL_E_... from VOLUME::IN_USE). */
+CORRAL_API int corral_volume_list_json(corral_client *c, char **ret_json, corral_error *err);
+CORRAL_API int corral_volume_remove(corral_client *c, const char *name, corral_error *err);
 /* DELETE /v1/images?ref=: forget the image; its unused layers are collected by corrald. */
 CORRAL_API int corral_image_remove(corral_client *c, const char *ref, corral_error *err);
 

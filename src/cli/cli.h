@@ -59,6 +59,7 @@ int cmd_stats(struct cli *cli, int argc, char **argv);
 int cmd_reap(struct cli *cli, int argc, char **argv);
 int cmd_logs(struct cli *cli, int argc, char **argv);
 int cmd_image(struct cli *cli, int argc, char **argv);
+int cmd_volume(struct cli *cli, int argc, char **argv);
 
 /* ---- options (corral.c) ---- */
 

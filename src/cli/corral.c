@@ -16,7 +16,8 @@ static const struct command commands[] = {
 	{"stats", cmd_stats, "show what a sandbox uses (memory, OOM kills, CPU, pids, disk)"},
 	{"logs", cmd_logs, "print the output of a background execution"},
 	{"reap", cmd_reap, "find (and with --reap delete) the sandboxes a run left behind"},
-	{"image", cmd_image, "pull, list or remove registry images in corrald's store"},
+	{"image", cmd_image, "pull, list, inspect, import or remove registry images in corrald's store"},
+	{"volume", cmd_volume, "list or remove named volumes"},
 };
 
 static void usage(FILE *f)

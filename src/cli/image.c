@@ -1,4 +1,4 @@
-/* corral image pull|ls|rm: registry images in corrald's store (docs/images.md). */
+/* corral image pull|ls|rm|import|inspect: registry images in corrald's store (docs/images.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,13 +12,15 @@ static const char image_help[] =
 	"       corral image ls [--json]\n"
 	"       corral image rm REF\n"
 	"       corral image import PATH NAME\n"
+	"       corral image inspect REF\n"
 	"\n"
 	"Registry images in corrald's store. pull fetches REF now (python:3.11,\n"
 	"127.0.0.1:5000/team/task@sha256:...), so later creates from it do not wait; a pull of the\n"
 	"same image already running is shared. ls lists the store's images; rm forgets one, and\n"
 	"corrald removes the layers nothing uses any more (refused while a sandbox uses it). import\n"
 	"loads an OCI image layout (a directory, or a tar such as docker save writes) from PATH on\n"
-	"corrald's host, under its --import-dir, as NAME.\n"
+	"corrald's host, under its --import-dir, as NAME. inspect prints what the store holds of REF\n"
+	"as JSON: its layers and what each takes on disk unpacked, its config, when it was last used.\n"
 	"\n"
 	"Options:\n"
 	"  --username USER        registry user for pull; the password is read from stdin\n"
@@ -106,13 +108,14 @@ int cmd_image(struct cli *cli, int argc, char **argv)
 		return cli_try_help("image");
 	}
 	if (optind >= argc)
-		return cli_usage_error("image", "expected pull, ls, rm or import");
+		return cli_usage_error("image", "expected pull, ls, rm, import or inspect");
 	const char *sub = argv[optind++];
 	bool is_ls = strcmp(sub, "ls") == 0 || strcmp(sub, "list") == 0;
 	bool is_pull = strcmp(sub, "pull") == 0, is_rm = strcmp(sub, "rm") == 0;
-	bool is_import = strcmp(sub, "import") == 0;
-	if (!is_ls && !is_pull && !is_rm && !is_import)
-		return cli_usage_error("image", "unknown subcommand '%s': expected pull, ls, rm or import",
+	bool is_import = strcmp(sub, "import") == 0, is_inspect = strcmp(sub, "inspect") == 0;
+	if (!is_ls && !is_pull && !is_rm && !is_import && !is_inspect)
+		return cli_usage_error("image",
+				       "unknown subcommand '%s': expected pull, ls, rm, import or inspect",
 				       sub);
 	int want = is_ls ? 0 : is_import ? 2 : 1;
 	if (argc - optind != want)
@@ -149,6 +152,18 @@ int cmd_image(struct cli *cli, int argc, char **argv)
 		if (pass) {
 			explicit_bzero(pass, strlen(pass));
 			free(pass);
+		}
+	} else if (is_inspect) {
+		if (corral_image_inspect_json(client, argv[optind], &out, &err) < 0) {
+			ret = cli_report("image inspect", &err);
+		} else {
+			json_t *j = json_loads(out, 0, NULL);
+			json_t *items = json_object_get(j, "items");
+			json_t *show = json_array_size(items) == 1 ? json_array_get(items, 0) : items;
+			char *s = show ? json_dumps(show, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+			printf("%s\n", s ? s : out);
+			free(s);
+			json_decref(j);
 		}
 	} else if (is_import) {
 		if (corral_image_import(client, argv[optind], argv[optind + 1], (double)timeout_s,

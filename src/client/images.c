@@ -1,4 +1,5 @@
-/* Registry images in corrald's store (corral extension /v1/images; docs/images.md). */
+/* Registry images in corrald's store (corral extension /v1/images; docs/images.md), and named
+ * volumes (/v1/volumes; docs/volumes.md). */
 #include <curl/curl.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -120,4 +121,51 @@ CORRAL_API int corral_image_remove(corral_client *c, const char *ref, corral_err
 	snprintf(what, sizeof(what), "remove image %s", ref);
 	return images_call(c, "DELETE", path, NULL, (long)(c->o.request_timeout_s * 1000), 204, NULL,
 			   what, err);
+}
+
+CORRAL_API int corral_image_inspect_json(corral_client *c, const char *ref, char **ret_json,
+					 corral_error *err)
+{
+	if (!ref || !*ref)
+		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "an image reference is required");
+	char *q = curl_easy_escape(NULL, ref, 0);
+	if (!q)
+		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+	char path[2048], what[600];
+	snprintf(path, sizeof(path), "/v1/images?ref=%s", q);
+	curl_free(q);
+	snprintf(what, sizeof(what), "inspect image %s", ref);
+	json_t *j = NULL;
+	int r = images_call(c, "GET", path, NULL, (long)(c->o.request_timeout_s * 1000), 200, &j,
+			    what, err);
+	if (r < 0)
+		return r;
+	*ret_json = dump(j, err);
+	return *ret_json ? 0 : -ENOMEM;
+}
+
+CORRAL_API int corral_volume_list_json(corral_client *c, char **ret_json, corral_error *err)
+{
+	json_t *j = NULL;
+	int r = images_call(c, "GET", "/v1/volumes", NULL, (long)(c->o.request_timeout_s * 1000),
+			    200, &j, "list volumes", err);
+	if (r < 0)
+		return r;
+	*ret_json = dump(j, err);
+	return *ret_json ? 0 : -ENOMEM;
+}
+
+CORRAL_API int corral_volume_remove(corral_client *c, const char *name, corral_error *err)
+{
+	if (!name || !*name)
+		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "a volume name is required");
+	char *q = curl_easy_escape(NULL, name, 0);
+	if (!q)
+		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+	char path[1024], what[300];
+	snprintf(path, sizeof(path), "/v1/volumes/%s", q);
+	curl_free(q);
+	snprintf(what, sizeof(what), "remove volume %.200s", name);
+	return images_call(c, "DELETE", path, NULL, (long)(c->o.request_timeout_s * 1000), 204,
+			   NULL, what, err);
 }

@@ -204,6 +204,13 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 		create_params_clear(&p);
 		return;
 	}
+	/* volumes: host paths against --allow-host-path, sizes against --volume-size. */
+	r = volumes_apply(&p, d->host_paths, d->volume_size_bytes, d->volume_size, &e);
+	if (r < 0) {
+		send_verr(req, &e, "body");
+		create_params_clear(&p);
+		return;
+	}
 	char rootfs[PATH_MAX], msg[1536];
 	bool host = false, registry = false;
 	enum admission_table table;
@@ -261,6 +268,7 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	sb->extensions = TAKE_PTR(p.extensions);
 	sb->platform = TAKE_PTR(p.platform);
 	sb->oom_group = p.oom_group;
+	sb->volumes = TAKE_PTR(p.volumes);
 	registry_add(d, sb);
 	struct create_args args = {p.cpu_limit_millis, p.memory_limit_bytes, p.pids_max,
 				   p.cpu_request_millis, p.memory_request_bytes};
@@ -315,7 +323,7 @@ static void on_pulled_ahead(int rc, const char *msg, void *arg)
 		http_send_error(ir->req, 503, "SANDBOX::SHUTTING_DOWN",
 				"corrald is shutting down: the pull of %s was stopped", ir->name);
 	else
-		http_send_error(ir->req, image_pull_http_status(rc), "SANDBOX::IMAGE_PULL_FAILED",
+		http_send_error(ir->req, image_pull_http_status(rc), image_pull_code(rc),
 				"pull %s: %s", ir->name, msg);
 	free(ir);
 }
@@ -383,7 +391,22 @@ static void h_images(struct corrald *d, struct evhttp_request *req)
 {
 	enum evhttp_cmd_type m = evhttp_request_get_command(req);
 	if (m == EVHTTP_REQ_GET) {
-		http_send_json(req, 200, json_pack("{s:o}", "items", image_list_json(d)));
+		_cleanup_query_ struct http_query *gq = http_query_parse(req);
+		const char *one = gq ? http_query_get(gq, "ref") : NULL;
+		if (!one) {
+			http_send_json(req, 200, json_pack("{s:o}", "items", image_list_json(d)));
+			return;
+		}
+		/* ?ref=: inspect one image (extension of the extension). */
+		json_t *items = NULL;
+		char emsg[1024];
+		int r = image_inspect_json(d, one, &items, emsg, sizeof(emsg));
+		if (r == -ENOENT)
+			http_send_error(req, 404, "SANDBOX::IMAGE_NOT_FOUND", "%s", emsg);
+		else if (r < 0)
+			http_send_error(req, 422, CODE_INVALID_PARAMETER, "%s", r == -ENOMEM ? "out of memory" : emsg);
+		else
+			http_send_json(req, 200, json_pack("{s:o}", "items", items));
 		return;
 	}
 	if (m == EVHTTP_REQ_POST)
@@ -409,6 +432,58 @@ static void h_images(struct corrald *d, struct evhttp_request *req)
 		http_send_error(req, 422, CODE_INVALID_PARAMETER, "%s", msg);
 	else
 		http_send_empty(req, 204);
+}
+
+/* --- /volumes (extension): named volumes (runtime/volume.h) ------------------------------ */
+
+static void h_volumes(struct corrald *d, struct evhttp_request *req, const char *name)
+{
+	enum evhttp_cmd_type m = evhttp_request_get_command(req);
+	struct error err = {0};
+	if (!d->rt->volume_list || !d->rt->volume_delete) {
+		http_send_error(req, 501, "SANDBOX::API_NOT_SUPPORTED",
+				"this runtime keeps no named volumes");
+		return;
+	}
+	if (!name) {
+		if (m != EVHTTP_REQ_GET)
+			return method_not_allowed(req, "GET");
+		struct volume_info *v = NULL;
+		size_t n = 0;
+		if (d->rt->volume_list(&d->rt_cfg, &v, &n, &err) < 0) {
+			log_error("list volumes: %s", err.msg);
+			http_send_error(req, 500, "VOLUME::LIST_FAILED", "list volumes: %s", err.msg);
+			return;
+		}
+		json_t *items = json_array();
+		for (size_t i = 0; items && i < n; i++)
+			json_array_append_new(items,
+					      json_pack("{s:s, s:I, s:I, s:i, s:b}", "name", v[i].name,
+							"sizeBytes", (json_int_t)v[i].size_bytes,
+							"usedBytes", (json_int_t)v[i].used_bytes,
+							"sandboxes", (int)v[i].users,
+							"deleteOnSandboxTermination",
+							v[i].delete_on_end));
+		free(v);
+		http_send_json(req, 200, json_pack("{s:o}", "items", items));
+		return;
+	}
+	if (m != EVHTTP_REQ_DELETE)
+		return method_not_allowed(req, "DELETE");
+	int r = d->rt->volume_delete(&d->rt_cfg, name, &err);
+	if (r == -ENOENT)
+		http_send_error(req, 404, "VOLUME::NOT_FOUND", "no volume '%s'", name);
+	else if (r == -EBUSY)
+		http_send_error(req, 409, "VOLUME::IN_USE", "%s; delete those sandboxes first",
+				err.msg);
+	else if (r < 0) {
+		log_error("delete volume %s: %s", name, err.msg);
+		http_send_error(req, 500, "VOLUME::DELETE_FAILED", "delete volume '%s': %s", name,
+				err.msg);
+	} else {
+		log_info("volume %s deleted", name);
+		http_send_empty(req, 204);
+	}
 }
 
 /* --- GET /sandboxes ----------------------------------------------------------------------- */
@@ -1014,6 +1089,8 @@ static void dispatch(struct evhttp_request *req, void *arg)
 	}
 	if (n == 1 && strcmp(segs[0], "images") == 0)
 		return h_images(d, req);
+	if ((n == 1 || n == 2) && strcmp(segs[0], "volumes") == 0)
+		return h_volumes(d, req, n == 2 ? segs[1] : NULL);
 	if (n < 1 || strcmp(segs[0], "sandboxes") != 0)
 		goto not_found;
 	if (n == 1) {

@@ -63,6 +63,8 @@ struct sandbox {
 	char *auth_user, *auth_pass; /* image.auth, kept in memory only (never in sandbox.json) */
 	const char *pull_policy;     /* static string: "Always", "IfNotPresent", "Never" */
 	json_t *entrypoint, *env, *metadata, *limits, *requests, *extensions, *platform;
+	json_t *volumes; /* the create's normalized volumes (validate.h), or NULL; in memory only:
+			  * the runtime keeps what outlives the create (volume.h) */
 	int64_t timeout_s; /* 0 = none */
 	bool oom_group;
 
@@ -108,6 +110,8 @@ struct corrald {
 	const char *mirrors[9];     /* --registry-mirror, NULL-terminated */
 	size_t n_mirrors;
 	int pull_timeout_s;
+	uint64_t image_unpacked_max; /* --image-unpacked-max: what one image may unpack to */
+	uint64_t image_store_max;    /* --image-store-max: LRU eviction above it; 0 = none */
 	const char *api_key;   /* NULL: no auth (loopback only) */
 	size_t api_key_len;
 	int idle_timeout_s;
@@ -118,6 +122,10 @@ struct corrald {
 	int capacity_wait_s;  /* longest wait in the admission queue */
 	uint64_t default_disk_bytes; /* --default-disk: ephemeral-storage of a sandbox without one */
 	const char *default_disk;    /* as the operator spelled it; NULL when off */
+	char *host_paths[33];        /* --allow-host-path, NULL-terminated (runtime_config's) */
+	size_t n_host_paths;
+	const char *volume_size;     /* --volume-size as spelled */
+	uint64_t volume_size_bytes;
 	bool shutting_down;
 	struct sandbox_list sandboxes; /* newest first */
 	size_t n_sandboxes;
@@ -197,8 +205,15 @@ int image_import_start(struct corrald *d, const char *uri, const char *path, jso
 		       image_pull_done_fn done, void *arg, char *msg, size_t msglen);
 /* The HTTP status of a failed pull (-errno of image_pull()). */
 int image_pull_http_status(int rc);
+/* Its error code: SANDBOX::IMAGE_TOO_LARGE past --image-unpacked-max, else
+ * SANDBOX::IMAGE_PULL_FAILED. */
+const char *image_pull_code(int rc);
 /* GET /v1/images: the images in the store (reads their small records). */
 json_t *image_list_json(const struct corrald *d);
+/* GET /v1/images?ref=: the image's records (one per platform pulled) with their layers, disk
+ * usage, config, last use; -ENOENT when not in the store, -EINVAL for a bad reference. */
+int image_inspect_json(const struct corrald *d, const char *uri, json_t **ret, char *msg,
+		       size_t msglen);
 /* DELETE /v1/images?ref=: forget the image (its records) and start a garbage collection of the
  * layers nothing uses any more. -EBUSY while a live sandbox uses the image. */
 int image_forget(const struct corrald *d, const char *uri, char *msg, size_t msglen);

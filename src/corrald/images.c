@@ -112,6 +112,8 @@ struct pull_job {
 	int64_t start_mono_ms;
 	struct pull_progress *progress; /* shared mapping, or NULL */
 	struct event *progress_ev;
+	uint64_t store_max;              /* --image-store-max, 0 = none */
+	char sandboxes_dir[PATH_MAX];    /* whose layer lists the eviction keeps */
 };
 
 static struct pull_job *jobs;
@@ -150,6 +152,14 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 	res->rc = j->import_path ? image_import(&j->opts, j->import_path, &j->ref, &err)
 				 : image_pull(&j->opts, &j->ref, &err);
 	close(lock);
+	/* Over --image-store-max: the least recently used images go, never this one nor one a
+	 * sandbox uses. The pull itself succeeded whatever happens here (best effort). */
+	if (res->rc == 0 && j->store_max) {
+		unsigned gone = 0;
+		struct error e2 = {0};
+		(void)image_evict(j->opts.store, j->sandboxes_dir, j->store_max, j->ref.name, &gone,
+				  &e2);
+	}
 	if (res->rc < 0) {
 		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-res->rc));
 		hide_store_path(res->msg, j->opts.store);
@@ -271,6 +281,9 @@ static int pull_join(struct corrald *d, const struct image_ref *ref,
 	j->opts.insecure = d->insecure;
 	j->opts.mirrors = d->mirrors;
 	j->opts.timeout_s = d->pull_timeout_s;
+	j->opts.unpacked_max = d->image_unpacked_max;
+	j->store_max = d->image_store_max;
+	snprintf(j->sandboxes_dir, sizeof(j->sandboxes_dir), "%s", d->sandboxes_dir);
 	if ((user && (!(j->user = strdup(user)) || !(j->pass = strdup(pass ? pass : "")))) ||
 	    (import_path && !(j->import_path = strdup(import_path)))) {
 		waiter_free(wt);
@@ -415,6 +428,8 @@ int image_fill_spec(const struct corrald *d, const struct sandbox *sb, struct sa
 			     : "");
 		return r;
 	}
+	/* Used now: the least-recently-used clock of --image-store-max. */
+	image_record_touch(d->image_store, &ref, &pl);
 	/* What this sandbox uses, for the garbage collector (kept until the sandbox is removed). */
 	char lp[PATH_MAX + 32];
 	snprintf(lp, sizeof(lp), "%s/" IMAGE_LAYERS_FILE, sb->dir);
@@ -491,6 +506,77 @@ json_t *image_list_json(const struct corrald *d)
 
 static struct sandbox *image_user(struct corrald *d, const char *name);
 
+int image_inspect_json(const struct corrald *d, const char *uri, json_t **ret, char *msg,
+		       size_t msglen)
+{
+	struct image_ref ref;
+	struct error err = {0};
+	if (image_ref_parse(uri, &ref, &err) < 0) {
+		snprintf(msg, msglen, "ref: %s", err.msg);
+		return -EINVAL;
+	}
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s/refs", d->image_store);
+	json_t *items = json_array();
+	DIR *dd = opendir(dir);
+	struct dirent *de;
+	while (items && dd && (de = readdir(dd))) {
+		char p[PATH_MAX + 300];
+		struct stat st;
+		snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+		json_t *j = de->d_name[0] != '.' ? json_load_file(p, 0, NULL) : NULL;
+		const char *name = json_string_value(json_object_get(j, "name"));
+		if (!name || strcmp(name, ref.name) != 0 || stat(p, &st) < 0) {
+			json_decref(j);
+			continue;
+		}
+		/* The record as stored, less nothing secret (it holds none), plus disk usage. */
+		json_t *o = json_pack("{s:s, s:O}", "name", name, "digest",
+				      json_object_get(j, "manifest"));
+		json_t *layers = json_array(), *x;
+		uint64_t total = 0;
+		size_t i;
+		json_array_foreach(json_object_get(j, "layers"), i, x) {
+			const char *h = json_string_value(x);
+			uint64_t u = h ? image_layer_usage(d->image_store, h) : 0;
+			total += u;
+			char digest[80];
+			snprintf(digest, sizeof(digest), "sha256:%s", h ? h : "");
+			json_array_append_new(layers, json_pack("{s:s, s:I}", "digest", digest,
+								"unpackedBytes", (json_int_t)u));
+		}
+		json_object_set_new(o, "layers", layers);
+		json_object_set_new(o, "unpackedBytes", json_integer((json_int_t)total));
+		static const char *const keys[][2] = {{"size", "sizeBytes"},
+						      {"platform", "platform"},
+						      {"env", "env"},
+						      {"workdir", "workingDir"},
+						      {"user", "user"}};
+		for (size_t k = 0; k < ARRAY_SIZE(keys); k++)
+			if ((x = json_object_get(j, keys[k][0])))
+				json_object_set(o, keys[k][1], x);
+		char when[RFC3339_MAX];
+		time_format_rfc3339((int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000,
+				    when);
+		json_object_set_new(o, "lastUsedAt", json_string(when));
+		struct sandbox *user = image_user((struct corrald *)d, name);
+		json_object_set_new(o, "inUse", json_boolean(user != NULL));
+		json_array_append_new(items, o);
+		json_decref(j);
+	}
+	if (dd)
+		closedir(dd);
+	if (!items)
+		return -ENOMEM;
+	if (json_array_size(items) == 0) {
+		json_decref(items);
+		snprintf(msg, msglen, "image %s is not in the store", ref.name);
+		return -ENOENT;
+	}
+	*ret = items;
+	return 0;
+}
+
 int image_forget(const struct corrald *d, const char *uri, char *msg, size_t msglen)
 {
 	struct image_ref ref;
@@ -545,9 +631,16 @@ int image_pull_http_status(int rc)
 		return 504;
 	case -ENOSPC:
 		return 507;
+	case -EFBIG:
+		return 422;
 	default:
 		return 502;
 	}
+}
+
+const char *image_pull_code(int rc)
+{
+	return rc == -EFBIG ? "SANDBOX::IMAGE_TOO_LARGE" : "SANDBOX::IMAGE_PULL_FAILED";
 }
 
 /* ---- garbage collection ----------------------------------------------------------------- */

@@ -30,6 +30,7 @@
 struct create_ctx {
 	struct sandbox *sb; /* reference */
 	struct sandbox_spec spec;
+	struct sandbox_volume volumes[RUNTIME_VOLUMES_MAX]; /* strings: sb->volumes' */
 	char **argv;
 	char **envp;
 	struct worker w;
@@ -258,6 +259,19 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 			    sb->id, res->msg);
 		return;
 	}
+	if (res->rc == -RUNTIME_EVOL_DENIED || res->rc == -RUNTIME_EVOL_NOTFOUND ||
+	    res->rc == -RUNTIME_EVOL_NOCLAIM || res->rc == -RUNTIME_EVOL_MOUNTPATH ||
+	    res->rc == -RUNTIME_EVOL_SUBPATH) {
+		/* What the request's volumes ask for cannot be had: the client's to change. */
+		create_fail(c, 400,
+			    res->rc == -RUNTIME_EVOL_DENIED     ? "VOLUME::HOST_PATH_NOT_ALLOWED"
+			    : res->rc == -RUNTIME_EVOL_NOTFOUND ? "VOLUME::HOST_PATH_NOT_FOUND"
+			    : res->rc == -RUNTIME_EVOL_NOCLAIM  ? "VOLUME::PVC_NOT_FOUND"
+			    : res->rc == -RUNTIME_EVOL_SUBPATH  ? "VOLUME::INVALID_SUB_PATH"
+								: "VOLUME::INVALID_MOUNT_PATH",
+			    "volumes: %s", res->msg);
+		return;
+	}
 	if (res->rc == -ENOMEDIUM) {
 		create_fail(c, 422, "SANDBOX::IMAGE_PULL_FAILED", "image %s: %s", sb->rootfs,
 			    res->msg);
@@ -311,6 +325,38 @@ static char **envp_from_json_object(json_t *o)
 	return v;
 }
 
+/* The create's volumes (validated and normalized: validate.h) as the runtime takes them. */
+static void spec_volumes(struct create_ctx *c, json_t *vs)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(vs, i, v) {
+		if (i >= RUNTIME_VOLUMES_MAX)
+			break;
+		struct sandbox_volume *o = &c->volumes[i];
+		json_t *host = json_object_get(v, "host"), *pvc = json_object_get(v, "pvc");
+		o->name = json_string_value(json_object_get(v, "name"));
+		o->mount_path = json_string_value(json_object_get(v, "mountPath"));
+		o->read_only = json_is_true(json_object_get(v, "readOnly"));
+		o->sub_path = json_string_value(json_object_get(v, "subPath"));
+		if (host) {
+			o->kind = VOLUME_HOST;
+			o->source = json_string_value(json_object_get(host, "path"));
+		} else {
+			o->kind = VOLUME_NAMED;
+			o->source = json_string_value(json_object_get(pvc, "claimName"));
+			o->create = json_is_true(json_object_get(pvc, "createIfNotExists"));
+			o->delete_on_end =
+			    json_is_true(json_object_get(pvc, "deleteOnSandboxTermination"));
+			const char *st = json_string_value(json_object_get(pvc, "storage"));
+			if (st)
+				(void)quantity_parse_bytes(st, &o->size_bytes); /* validated */
+		}
+		c->spec.n_volumes = i + 1;
+	}
+	c->spec.volumes = c->spec.n_volumes ? c->volumes : NULL;
+}
+
 /* The runtime's part: a worker, under the create deadline (which starts after any pull). */
 static int create_start(struct create_ctx *c)
 {
@@ -336,7 +382,7 @@ static void on_image_pulled(int rc, const char *msg, void *arg)
 		return;
 	}
 	if (rc < 0) {
-		create_fail(c, image_pull_http_status(rc), "SANDBOX::IMAGE_PULL_FAILED", "pull %s: %s",
+		create_fail(c, image_pull_http_status(rc), image_pull_code(rc), "pull %s: %s",
 			    sb->rootfs, msg);
 		return;
 	}
@@ -386,6 +432,7 @@ int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit,
 	const char *disk = json_string_value(json_object_get(sb->limits, "ephemeral-storage"));
 	if (disk)
 		(void)quantity_parse_bytes(disk, &c->spec.disk_limit_bytes); /* validated */
+	spec_volumes(c, sb->volumes);
 
 	c->w.fn = create_in_worker;
 	c->w.done = on_create_worker_done;

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -41,6 +42,7 @@
 #define DEFAULT_PULL_TIMEOUT 600
 #define SHUTDOWN_WAIT_S 10
 #define DEFAULT_DISK "10Gi"
+#define DEFAULT_VOLUME_SIZE "1Gi"
 
 static void usage(FILE *f)
 {
@@ -69,6 +71,13 @@ static void usage(FILE *f)
 		"  --registry-mirror HOST[:PORT]\n"
 		"                         try this mirror of docker.io first (repeatable, in order)\n"
 		"  --pull-timeout SECS    longest image pull of a create (default %d)\n"
+		"  --image-unpacked-max SIZE\n"
+		"                         the most one pulled or imported image may unpack to in the\n"
+		"                         store (file data; and at most 4000000 entries); past it the\n"
+		"                         pull fails with SANDBOX::IMAGE_TOO_LARGE (default 32Gi)\n"
+		"  --image-store-max SIZE after a pull that leaves the store's layers above SIZE, forget\n"
+		"                         the least recently used images no sandbox uses and remove\n"
+		"                         their layers until under it (default none)\n"
 		"  --import-dir DIR       POST /v1/images may import OCI image layouts (directories or\n"
 		"                         tars, e.g. docker save) from under DIR\n"
 		"  --execd PATH           the static corral-execd binary (default: corral-execd next to corrald)\n"
@@ -104,6 +113,11 @@ static void usage(FILE *f)
 		"  --default-disk SIZE    resourceLimits.ephemeral-storage of every sandbox created without\n"
 		"                         one: its writable layer gets a file system of SIZE, so it cannot\n"
 		"                         fill the state dir's (default " DEFAULT_DISK "; \"none\": no limit)\n"
+		"  --allow-host-path DIR  host volumes (volumes[].host.path) may mount DIR or what is below\n"
+		"                         it (repeatable; none: host volumes are refused). Nothing below\n"
+		"                         DIR is followed when it is a symlink (docs/volumes.md)\n"
+		"  --volume-size SIZE     size of a named volume (volumes[].pvc) made without pvc.storage,\n"
+		"                         and the most pvc.storage may ask for (default " DEFAULT_VOLUME_SIZE ")\n"
 		"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 		"  -h, --help             show this help\n"
 		"\n"
@@ -261,12 +275,51 @@ static int check_default_disk(struct corrald *d)
 	return 0;
 }
 
+/* --allow-host-path DIR: an existing directory, kept as spelled (the operator's path is trusted)
+ * less repeated and trailing '/'; a request's host path must start with it. */
+static int allow_host_path(struct corrald *d, const char *arg)
+{
+	struct stat st;
+	if (d->n_host_paths + 1 >= ARRAY_SIZE(d->host_paths)) {
+		fprintf(stderr, "corrald: at most %zu --allow-host-path\n",
+			ARRAY_SIZE(d->host_paths) - 1);
+		return -1;
+	}
+	if (arg[0] != '/' || strstr(arg, "/../") || strstr(arg, "/./") ||
+	    (strlen(arg) >= 3 && strcmp(arg + strlen(arg) - 3, "/..") == 0)) {
+		fprintf(stderr, "corrald: --allow-host-path '%s': give an absolute path without '.' or '..'\n",
+			arg);
+		return -1;
+	}
+	if (stat(arg, &st) < 0) {
+		fprintf(stderr, "corrald: --allow-host-path '%s': %s\n", arg, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "corrald: --allow-host-path '%s': not a directory\n", arg);
+		return -1;
+	}
+	char *p = malloc(strlen(arg) + 1);
+	if (!p)
+		return -1;
+	size_t o = 0;
+	for (const char *c = arg; *c; c++)
+		if (!(*c == '/' && o && p[o - 1] == '/'))
+			p[o++] = *c;
+	while (o > 1 && p[o - 1] == '/')
+		o--;
+	p[o] = '\0';
+	d->host_paths[d->n_host_paths++] = p;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
 	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS,
 	       OPT_NOFILE, OPT_DEFAULT_DISK, OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT, OPT_MIRROR,
-	       OPT_IMPORT_DIR, OPT_HEADER_TIMEOUT, OPT_MAX_CONNECTIONS };
+	       OPT_IMPORT_DIR, OPT_HEADER_TIMEOUT, OPT_MAX_CONNECTIONS, OPT_ALLOW_HOST_PATH,
+	       OPT_VOLUME_SIZE, OPT_IMAGE_UNPACKED_MAX, OPT_IMAGE_STORE_MAX };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -289,6 +342,10 @@ int main(int argc, char **argv)
 		{"import-dir", required_argument, NULL, OPT_IMPORT_DIR},
 		{"header-timeout", required_argument, NULL, OPT_HEADER_TIMEOUT},
 		{"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
+		{"allow-host-path", required_argument, NULL, OPT_ALLOW_HOST_PATH},
+		{"volume-size", required_argument, NULL, OPT_VOLUME_SIZE},
+		{"image-unpacked-max", required_argument, NULL, OPT_IMAGE_UNPACKED_MAX},
+		{"image-store-max", required_argument, NULL, OPT_IMAGE_STORE_MAX},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -301,6 +358,7 @@ int main(int argc, char **argv)
 	d->create_timeout_s = DEFAULT_CREATE_TIMEOUT;
 	d->capacity_wait_s = DEFAULT_CAPACITY_WAIT;
 	d->default_disk = DEFAULT_DISK;
+	d->volume_size = DEFAULT_VOLUME_SIZE;
 	d->pull_timeout_s = DEFAULT_PULL_TIMEOUT;
 	d->api_key = getenv("CORRAL_API_KEY");
 	TAILQ_INIT(&d->sandboxes);
@@ -419,6 +477,28 @@ int main(int argc, char **argv)
 			break;
 		}
 		case OPT_DEFAULT_DISK: d->default_disk = optarg; break;
+		case OPT_ALLOW_HOST_PATH:
+			if (allow_host_path(d, optarg) < 0)
+				return 2;
+			break;
+		case OPT_VOLUME_SIZE: d->volume_size = optarg; break;
+		case OPT_IMAGE_STORE_MAX:
+			if (strcmp(optarg, "none") != 0 &&
+			    (quantity_parse_bytes(optarg, &d->image_store_max) < 0 ||
+			     d->image_store_max < (1ULL << 20))) {
+				fprintf(stderr, "corrald: --image-store-max: '%s' is not a size of at least 1Mi (e.g. 200Gi), or none\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case OPT_IMAGE_UNPACKED_MAX:
+			if (quantity_parse_bytes(optarg, &d->image_unpacked_max) < 0 ||
+			    d->image_unpacked_max < (1ULL << 20)) {
+				fprintf(stderr, "corrald: --image-unpacked-max: '%s' is not a size of at least 1Mi (e.g. 32Gi)\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -436,6 +516,14 @@ int main(int argc, char **argv)
 			d->default_disk);
 		return 2;
 	}
+	if (quantity_parse_bytes(d->volume_size, &d->volume_size_bytes) < 0 ||
+	    d->volume_size_bytes < (8ULL << 20)) {
+		fprintf(stderr, "corrald: --volume-size: '%s' is not a size of at least 8Mi (e.g. 1Gi)\n",
+			d->volume_size);
+		return 2;
+	}
+	d->rt_cfg.volume_size = d->volume_size_bytes;
+	d->rt_cfg.host_paths = d->host_paths;
 	if (d->api_key && !*d->api_key)
 		d->api_key = NULL;
 	d->api_key_len = d->api_key ? strlen(d->api_key) : 0;

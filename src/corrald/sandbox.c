@@ -95,6 +95,7 @@ static void sandbox_free(struct sandbox *sb)
 	json_decref(sb->requests);
 	json_decref(sb->extensions);
 	json_decref(sb->platform);
+	json_decref(sb->volumes);
 	free(sb);
 }
 

@@ -222,7 +222,242 @@ void create_params_clear(struct create_params *p)
 	json_decref(p->requests);
 	json_decref(p->extensions);
 	json_decref(p->platform);
+	json_decref(p->volumes);
 	memset(p, 0, sizeof(*p));
+}
+
+/*
+ * path normalized into out: repeated '/' collapsed, a trailing '/' dropped. absolute: it must
+ * start with '/' (else must not). Returns false for "." or ".." components, or a bad start.
+ */
+static bool path_normalize(const char *in, bool absolute, char *out, size_t len)
+{
+	if (!in || !*in || (in[0] == '/') != absolute || strlen(in) >= len)
+		return false;
+	size_t o = 0;
+	for (const char *c = in; *c;) {
+		while (*c == '/')
+			c++;
+		const char *end = strchrnul(c, '/');
+		size_t n = (size_t)(end - c);
+		if (n == 0)
+			break;
+		if ((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+			return false;
+		if (o || absolute)
+			out[o++] = '/';
+		memcpy(out + o, c, n);
+		o += n;
+		c = end;
+	}
+	if (o == 0 && absolute)
+		out[o++] = '/';
+	out[o] = '\0';
+	return o > 0;
+}
+
+static bool path_under(const char *p, const char *dir)
+{
+	size_t n = strlen(dir);
+	return strncmp(p, dir, n) == 0 && (p[n] == '\0' || p[n] == '/');
+}
+
+static bool dns_label(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+	return n > 0 && n <= 63 && s[0] != '-' && s[n - 1] != '-' &&
+	       strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-") == n;
+}
+
+/* An optional boolean member; absent or null gives def. */
+static int opt_bool(json_t *o, const char *key, bool def, bool *ret)
+{
+	json_t *v = json_object_get(o, key);
+	if (!v || json_is_null(v)) {
+		*ret = def;
+		return 0;
+	}
+	if (!json_is_boolean(v))
+		return -1;
+	*ret = json_is_true(v);
+	return 0;
+}
+
+/* volumes: the shape of each entry (OpenSandbox's Volume), normalized into p->volumes; where a
+ * host path may come from is checked by volumes_apply(), which knows the server's allowlist. */
+static int volumes_parse(json_t *vs, struct create_params *p, struct verr *e)
+{
+	if (!vs || json_is_null(vs))
+		return 0;
+	if (!json_is_array(vs))
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("volumes"),
+				"volumes must be an array of {name, mountPath, readOnly?, subPath?, host: {path} | pvc: {claimName, ...}}");
+	if (json_array_size(vs) > VOLUMES_MAX)
+		return verr_set(e, 400, CODE_INVALID_PARAMETER, LOC("volumes"),
+				"volumes has %zu entries: at most %d", json_array_size(vs), VOLUMES_MAX);
+	p->volumes = json_array();
+	if (!p->volumes)
+		return -ENOMEM;
+	size_t i;
+	json_t *v;
+	char buf[4096];
+	json_array_foreach(vs, i, v) {
+		char idx[24];
+		snprintf(idx, sizeof(idx), "%zu", i);
+		if (!json_is_object(v))
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("volumes", idx),
+					"volumes[%zu] must be an object", i);
+		const char *name = json_string_value(json_object_get(v, "name"));
+		if (!dns_label(name))
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("volumes", idx, "name"),
+					"volumes[%zu].name must be a DNS label: 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit",
+					i);
+		json_t *o = json_object();
+		if (!o || json_array_append_new(p->volumes, o) < 0)
+			return -ENOMEM;
+		json_object_set_new(o, "name", json_string(name));
+		const char *mp = json_string_value(field_get(v, "mountPath", "mount_path"));
+		if (!mp)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("volumes", idx, "mountPath"),
+					"volumes[%zu].mountPath is required: an absolute path in the sandbox", i);
+		if (!path_normalize(mp, true, buf, sizeof(buf)))
+			return verr_set(e, 400, "VOLUME::INVALID_MOUNT_PATH",
+					LOC("volumes", idx, "mountPath"),
+					"volumes[%zu].mountPath '%.200s' must be an absolute path without '.' or '..' components",
+					i, mp);
+		if (strcmp(buf, "/") == 0 || path_under(buf, "/proc") || path_under(buf, "/sys") ||
+		    path_under(buf, "/dev"))
+			return verr_set(e, 400, "VOLUME::INVALID_MOUNT_PATH",
+					LOC("volumes", idx, "mountPath"),
+					"volumes[%zu].mountPath '%.200s': a volume may not cover '/' or anything in /proc, /sys or /dev",
+					i, mp);
+		json_object_set_new(o, "mountPath", json_string(buf));
+		json_t *rov = field_get(v, "readOnly", "read_only");
+		if (rov && !json_is_null(rov) && !json_is_boolean(rov))
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("volumes", idx, "readOnly"),
+					"volumes[%zu].readOnly must be a boolean", i);
+		json_object_set_new(o, "readOnly", json_boolean(json_is_true(rov)));
+		json_t *sp = field_get(v, "subPath", "sub_path");
+		if (sp && !json_is_null(sp)) {
+			const char *s = json_string_value(sp);
+			if (!s)
+				return verr_set(e, 422, CODE_INVALID_PARAMETER,
+						LOC("volumes", idx, "subPath"),
+						"volumes[%zu].subPath must be a string", i);
+			if (*s && !path_normalize(s, false, buf, sizeof(buf)))
+				return verr_set(e, 400, "VOLUME::INVALID_SUB_PATH",
+						LOC("volumes", idx, "subPath"),
+						"volumes[%zu].subPath '%.200s' must be a relative path without '.' or '..' components",
+						i, s);
+			if (*s)
+				json_object_set_new(o, "subPath", json_string(buf));
+		}
+		json_t *host = json_object_get(v, "host"), *pvc = json_object_get(v, "pvc");
+		json_t *oss = json_object_get(v, "ossfs");
+		int backends = (host && !json_is_null(host)) + (pvc && !json_is_null(pvc)) +
+			       (oss && !json_is_null(oss));
+		if (backends != 1)
+			return verr_set(e, 400, "VOLUME::INVALID_BACKEND", LOC("volumes", idx),
+					"volumes[%zu] must have exactly one backend: host or pvc (it has %d)",
+					i, backends);
+		if (oss && !json_is_null(oss))
+			return verr_set(e, 400, "VOLUME::INVALID_BACKEND", LOC("volumes", idx, "ossfs"),
+					"volumes[%zu].ossfs is not supported by this server (native runtime): use host or pvc",
+					i);
+		if (host && !json_is_null(host)) {
+			const char *hp = json_string_value(json_object_get(host, "path"));
+			if (!json_is_object(host) || !hp)
+				return verr_set(e, 422, CODE_INVALID_PARAMETER,
+						LOC("volumes", idx, "host"),
+						"volumes[%zu].host must be an object {\"path\": \"<absolute host path>\"}",
+						i);
+			if (!path_normalize(hp, true, buf, sizeof(buf)))
+				return verr_set(e, 400, "VOLUME::INVALID_HOST_PATH",
+						LOC("volumes", idx, "host"),
+						"volumes[%zu].host.path '%.200s' must be an absolute path without '.' or '..' components",
+						i, hp);
+			json_object_set_new(o, "host", json_pack("{s:s}", "path", buf));
+			continue;
+		}
+		const char *claim = json_string_value(field_get(pvc, "claimName", "claim_name"));
+		if (!json_is_object(pvc) || !dns_label(claim))
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("volumes", idx, "pvc"),
+					"volumes[%zu].pvc.claimName must be a DNS label: 1 to 63 characters of [a-z0-9-], starting and ending with a letter or digit",
+					i);
+		bool create = true, del = false;
+		if (opt_bool(pvc, "createIfNotExists", true, &create) < 0 ||
+		    opt_bool(pvc, "deleteOnSandboxTermination", false, &del) < 0)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("volumes", idx, "pvc"),
+					"volumes[%zu].pvc: createIfNotExists and deleteOnSandboxTermination must be booleans",
+					i);
+		json_t *no = json_pack("{s:s, s:b, s:b}", "claimName", claim, "createIfNotExists",
+				       create, "deleteOnSandboxTermination", del);
+		json_t *st = json_object_get(pvc, "storage");
+		if (st && !json_is_null(st)) {
+			uint64_t bytes = 0;
+			if (quantity_parse_bytes(json_string_value(st), &bytes) < 0 ||
+			    bytes < (8ULL << 20)) {
+				json_decref(no);
+				return verr_set(e, 422, CODE_INVALID_PARAMETER,
+						LOC("volumes", idx, "pvc"),
+						"volumes[%zu].pvc.storage: '%.100s' is not a valid size of at least 8Mi (e.g. '1Gi')",
+						i, json_string_value(st) ? json_string_value(st) : "");
+			}
+			json_object_set(no, "storage", st);
+		}
+		json_object_set_new(o, "pvc", no);
+	}
+	/* Two volumes on one mountPath: the second would hide the first. */
+	for (size_t a = 0; a < json_array_size(p->volumes); a++)
+		for (size_t b = 0; b < a; b++) {
+			json_t *va = json_array_get(p->volumes, a), *vb = json_array_get(p->volumes, b);
+			const char *na = json_string_value(json_object_get(va, "name"));
+			const char *ma = json_string_value(json_object_get(va, "mountPath"));
+			char idx[24];
+			snprintf(idx, sizeof(idx), "%zu", a);
+			if (strcmp(na, json_string_value(json_object_get(vb, "name"))) == 0)
+				return verr_set(e, 400, CODE_INVALID_PARAMETER, LOC("volumes", idx, "name"),
+						"volumes[%zu].name '%s' is used twice", a, na);
+			if (strcmp(ma, json_string_value(json_object_get(vb, "mountPath"))) == 0)
+				return verr_set(e, 400, "VOLUME::INVALID_MOUNT_PATH",
+						LOC("volumes", idx, "mountPath"),
+						"volumes[%zu].mountPath '%s' is used twice", a, ma);
+		}
+	return 0;
+}
+
+int volumes_apply(struct create_params *p, char *const *host_paths, uint64_t size_max,
+		  const char *size_max_str, struct verr *e)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(p->volumes, i, v) {
+		char idx[24];
+		snprintf(idx, sizeof(idx), "%zu", i);
+		const char *hp = json_string_value(json_object_get(json_object_get(v, "host"), "path"));
+		if (hp) {
+			bool ok = false;
+			for (char *const *a = host_paths; a && *a && !ok; a++)
+				ok = strcmp(*a, "/") == 0 || path_under(hp, *a);
+			if (!host_paths || !host_paths[0])
+				return verr_set(e, 400, "VOLUME::HOST_PATH_NOT_ALLOWED",
+						LOC("volumes", idx, "host"),
+						"volumes[%zu].host.path '%.200s': host volumes are off on this server (the operator allows host directories with corrald --allow-host-path DIR)",
+						i, hp);
+			if (!ok)
+				return verr_set(e, 400, "VOLUME::HOST_PATH_NOT_ALLOWED",
+						LOC("volumes", idx, "host"),
+						"volumes[%zu].host.path '%.200s' is not under a directory this server allows (corrald --allow-host-path)",
+						i, hp);
+		}
+		const char *st = json_string_value(json_object_get(json_object_get(v, "pvc"), "storage"));
+		uint64_t bytes = 0;
+		if (st && quantity_parse_bytes(st, &bytes) == 0 && size_max && bytes > size_max)
+			return verr_set(e, 400, CODE_INVALID_PARAMETER, LOC("volumes", idx, "pvc"),
+					"volumes[%zu].pvc.storage '%s' is more than a named volume may have on this server (corrald --volume-size %s)",
+					i, st, size_max_str ? size_max_str : "");
+	}
+	return 0;
 }
 
 static int create_params_parse_into(json_t *body, struct create_params *p, struct verr *e)
@@ -236,7 +471,6 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	static const char *const unsupported[][2] = {
 		{"snapshotId", "snapshot_id"},
 		{"networkPolicy", "network_policy"},
-		{"volumes", NULL},
 		{"credentialProxy", "credential_proxy"},
 	};
 	for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
@@ -475,7 +709,7 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 					os ? os : "linux", arch ? arch : host_arch, host_arch);
 		p->platform = json_incref(pl);
 	}
-	return 0;
+	return volumes_parse(json_object_get(body, "volumes"), p, e);
 }
 
 const char *const cpu_cap_env_vars[CPU_CAP_ENV_N] = {

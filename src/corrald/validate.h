@@ -49,6 +49,7 @@ struct create_params {
 	uint64_t cpu_limit_millis, memory_limit_bytes, pids_max;
 	uint64_t cpu_request_millis, memory_request_bytes;
 	bool oom_group;
+	json_t *volumes;       /* normalized array (see volumes_apply), or NULL: none */
 };
 
 /*
@@ -86,6 +87,17 @@ void create_params_clear(struct create_params *p);
  */
 int disk_limit_apply(struct create_params *p, uint64_t default_bytes, const char *default_str,
 		     uint64_t avail_bytes, struct verr *e);
+
+/*
+ * volumes (parsed by create_params_parse into p->volumes: [{name, mountPath (normalized),
+ * readOnly, subPath?, host: {path} | pvc: {claimName, createIfNotExists, deleteOnSandboxTermination,
+ * storage?}}]) against the server's settings: a host path must be under one of host_paths
+ * (NULL-terminated, absolute; none = host volumes refused, 400 VOLUME::HOST_PATH_NOT_ALLOWED
+ * naming --allow-host-path), a pvc.storage at most size_max (spelled size_max_str).
+ */
+#define VOLUMES_MAX 32
+int volumes_apply(struct create_params *p, char *const *host_paths, uint64_t size_max,
+		  const char *size_max_str, struct verr *e);
 
 /*
  * RFC 7396 merge patch of a flat string map: a string sets, null deletes, absent keys stay, {}

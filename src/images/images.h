@@ -72,6 +72,20 @@ struct image_pull_opts {
 	 * the store, and the config), updated as the pull goes; may live in memory shared with the
 	 * process that watches the pull. */
 	volatile uint64_t *progress_done, *progress_total;
+	/* The most the image's new layers may unpack to, in file bytes and in entries (files,
+	 * directories, links...); 0 = IMAGE_UNPACKED_MAX_DEFAULT, IMAGE_ENTRIES_MAX_DEFAULT. A pull
+	 * past either fails with -EFBIG, and the layer being unpacked is dropped whole. */
+	uint64_t unpacked_max, entries_max;
+};
+
+#define IMAGE_UNPACKED_MAX_DEFAULT (32ULL << 30)
+#define IMAGE_ENTRIES_MAX_DEFAULT 4000000ULL
+
+/* What one pull may still write: counters shared by the processes unpacking its layers. */
+struct image_budget {
+	uint64_t max_bytes, max_entries;
+	uint64_t *bytes, *entries; /* counted so far (in memory every unpacking process shares) */
+	const char *limit_name;    /* how the operator sets max_bytes, for the message */
 };
 
 /*
@@ -80,7 +94,8 @@ struct image_pull_opts {
  * then the ref's record written. Failures name the cause and carry the registry's message:
  *   -EACCES unauthorized, -ENOENT not found, -ENOEXEC no matching platform, -EBADMSG digest or
  *   size mismatch, -EHOSTUNREACH registry unreachable, -ETIMEDOUT timeout, -ENOSPC disk full,
- *   -EPROTO a reply that is not a valid manifest/config/layer (an escaping layer is one).
+ *   -EPROTO a reply that is not a valid manifest/config/layer (an escaping layer is one),
+ *   -EFBIG the image unpacks to more than o->unpacked_max or o->entries_max.
  */
 int image_pull(const struct image_pull_opts *o, const struct image_ref *ref, struct error *err);
 
@@ -127,11 +142,33 @@ int image_store_lock(const char *store, bool exclusive);
 int image_gc(const char *store, const char *sandboxes_dir, unsigned *ret_removed,
 	     struct error *err);
 
+/* What layer hex takes on disk (measured once when unpacked, kept in <store>/sizes/<hex>), and
+ * what all layers of the store take. */
+uint64_t image_layer_usage(const char *store, const char *hex);
+int image_store_usage(const char *store, uint64_t *ret);
+
+/* The record of ref was used now (a create): its mtime is the least-recently-used clock. */
+void image_record_touch(const char *store, const struct image_ref *ref,
+			const struct image_platform *p);
+
+/*
+ * --image-store-max: while the store's layers take more than max bytes, forget the least recently
+ * used image (oldest record mtime) that is not named keep and that no sandbox uses (its layer
+ * list is no sandbox's IMAGE_LAYERS_FILE under sandboxes_dir), then collect the layers nothing
+ * references any more (a layer a sandbox uses stays, whatever image it came with).
+ * Stops when under max or when nothing else may go. *ret_images: images forgotten.
+ */
+int image_evict(const char *store, const char *sandboxes_dir, uint64_t max, const char *keep,
+		unsigned *ret_images, struct error *err);
+
 /* Create the store's directories (root-only), empty tmp/ of a previous run's leftovers, and drop
  * image records whose layers are not all in the store (the image is pulled again when needed). */
 int image_store_init(const char *store, struct error *err);
 
 /* layer.c: unpack the tar blob (plain, gzip or zstd) at blob into the existing empty directory
  * dir, turning OCI whiteouts into overlayfs ones. Any entry that would land outside dir (absolute
- * path, "..", a path or hard link through a symlink) fails with -EPROTO: the layer is invalid. */
-int image_layer_unpack(const char *blob, const char *dir, struct error *err);
+ * path, "..", a path or hard link through a symlink) fails with -EPROTO: the layer is invalid.
+ * Every entry and every byte of file data written is counted against budget (NULL: none) as it
+ * is written; past its limits the unpack stops with -EFBIG (the caller removes dir). */
+int image_layer_unpack(const char *blob, const char *dir, const struct image_budget *budget,
+		       struct error *err);

@@ -187,7 +187,38 @@ static int archive_fail(struct archive *a, const char *what, const char *rel, st
 	return error_set(err, EPROTO, "%s '%s': %s", what, rel, m ? m : "failed");
 }
 
-static int unpack_entries(struct archive *a, struct archive *w, int dfd, struct error *err)
+/* "32.0 GiB", "64.0 MiB" */
+static void human(uint64_t b, char *buf, size_t len)
+{
+	if (b >= (1ULL << 30))
+		snprintf(buf, len, "%.1f GiB", (double)b / (double)(1ULL << 30));
+	else
+		snprintf(buf, len, "%.1f MiB", (double)b / (double)(1ULL << 20));
+}
+
+/* Count bytes and entries (one of them 0) of the pull; -EFBIG past a limit. */
+static int budget_take(const struct image_budget *b, uint64_t bytes, uint64_t entries,
+		       const char *rel, struct error *err)
+{
+	if (!b)
+		return 0;
+	uint64_t nb = __atomic_add_fetch(b->bytes, bytes, __ATOMIC_RELAXED);
+	uint64_t ne = __atomic_add_fetch(b->entries, entries, __ATOMIC_RELAXED);
+	char lim[32];
+	human(b->max_bytes, lim, sizeof(lim));
+	if (b->max_bytes && nb > b->max_bytes)
+		return error_set(err, EFBIG,
+				 "the image unpacks to more than %s, the limit of %s: stopped at '%s'",
+				 lim, b->limit_name ? b->limit_name : "an image", rel);
+	if (b->max_entries && ne > b->max_entries)
+		return error_set(err, EFBIG,
+				 "the image has more than %llu files and directories, the limit of an image: stopped at '%s'",
+				 (unsigned long long)b->max_entries, rel);
+	return 0;
+}
+
+static int unpack_entries(struct archive *a, struct archive *w, int dfd,
+			  const struct image_budget *budget, struct error *err)
 {
 	struct archive_entry *e;
 	char rel[PATH_MAX], link[PATH_MAX];
@@ -198,6 +229,8 @@ static int unpack_entries(struct archive *a, struct archive *w, int dfd, struct 
 		if (k < 0)
 			return error_set(err, EPROTO, "layer entry '%s' lies outside the layer (%s)",
 					 path ? path : "", k == -EPROTO ? "absolute or '..'" : "too long");
+		if ((k = budget_take(budget, 0, 1, rel, err)) < 0)
+			return k;
 		if (!rel[0]) { /* the layer's root: its mode and owner only */
 			if (archive_entry_filetype(e) == AE_IFDIR &&
 			    (fchmod(dfd, archive_entry_perm(e) & 07777) < 0 ||
@@ -252,9 +285,14 @@ static int unpack_entries(struct archive *a, struct archive *w, int dfd, struct 
 			la_int64_t off;
 			/* A failed write() (ENOSPC...) is only ARCHIVE_WARN to libarchive: anything
 			 * but ARCHIVE_OK leaves the file short, and a short layer is no layer. */
-			while ((k = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK)
+			/* Counted before each write: the layer never holds more than the limit. */
+			while ((k = archive_read_data_block(a, &buf, &len, &off)) == ARCHIVE_OK) {
+				int b = budget_take(budget, len, 0, rel, err);
+				if (b < 0)
+					return b;
 				if (archive_write_data_block(w, buf, len, off) != ARCHIVE_OK)
 					return archive_fail(w, "write", rel, err);
+			}
 			if (k != ARCHIVE_EOF)
 				return archive_fail(a, "read", rel, err);
 		}
@@ -268,7 +306,8 @@ static int unpack_entries(struct archive *a, struct archive *w, int dfd, struct 
 	return 0;
 }
 
-int image_layer_unpack(const char *blob, const char *dir, struct error *err)
+int image_layer_unpack(const char *blob, const char *dir, const struct image_budget *budget,
+		       struct error *err)
 {
 	_cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0)
@@ -301,7 +340,7 @@ int image_layer_unpack(const char *blob, const char *dir, struct error *err)
 		r = error_set_errno(err, errno, "chdir '%s'", dir);
 		goto out;
 	}
-	r = unpack_entries(a, w, dfd, err);
+	r = unpack_entries(a, w, dfd, budget, err);
 	/* Freed here: its deferred directory fix-ups are relative to the working directory. */
 	archive_write_free(w);
 	w = NULL;

@@ -2,6 +2,7 @@
  * into place, then the image's record. Layout and guarantees in images.h. */
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <jansson.h>
 #include <openssl/evp.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,7 +21,7 @@
 
 #define CONFIG_MAX (8u << 20)
 
-static const char *const subdirs[] = {"blobs", "blobs/sha256", "layers", "refs", "tmp"};
+static const char *const subdirs[] = {"blobs", "blobs/sha256", "layers", "refs", "tmp", "sizes"};
 
 static void path_in(char *buf, size_t len, const char *store, const char *fmt, ...)
     _printf_(4, 5);
@@ -78,6 +80,66 @@ int image_store_init(const char *store, struct error *err)
 	}
 	if (d)
 		closedir(d);
+	return 0;
+}
+
+/* ---- disk usage of layers ---------------------------------------------------------------- */
+
+static uint64_t du_total; /* nftw() has no argument for its callback */
+
+static int du_one(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)path;
+	(void)flag;
+	(void)f;
+	du_total += (uint64_t)st->st_blocks * 512;
+	return 0;
+}
+
+/* What the tree at dir takes on disk (allocated blocks; a hard link counts each time). */
+static uint64_t tree_usage(const char *dir)
+{
+	du_total = 0;
+	(void)nftw(dir, du_one, 32, FTW_PHYS);
+	return du_total;
+}
+
+static void size_write(const char *store, const char *hex, uint64_t bytes)
+{
+	char p[PATH_MAX], v[32];
+	path_in(p, sizeof(p), store, "sizes/%s", hex);
+	int n = snprintf(v, sizeof(v), "%llu\n", (unsigned long long)bytes);
+	(void)fs_write_atomic(p, v, (size_t)n, 0600);
+}
+
+uint64_t image_layer_usage(const char *store, const char *hex)
+{
+	char p[PATH_MAX], v[32];
+	path_in(p, sizeof(p), store, "sizes/%s", hex);
+	if (fs_read_small(p, v, sizeof(v)) == 0)
+		return strtoull(v, NULL, 10);
+	/* A layer unpacked before sizes were kept: measured once. */
+	path_in(p, sizeof(p), store, "layers/%s", hex);
+	if (access(p, F_OK) < 0)
+		return 0;
+	uint64_t n = tree_usage(p);
+	size_write(store, hex, n);
+	return n;
+}
+
+int image_store_usage(const char *store, uint64_t *ret)
+{
+	char p[PATH_MAX];
+	*ret = 0;
+	path_in(p, sizeof(p), store, "layers");
+	DIR *d = opendir(p);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (strlen(de->d_name) == IMAGE_HEX_LEN)
+			*ret += image_layer_usage(store, de->d_name);
+	closedir(d);
 	return 0;
 }
 
@@ -144,7 +206,33 @@ struct pull {
 	struct image_platform pl;
 	struct registry *reg; /* a registry pull, or */
 	const char *layout;   /* an import: an OCI image layout directory */
+	struct image_budget budget; /* what its layers may unpack to, counted across the children */
 };
+
+/* The pull's unpack budget (images.h), its counters in memory the layer children share. */
+static int budget_init(struct image_budget *b, const struct image_pull_opts *o, struct error *err)
+{
+	uint64_t *c = mmap(NULL, 2 * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+			   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (c == MAP_FAILED)
+		return error_set_errno(err, errno, "map the unpack counters");
+	c[0] = c[1] = 0;
+	*b = (struct image_budget){
+	    .max_bytes = o->unpacked_max ? o->unpacked_max : IMAGE_UNPACKED_MAX_DEFAULT,
+	    .max_entries = o->entries_max ? o->entries_max : IMAGE_ENTRIES_MAX_DEFAULT,
+	    .bytes = &c[0],
+	    .entries = &c[1],
+	    .limit_name = "--image-unpacked-max",
+	};
+	return 0;
+}
+
+static void budget_clear(struct image_budget *b)
+{
+	if (b->bytes)
+		munmap(b->bytes, 2 * sizeof(uint64_t));
+	b->bytes = b->entries = NULL;
+}
 
 /* A blob of the layout, checked against digest and size (the whole file is hashed). */
 static int layout_blob(struct pull *p, const char *digest, uint64_t size, char *path, size_t len,
@@ -388,9 +476,11 @@ static int fetch_layer(struct pull *p, const char *digest, uint64_t size, struct
 	if (chmod(dir, 0755) < 0)
 		r = error_set_errno(err, errno, "chmod '%s'", dir);
 	if (r == 0)
-		r = image_layer_unpack(blob, dir, err);
+		r = image_layer_unpack(blob, dir, &p->budget, err);
 	if (own_blob)
 		unlink(blob);
+	if (r == 0)
+		size_write(p->o->store, hex, tree_usage(dir));
 	if (r == 0 && rename(dir, final) < 0) {
 		if (errno != EEXIST && errno != ENOTEMPTY) /* else: another pull got there first */
 			r = error_set_errno(err, errno, "rename '%s' to '%s'", dir, final);
@@ -565,7 +655,11 @@ static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref
 			      je.text);
 		goto out;
 	}
-	if ((r = fetch_layers(&p, layers, err)) < 0)
+	if ((r = budget_init(&p.budget, o, err)) < 0)
+		goto out;
+	r = fetch_layers(&p, layers, err);
+	budget_clear(&p.budget);
+	if (r < 0)
 		goto out;
 
 	json_t *cc = json_object_get(cfg, "config");
@@ -641,7 +735,16 @@ int image_import(const struct image_pull_opts *o, const char *path, const struct
 	path_in(dir, sizeof(dir), o->store, "tmp/import-XXXXXX");
 	if (!mkdtemp(dir))
 		return error_set_errno(err, errno, "mkdtemp '%s'", dir);
-	int r = image_layer_unpack(path, dir, err);
+	/* The tar holds the blobs, compressed: its own limit is the image's (counted apart). */
+	uint64_t counted[2] = {0, 0};
+	struct image_budget b = {
+	    .max_bytes = o->unpacked_max ? o->unpacked_max : IMAGE_UNPACKED_MAX_DEFAULT,
+	    .max_entries = o->entries_max ? o->entries_max : IMAGE_ENTRIES_MAX_DEFAULT,
+	    .bytes = &counted[0],
+	    .entries = &counted[1],
+	    .limit_name = "--image-unpacked-max",
+	};
+	int r = image_layer_unpack(path, dir, &b, err);
 	if (r < 0)
 		error_prefix(err, "unpack '%s'", path);
 	else
@@ -837,10 +940,144 @@ int image_gc(const char *store, const char *sandboxes_dir, unsigned *ret_removed
 		if (rename(from, to) == 0) {
 			fs_remove_tree(to);
 			(*ret_removed)++;
+			path_in(from, sizeof(from), store, "sizes/%.64s", de->d_name);
+			unlink(from);
 		}
 	}
 	if (d)
 		closedir(d);
 	free(keep.v);
 	return 0;
+}
+
+/* ---- least recently used images out ------------------------------------------------------ */
+
+void image_record_touch(const char *store, const struct image_ref *ref,
+			const struct image_platform *p)
+{
+	char path[PATH_MAX];
+	record_path(path, sizeof(path), store, ref, p);
+	(void)utimensat(AT_FDCWD, path, NULL, 0);
+}
+
+/* The layer lists of every sandbox on the state dir (live, or not yet removed), each as the
+ * layers joined by ',': an image is in use when a sandbox's list is the image's. */
+struct strv {
+	char **v;
+	size_t n;
+};
+
+static void strv_clear(struct strv *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->v[i]);
+	free(s->v);
+	s->v = NULL;
+	s->n = 0;
+}
+
+static void sandbox_images(const char *sandboxes_dir, struct strv *ret)
+{
+	DIR *d = sandboxes_dir ? opendir(sandboxes_dir) : NULL;
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		char path[PATH_MAX + 300];
+		snprintf(path, sizeof(path), "%s/%s/" IMAGE_LAYERS_FILE, sandboxes_dir, de->d_name);
+		_cleanup_free_ char *buf = NULL;
+		if (fs_read_file(path, (IMAGE_HEX_LEN + 1) * (IMAGE_LAYERS_MAX + 1), &buf, NULL) < 0)
+			continue;
+		for (char *c = buf; *c; c++)
+			if (*c == '\n')
+				*c = ',';
+		size_t n = strlen(buf);
+		while (n && buf[n - 1] == ',')
+			buf[--n] = '\0';
+		char **v = realloc(ret->v, (ret->n + 1) * sizeof(*v));
+		if (!v)
+			break;
+		ret->v = v;
+		ret->v[ret->n++] = TAKE_PTR(buf);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* The least recently used record (oldest mtime) not named keep that no sandbox uses: its path in
+ * ret, or false. */
+static bool lru_record(const char *store, const char *keep, const struct strv *used, char *ret,
+		       size_t len)
+{
+	char dir[PATH_MAX];
+	path_in(dir, sizeof(dir), store, "refs");
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	struct timespec oldest = {0};
+	bool found = false;
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		char p[PATH_MAX + 300];
+		struct stat st;
+		path_in(p, sizeof(p), store, "refs/%s", de->d_name);
+		if (stat(p, &st) < 0 ||
+		    (found && (st.st_mtim.tv_sec > oldest.tv_sec ||
+			       (st.st_mtim.tv_sec == oldest.tv_sec &&
+				st.st_mtim.tv_nsec >= oldest.tv_nsec))))
+			continue;
+		json_t *j = json_load_file(p, 0, NULL), *x;
+		const char *name = json_string_value(json_object_get(j, "name"));
+		bool ok = name && !(keep && strcmp(name, keep) == 0);
+		char joined[(IMAGE_HEX_LEN + 1) * (IMAGE_LAYERS_MAX + 1)] = "";
+		size_t i, o = 0;
+		json_array_foreach(json_object_get(j, "layers"), i, x)
+			if (json_string_value(x) && o + IMAGE_HEX_LEN + 2 < sizeof(joined))
+				o += (size_t)snprintf(joined + o, sizeof(joined) - o, "%s%s",
+						      o ? "," : "", json_string_value(x));
+		for (size_t k = 0; ok && k < used->n; k++)
+			if (strcmp(used->v[k], joined) == 0)
+				ok = false;
+		json_decref(j);
+		if (!ok)
+			continue;
+		snprintf(ret, len, "%s", p);
+		oldest = st.st_mtim;
+		found = true;
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+int image_evict(const char *store, const char *sandboxes_dir, uint64_t max, const char *keep,
+		unsigned *ret_images, struct error *err)
+{
+	*ret_images = 0;
+	for (;;) {
+		uint64_t usage = 0;
+		int r = image_store_usage(store, &usage);
+		if (r < 0)
+			return error_set_errno(err, -r, "measure the image store");
+		if (usage <= max)
+			return 0;
+		char victim[PATH_MAX + 300];
+		{
+			_cleanup_close_ int lock = image_store_lock(store, true);
+			if (lock < 0)
+				return error_set_errno(err, -lock, "lock the image store");
+			struct strv used = {0};
+			sandbox_images(sandboxes_dir, &used);
+			bool found = lru_record(store, keep, &used, victim, sizeof(victim));
+			strv_clear(&used);
+			if (!found)
+				return 0; /* what is left is in use (or the image just pulled) */
+			if (unlink(victim) < 0)
+				return error_set_errno(err, errno, "remove image record '%s'", victim);
+		}
+		(*ret_images)++;
+		unsigned removed;
+		if ((r = image_gc(store, sandboxes_dir, &removed, err)) < 0)
+			return r;
+	}
 }

@@ -44,6 +44,11 @@ static const char *const mkfs_paths[] = {"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4
  * error message. */
 static int run_mkfs(int img_fd, const char *stage, struct error *err)
 {
+	return disk_mkfs(img_fd, stage, false, err);
+}
+
+int disk_mkfs(int img_fd, const char *stage, bool journal, struct error *err)
+{
 	const char *mkfs = NULL;
 	for (size_t i = 0; i < ARRAY_SIZE(mkfs_paths) && !mkfs; i++)
 		if (access(mkfs_paths[i], X_OK) == 0)
@@ -62,21 +67,25 @@ static int run_mkfs(int img_fd, const char *stage, struct error *err)
 	 * nodiscard: nothing to discard on a fresh sparse file. -m 0: no root reserve.
 	 * -d: upper/ and work/ made once here instead of at every create.
 	 */
-	char *const argv[] = {(char *)mkfs,
-			      (char *)"-q",
-			      (char *)"-F",
-			      (char *)"-b",
-			      (char *)"4096",
-			      (char *)"-O",
-			      (char *)"^has_journal,^resize_inode",
-			      (char *)"-E",
-			      (char *)"lazy_itable_init=1,nodiscard",
-			      (char *)"-m",
-			      (char *)"0",
-			      (char *)"-d",
-			      (char *)stage,
-			      (char *)"/proc/self/fd/3",
-			      NULL};
+	char *argv[] = {(char *)mkfs,
+			(char *)"-q",
+			(char *)"-F",
+			(char *)"-b",
+			(char *)"4096",
+			(char *)"-O",
+			(char *)(journal ? "^resize_inode" : "^has_journal,^resize_inode"),
+			(char *)"-E",
+			(char *)"lazy_itable_init=1,nodiscard",
+			(char *)"-m",
+			(char *)"0",
+			(char *)"-d",
+			(char *)stage,
+			(char *)"/proc/self/fd/3",
+			NULL};
+	if (!stage) { /* no -d: an empty file system */
+		argv[11] = argv[13];
+		argv[12] = NULL;
+	}
 	char *const envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
 	pid_t pid = fork();
 	if (pid < 0) {
@@ -326,7 +335,7 @@ static int image_new(int dfd, const char *dpath, uint64_t bytes, struct error *e
 
 /* Attach img to a free loop device with autoclear (released once nothing uses it) and a logical
  * block size of 4 KiB. */
-static int loop_attach(int img_fd, char *dev, size_t len, struct error *err)
+int disk_loop_attach(int img_fd, char *dev, size_t len, struct error *err)
 {
 	_cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
 	if (ctl < 0)
@@ -384,7 +393,7 @@ int disk_setup(const char *state_dir, const char *dir, uint64_t limit_bytes, str
 	if (mkdir(mnt, 0755) < 0 && errno != EEXIST)
 		return error_set_errno(err, errno, "mkdir '%s'", mnt);
 	/* Until the mount holds the device, closing ours (on any failure below) frees it. */
-	_cleanup_close_ int loop = loop_attach(img, dev, sizeof(dev), err);
+	_cleanup_close_ int loop = disk_loop_attach(img, dev, sizeof(dev), err);
 	if (loop < 0)
 		return loop;
 	/*

@@ -38,6 +38,8 @@
  */
 #pragma once
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "shared/error.h"
@@ -72,3 +74,13 @@ int disk_setup(const char *state_dir, const char *dir, uint64_t limit_bytes, str
  * of an ext4 file system on a loop device; best effort.
  */
 void disk_discard(const char *dir);
+
+/* mkfs.ext4 (4 KiB blocks, no root reserve) on the open file img_fd, holding the contents of the
+ * directory stage (NULL: empty); with a journal or without one (a layer that dies with its
+ * sandbox). Its stderr becomes the message. Blocking (tens of ms). */
+int disk_mkfs(int img_fd, const char *stage, bool journal, struct error *err);
+
+/* Attach img_fd to a free loop device with autoclear (released once nothing holds it) and 4 KiB
+ * logical blocks; its path in dev. Returns the device's fd: until a mount holds the device,
+ * closing it frees the device. */
+int disk_loop_attach(int img_fd, char *dev, size_t len, struct error *err);

@@ -73,6 +73,7 @@
 #include "runtime/runtime.h"
 #include "runtime/sysview.h"
 #include "runtime/userns.h"
+#include "runtime/volume.h"
 #include "shared/fsutil.h"
 #include "shared/macro.h"
 #include "shared/timeutil.h"
@@ -222,6 +223,12 @@ struct child_ctx {
 	char opt_dev[96], opt_shm[96], opt_tmp[96], opt_root[96], opt_pts[128];
 	bool etc_in_upper;	  /* /etc files already written into the upper layer */
 	struct sysview view;	  /* the CPU/memory view; pin to view.cpus when view.cpu */
+	/* The volumes: detached mounts made by the caller (volume.h), moved into place by PID 1
+	 * in mount order (by mountPath: parents first). */
+	int vol_tree[RUNTIME_VOLUMES_MAX];
+	bool vol_dir[RUNTIME_VOLUMES_MAX];
+	size_t vol_order[RUNTIME_VOLUMES_MAX];
+	size_t n_vol;
 	char upper[PATH_MAX]; /* the overlay's upper dir (<dir>/upper, or <dir>/disk/upper) */
 	char overlay_opts[3 * PATH_MAX + 128];
 	char hostname[65];
@@ -612,6 +619,15 @@ static int child_setup(struct child_ctx *c, struct error *err)
 			if (lchown(own[i], c->base, c->base) < 0)
 				return error_set_errno(err, errno, "chown '%s'", own[i]);
 	}
+	/* The volumes last, over every mount and mask of the sandbox's own (a mask of the host
+	 * image must not hide one, nor /etc files land in one); each mountPath is resolved in the
+	 * sandbox's root (volume_attach), as everything is from here on. */
+	for (size_t i = 0; i < c->n_vol; i++) {
+		size_t k = c->vol_order[i];
+		if ((r = volume_attach("/", c->vol_tree[k], &c->spec->volumes[k], c->vol_dir[k],
+				       c->base, err)) < 0)
+			return r;
+	}
 	TRACE(11);
 	if (sethostname(c->hostname, strlen(c->hostname)) < 0)
 		return error_set_errno(err, errno, "sethostname '%s'", c->hostname);
@@ -883,6 +899,10 @@ static void child_ctx_clear(struct child_ctx *c)
 			close(*fds[i]);
 			*fds[i] = -1;
 		}
+	for (size_t i = 0; i < c->n_vol; i++)
+		if (c->vol_tree[i] >= 0)
+			close(c->vol_tree[i]);
+	c->n_vol = 0;
 }
 
 /* Read the sync pipe until EOF: PID 1's pid, or the first error. */
@@ -1075,6 +1095,39 @@ static int make_layer_dirs(struct child_ctx *c, const char *dir, struct error *e
 	return c->idmap_lower || c->bind_lower ? mkdir_owned(path, 0755, 0, err) : 0;
 }
 
+/* Each volume's source, resolved and cloned here on the host's side (volume.h), idmapped through
+ * the sandbox's user namespace; PID 1 only moves the clones into place. */
+static int open_volumes(struct child_ctx *c, struct error *err)
+{
+	const struct sandbox_spec *spec = c->spec;
+	if (spec->n_volumes > RUNTIME_VOLUMES_MAX)
+		return error_set(err, E2BIG, "%zu volumes: at most %d", spec->n_volumes,
+				 RUNTIME_VOLUMES_MAX);
+	for (size_t i = 0; i < spec->n_volumes; i++) {
+		const struct sandbox_volume *v = &spec->volumes[i];
+		bool dir = false;
+		_cleanup_close_ int src = volume_source_open(c->cfg, spec->id, v, &dir, err);
+		if (src < 0)
+			return src;
+		int t = volume_tree(src, v, c->userns_fd, err);
+		if (t < 0)
+			return t;
+		if ((t = fd_high(t)) < 0)
+			return error_set_errno(err, -t, "volume '%s'", v->name);
+		c->vol_tree[c->n_vol] = t;
+		c->vol_dir[c->n_vol] = dir;
+		/* Insertion by mountPath: "/a" sorts before "/a/b". */
+		size_t k = c->n_vol++;
+		while (k > 0 &&
+		       strcmp(spec->volumes[c->vol_order[k - 1]].mount_path, v->mount_path) > 0) {
+			c->vol_order[k] = c->vol_order[k - 1];
+			k--;
+		}
+		c->vol_order[k] = i;
+	}
+	return 0;
+}
+
 /* What PID 1 hands to execd: its listening socket, bound here at <dir>/execd.sock (a path only the
  * host sees), its state dir, and the binary itself. */
 static int open_execd_fds(struct child_ctx *c, const char *dir, struct error *err)
@@ -1147,6 +1200,8 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 	if ((r = write_etc_upper(&c, c.image_top, c.upper, err)) < 0)
 		goto fail_files;
 	if ((r = open_execd_fds(&c, dir, err)) < 0)
+		goto fail_files;
+	if ((r = open_volumes(&c, err)) < 0)
 		goto fail_files;
 
 	if ((r = sysview_build(spec->id, spec->cpu_limit_millis, spec->memory_limit_bytes, &c.view,
@@ -1267,6 +1322,8 @@ static int remove_files(const struct runtime_config *cfg, const char *id, struct
 					    "pid",    "pid.tmp",   DISK_MOUNT, DISK_IMAGE, EXECD_SOCKET};
 	char path[PATH_MAX], buf[16];
 	int ret = 0;
+	/* Its named volumes lose a user (and their host mount with the last one). */
+	volume_release(cfg, id);
 	/* The id range goes back to the pool once nothing of the sandbox can run any more. */
 	if (sb_path(path, sizeof(path), cfg, id, "userns") == 0 &&
 	    fs_read_small(path, buf, sizeof(buf)) == 0) {
@@ -1554,4 +1611,6 @@ const struct runtime_ops runtime_native = {
     .endpoint = native_endpoint,
     .read_exit = native_read_exit,
     .disk_prepare = native_disk_prepare,
+    .volume_list = volume_list,
+    .volume_delete = volume_delete,
 };

@@ -53,6 +53,7 @@
  */
 #pragma once
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -74,6 +75,47 @@ struct runtime_config {
 	uint64_t nofile;        /* RLIMIT_NOFILE of every sandbox; 0 = CONFINE_DEFAULT_NOFILE */
 	bool no_userns;         /* opt-out: no user namespace (sandbox root is host root) */
 	const char *userns_dir; /* host-wide id-range slots (userns.h); NULL = the default */
+	char *const *host_paths; /* --allow-host-path: directories host volumes may come from
+				  * (absolute, no trailing '/'), NULL-terminated; NULL = none */
+	uint64_t volume_size;    /* size of a named volume made without one; 0 = VOLUME_SIZE_DEFAULT */
+};
+
+/*
+ * Volumes (runtime/volume.h): a host directory (or file) under one of cfg->host_paths, or a named
+ * volume kept by the runtime under <state>/volumes/<name> on a file system of its own size. A
+ * request the runtime refuses fails create() with one of these codes (the message says why):
+ */
+#define RUNTIME_EVOL_DENIED EBADE      /* the source is outside the allowed directories (a
+					* symlink, '..', not listed) or not a directory or file */
+#define RUNTIME_EVOL_NOTFOUND EBADRQC  /* the host path (or a subPath in it) does not exist */
+#define RUNTIME_EVOL_NOCLAIM ENOCSI    /* the named volume does not exist (createIfNotExists false) */
+#define RUNTIME_EVOL_MOUNTPATH EBADSLT /* mountPath cannot be used in this image */
+#define RUNTIME_EVOL_SUBPATH ENOANO    /* subPath goes through a symlink or is not a directory */
+#define RUNTIME_VOLUMES_MAX 32
+
+enum volume_kind { VOLUME_HOST = 1, VOLUME_NAMED = 2 };
+
+#define VOLUME_NAME_MAX 63
+
+/* A named volume as volume_list() reports it. */
+struct volume_info {
+	char name[VOLUME_NAME_MAX + 1];
+	uint64_t size_bytes; /* the file system's size */
+	uint64_t used_bytes; /* what its image takes on the host */
+	unsigned users;      /* sandboxes using it */
+	bool delete_on_end;  /* made with deleteOnSandboxTermination */
+};
+
+struct sandbox_volume {
+	const char *name;       /* the request's name (messages only) */
+	enum volume_kind kind;
+	const char *source;     /* VOLUME_HOST: absolute host path; VOLUME_NAMED: the volume's name */
+	const char *sub_path;   /* relative path inside the source, or NULL */
+	const char *mount_path; /* absolute path inside the sandbox */
+	bool read_only;
+	bool create;            /* VOLUME_NAMED: make it when missing (createIfNotExists) */
+	bool delete_on_end;     /* VOLUME_NAMED: remove it once no sandbox uses it any more */
+	uint64_t size_bytes;    /* VOLUME_NAMED: its size when made here; 0 = cfg->volume_size */
 };
 
 /* What PID 1 reported as it ended, as read by the backend from where the sandbox cannot write,
@@ -107,6 +149,9 @@ struct sandbox_spec {
 	bool oom_group;                 /* kill the whole sandbox on OOM (Kubernetes behaviour) */
 	uint64_t disk_limit_bytes;      /* ephemeral-storage: size of the writable layer's own file
 					 * system (runtime/disk.h); 0 = the state dir's, unlimited */
+	const struct sandbox_volume *volumes; /* mounted in this order after the sandbox's own
+					       * mounts (so parents before children) */
+	size_t n_volumes;               /* at most RUNTIME_VOLUMES_MAX */
 };
 
 /* What the runtime knows about a live or dead sandbox, read without blocking. */
@@ -172,6 +217,13 @@ struct runtime_ops {
 	 * fail if such a disk cannot be made at all. Blocking (tens of ms); for start-up. */
 	int (*disk_prepare)(const struct runtime_config *cfg, uint64_t disk_limit_bytes,
 			    struct error *err);
+	/* Optional (may be NULL). The named volumes (*ret malloc'd), and removing one: -ENOENT when
+	 * there is none, -EBUSY while a sandbox uses it. Quick (a flock the creates also take while
+	 * they make a volume: tens of ms at worst); fine on the event loop. */
+	int (*volume_list)(const struct runtime_config *cfg, struct volume_info **ret,
+			   size_t *ret_n, struct error *err);
+	int (*volume_delete)(const struct runtime_config *cfg, const char *name,
+			     struct error *err);
 };
 
 extern const struct runtime_ops runtime_native;

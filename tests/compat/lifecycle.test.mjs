@@ -232,8 +232,9 @@ test("create with an unknown image fails with a 4xx and leaves no sandbox", asyn
 });
 
 test("create options corral does not support are refused with a 4xx, never silently ignored", async () => {
-  // networkPolicy (egress sidecar) and volumes are not implemented by the native runtime yet
-  // (docs/corrald.md); a stock client asking for them must get an error, not an unrestricted box.
+  // networkPolicy (egress sidecar) is not implemented by the native runtime yet (docs/corrald.md),
+  // and a host volume outside corrald's --allow-host-path (here /tmp) is refused: a stock client
+  // asking for either must get an error, not an unrestricted box.
   const mgr = SandboxManager.create({ connectionConfig: connOpts() });
   try {
     const cases = {

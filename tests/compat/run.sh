@@ -57,7 +57,7 @@ fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/corral-compat.XXXXXX")
 STATE="$TMP/state"
 LOG="$TMP/corrald.log"
-mkdir -p "$STATE"
+mkdir -p "$STATE" "$TMP/host-volumes"
 RUN_ID=$(head -c4 /dev/urandom | od -An -tx1 | tr -d ' \n')
 CGROUP="corral-compat-$RUN_ID"
 API_KEY="compat-$(head -c12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
@@ -119,7 +119,8 @@ for attempt in 1 2 3; do
 	# A capacity far above this host's (host-wide tables included): the SDK tests run several
 	# 1-CPU sandboxes at once, and admission is tested by tests/integration/test_resources.py.
 	"$CORRALD" --listen "127.0.0.1:$PORT" --state-dir "$STATE" --cgroup-name "$CGROUP" \
-		--api-key "$API_KEY" --capacity cpu=100000,memory=100Ti,pids=1000000000,files=1000000000000 "${REG_ARGS[@]}" >>"$LOG" 2>&1 &
+		--api-key "$API_KEY" --capacity cpu=100000,memory=100Ti,pids=1000000000,files=1000000000000 "${REG_ARGS[@]}" \
+		--allow-host-path "$TMP/host-volumes" >>"$LOG" 2>&1 &
 	CORRALD_PID=$!
 	up=0
 	for _ in $(seq 100); do
@@ -152,6 +153,7 @@ fi
 export OPEN_SANDBOX_DOMAIN="127.0.0.1:$PORT"
 export OPEN_SANDBOX_API_KEY="$API_KEY"
 export CORRAL_COMPAT_RUN_ID="$RUN_ID"
+export CORRAL_COMPAT_HOST_VOLUMES="$TMP/host-volumes"
 FAIL=0
 : >"$TMP/node.out"
 run_node() { # JOBS FILE...

@@ -557,6 +557,79 @@ class Images(CorralTestCase):
         rc, out, err = self.corral("image", "frobnicate")
         self.assertEqual(rc, 1, (out, err))
 
+    def test_cli_image_inspect(self):
+        d, info = self.layout("inspect", [self.base, oci.layer_tar([F("big", os.urandom(1 << 20))])],
+                              config={"WorkingDir": "/work", "Env": ["K=v"]})
+        ref = self.reg.push(d, "t/inspect", "v1")
+        rc, out, err = self.corral("image", "pull", ref)
+        self.assertEqual(rc, 0, err)
+        rc, out, err = self.corral("image", "inspect", ref)
+        self.assertEqual(rc, 0, err)
+        j = json.loads(out)
+        self.assertEqual(j["name"], ref)
+        self.assertEqual([l["digest"] for l in j["layers"]], info["layers"])
+        self.assertGreaterEqual(j["layers"][1]["unpackedBytes"], 1 << 20)
+        self.assertLess(j["layers"][1]["unpackedBytes"], (1 << 20) + (64 << 10))
+        self.assertEqual(j["unpackedBytes"], sum(l["unpackedBytes"] for l in j["layers"]))
+        self.assertEqual(j["workingDir"], "/work")
+        self.assertIn("K=v", j["env"])
+        self.assertIs(j["inUse"], False)
+        self.assertIn("lastUsedAt", j)
+        sid = self.create_image(ref)["id"]
+        j = json.loads(self.corral("image", "inspect", ref)[1])
+        self.assertIs(j["inUse"], True)
+        self.client.delete_sandbox(sid)
+        # not in the store: 404 through the API, exit 2 from the CLI
+        r = self.client.get("/v1/images?ref=" + urllib.parse.quote("t/never-pulled:v1"))
+        self.assertEqual(r.status, 404, r)
+        self.assertEqual(r.json()["code"], "SANDBOX::IMAGE_NOT_FOUND")
+        rc, out, err = self.corral("image", "inspect", "t/never-pulled:v1")
+        self.assertEqual(rc, 2, (out, err))
+        # the list keeps its shape
+        for it in self.client.get("/v1/images").json()["items"]:
+            self.assertLessEqual(set(it), {"name", "digest", "layers", "sizeBytes", "platform"}, it)
+
+    def test_store_max_evicts_least_recently_used(self):
+        # The base layer's size as stored, measured through inspect on this suite's corrald.
+        d, info = self.layout("evict-probe", [self.base, oci.layer_tar([F("p", "p")])])
+        ref = self.reg.push(d, "t/evict-probe", "v1")
+        self.assertEqual(self.client.post("/v1/images", {"image": {"uri": ref}}).status, 200)
+        base = json.loads(self.corral("image", "inspect", ref)[1])["layers"][0]["unpackedBytes"]
+        refs = {}
+        for name in ("a", "b", "c"):
+            d, info = self.layout("evict-" + name, [self.base, oci.layer_tar(
+                [F(name, os.urandom(1 << 20))])])
+            refs[name] = (self.reg.push(d, "t/evict-" + name, "v1"), info["layers"][1][7:])
+        # Room for the base and two 1 MiB layers, not three.
+        c = Corrald(extra_args=["--insecure-registry", self.reg.host,
+                                "--image-store-max", str(base + (5 << 19))])
+        c.start()
+        try:
+            cl = c.client(timeout=120)
+            names = lambda: {i["name"] for i in cl.get("/v1/images").json()["items"]}  # noqa: E731
+            layers = lambda: oci.store_layers(c.state_dir)  # noqa: E731
+            r = cl.create_sandbox_raw(image={"uri": refs["a"][0]})
+            self.assertEqual(r.status, 202, r)
+            a_sid = r.json()["id"]
+            self.addCleanup(lambda: c.proc.poll() is None and c.client().delete_sandbox(a_sid))
+            self.assertEqual(cl.post("/v1/images", {"image": {"uri": refs["b"][0]}}).status, 200)
+            self.assertEqual(names(), {refs["a"][0], refs["b"][0]}, "under the limit: all kept")
+            # c goes over: b goes (a is in use by a sandbox, c was just pulled)
+            self.assertEqual(cl.post("/v1/images", {"image": {"uri": refs["c"][0]}}).status, 200)
+            self.assertEqual(names(), {refs["a"][0], refs["c"][0]})
+            self.assertNotIn(refs["b"][1], layers())
+            self.assertIn(refs["a"][1], layers())
+            self.assertEqual(cl.run(a_sid, "wc -c < /a").stdout.strip(), str(1 << 20))
+            # a's sandbox gone: a was used before c was pulled, so a is the one to go for b
+            self.assertEqual(cl.delete_sandbox(a_sid).status, 204)
+            self.wait_until(lambda: cl.get_sandbox(a_sid).status == 404, 20)
+            self.assertEqual(cl.post("/v1/images", {"image": {"uri": refs["b"][0]}}).status, 200)
+            self.assertEqual(names(), {refs["b"][0], refs["c"][0]})
+            self.assertNotIn(refs["a"][1], layers())
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
     def test_import_oci_layouts(self):
         imports = tempfile.mkdtemp(prefix="corral-import-")
         self.addCleanup(oci.shutil.rmtree, imports, True)

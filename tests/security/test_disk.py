@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sec import AttackCase, Corrald, main, mounts_under  # noqa: E402
@@ -69,14 +71,16 @@ class SmallStateCase(AttackCase):
 
 class SmallStateRegistryCase(SmallStateCase):
     """The same, plus a registry on loopback it may pull from over plain HTTP (cls.reg), and a
-    temp dir for image layouts (cls.tmp)."""
+    temp dir for image layouts (cls.tmp); more_args are added to corrald's arguments."""
+
+    more_args = []
 
     @classmethod
     def setUpClass(cls):
         cls.reg = oci.Registry()
         cls.tmp = tempfile.mkdtemp(prefix="corral-sec-reg-")
         cls.corrald_kwargs = {"extra_args": SmallStateCase.corrald_kwargs["extra_args"] +
-                              ["--insecure-registry", cls.reg.host]}
+                              ["--insecure-registry", cls.reg.host] + cls.more_args}
         try:
             super().setUpClass()
         except Exception:
@@ -158,6 +162,50 @@ class DiskFill(SmallStateCase):
             self.assertIn("free", body["message"])
         self.assertEqual(self.client.all_sandbox_ids(), [])
         self.assert_platform_alive()
+
+
+class ImageBombTest(SmallStateRegistryCase):
+    """corrald on a 192 MiB state fs of its own with --image-unpacked-max 64Mi, pulling from a
+    registry on loopback."""
+
+    more_args = ["--image-unpacked-max", "64Mi"]
+
+    def test_decompression_bomb_does_not_fill_the_state_fs(self):
+        # Attack: an image whose 1 MiB gzip layer unpacks to 240 MiB, pulled onto a 192 MiB state fs.
+        ref, info = self.push_bomb()
+        neighbour = self.create(**SPEC)["id"]
+        lowest, stop = [free_bytes(self.corrald.state_dir)], threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                lowest[0] = min(lowest[0], free_bytes(self.corrald.state_dir))
+                time.sleep(0.005)
+        t = threading.Thread(target=sample, daemon=True)
+        t.start()
+        try:
+            r = self.client.create_sandbox_raw(image={"uri": ref}, entrypoint=["sleep", "infinity"])
+            if r.status == 202:
+                self.addCleanup(self._cleanup_sandbox, r.json()["id"])
+        finally:
+            stop.set()
+            t.join()
+        self.assertEqual(r.status, 422, "%r\n%s" % (r, self.corrald.log_tail(10)))
+        self.assertEqual(r.json()["code"], "SANDBOX::IMAGE_TOO_LARGE")
+        self.assertIn("--image-unpacked-max", r.json()["message"])
+        self.assertIn("64.0 MiB", r.json()["message"])
+        # It stopped at the limit: the state fs never lost much more than 64 MiB.
+        self.assertGreater(lowest[0], STATE_MIB * MIB - 64 * MIB - 2 * SLACK - DEFAULT_DISK_MIB * MIB // 8,
+                           "pulling the image left %.1f MiB of the %d MiB state fs"
+                           % (lowest[0] / MIB, STATE_MIB))
+        # No partial layer, nothing in tmp/, no image record.
+        self.assertNotIn(info["layers"][-1][7:], oci.store_layers(self.corrald.state_dir))
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [], "no half layer left")
+        self.assertEqual(self.client.get("/v1/images").json().get("items", []), [])
+        # The same refusal for a pull ahead of time.
+        r = self.client.post("/v1/images", {"image": {"uri": ref}})
+        self.assertEqual(r.status, 422, r)
+        self.assertEqual(r.json()["code"], "SANDBOX::IMAGE_TOO_LARGE")
+        self.assert_platform_alive(neighbour)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 /* corrald's request validation: label rules, CreateSandboxRequest, metadata merge patch, renew. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "corrald/validate.h"
+#include "shared/macro.h"
 
 static json_t *J(const char *s)
 {
@@ -393,6 +395,101 @@ static void test_disk_limit(void)
 	create_params_clear(&p);
 }
 
+/* A create body with these volumes (JSON text of the array). */
+static int parse_volumes(const char *vols, struct create_params *p, struct verr *e)
+{
+	char body[4096];
+	snprintf(body, sizeof(body),
+		 "{\"image\":{\"uri\":\"host\"},\"entrypoint\":[\"x\"],\"resourceLimits\":{},"
+		 "\"volumes\":%s}",
+		 vols);
+	json_t *j = J(body);
+	int r = create_params_parse(j, p, e);
+	json_decref(j);
+	return r;
+}
+
+static void test_volumes(void)
+{
+	struct create_params p;
+	struct verr e;
+	char *const allowed[] = {(char *)"/srv/data", NULL};
+	/* Normalized: repeated and trailing '/' dropped; defaults filled in. */
+	CHECK_INT(parse_volumes("[{\"name\":\"a\",\"host\":{\"path\":\"/srv//data/x/\"},"
+				"\"mountPath\":\"/mnt//a/\",\"subPath\":\"s//t/\"},"
+				"{\"name\":\"b\",\"pvc\":{\"claimName\":\"ws\"},\"mountPath\":\"/w\"}]",
+				&p, &e),
+		  0);
+	json_t *v0 = json_array_get(p.volumes, 0), *v1 = json_array_get(p.volumes, 1);
+	CHECK(!strcmp(json_string_value(json_object_get(v0, "mountPath")), "/mnt/a"));
+	CHECK(!strcmp(json_string_value(json_object_get(v0, "subPath")), "s/t"));
+	CHECK(!strcmp(json_string_value(json_object_get(json_object_get(v0, "host"), "path")),
+		      "/srv/data/x"));
+	CHECK(json_is_false(json_object_get(v0, "readOnly")));
+	json_t *pvc = json_object_get(v1, "pvc");
+	CHECK(json_is_true(json_object_get(pvc, "createIfNotExists")));
+	CHECK(json_is_false(json_object_get(pvc, "deleteOnSandboxTermination")));
+	CHECK_INT(volumes_apply(&p, allowed, 1ULL << 30, "1Gi", &e), 0);
+	/* No allowlist: host volumes refused, naming the flag. */
+	CHECK_INT(volumes_apply(&p, NULL, 1ULL << 30, "1Gi", &e), -EINVAL);
+	CHECK_INT(e.status, 400);
+	CHECK(!strcmp(e.code, "VOLUME::HOST_PATH_NOT_ALLOWED"));
+	CHECK(strstr(e.msg, "--allow-host-path") != NULL);
+	create_params_clear(&p);
+	/* Beside the allowed directory (a prefix of the name only). */
+	CHECK_INT(parse_volumes("[{\"name\":\"a\",\"host\":{\"path\":\"/srv/data-evil\"},"
+				"\"mountPath\":\"/m\"}]",
+				&p, &e),
+		  0);
+	CHECK_INT(volumes_apply(&p, allowed, 0, NULL, &e), -EINVAL);
+	CHECK(!strcmp(e.code, "VOLUME::HOST_PATH_NOT_ALLOWED"));
+	create_params_clear(&p);
+	/* Refused shapes: code and location. */
+	static const struct {
+		const char *vols;
+		int status;
+		const char *code;
+	} bad[] = {
+	    {"{}", 422, CODE_INVALID_PARAMETER},
+	    {"[{\"name\":\"A\",\"pvc\":{\"claimName\":\"x\"},\"mountPath\":\"/m\"}]", 422,
+	     CODE_INVALID_PARAMETER},
+	    {"[{\"name\":\"a\",\"pvc\":{\"claimName\":\"-x\"},\"mountPath\":\"/m\"}]", 422,
+	     CODE_INVALID_PARAMETER},
+	    {"[{\"name\":\"a\",\"mountPath\":\"/m\"}]", 400, "VOLUME::INVALID_BACKEND"},
+	    {"[{\"name\":\"a\",\"ossfs\":{},\"mountPath\":\"/m\"}]", 400, "VOLUME::INVALID_BACKEND"},
+	    {"[{\"name\":\"a\",\"pvc\":{\"claimName\":\"x\"},\"mountPath\":\"/a/../b\"}]", 400,
+	     "VOLUME::INVALID_MOUNT_PATH"},
+	    {"[{\"name\":\"a\",\"pvc\":{\"claimName\":\"x\"},\"mountPath\":\"//\"}]", 400,
+	     "VOLUME::INVALID_MOUNT_PATH"},
+	    {"[{\"name\":\"a\",\"pvc\":{\"claimName\":\"x\"},\"mountPath\":\"/dev/shm/x\"}]", 400,
+	     "VOLUME::INVALID_MOUNT_PATH"},
+	    {"[{\"name\":\"a\",\"pvc\":{\"claimName\":\"x\"},\"mountPath\":\"/m\",\"subPath\":\"..\"}]",
+	     400, "VOLUME::INVALID_SUB_PATH"},
+	    {"[{\"name\":\"a\",\"pvc\":{\"claimName\":\"x\"},\"mountPath\":\"/m\",\"subPath\":\"/abs\"}]",
+	     400, "VOLUME::INVALID_SUB_PATH"},
+	    {"[{\"name\":\"a\",\"host\":{\"path\":\"rel\"},\"mountPath\":\"/m\"}]", 400,
+	     "VOLUME::INVALID_HOST_PATH"},
+	    {"[{\"name\":\"a\",\"host\":{\"path\":\"/srv/data/./x\"},\"mountPath\":\"/m\"}]", 400,
+	     "VOLUME::INVALID_HOST_PATH"},
+	    {"[{\"name\":\"a\",\"pvc\":{\"claimName\":\"x\",\"storage\":\"1k\"},\"mountPath\":\"/m\"}]",
+	     422, CODE_INVALID_PARAMETER},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		CHECK_INT(parse_volumes(bad[i].vols, &p, &e), -EINVAL);
+		CHECK_INT(e.status, bad[i].status);
+		CHECK(!strcmp(e.code, bad[i].code));
+		CHECK(!strcmp(e.loc[0], "volumes"));
+	}
+	/* pvc.storage above --volume-size: 400 naming the flag. */
+	CHECK_INT(parse_volumes("[{\"name\":\"a\",\"pvc\":{\"claimName\":\"x\",\"storage\":\"2Gi\"},"
+				"\"mountPath\":\"/m\"}]",
+				&p, &e),
+		  0);
+	CHECK_INT(volumes_apply(&p, NULL, 1ULL << 30, "1Gi", &e), -EINVAL);
+	CHECK(strstr(e.msg, "--volume-size 1Gi") != NULL);
+	create_params_clear(&p);
+}
+
 int main(void)
 {
 	test_labels();
@@ -403,5 +500,6 @@ int main(void)
 	test_merge_patch();
 	test_renew();
 	test_disk_limit();
+	test_volumes();
 	return check_summary("corrald_validate");
 }
