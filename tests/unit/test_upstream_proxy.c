@@ -934,7 +934,7 @@ static void *client_main(void *arg)
 
 /* ---------------- pings (on the loop thread, before the client starts) ---------------- */
 
-static int ping_results[5];
+static int ping_results[6];
 static int pings_done;
 
 static void ping_cb(int result, void *arg)
@@ -1010,6 +1010,18 @@ int main(void)
 	CHECK_INT(ping_results[2], -ETIMEDOUT);
 	CHECK_INT(ping_results[3], 0);
 	CHECK_INT(ping_results[4], -EPERM);
+
+	/*
+	 * Attack: a connection checked against one PID 1 sits in the pool; a request that expects
+	 * another process at the same path must not be handed it. It connects anew and is refused.
+	 */
+	CHECK(upstream_pool_idle() >= 1);
+	CHECK_INT(upstream_ping(base, sock_ok, getpid() + 1, 1000, ping_cb, (void *)5), 0);
+	t0 = now_ms();
+	while (pings_done < 6 && now_ms() - t0 < 3000)
+		event_base_loop(base, EVLOOP_ONCE);
+	CHECK_INT(pings_done, 6);
+	CHECK_INT(ping_results[5], -EPERM);
 
 	pthread_t th;
 	pthread_create(&th, NULL, client_main, NULL);
