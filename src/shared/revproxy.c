@@ -1,6 +1,8 @@
 /*
- * The reverse proxy's exchanges: see revproxy.h. Connections and the pool are revproxy_pool.c's,
- * header rules revproxy_headers.c's; this file sends, parses, relays and splices.
+ * The reverse proxy's exchanges, upstream side: see revproxy.h. Connections and the pool are
+ * revproxy_pool.c's, header rules revproxy_headers.c's, and the downstream side (the evhttp request
+ * being answered: watching the client, relaying to it, splicing after a 101) is revproxy_relay.c's.
+ * This file connects, sends the request, parses the answer with http_parse.h, and decides.
  *
  * One struct exchange per request. Its life:
  *   connect (or take a pooled connection) -> write head + body -> parse the response head ->
@@ -9,7 +11,7 @@
  *   After a 101: splice the two sockets until either side closes.
  * Ownership: the exchange owns its upstream connection until it finishes or fails; evhttp owns the
  * client request, except after a client disconnect mid-reply, when evhttp hands it back to us
- * (see client_closed). Each exchange holds its struct revproxy alive.
+ * (see relay_client_closed). Each exchange holds its struct revproxy alive.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,46 +19,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
-#include <event2/bufferevent_struct.h>
 #include <event2/event.h>
-#include <event2/event_struct.h>
 #include <event2/http.h>
-#include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
 
-#include "shared/http_parse.h"
 #include "shared/httputil.h"
 #include "shared/macro.h"
-#include "shared/revproxy.h"
-#include "shared/revproxy_pool.h"
+#include "shared/revproxy_internal.h"
 
 #define MAX_INTERIM 8 /* 1xx responses skipped before the final one */
 #define PROBE_BODY_MAX (64 * 1024)
-#define ONE_SHOT_MAX (256 * 1024) /* complete bodies up to this size are sent in one reply */
-#define SPLICE_BUFFER_MAX (1024 * 1024)
 #define EXCHANGE_CACHE_MAX 32
-
-struct exchange;
-
-struct revproxy {
-	struct event_base *base;
-	struct revproxy_options opts;
-	struct rp_pool pool;
-	struct exchange *free_exchanges; /* a small cache: an exchange is two evbuffers and ~1 KiB */
-	unsigned n_free_exchanges;
-	unsigned n_live; /* exchanges running */
-	bool freed;      /* revproxy_free was called: go when n_live drops to 0 */
-};
-
-static struct timeval ms_tv(int ms)
-{
-	return (struct timeval){ .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
-}
 
 int revproxy_new(struct event_base *base, const struct revproxy_options *o,
 		 struct revproxy **ret)
@@ -113,57 +90,6 @@ unsigned revproxy_pool_idle(const struct revproxy *rp)
 	return rp ? rp->pool.n_idle : 0;
 }
 
-/* ---- exchanges ---- */
-
-struct exchange {
-	struct revproxy *rp;
-	struct rp_conn *conn;
-	struct revproxy_target target; /* strings point into addr */
-	char addr[RP_KEY_MAX];
-	char key[RP_KEY_MAX];
-	uint32_t hash;
-
-	/* proxy */
-	struct evhttp_request *req;
-	struct evhttp_connection *evcon;
-	revproxy_fail_cb fail_cb;
-	void *fail_arg;
-
-	/* probe */
-	void (*probe_cb)(int result, void *arg);
-	void *probe_arg;
-	struct event deadline;
-	bool deadline_armed;
-	uint64_t probe_body;
-	int deferred_err;
-
-	struct evbuffer *head;  /* the request head, kept for a retry */
-	struct evbuffer *chunk; /* payload being relayed */
-	struct http_resp resp;
-	/* resp.reason points into the input buffer, which is drained after the head: keep a copy */
-	char reason[64];
-	bool head_request;
-	bool reused;      /* the connection came from the pool */
-	bool retry_ok;    /* idempotent, bodiless: may be resent on a fresh connection once */
-	bool got_bytes;   /* any response byte arrived */
-	bool started;     /* evhttp_send_reply_start was called */
-	bool paused;      /* not reading upstream until the client drains */
-	bool upgrade;     /* the client asked for Connection: Upgrade */
-	bool timeouts_changed;
-	struct timeval client_read_tv, client_write_tv; /* the client's timeouts, to restore */
-	bool watching; /* watching the client socket for a hang-up before the reply starts */
-	unsigned interim;
-	int connect_tries;
-	struct timeval connect_deadline;
-	struct event timer; /* connect retry backoff */
-	bool timer_armed;
-
-	/* splice (after a 101) */
-	struct bufferevent *client_bev;
-	bool closing_up, closing_client;
-
-	struct exchange *next_free;
-};
 
 static void exchange_cache_clear(struct revproxy *rp)
 {
@@ -243,7 +169,7 @@ static struct exchange *exchange_new(struct revproxy *rp, const struct revproxy_
 	return ex;
 }
 
-static void exchange_free(struct exchange *ex)
+void exchange_free(struct exchange *ex)
 {
 	struct revproxy *rp = ex->rp;
 	if (ex->timer_armed)
@@ -267,8 +193,7 @@ static void exchange_free(struct exchange *ex)
 		revproxy_destroy(rp);
 }
 
-/* The connection is no longer needed by ex: back to the pool when it can carry another request. */
-static void exchange_release_conn(struct exchange *ex)
+void exchange_release_conn(struct exchange *ex)
 {
 	struct bufferevent *bev = ex->conn->bev;
 	bool reusable = ex->resp.keep_alive && !ex->upgrade && !ex->conn->connecting &&
@@ -283,69 +208,9 @@ static void exchange_release_conn(struct exchange *ex)
 static void up_read_cb(struct bufferevent *bev, void *arg);
 static void up_write_cb(struct bufferevent *bev, void *arg);
 static void up_event_cb(struct bufferevent *bev, short what, void *arg);
-static void client_closed(struct evhttp_connection *evcon, void *arg);
 static int exchange_connect(struct exchange *ex);
 
-/* ---- the client side: watching it, timeouts, failing and finishing ---- */
-
-/*
- * Until the reply starts evhttp does not read the client socket, so it would not notice a client
- * that gave up (on a long-poll, say). We watch it meanwhile with callbacks of our own, which
- * evhttp replaces with its own when the reply is sent. Bytes the client sends early (a pipelined
- * request) stay buffered for evhttp, at most CLIENT_EARLY_MAX of them.
- */
-#define CLIENT_EARLY_MAX (64 * 1024)
-
-static void watch_event_cb(struct bufferevent *bev, short what, void *arg);
-
-/* Set the client socket's timeouts, remembering evhttp's (zero: none) to restore them later. */
-static void client_set_timeouts(struct exchange *ex, bool read, bool write)
-{
-	struct bufferevent *cbev = evhttp_connection_get_bufferevent(ex->evcon);
-	if (!ex->timeouts_changed) {
-		ex->client_read_tv = cbev->timeout_read;
-		ex->client_write_tv = cbev->timeout_write;
-		ex->timeouts_changed = true;
-	}
-	bufferevent_set_timeouts(cbev,
-				 read && timerisset(&ex->client_read_tv) ? &ex->client_read_tv : NULL,
-				 write && timerisset(&ex->client_write_tv) ? &ex->client_write_tv
-									   : NULL);
-}
-
-static void watch_client(struct exchange *ex)
-{
-	struct bufferevent *cbev = evhttp_connection_get_bufferevent(ex->evcon);
-	bufferevent_setcb(cbev, NULL, NULL, watch_event_cb, ex);
-	bufferevent_setwatermark(cbev, EV_READ, 0, CLIENT_EARLY_MAX);
-	client_set_timeouts(ex, false, false); /* waiting on upstream is not the client's idleness */
-	bufferevent_enable(cbev, EV_READ);
-	ex->watching = true;
-}
-
-static void unwatch_client(struct exchange *ex)
-{
-	if (!ex->watching)
-		return;
-	struct bufferevent *cbev = evhttp_connection_get_bufferevent(ex->evcon);
-	bufferevent_disable(cbev, EV_READ);
-	bufferevent_setwatermark(cbev, EV_READ, 0, 0);
-	bufferevent_setcb(cbev, NULL, NULL, NULL, NULL);
-	ex->watching = false;
-}
-
-/* Detach from the client connection: its closecb and our timeout changes. */
-static void client_detach(struct exchange *ex)
-{
-	if (!ex->evcon)
-		return;
-	unwatch_client(ex);
-	http_conn_set_closecb(ex->evcon, NULL, NULL);
-	if (ex->timeouts_changed) {
-		client_set_timeouts(ex, true, true);
-		ex->timeouts_changed = false;
-	}
-}
+/* ---- failing and finishing ---- */
 
 static int failure_errno(enum revproxy_failure why, int err)
 {
@@ -354,48 +219,6 @@ static int failure_errno(enum revproxy_failure why, int err)
 	return why == REVPROXY_TIMEOUT	      ? -ETIMEDOUT
 	       : why == REVPROXY_CONNECT_FAILED ? -ECONNREFUSED
 						: -EPROTO;
-}
-
-static void abort_write_cb(struct bufferevent *bev, void *arg)
-{
-	if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-		evhttp_connection_free(arg);
-}
-
-static void abort_event_cb(struct bufferevent *bev, short what, void *arg)
-{
-	evhttp_connection_free(arg);
-}
-
-/*
- * Drop a client connection mid-reply: flush what it was already sent (so it sees as much as there
- * was), then close without ending the body, so the truncation shows (no final chunk, or fewer
- * bytes than Content-Length). evhttp keeps no callback on it meanwhile; freeing evcon frees req.
- */
-static void client_abort(struct evhttp_connection *evcon)
-{
-	struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
-	struct timeval tv = { .tv_sec = 10 };
-	bufferevent_setcb(bev, NULL, abort_write_cb, abort_event_cb, evcon);
-	bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
-	bufferevent_disable(bev, EV_READ);
-	bufferevent_set_timeouts(bev, NULL, &tv);
-	if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-		evhttp_connection_free(evcon);
-	else
-		bufferevent_enable(bev, EV_WRITE);
-}
-
-/* The client hung up before its reply started: drop the exchange and the client connection. */
-static void watch_event_cb(struct bufferevent *bev, short what, void *arg)
-{
-	struct exchange *ex = arg;
-	if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
-		return;
-	struct evhttp_connection *evcon = ex->evcon;
-	client_detach(ex);
-	exchange_free(ex); /* closes the upstream connection: its answer would have nowhere to go */
-	evhttp_connection_free(evcon); /* frees the request */
 }
 
 /*
@@ -428,11 +251,11 @@ static void exchange_fail(struct exchange *ex, enum revproxy_failure why, int er
 	void *fail_arg = ex->fail_arg;
 	revproxy_broken_cb broken_cb = ex->rp->opts.broken_cb;
 	void *broken_arg = ex->rp->opts.broken_arg;
-	client_detach(ex);
+	relay_detach(ex);
 	exchange_free(ex);
 	if (started) {
 		if (!broken_cb || !broken_cb(req, detail, broken_arg))
-			client_abort(evcon);
+			relay_abort(evcon);
 	} else if (fail_cb) {
 		fail_cb(req, why, detail, fail_arg);
 	} else {
@@ -453,7 +276,7 @@ static void exchange_finish(struct exchange *ex)
 		return;
 	}
 	struct evhttp_request *req = ex->req;
-	client_detach(ex);
+	relay_detach(ex);
 	exchange_free(ex);
 	evhttp_send_reply_end(req);
 }
@@ -570,112 +393,7 @@ static int exchange_connect(struct exchange *ex)
 	return 0;
 }
 
-/* ---- relaying the response ---- */
-
-static bool start_splice(struct exchange *ex, size_t head_len);
-
-/* Every Connection field of the response, joined with commas into buf (NULL when none). */
-static const char *resp_connection(const struct http_resp *resp, char *buf, size_t len,
-				   size_t *ret_len)
-{
-	size_t n = 0;
-	for (unsigned i = 0; i < resp->n_headers; i++) {
-		const struct http_header *h = &resp->headers[i];
-		if (h->name_len != 10 || strncasecmp(h->name, "Connection", 10) != 0)
-			continue;
-		if (n && n < len)
-			buf[n++] = ',';
-		size_t take = MIN(h->value_len, len - 1 - n);
-		memcpy(buf + n, h->value, take);
-		n += take;
-	}
-	buf[n] = 0;
-	*ret_len = n;
-	return n ? buf : NULL;
-}
-
-/* Copy the response head into the client's output headers (minus hop-by-hop ones). */
-static void copy_response_headers(struct exchange *ex)
-{
-	static char name[HTTP_RESP_MAX_HEAD + 1], value[HTTP_RESP_MAX_HEAD + 1];
-	static char conn_buf[HTTP_RESP_MAX_HEAD + 1];
-	struct evkeyvalq *out = evhttp_request_get_output_headers(ex->req);
-	size_t conn_len;
-	const char *conn = resp_connection(&ex->resp, conn_buf, sizeof(conn_buf), &conn_len);
-	bool keep_cl = ex->resp.body == HTTP_BODY_LENGTH || ex->head_request;
-
-	for (unsigned i = 0; i < ex->resp.n_headers; i++) {
-		const struct http_header *h = &ex->resp.headers[i];
-		if (!revproxy_response_field_kept(h->name, h->name_len, conn, conn_len, keep_cl))
-			continue;
-		/* The server already answers with the client's request id; never send two. */
-		if (h->name_len == 12 && !strncasecmp(h->name, "X-Request-ID", 12) &&
-		    evhttp_find_header(out, "X-Request-ID"))
-			continue;
-		memcpy(name, h->name, h->name_len);
-		name[h->name_len] = 0;
-		memcpy(value, h->value, h->value_len);
-		value[h->value_len] = 0;
-		evhttp_add_header(out, name, value);
-	}
-}
-
-static void client_drained(struct evhttp_connection *evcon, void *arg)
-{
-	struct exchange *ex = arg;
-	if (!ex->paused)
-		return;
-	ex->paused = false;
-	bufferevent_enable(ex->conn->bev, EV_READ);
-	/* Process what is already buffered from the loop, not from inside evhttp's callback. */
-	bufferevent_trigger(ex->conn->bev, EV_READ,
-			    BEV_TRIG_DEFER_CALLBACKS | BEV_TRIG_IGNORE_WATERMARKS);
-}
-
-static const char *reason_of(const struct http_resp *resp, char *buf, size_t len)
-{
-	if (!resp->reason_len)
-		return NULL; /* evhttp picks the standard phrase */
-	snprintf(buf, len, "%.*s", (int)resp->reason_len, resp->reason);
-	return buf;
-}
-
-static void reply_start(struct exchange *ex)
-{
-	char rbuf[256];
-	unwatch_client(ex);
-	/*
-	 * An HTTP/1.0 client cannot take chunks: without a length the body must end with the
-	 * connection, but evhttp would answer "Connection: keep-alive" with "Content-Length: 0".
-	 * Forgetting the client's keep-alive wish makes evhttp close instead.
-	 */
-	if (ex->req->major == 1 && ex->req->minor == 0 &&
-	    !evhttp_find_header(evhttp_request_get_output_headers(ex->req), "Content-Length"))
-		evhttp_remove_header(evhttp_request_get_input_headers(ex->req), "Connection");
-	evhttp_send_reply_start(ex->req, ex->resp.status, reason_of(&ex->resp, rbuf, sizeof(rbuf)));
-	ex->started = true;
-	/* A client that only listens to a long stream must not hit the server's read timeout. */
-	client_set_timeouts(ex, false, true);
-}
-
-/* Hand ex->chunk to the client; pause reading upstream when the client falls behind. */
-static void relay_chunk(struct exchange *ex)
-{
-	size_t n = evbuffer_get_length(ex->chunk);
-	if (!n)
-		return;
-	struct bufferevent *cbev = evhttp_connection_get_bufferevent(ex->evcon);
-	size_t queued = evbuffer_get_length(bufferevent_get_output(cbev));
-	if (queued + n > ex->rp->opts.client_buffer_max) {
-		ex->paused = true;
-		bufferevent_disable(ex->conn->bev, EV_READ);
-		evhttp_send_reply_chunk_with_cb(ex->req, ex->chunk, client_drained, ex);
-	} else {
-		evhttp_send_reply_chunk(ex->req, ex->chunk);
-	}
-	/* evhttp ignores chunks for bodiless replies; never let them pile up here. */
-	evbuffer_drain(ex->chunk, evbuffer_get_length(ex->chunk));
-}
+/* ---- reading the response ---- */
 
 /* Parse the response head; true when it is complete (or the exchange went on to a splice). */
 static bool process_head(struct exchange *ex, bool *ret_alive)
@@ -708,7 +426,7 @@ static bool process_head(struct exchange *ex, bool *ret_alive)
 				*ret_alive = false;
 				return false;
 			}
-			*ret_alive = start_splice(ex, (size_t)r);
+			*ret_alive = relay_splice(ex, (size_t)r);
 			return false;
 		}
 		if (status < 200) {
@@ -723,7 +441,7 @@ static bool process_head(struct exchange *ex, bool *ret_alive)
 			continue;
 		}
 		if (ex->req)
-			copy_response_headers(ex);
+			relay_copy_headers(ex);
 		snprintf(ex->reason, sizeof(ex->reason), "%.*s", (int)ex->resp.reason_len,
 			 ex->resp.reason ? ex->resp.reason : "");
 		ex->resp.reason = ex->reason;
@@ -733,11 +451,8 @@ static bool process_head(struct exchange *ex, bool *ret_alive)
 	return true;
 }
 
-/*
- * Consume what upstream sent so far. Returns true while the exchange lives on (waiting for more),
- * false once it finished or failed (ex is freed then).
- */
-static bool process(struct exchange *ex)
+/* See revproxy_internal.h. */
+bool exchange_process(struct exchange *ex)
 {
 	struct bufferevent *bev = ex->conn->bev;
 	struct evbuffer *in = bufferevent_get_input(bev);
@@ -800,16 +515,10 @@ static bool process(struct exchange *ex)
 		 */
 		if (done && ex->resp.body != HTTP_BODY_CHUNKED &&
 		    evbuffer_get_length(ex->chunk) <= ONE_SHOT_MAX) {
-			char rbuf[256];
-			const char *reason = reason_of(&ex->resp, rbuf, sizeof(rbuf));
-			struct evhttp_request *req = ex->req;
-			exchange_release_conn(ex);
-			client_detach(ex);
-			evhttp_send_reply(req, ex->resp.status, reason, ex->chunk);
-			exchange_free(ex);
+			relay_whole(ex);
 			return false;
 		}
-		reply_start(ex);
+		relay_start(ex);
 	}
 	relay_chunk(ex);
 	if (done) {
@@ -821,7 +530,7 @@ static bool process(struct exchange *ex)
 
 static void up_read_cb(struct bufferevent *bev, void *arg)
 {
-	process(arg);
+	exchange_process(arg);
 }
 
 static void up_write_cb(struct bufferevent *bev, void *arg)
@@ -879,13 +588,13 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
 		return;
 	}
 	/* Whatever arrived before the end counts. */
-	if (evbuffer_get_length(bufferevent_get_input(bev)) && !process(ex))
+	if (evbuffer_get_length(bufferevent_get_input(bev)) && !exchange_process(ex))
 		return;
 	if (!ex->resp.head_done && maybe_retry(ex))
 		return;
 	if (what & BEV_EVENT_EOF) {
 		if (ex->resp.head_done && http_resp_eof(&ex->resp) == 0) {
-			process(ex); /* a close-delimited body ends here */
+			exchange_process(ex); /* a close-delimited body ends here */
 			return;
 		}
 		exchange_fail(ex, REVPROXY_PROTOCOL_ERROR, -EPROTO,
@@ -896,125 +605,6 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
 	}
 	exchange_fail(ex, REVPROXY_PROTOCOL_ERROR, -EPROTO, "%s: %s", name,
 		      strerror(err ? err : EIO));
-}
-
-/* The client went away (or the server is being freed) while the exchange was running. */
-static void client_closed(struct evhttp_connection *evcon, void *arg)
-{
-	struct exchange *ex = arg;
-	struct evhttp_request *req = ex->req;
-	/* Mid-reply disconnects hand the request back to us; otherwise evcon frees it. */
-	bool ours = evhttp_request_get_connection(req) == NULL;
-	ex->evcon = NULL;
-	exchange_free(ex); /* closes the upstream connection: the response was not fully read */
-	if (ours)
-		evhttp_request_free(req);
-}
-
-/* ---- WebSocket and other upgrades: after a 101, splice the two byte streams ---- */
-
-static void splice_teardown(struct exchange *ex)
-{
-	struct evhttp_connection *evcon = ex->evcon;
-	http_conn_set_closecb(evcon, NULL, NULL);
-	ex->evcon = NULL;
-	exchange_free(ex);
-	evhttp_connection_free(evcon); /* frees the request and the client socket */
-}
-
-static void splice_move(struct exchange *ex, struct bufferevent *from, struct bufferevent *to)
-{
-	struct evbuffer *out = bufferevent_get_output(to);
-	evbuffer_add_buffer(out, bufferevent_get_input(from));
-	if (evbuffer_get_length(out) > SPLICE_BUFFER_MAX)
-		bufferevent_disable(from, EV_READ); /* resumed by to's write callback */
-}
-
-static void splice_read_cb(struct bufferevent *bev, void *arg)
-{
-	struct exchange *ex = arg;
-	bool from_client = bev == ex->client_bev;
-	splice_move(ex, bev, from_client ? ex->conn->bev : ex->client_bev);
-}
-
-static void splice_write_cb(struct bufferevent *bev, void *arg)
-{
-	struct exchange *ex = arg;
-	bool to_client = bev == ex->client_bev;
-	struct bufferevent *from = to_client ? ex->conn->bev : ex->client_bev;
-	bool from_closed = to_client ? ex->closing_up : ex->closing_client;
-	if (from_closed) {
-		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-			splice_teardown(ex);
-		return;
-	}
-	if (evbuffer_get_length(bufferevent_get_output(bev)) <= SPLICE_BUFFER_MAX / 2)
-		bufferevent_enable(from, EV_READ);
-}
-
-static void splice_event_cb(struct bufferevent *bev, short what, void *arg)
-{
-	struct exchange *ex = arg;
-	bool from_client = bev == ex->client_bev;
-	struct bufferevent *to = from_client ? ex->conn->bev : ex->client_bev;
-
-	if (!(what & BEV_EVENT_EOF)) {
-		splice_teardown(ex); /* an error: nothing more can be delivered reliably */
-		return;
-	}
-	/* Deliver what is left, then close both sides. */
-	evbuffer_add_buffer(bufferevent_get_output(to), bufferevent_get_input(bev));
-	bufferevent_disable(bev, EV_READ);
-	if (from_client)
-		ex->closing_client = true;
-	else
-		ex->closing_up = true;
-	if (evbuffer_get_length(bufferevent_get_output(to)) == 0) {
-		splice_teardown(ex);
-		return;
-	}
-	bufferevent_setwatermark(to, EV_WRITE, 0, 0);
-}
-
-static bool start_splice(struct exchange *ex, size_t head_len)
-{
-	static char conn_buf[HTTP_RESP_MAX_HEAD + 1];
-	struct bufferevent *up = ex->conn->bev;
-	struct bufferevent *cb = evhttp_connection_get_bufferevent(ex->evcon);
-	struct evbuffer *out = bufferevent_get_output(cb);
-	const struct http_header *upg = http_resp_header(&ex->resp, "Upgrade");
-	size_t conn_len;
-	const char *conn = resp_connection(&ex->resp, conn_buf, sizeof(conn_buf), &conn_len);
-
-	unwatch_client(ex);
-	/* evhttp has no API for a 101; write it raw and take the client socket over. */
-	evbuffer_add_printf(out, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n");
-	if (upg)
-		evbuffer_add_printf(out, "Upgrade: %.*s\r\n", (int)upg->value_len, upg->value);
-	for (unsigned i = 0; i < ex->resp.n_headers; i++) {
-		const struct http_header *h = &ex->resp.headers[i];
-		if (revproxy_hop_by_hop(h->name, h->name_len, conn, conn_len))
-			continue;
-		evbuffer_add_printf(out, "%.*s: %.*s\r\n", (int)h->name_len, h->name,
-				    (int)h->value_len, h->value);
-	}
-	evbuffer_add(out, "\r\n", 2);
-	evbuffer_drain(bufferevent_get_input(up), head_len);
-
-	ex->started = true;
-	ex->client_bev = cb;
-	bufferevent_setcb(cb, splice_read_cb, splice_write_cb, splice_event_cb, ex);
-	bufferevent_setcb(up, splice_read_cb, splice_write_cb, splice_event_cb, ex);
-	bufferevent_set_timeouts(cb, NULL, NULL);
-	bufferevent_set_timeouts(up, NULL, NULL);
-	bufferevent_setwatermark(cb, EV_WRITE, SPLICE_BUFFER_MAX / 2, 0);
-	bufferevent_setwatermark(up, EV_WRITE, SPLICE_BUFFER_MAX / 2, 0);
-	bufferevent_enable(cb, EV_READ | EV_WRITE);
-	bufferevent_enable(up, EV_READ | EV_WRITE);
-	/* Bytes either side sent right behind the handshake. */
-	splice_move(ex, up, cb);
-	splice_move(ex, cb, up);
-	return true;
 }
 
 /* ---- entry points ---- */
@@ -1076,8 +666,8 @@ void revproxy_forward(struct revproxy *rp, const struct revproxy_target *t,
 		       (cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD || cmd == EVHTTP_REQ_OPTIONS ||
 			cmd == EVHTTP_REQ_DELETE || cmd == EVHTTP_REQ_PUT);
 	if (ex->evcon) {
-		http_conn_set_closecb(ex->evcon, client_closed, ex);
-		watch_client(ex);
+		http_conn_set_closecb(ex->evcon, relay_client_closed, ex);
+		relay_watch(ex);
 	}
 	exchange_connect(ex);
 }

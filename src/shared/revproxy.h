@@ -5,9 +5,10 @@
  * stream a body back chunk by chunk), a keep-alive pool per target, and the relay behind an evhttp
  * server request. One header rule set for both (revproxy_headers.h).
  *
- * Files: revproxy_pool.c (targets, connecting, the keep-alive pool), revproxy.c (an exchange: send
- * the request, parse the answer with http_parse.h, relay it, splice after a 101),
- * revproxy_headers.c (which fields go where).
+ * Files: revproxy_pool.c (targets, connecting, the keep-alive pool), revproxy.c (an exchange's
+ * upstream side: connect, send the request, parse the answer with http_parse.h), revproxy_relay.c
+ * (its downstream side: watch the client, relay to it, splice after a 101), revproxy_headers.c
+ * (which fields go where).
  *
  * The upstream runs in the sandbox and is untrusted: the parser bounds everything it reads, and
  * memory held per exchange is bounded by one socket read plus client_buffer_max.
