@@ -822,7 +822,7 @@ static bool proxy_id_of(struct evhttp_request *req, char id[UUID_STR_LEN])
 	return true;
 }
 
-static void on_proxy_fail(struct evhttp_request *req, enum upstream_failure why,
+static void on_proxy_fail(struct evhttp_request *req, enum revproxy_failure why,
 			  const char *detail, void *arg)
 {
 	struct corrald *d = arg;

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target for the execd response parser (src/corrald/http_parse.c). The first input byte
+ * libFuzzer target for the execd response parser (src/shared/http_parse.c). The first input byte
  * picks how the rest is split into arrivals and whether it answers a HEAD; the parser must never
  * read out of bounds, never report more payload than it was given, and agree with itself however
  * the bytes are split. tests/unit/test_upstream_parse.c replays the corpus through this function.
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "corrald/http_parse.h"
+#include "shared/http_parse.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
 

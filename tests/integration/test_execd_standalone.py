@@ -3,6 +3,7 @@
 PID 1, no sandbox) and driven over real HTTP/1.1 on that socket, with http.client's strict parser
 (a chunked body that is not properly terminated makes read() raise)."""
 
+import http.server
 import json
 import os
 import re
@@ -819,6 +820,48 @@ class ProxyTest(unittest.TestCase):
         self.assertEqual(r.getheader("Content-Length"), str(4 << 20))
         self.assertEqual(r.read(), b"z" * (4 << 20))
         c.close()
+
+
+class ProxyKeepAliveBackendTest(unittest.TestCase):
+    """A single-threaded HTTP/1.1 backend that keeps each connection open (Python's HTTPServer
+    with protocol_version HTTP/1.1). Every request through /proxy/{port} is answered: the backend
+    connection goes back to a pool and is reused, not left open and forgotten (before the shared
+    reverse proxy, the second request waited forever behind the first one's idle connection)."""
+
+    @classmethod
+    def setUpClass(cls):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                out = self.path.encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        cls.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        cls.port = cls.server.server_address[1]
+        threading.Thread(target=cls.server.serve_forever, daemon=True).start()
+        cls.execd = Execd()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.execd.stop()
+        cls.server.shutdown()
+
+    def test_sequential_requests(self):
+        for i in range(20):
+            c = self.execd.conn(timeout=5)
+            c.request("GET", "/proxy/%d/n%d" % (self.port, i))
+            r = c.getresponse()
+            self.assertEqual((r.status, r.read()), (200, b"/n%d" % i))
+            c.close()
+        nfd = len(os.listdir("/proc/%d/fd" % self.execd.proc.pid))
+        self.assertLess(nfd, 20)
 
 
 class ProxyUpgradeTest(unittest.TestCase):

@@ -6,6 +6,7 @@ on the proxy route. Loopback only, bounded counts and bytes.
 """
 import os
 import resource
+import secrets
 import socket
 import threading
 import time
@@ -407,6 +408,58 @@ class ProxyAuthTest(AttackCase):
                 self.assertEqual(c.connects, 1)
             finally:
                 c.close()
+
+    ECHO_SERVER = (
+        "import http.server, json, sys\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    protocol_version = 'HTTP/1.1'\n"
+        "    def do_GET(self):\n"
+        "        out = json.dumps([[k, v] for k, v in self.headers.items()]).encode()\n"
+        "        self.send_response(200)\n"
+        "        self.send_header('Content-Length', str(len(out)))\n"
+        "        self.end_headers()\n"
+        "        self.wfile.write(out)\n"
+        "    def log_message(self, *a):\n"
+        "        pass\n"
+        "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
+
+    def test_forged_forwarding_headers_do_not_reach_a_sandbox_server(self):
+        sid = self.create()["id"]
+        port = 8000 + secrets.randbelow(900)
+        self.client.run(sid, "cat > /tmp/echo.py <<'EOF'\n%sEOF\nexec python3 /tmp/echo.py %d"
+                        % (self.ECHO_SERVER, port), background=True)
+        path = "/sandboxes/%s/proxy/%d/h" % (sid, port)
+        deadline = time.monotonic() + 15
+        while self.client.get(path).status != 200:
+            self.assertLess(time.monotonic(), deadline, "the in-sandbox server never answered")
+            time.sleep(0.2)
+        # Attack: a client forges the forwarding headers so the sandbox's server takes 10.6.6.6 (and
+        # https, and another host) for what corrald saw, and smuggles hop-by-hop fields and
+        # corrald's own credentials past it.
+        r = self.client.get(path, headers={
+            "Host": "corral.example:8080",
+            "X-Forwarded-For": "10.6.6.6",
+            "X-Forwarded-Host": "bank.example",
+            "X-Forwarded-Proto": "https",
+            "Forwarded": "for=10.6.6.6;proto=https",
+            "Proxy-Authorization": "Basic c2VjcmV0",
+            "Connection": "keep-alive, X-Hop-Secret",
+            "X-Hop-Secret": "s3cret",
+            "X-End-To-End": "kept"})
+        self.assertEqual(r.status, 200, r)
+        seen = {}
+        for k, v in r.json():
+            seen.setdefault(k.lower(), []).append(v)
+        self.assertEqual(seen.get("x-forwarded-for"), ["127.0.0.1"], seen)
+        self.assertEqual(seen.get("x-forwarded-host"), ["corral.example:8080"], seen)
+        self.assertEqual(seen.get("x-forwarded-proto"), ["http"], seen)
+        self.assertEqual(seen.get("x-end-to-end"), ["kept"], seen)
+        for gone in ("forwarded", "proxy-authorization", "x-hop-secret", "open-sandbox-api-key",
+                     TOKEN_HEADER.lower(), "authorization", "cookie"):
+            self.assertNotIn(gone, seen)
+        self.assertNotIn("10.6.6.6", r.text)
+        self.assertNotIn("bank.example", r.text)
+        self.assert_platform_alive(sid)
 
     def test_token_survives_restart(self):
         sid = self.create()["id"]

@@ -1,5 +1,5 @@
 /*
- * The execd response parser (src/corrald/http_parse.c) against byte-exact inputs, each fed in every
+ * The execd response parser (src/shared/http_parse.c) against byte-exact inputs, each fed in every
  * split the network could produce, and the fuzz corpus replayed through the fuzz target.
  */
 #include <dirent.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "corrald/http_parse.h"
+#include "shared/http_parse.h"
 #include "shared/macro.h"
 #include "check.h"
 

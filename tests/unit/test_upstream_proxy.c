@@ -28,7 +28,7 @@
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 
-#include "corrald/http_parse.h"
+#include "shared/http_parse.h"
 #include "corrald/upstream.h"
 #include "shared/macro.h"
 #include "check.h"
@@ -330,10 +330,10 @@ static void raw_accept(struct evconnlistener *l, evutil_socket_t fd, struct sock
 /* ---------------- the front server ---------------- */
 
 static atomic_int fail_calls;
-static enum upstream_failure fail_why;
+static enum revproxy_failure fail_why;
 static char fail_detail[512];
 
-static void on_fail(struct evhttp_request *req, enum upstream_failure why, const char *detail,
+static void on_fail(struct evhttp_request *req, enum revproxy_failure why, const char *detail,
 		    void *arg)
 {
 	fail_calls++;
@@ -695,10 +695,22 @@ static void test_headers(void)
 	CHECK(!head_has(&r, "Keep-Alive"));
 	response_clear(&r);
 
-	/* X-Forwarded-* the client already set are kept as they are. */
-	request(fd, "GET", "/ok/headers", "X-Forwarded-For: 10.1.2.3\r\n", NULL, 0, &r);
-	CHECK(body_has(&r, "X-Forwarded-For: 10.1.2.3\n"));
-	CHECK(!body_has(&r, "X-Forwarded-For: 127.0.0.1"));
+	/*
+	 * Attack: a client forges X-Forwarded-* (and Forwarded) so the sandbox's server takes 10.1.2.3
+	 * for an address corrald vouched for. corrald replaces them with what it saw.
+	 */
+	request(fd, "GET", "/ok/headers",
+		"X-Forwarded-For: 10.1.2.3\r\nX-Forwarded-Host: evil.example\r\n"
+		"X-Forwarded-Proto: https\r\nForwarded: for=10.1.2.3\r\n",
+		NULL, 0, &r);
+	CHECK_INT(r.status, 201);
+	CHECK(!body_has(&r, "10.1.2.3"));
+	CHECK(!body_has(&r, "evil.example"));
+	CHECK(!body_has(&r, "https"));
+	CHECK(!body_has(&r, "Forwarded: "));
+	CHECK(body_has(&r, "X-Forwarded-For: 127.0.0.1\n"));
+	CHECK(body_has(&r, "X-Forwarded-Proto: http\n"));
+	CHECK(body_has(&r, "X-Forwarded-Host: front.example:1234\n"));
 	response_clear(&r);
 	close(fd);
 }
@@ -794,7 +806,7 @@ static void test_failures(void)
 	CHECK_INT(r.status, 410);
 	CHECK(body_has(&r, "custom failure"));
 	CHECK_INT(fail_calls, 1);
-	CHECK_INT(fail_why, UPSTREAM_CONNECT_FAILED);
+	CHECK_INT(fail_why, REVPROXY_CONNECT_FAILED);
 	CHECK(strstr(fail_detail, sock_missing) == NULL); /* no host path reaches a client */
 	CHECK(strstr(fail_detail, "No such file or directory") != NULL);
 	response_clear(&r);
@@ -922,7 +934,7 @@ static void *client_main(void *arg)
 
 /* ---------------- pings (on the loop thread, before the client starts) ---------------- */
 
-static int ping_results[5];
+static int ping_results[6];
 static int pings_done;
 
 static void ping_cb(int result, void *arg)
@@ -998,6 +1010,18 @@ int main(void)
 	CHECK_INT(ping_results[2], -ETIMEDOUT);
 	CHECK_INT(ping_results[3], 0);
 	CHECK_INT(ping_results[4], -EPERM);
+
+	/*
+	 * Attack: a connection checked against one PID 1 sits in the pool; a request that expects
+	 * another process at the same path must not be handed it. It connects anew and is refused.
+	 */
+	CHECK(upstream_pool_idle() >= 1);
+	CHECK_INT(upstream_ping(base, sock_ok, getpid() + 1, 1000, ping_cb, (void *)5), 0);
+	t0 = now_ms();
+	while (pings_done < 6 && now_ms() - t0 < 3000)
+		event_base_loop(base, EVLOOP_ONCE);
+	CHECK_INT(pings_done, 6);
+	CHECK_INT(ping_results[5], -EPERM);
 
 	pthread_t th;
 	pthread_create(&th, NULL, client_main, NULL);

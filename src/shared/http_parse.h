@@ -1,7 +1,7 @@
 /*
- * Incremental parser for HTTP/1.x responses read from an execd socket. execd runs inside the
- * sandbox, so every byte is untrusted: each limit below is enforced, nothing is allocated, and any
- * malformed input is a clear error rather than a guess.
+ * Incremental parser for HTTP/1.x responses read by the reverse proxy (revproxy.h) from execd or
+ * from a server inside the sandbox. Both run in the sandbox, so every byte is untrusted: each limit
+ * below is enforced, nothing is allocated, and any malformed input is a clear error, not a guess.
  *
  * It is pure (no I/O, no libevent) so it can be tested byte by byte and fuzzed. Use:
  *   1. http_resp_init(p, is_head_request)
