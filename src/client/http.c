@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "client.h"
+#include "config.h"
 #include "shared/id.h"
 
 #define STREAM_HIGH_WATER (1u << 20)
@@ -177,7 +178,7 @@ static struct xfer *xfer_new(struct corral_client *c, const struct http_req *rq)
 		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
 	}
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->headers);
-	curl_easy_setopt(e, CURLOPT_USERAGENT, "libcorral/0.1");
+	curl_easy_setopt(e, CURLOPT_USERAGENT, "libcorral/" CORRAL_VERSION);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");

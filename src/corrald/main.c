@@ -19,6 +19,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "corrald/admission.h"
 #include "corrald/corrald.h"
 #include "corrald/front.h"
@@ -106,6 +107,7 @@ static void usage(FILE *f)
 		"                         fill the state dir's (default " DEFAULT_DISK "; \"none\": no limit)\n"
 		"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 		"  -h, --help             show this help\n"
+		"      --version          print the version\n"
 		"\n"
 		"Example:\n"
 		"  corrald --listen 127.0.0.1:8080 --state-dir /tmp/corral --image-dir /srv/images\n"
@@ -266,7 +268,7 @@ int main(int argc, char **argv)
 	enum { OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
 	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS,
 	       OPT_NOFILE, OPT_DEFAULT_DISK, OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT, OPT_MIRROR,
-	       OPT_IMPORT_DIR, OPT_HEADER_TIMEOUT, OPT_MAX_CONNECTIONS };
+	       OPT_IMPORT_DIR, OPT_HEADER_TIMEOUT, OPT_MAX_CONNECTIONS, OPT_VERSION };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -290,6 +292,7 @@ int main(int argc, char **argv)
 		{"header-timeout", required_argument, NULL, OPT_HEADER_TIMEOUT},
 		{"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, OPT_VERSION},
 		{0},
 	};
 	struct corrald *d = &D;
@@ -420,6 +423,7 @@ int main(int argc, char **argv)
 		}
 		case OPT_DEFAULT_DISK: d->default_disk = optarg; break;
 		case 'h': usage(stdout); return 0;
+		case OPT_VERSION: printf("corrald %s\n", CORRAL_VERSION); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
