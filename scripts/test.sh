@@ -8,7 +8,8 @@
 # asks of CI: every corpus in tests/fuzz/corpus is replayed under the sanitizers. The 'runtime'
 # suite (the runtime test's own clone(CLONE_VM) children, which ASan cannot follow across the stack
 # switch) is left out of that pass; the integration suites still drive the runtime under ASan
-# through corrald.
+# through corrald. With CI=true, libcorral's tests also run under ThreadSanitizer (`make tsan`) and
+# the whole tree is built with clang (`make clang`), whose unit suite runs too.
 set -uo pipefail
 BUILD=${1:-build}
 cd "$(dirname "$0")/.."
@@ -65,5 +66,12 @@ if [ "${CI:-}" = "true" ] || [ "${CORRAL_TEST_ASAN:-}" = "1" ]; then
 	run_pass "the unit, fuzz and integration suites again, under ASan + UBSan" asan build-asan \
 		--suite unit --suite fuzz --suite integration --no-suite runtime
 fi
+if [ "${CI:-}" = "true" ]; then
+	# libcorral runs a transport thread and reaper threads under its callers' threads.
+	run_pass "libcorral's tests under ThreadSanitizer" tsan build-tsan --suite client
+	# Everything compiles warning-free with clang too (werror under CI), and the units pass.
+	run_pass "the unit suite, built with clang" clang build-clang --suite unit
+fi
+
 echo "$passed passed, $failed failed, $skipped skipped"
 exit $status
