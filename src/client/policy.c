@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "shared/wire_error.h"
 
 bool policy_status_retryable(long status)
 {
@@ -242,13 +243,14 @@ int policy_cpu_cap_value(double cpu, char buf[32])
 corral_error_code policy_classify(long status, const char *code)
 {
 	code = code ? code : "";
-	if (status == 410 || strcmp(code, "SANDBOX::ENDED") == 0)
+	if (status == 410 || strcmp(code, WIRE_CODE(SANDBOX_ENDED)) == 0)
 		return CORRAL_E_SANDBOX_ENDED;
 	if (strstr(code, "CAPACITY_TIMEOUT"))
 		return CORRAL_E_CAPACITY_TIMEOUT;
-	if (strcmp(code, "SANDBOX::READY_TIMEOUT") == 0 || strstr(code, "POD_READY_TIMEOUT"))
+	if (strcmp(code, WIRE_CODE(SANDBOX_READY_TIMEOUT)) == 0 || strstr(code, "POD_READY_TIMEOUT"))
 		return CORRAL_E_CREATE_TIMEOUT;
-	if (strcmp(code, "SANDBOX::ENTRYPOINT_EXITED") == 0 || strcmp(code, "SANDBOX::OOM_KILLED") == 0)
+	if (strcmp(code, WIRE_CODE(SANDBOX_ENTRYPOINT_EXITED)) == 0 ||
+	    strcmp(code, WIRE_CODE(SANDBOX_OOM_KILLED)) == 0)
 		return CORRAL_E_CREATE_FAILED;
 	if (status == 502)
 		return CORRAL_E_BACKEND_UNREACHABLE;

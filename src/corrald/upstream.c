@@ -37,6 +37,7 @@
 #include "shared/httputil.h"
 #include "shared/macro.h"
 #include "shared/unixsock.h"
+#include "shared/wire_error.h"
 
 #include "http_parse.h"
 #include "upstream.h"
@@ -504,7 +505,7 @@ static void exchange_fail(struct exchange *ex, enum upstream_failure why, int er
 	} else if (fail_cb)
 		fail_cb(req, why, detail, fail_arg);
 	else
-		http_send_error(req, 502, "SANDBOX::BACKEND_UNREACHABLE", "%s", detail);
+		http_send_error(req, 502, WIRE_CODE(SANDBOX_BACKEND_UNREACHABLE), "%s", detail);
 }
 
 /* The response is complete: recycle the connection, end the reply, report. */
@@ -1123,18 +1124,18 @@ void upstream_proxy(struct event_base *base, const char *sock_path, pid_t peer_p
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 	const char *method = method_name(cmd);
 	if (!method) {
-		http_send_error(req, 405, "SANDBOX::INVALID_PARAMETER",
+		http_send_error(req, 405, WIRE_CODE(SANDBOX_INVALID_PARAMETER),
 				"method not supported by the sandbox proxy");
 		return;
 	}
 	for (const char *t = target; *t; t++)
 		if ((unsigned char)*t <= 0x20 || *t == 0x7f) {
-			http_send_error(req, 400, "SANDBOX::INVALID_PARAMETER",
+			http_send_error(req, 400, WIRE_CODE(SANDBOX_INVALID_PARAMETER),
 					"proxied path contains a space or control character");
 			return;
 		}
 	if (target[0] != '/') {
-		http_send_error(req, 400, "SANDBOX::INVALID_PARAMETER",
+		http_send_error(req, 400, WIRE_CODE(SANDBOX_INVALID_PARAMETER),
 				"proxied path must start with '/'");
 		return;
 	}
@@ -1146,7 +1147,7 @@ void upstream_proxy(struct event_base *base, const char *sock_path, pid_t peer_p
 		if (fail_cb)
 			fail_cb(req, UPSTREAM_CONNECT_FAILED, detail, arg);
 		else
-			http_send_error(req, 502, "SANDBOX::BACKEND_UNREACHABLE", "%s", detail);
+			http_send_error(req, 502, WIRE_CODE(SANDBOX_BACKEND_UNREACHABLE), "%s", detail);
 		return;
 	}
 	ex->req = req;

@@ -9,6 +9,7 @@
 #include "corrald/validate.h"
 #include "shared/quantity.h"
 #include "shared/timeutil.h"
+#include "shared/wire_error.h"
 
 int verr_set(struct verr *e, int status, const char *code, const char *const *loc, const char *fmt,
 	     ...)
@@ -242,13 +243,13 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
 		json_t *v = field_get(body, unsupported[i][0], unsupported[i][1]);
 		if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
-			return verr_set(e, 400, "SANDBOX::API_NOT_SUPPORTED", LOC(unsupported[i][0]),
+			return verr_set(e, 400, WIRE_CODE(SANDBOX_API_NOT_SUPPORTED), LOC(unsupported[i][0]),
 					"%s is not supported by this server (native runtime)",
 					unsupported[i][0]);
 	}
 	json_t *sa = field_get(body, "secureAccess", "secure_access");
 	if (sa && json_is_true(sa))
-		return verr_set(e, 400, "SANDBOX::API_NOT_SUPPORTED", LOC("secureAccess"),
+		return verr_set(e, 400, WIRE_CODE(SANDBOX_API_NOT_SUPPORTED), LOC("secureAccess"),
 				"secureAccess is not supported by this server (native runtime)");
 
 	/* image.uri */

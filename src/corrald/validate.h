@@ -10,10 +10,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "shared/wire_error.h"
+
 #define VERR_LOC_MAX 3
-#define CODE_INVALID_PARAMETER "SANDBOX::INVALID_PARAMETER"
-#define CODE_INVALID_METADATA_LABEL "SANDBOX::INVALID_METADATA_LABEL"
-#define CODE_INSUFFICIENT_STORAGE "SANDBOX::INSUFFICIENT_STORAGE"
+/* Short names of the codes validation uses most (shared/wire_error.h). */
+#define CODE_INVALID_PARAMETER WIRE_CODE(SANDBOX_INVALID_PARAMETER)
+#define CODE_INVALID_METADATA_LABEL WIRE_CODE(SANDBOX_INVALID_METADATA_LABEL)
+#define CODE_INSUFFICIENT_STORAGE WIRE_CODE(SANDBOX_INSUFFICIENT_STORAGE)
 
 struct verr {
 	int status;       /* 422 for shape/type/range problems, 400 for label-rule violations */

@@ -18,6 +18,7 @@
 #include "shared/fsutil.h"
 #include "shared/httputil.h"
 #include "shared/timeutil.h"
+#include "shared/wire_error.h"
 
 #define METRICS_SAMPLE_MS 250
 #define METRICS_MAX_WAITING 64
@@ -183,14 +184,14 @@ static void metrics_reply(evutil_socket_t fd, short what, void *arg)
 void metrics_get(struct evhttp_request *req)
 {
 	if (waiting >= METRICS_MAX_WAITING) {
-		http_send_error(req, 429, "RUNTIME_ERROR", "too many metrics requests in flight (limit %d)",
+		http_send_error(req, 429, WIRE_CODE(RUNTIME_ERROR), "too many metrics requests in flight (limit %d)",
 				METRICS_MAX_WAITING);
 		return;
 	}
 	struct metrics_req *m = calloc(1, sizeof(*m));
 	if (!m || !(m->ev = evtimer_new(execd_base, metrics_reply, m))) {
 		free(m);
-		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "out of memory");
 		return;
 	}
 	m->req = req;

@@ -14,6 +14,7 @@
 #include "proxy.h"
 #include "shared/httputil.h"
 #include "shared/log.h"
+#include "shared/wire_error.h"
 
 static struct event_base *proxy_base;
 
@@ -262,7 +263,7 @@ static void proxy_upgrade(struct evhttp_request *req, int port, const char *targ
 		if (sp && sp->head)
 			evbuffer_free(sp->head);
 		free(sp);
-		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "out of memory");
 		return;
 	}
 	sp->req = req;
@@ -298,7 +299,7 @@ bool proxy_dispatch(struct evhttp_request *req, const char *path)
 	const char *p = uri + strspn(uri, "/");
 	p += strcspn(p, "/?"); /* past "proxy" */
 	if (*p != '/') {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY", "expected /proxy/{port}/...");
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY), "expected /proxy/{port}/...");
 		return true;
 	}
 	p++;
@@ -306,13 +307,13 @@ bool proxy_dispatch(struct evhttp_request *req, const char *path)
 	errno = 0;
 	long port = strtol(p, &end, 10);
 	if (end == p || errno || port < 1 || port > 65535 || (*end && *end != '/' && *end != '?')) {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY",
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY),
 				"port in /proxy/{port}/ must be an integer from 1 to 65535");
 		return true;
 	}
 	char target[8192];
 	if ((size_t)snprintf(target, sizeof(target), "%s%s", *end == '/' ? "" : "/", end) >= sizeof(target)) {
-		http_send_error(req, 414, "INVALID_REQUEST_BODY", "request URI too long");
+		http_send_error(req, 414, WIRE_CODE(INVALID_REQUEST_BODY), "request URI too long");
 		return true;
 	}
 	if (wants_upgrade(req)) {
@@ -321,7 +322,7 @@ bool proxy_dispatch(struct evhttp_request *req, const char *path)
 	}
 	struct relay *r = calloc(1, sizeof(*r));
 	if (!r) {
-		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "out of memory");
 		return true;
 	}
 	r->req = req;
@@ -335,7 +336,7 @@ bool proxy_dispatch(struct evhttp_request *req, const char *path)
 		if (r->backend)
 			evhttp_connection_free(r->backend);
 		free(r);
-		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "out of memory");
 		return true;
 	}
 	evhttp_connection_set_timeout(r->backend, PROXY_TIMEOUT_S);

@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "client.h"
+#include "shared/wire_error.h"
 
 static void test_retry_classes(void)
 {
@@ -292,8 +293,31 @@ static void test_cpu_env(void)
 	}
 }
 
+/* The wire error table's retryable flag is what libcorral does with the code's usual status, and
+ * the codes libcorral knows by name classify as it says. */
+static void test_wire_errors(void)
+{
+	for (size_t i = 0; i < WIRE_ERROR_COUNT_; i++) {
+		const struct wire_error_info *w = &wire_errors[i];
+		if (w->scope == WIRE_SCOPE_INTERNAL)
+			continue;
+		if (policy_status_retryable(w->status) != w->retryable)
+			CHECK_FAIL_("%s %d: table retryable=%d, libcorral retries=%d", w->code, w->status,
+				    w->retryable, !w->retryable);
+		check_run_++;
+	}
+	CHECK_INT(policy_classify(410, WIRE_CODE(SANDBOX_ENDED)), CORRAL_E_SANDBOX_ENDED);
+	CHECK_INT(policy_classify(503, WIRE_CODE(SANDBOX_CAPACITY_TIMEOUT)), CORRAL_E_CAPACITY_TIMEOUT);
+	CHECK_INT(policy_classify(504, WIRE_CODE(SANDBOX_READY_TIMEOUT)), CORRAL_E_CREATE_TIMEOUT);
+	CHECK_INT(policy_classify(422, WIRE_CODE(SANDBOX_ENTRYPOINT_EXITED)), CORRAL_E_CREATE_FAILED);
+	CHECK_INT(policy_classify(422, WIRE_CODE(SANDBOX_OOM_KILLED)), CORRAL_E_CREATE_FAILED);
+	CHECK_INT(policy_classify(502, WIRE_CODE(SANDBOX_BACKEND_UNREACHABLE)),
+		  CORRAL_E_BACKEND_UNREACHABLE);
+}
+
 int main(void)
 {
+	test_wire_errors();
 	test_retry_classes();
 	test_backoff_bounds();
 	test_keepalive();
