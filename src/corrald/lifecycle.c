@@ -20,6 +20,7 @@
 #include "shared/fsutil.h"
 #include "shared/log.h"
 #include "shared/quantity.h"
+#include "shared/strv.h"
 #include "shared/timeutil.h"
 #include "shared/wire_error.h"
 
@@ -52,13 +53,6 @@ static void watch_death(struct sandbox *sb);
 static void sandbox_died(struct sandbox *sb);
 
 /* --- create ------------------------------------------------------------------------------- */
-
-static void strv_free(char **v)
-{
-	for (char **p = v; p && *p; p++)
-		free(*p);
-	free(v);
-}
 
 static void create_ctx_maybe_free(struct create_ctx *c)
 {

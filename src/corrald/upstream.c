@@ -34,6 +34,7 @@
 #include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
 
+#include "shared/hash.h"
 #include "shared/httputil.h"
 #include "shared/macro.h"
 #include "shared/unixsock.h"
@@ -91,14 +92,6 @@ struct uconn {
 
 static TAILQ_HEAD(uconn_list, uconn) idle_list = TAILQ_HEAD_INITIALIZER(idle_list);
 static unsigned n_idle;
-
-static uint32_t path_hash(const char *s)
-{
-	uint32_t h = 2166136261u; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h;
-}
 
 static void uconn_free(struct uconn *c)
 {
@@ -307,7 +300,7 @@ static struct exchange *exchange_new(struct event_base *base, const char *path, 
 	ex->base = base;
 	memcpy(ex->path, path, len + 1);
 	ex->peer_pid = peer_pid;
-	ex->hash = path_hash(path);
+	ex->hash = hash_fnv1a(path);
 	ex->head = head;
 	ex->chunk = chunk;
 	return ex;

@@ -11,6 +11,7 @@
 
 #include "runtime/sysview.h"
 #include "shared/fsutil.h"
+#include "shared/hash.h"
 #include "shared/macro.h"
 
 #define HOST_FILE_MAX (4 << 20)
@@ -25,12 +26,7 @@ unsigned sysview_ncpus(uint64_t millis)
 
 uint32_t sysview_seed(const char *id)
 {
-	uint32_t h = 2166136261u;
-	for (const unsigned char *p = (const unsigned char *)id; p && *p; p++) {
-		h ^= *p;
-		h *= 16777619u;
-	}
-	return h;
+	return hash_fnv1a(id);
 }
 
 unsigned sysview_pick_cpus(const cpu_set_t *allowed, unsigned n, uint32_t seed, cpu_set_t *ret)
