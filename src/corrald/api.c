@@ -858,18 +858,8 @@ static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbo
 
 static const char *method_name(enum evhttp_cmd_type m)
 {
-	switch (m) {
-	case EVHTTP_REQ_GET: return "GET";
-	case EVHTTP_REQ_POST: return "POST";
-	case EVHTTP_REQ_HEAD: return "HEAD";
-	case EVHTTP_REQ_PUT: return "PUT";
-	case EVHTTP_REQ_DELETE: return "DELETE";
-	case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-	case EVHTTP_REQ_TRACE: return "TRACE";
-	case EVHTTP_REQ_CONNECT: return "CONNECT";
-	case EVHTTP_REQ_PATCH: return "PATCH";
-	}
-	return "?";
+	const char *s = http_method_name(m);
+	return s ? s : "?";
 }
 
 static void method_not_allowed(struct evhttp_request *req, const char *allow)

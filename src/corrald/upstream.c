@@ -528,21 +528,6 @@ static void exchange_finish(struct exchange *ex)
 
 /* ---- writing the request ---- */
 
-static const char *method_name(enum evhttp_cmd_type cmd)
-{
-	switch (cmd) {
-	case EVHTTP_REQ_GET: return "GET";
-	case EVHTTP_REQ_POST: return "POST";
-	case EVHTTP_REQ_HEAD: return "HEAD";
-	case EVHTTP_REQ_PUT: return "PUT";
-	case EVHTTP_REQ_DELETE: return "DELETE";
-	case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-	case EVHTTP_REQ_TRACE: return "TRACE";
-	case EVHTTP_REQ_PATCH: return "PATCH";
-	default: return NULL;
-	}
-}
-
 static bool is_hop_by_hop(const char *name, size_t len, const char *connection_value,
 			  size_t connection_len)
 {
@@ -1115,7 +1100,8 @@ void upstream_proxy(struct event_base *base, const char *sock_path, pid_t peer_p
 		    const char *target, upstream_fail_cb fail_cb, void *arg)
 {
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-	const char *method = method_name(cmd);
+	/* CONNECT is not proxied. */
+	const char *method = cmd == EVHTTP_REQ_CONNECT ? NULL : http_method_name(cmd);
 	if (!method) {
 		http_send_error(req, 405, WIRE_CODE(SANDBOX_INVALID_PARAMETER),
 				"method not supported by the sandbox proxy");
