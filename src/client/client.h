@@ -67,8 +67,7 @@ int policy_attribution_resolve(const char *team, const char *user, const char *w
 			       const char *run_generated, struct attribution *ret);
 void policy_attribution_clear(struct attribution *a);
 
-/* The 19 CPU-cap variables (nemo-gym CPU_CAP_ENV_VARS). */
-extern const char *const policy_cpu_cap_vars[19];
+/* The CPU-cap variables are shared/cpucap.h's cpu_cap_env_vars. */
 /* max(1, floor(cpu)) as a decimal string; cpu <= 0 means "no limit" (returns 0, nothing). */
 int policy_cpu_cap_value(double cpu, char buf[32]);
 

@@ -30,78 +30,6 @@ int verr_set(struct verr *e, int status, const char *code, const char *const *lo
 
 #define LOC(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-static bool is_alnum(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-}
-
-/* ([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9], at most 63 characters. */
-static bool label_name_valid(const char *s, size_t len)
-{
-	if (len == 0 || len > 63)
-		return false;
-	if (!is_alnum(s[0]) || !is_alnum(s[len - 1]))
-		return false;
-	for (size_t i = 0; i < len; i++)
-		if (!is_alnum(s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.')
-			return false;
-	return true;
-}
-
-/* DNS-1123 subdomain: lowercase labels of [a-z0-9-] joined by dots, at most 253 characters. */
-static bool dns_subdomain_valid(const char *s, size_t len)
-{
-	if (len == 0 || len > 253)
-		return false;
-	size_t start = 0;
-	for (size_t i = 0; i <= len; i++) {
-		if (i == len || s[i] == '.') {
-			size_t l = i - start;
-			if (l == 0 || l > 63)
-				return false;
-			const char *lab = s + start;
-			bool ok_ends = ((lab[0] >= 'a' && lab[0] <= 'z') || (lab[0] >= '0' && lab[0] <= '9')) &&
-				       ((lab[l - 1] >= 'a' && lab[l - 1] <= 'z') ||
-					(lab[l - 1] >= '0' && lab[l - 1] <= '9'));
-			if (!ok_ends)
-				return false;
-			for (size_t j = 0; j < l; j++) {
-				char c = lab[j];
-				if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
-					return false;
-			}
-			start = i + 1;
-		}
-	}
-	return true;
-}
-
-bool label_key_valid(const char *key)
-{
-	if (!key)
-		return false;
-	const char *slash = strchr(key, '/');
-	if (!slash)
-		return label_name_valid(key, strlen(key));
-	if (strchr(slash + 1, '/'))
-		return false;
-	return dns_subdomain_valid(key, (size_t)(slash - key)) &&
-	       label_name_valid(slash + 1, strlen(slash + 1));
-}
-
-bool label_value_valid(const char *value)
-{
-	if (!value)
-		return false;
-	size_t len = strlen(value);
-	return len == 0 || label_name_valid(value, len);
-}
-
-bool label_key_reserved(const char *key)
-{
-	return strncasecmp(key, "opensandbox.io/", strlen("opensandbox.io/")) == 0;
-}
-
 /* Check one metadata pair; field is "metadata" (create) or the PATCH body's top level. */
 static int metadata_pair_check(const char *field, const char *key, json_t *v, struct verr *e)
 {
@@ -478,16 +406,6 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	}
 	return 0;
 }
-
-const char *const cpu_cap_env_vars[CPU_CAP_ENV_N] = {
-    "OMP_NUM_THREADS",	    "OMP_THREAD_LIMIT",	  "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",	    "NUMEXPR_NUM_THREADS",	  "VECLIB_MAXIMUM_THREADS",
-    "BLIS_NUM_THREADS",	    "PYTHON_CPU_COUNT",	  "NUMBA_NUM_THREADS",
-    "LOKY_MAX_CPU_COUNT",	    "POLARS_MAX_THREADS",	  "PYTEST_XDIST_AUTO_NUM_WORKERS",
-    "DJANGO_TEST_PROCESSES",  "GOMAXPROCS",		  "CARGO_BUILD_JOBS",
-    "RAYON_NUM_THREADS",	    "RUST_TEST_THREADS",	  "UV_THREADPOOL_SIZE",
-    "CMAKE_BUILD_PARALLEL_LEVEL",
-};
 
 int cpu_cap_env_add(json_t *env, uint64_t cpu_millis)
 {

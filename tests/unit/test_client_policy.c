@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "client.h"
+#include "shared/cpucap.h"
 #include "shared/wire_error.h"
 
 static void test_retry_classes(void)
@@ -282,14 +283,14 @@ static void test_cpu_env(void)
 	CHECK_STR(buf, "4");
 	CHECK_INT(policy_cpu_cap_value(1.0, buf), 1);
 	CHECK_STR(buf, "1");
-	CHECK_INT(ARRAY_SIZE(policy_cpu_cap_vars), 19);
-	CHECK_STR(policy_cpu_cap_vars[0], "OMP_NUM_THREADS");
-	CHECK_STR(policy_cpu_cap_vars[13], "GOMAXPROCS");
-	CHECK_STR(policy_cpu_cap_vars[18], "CMAKE_BUILD_PARALLEL_LEVEL");
+	CHECK_INT(ARRAY_SIZE(cpu_cap_env_vars), 19);
+	CHECK_STR(cpu_cap_env_vars[0], "OMP_NUM_THREADS");
+	CHECK_STR(cpu_cap_env_vars[13], "GOMAXPROCS");
+	CHECK_STR(cpu_cap_env_vars[18], "CMAKE_BUILD_PARALLEL_LEVEL");
 	for (size_t i = 0; i < 19; i++) {
-		CHECK(strcmp(policy_cpu_cap_vars[i], "MAKEFLAGS") != 0);
+		CHECK(strcmp(cpu_cap_env_vars[i], "MAKEFLAGS") != 0);
 		for (size_t j = 0; j < i; j++)
-			CHECK(strcmp(policy_cpu_cap_vars[i], policy_cpu_cap_vars[j]) != 0);
+			CHECK(strcmp(cpu_cap_env_vars[i], cpu_cap_env_vars[j]) != 0);
 	}
 }
 
