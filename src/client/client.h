@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "corral/corral.h"
+#include "shared/dynbuf.h"
 #include "shared/macro.h"
 
 /* ---- policies (policy.c) ---- */
@@ -94,8 +95,7 @@ struct events {
 	bool overflow;           /* an event larger than EVENTS_MAX_BLOCK: the stream is unusable */
 	unsigned long malformed; /* blocks that were not a JSON object (skipped) */
 	char last_malformed[201]; /* the start of the last one */
-	char *block;             /* the event being assembled (lines without their framing) */
-	size_t blen, bcap;
+	struct dynbuf block;     /* the event being assembled (lines without their framing) */
 };
 /* Handles one new event; returns 1 when it ended the execution. */
 typedef int (*events_handler_fn)(void *ud, json_t *ev);
