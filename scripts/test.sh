@@ -4,11 +4,12 @@
 # test logs.
 #
 # With CI=true (or CORRAL_TEST_ASAN=1) the unit, fuzz-corpus replay and integration suites run a
-# second time against an ASan + UBSan build (-fno-sanitize-recover=all), as the house style asks of
-# CI: every corpus in tests/fuzz/corpus is replayed under the sanitizers. The 'runtime'
+# second time against an ASan + UBSan build (`make asan`: -Dsanitize=address), as the house style
+# asks of CI: every corpus in tests/fuzz/corpus is replayed under the sanitizers. The 'runtime'
 # suite (the runtime test's own clone(CLONE_VM) children, which ASan cannot follow across the stack
 # switch) is left out of that pass; the integration suites still drive the runtime under ASan
-# through corrald.
+# through corrald. With CI=true, libcorral's tests also run under ThreadSanitizer (`make tsan`) and
+# the whole tree is built with clang (`make clang`), whose unit suite runs too.
 set -uo pipefail
 BUILD=${1:-build}
 cd "$(dirname "$0")/.."
@@ -42,22 +43,34 @@ rc=$?
 count "$BUILD/meson-logs/testlog.json" $rc
 [ $rc -eq 0 ] || status=1
 
-if [ "${CI:-}" = "true" ] || [ "${CORRAL_TEST_ASAN:-}" = "1" ]; then
-	ASAN_BUILD=build-asan
-	echo "== the unit, fuzz and integration suites again, under ASan + UBSan ($ASAN_BUILD) =="
-	rm -f "$ASAN_BUILD/meson-logs/testlog.json"
-	if make -s asan; then
-		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-			UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-			meson test -C "$ASAN_BUILD" --print-errorlogs --num-processes 2 \
-			--suite unit --suite fuzz --suite integration --no-suite runtime
+# run_pass TITLE MAKE_TARGET BUILD_DIR MESON_TEST_ARGS...: build with `make MAKE_TARGET`, run
+# the suites there and count them. The build dir's default test setup (meson.build) carries the
+# sanitizer's runtime options.
+run_pass() {
+	local title=$1 target=$2 dir=$3
+	shift 3
+	echo "== $title ($dir) =="
+	rm -f "$dir/meson-logs/testlog.json"
+	if make -s "$target"; then
+		meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes 2 "$@"
 		rc=$?
 	else
-		echo "ASan build failed" >&2
+		echo "$target build failed" >&2
 		rc=1
 	fi
-	count "$ASAN_BUILD/meson-logs/testlog.json" $rc
+	count "$dir/meson-logs/testlog.json" $rc
 	[ $rc -eq 0 ] || status=1
+}
+
+if [ "${CI:-}" = "true" ] || [ "${CORRAL_TEST_ASAN:-}" = "1" ]; then
+	run_pass "the unit, fuzz and integration suites again, under ASan + UBSan" asan build-asan \
+		--suite unit --suite fuzz --suite integration --no-suite runtime
+fi
+if [ "${CI:-}" = "true" ]; then
+	# libcorral runs a transport thread and reaper threads under its callers' threads.
+	run_pass "libcorral's tests under ThreadSanitizer" tsan build-tsan --suite client
+	# Everything compiles warning-free with clang too (werror under CI), and the units pass.
+	run_pass "the unit suite, built with clang" clang build-clang --suite unit
 fi
 
 echo "$passed passed, $failed failed, $skipped skipped"

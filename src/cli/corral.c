@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "config.h"
 
 static const struct command commands[] = {
 	{"create", cmd_create, "create a sandbox and print its id"},
@@ -112,7 +113,7 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return EXIT_OK;
 		case 'V':
-			printf("corral 0.1.0\n");
+			printf("corral %s\n", CORRAL_VERSION);
 			return EXIT_OK;
 		default:
 			return cli_usage_error(NULL, "unknown or incomplete option '%s'",

@@ -15,6 +15,7 @@
 
 #include "client.h"
 #include "shared/id.h"
+#include "shared/strv.h"
 
 /* ---- errors ---- */
 
@@ -257,11 +258,7 @@ void client_op_end(struct corral_client *c)
 
 CORRAL_API void corral_strv_free(char **v)
 {
-	if (!v)
-		return;
-	for (char **p = v; *p; p++)
-		free(*p);
-	free(v);
+	strv_free(v);
 }
 
 /* ---- options ---- */

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "corral/corral.h"
+#include "shared/dynbuf.h"
 #include "shared/macro.h"
 
 /* ---- policies (policy.c) ---- */
@@ -67,8 +68,7 @@ int policy_attribution_resolve(const char *team, const char *user, const char *w
 			       const char *run_generated, struct attribution *ret);
 void policy_attribution_clear(struct attribution *a);
 
-/* The 19 CPU-cap variables (nemo-gym CPU_CAP_ENV_VARS). */
-extern const char *const policy_cpu_cap_vars[19];
+/* The CPU-cap variables are shared/cpucap.h's cpu_cap_env_vars. */
 /* max(1, floor(cpu)) as a decimal string; cpu <= 0 means "no limit" (returns 0, nothing). */
 int policy_cpu_cap_value(double cpu, char buf[32]);
 
@@ -95,8 +95,7 @@ struct events {
 	bool overflow;           /* an event larger than EVENTS_MAX_BLOCK: the stream is unusable */
 	unsigned long malformed; /* blocks that were not a JSON object (skipped) */
 	char last_malformed[201]; /* the start of the last one */
-	char *block;             /* the event being assembled (lines without their framing) */
-	size_t blen, bcap;
+	struct dynbuf block;     /* the event being assembled (lines without their framing) */
 };
 /* Handles one new event; returns 1 when it ended the execution. */
 typedef int (*events_handler_fn)(void *ud, json_t *ev);

@@ -11,18 +11,17 @@
 #include <string.h>
 
 #include "client.h"
+#include "shared/dynbuf.h"
 
 void events_reattach(struct events *st)
 {
 	st->seen = 0;
-	st->blen = 0;
+	dynbuf_reset(&st->block);
 }
 
 void events_clear(struct events *st)
 {
-	free(st->block);
-	st->block = NULL;
-	st->blen = st->bcap = 0;
+	dynbuf_free(&st->block);
 }
 
 static void one_event(struct events *st, json_t *ev, events_handler_fn handler, void *ud)
@@ -41,9 +40,9 @@ static void one_event(struct events *st, json_t *ev, events_handler_fn handler, 
 /* Reads the assembled block as one event; false when it is not (yet) a JSON object. */
 static bool try_block(struct events *st, events_handler_fn handler, void *ud)
 {
-	if (st->blen == 0)
+	if (st->block.len == 0)
 		return false;
-	json_t *ev = json_loadb(st->block, st->blen, 0, NULL);
+	json_t *ev = json_loadb(st->block.data, st->block.len, 0, NULL);
 	if (!ev)
 		return false;
 	if (json_is_object(ev))
@@ -51,7 +50,7 @@ static bool try_block(struct events *st, events_handler_fn handler, void *ud)
 	else
 		st->malformed++;
 	json_decref(ev);
-	st->blen = 0;
+	dynbuf_reset(&st->block);
 	return true;
 }
 
@@ -59,8 +58,8 @@ static void malformed(struct events *st)
 {
 	st->malformed++;
 	snprintf(st->last_malformed, sizeof(st->last_malformed), "%.*s",
-		 (int)MIN(st->blen, sizeof(st->last_malformed) - 1), st->block);
-	st->blen = 0;
+		 (int)MIN(st->block.len, sizeof(st->last_malformed) - 1), st->block.data);
+	dynbuf_reset(&st->block);
 }
 
 static bool starts_with(const char *p, size_t n, const char *prefix)
@@ -76,7 +75,7 @@ static void one_line(struct events *st, const char *line, size_t n, events_handl
 		n--;
 	if (n == 0) {
 		/* End of an event: a block that is still not JSON is a broken event. */
-		if (st->blen > 0 && !try_block(st, handler, ud))
+		if (st->block.len > 0 && !try_block(st, handler, ud))
 			malformed(st);
 		return;
 	}
@@ -91,27 +90,16 @@ static void one_line(struct events *st, const char *line, size_t n, events_handl
 			n--;
 		}
 	}
-	size_t need = st->blen + n + 2;
-	if (need > EVENTS_MAX_BLOCK) {
-		st->overflow = true;
-		st->blen = 0;
+	/* A zeroed struct events is ready: the block's limit is set on its first line (the block
+	 * and its terminator fit in EVENTS_MAX_BLOCK). */
+	if (!st->block.max)
+		dynbuf_init(&st->block, EVENTS_MAX_BLOCK - 1);
+	if ((st->block.len && dynbuf_add(&st->block, "\n", 1) < 0) ||
+	    dynbuf_add(&st->block, line, n) < 0) {
+		st->overflow = true; /* too large (or out of memory) */
+		dynbuf_reset(&st->block);
 		return;
 	}
-	if (need > st->bcap) {
-		size_t cap = MAX(st->bcap * 2, MAX(need, (size_t)1024));
-		char *nb = realloc(st->block, cap);
-		if (!nb) {
-			st->overflow = true;
-			st->blen = 0;
-			return;
-		}
-		st->block = nb;
-		st->bcap = cap;
-	}
-	if (st->blen)
-		st->block[st->blen++] = '\n';
-	memcpy(st->block + st->blen, line, n);
-	st->blen += n;
 	/* A complete event is handled at once, without waiting for the blank line. */
 	try_block(st, handler, ud);
 }
@@ -141,6 +129,6 @@ void events_end(struct events *st, char *buf, size_t *len, events_handler_fn han
 	if (!st->finished && !st->overflow && *len > 0)
 		one_line(st, buf, *len, handler, ud);
 	*len = 0;
-	if (!st->finished && st->blen > 0 && !try_block(st, handler, ud))
+	if (!st->finished && st->block.len > 0 && !try_block(st, handler, ud))
 		malformed(st);
 }

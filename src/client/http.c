@@ -14,6 +14,8 @@
 #include <strings.h>
 
 #include "client.h"
+#include "shared/dynbuf.h"
+#include "config.h"
 #include "shared/id.h"
 
 #define STREAM_HIGH_WATER (1u << 20)
@@ -32,8 +34,7 @@ struct xfer {
 	struct corral_cancel *cancel;
 	pthread_cond_t cond;
 	/* below: under c->mu */
-	char *buf;
-	size_t len, cap;
+	struct dynbuf resp; /* the answer's body (so far, when streamed), at most MAX_BODY */
 	bool done, paused, want_unpause, want_abort, in_ctl, overflow;
 	bool resent;
 	bool headers_done; /* the blank line that ends the answer's headers arrived */
@@ -57,29 +58,17 @@ static size_t on_write(char *data, size_t size, size_t n, void *p)
 		curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &st);
 		x->status = st;
 	}
-	if (x->stream && x->len >= STREAM_HIGH_WATER) {
+	if (x->stream && x->resp.len >= STREAM_HIGH_WATER) {
 		x->paused = true;
 		pthread_mutex_unlock(&c->mu);
 		return CURL_WRITEFUNC_PAUSE;
 	}
-	if (x->len + len > MAX_BODY) {
-		x->overflow = true;
+	int r = dynbuf_add(&x->resp, data, len);
+	if (r < 0) {
+		x->overflow = r == -E2BIG;
 		pthread_mutex_unlock(&c->mu);
 		return 0;
 	}
-	if (x->len + len + 1 > x->cap) {
-		size_t cap = MAX(x->cap * 2, x->len + len + 1);
-		char *nb = realloc(x->buf, cap);
-		if (!nb) {
-			pthread_mutex_unlock(&c->mu);
-			return 0;
-		}
-		x->buf = nb;
-		x->cap = cap;
-	}
-	memcpy(x->buf + x->len, data, len);
-	x->len += len;
-	x->buf[x->len] = '\0';
 	if (x->stream)
 		pthread_cond_signal(&x->cond);
 	pthread_mutex_unlock(&c->mu);
@@ -128,7 +117,7 @@ static void xfer_free(struct xfer *x)
 	pthread_cond_destroy(&x->cond);
 	free(x->url);
 	free(x->body);
-	free(x->buf);
+	dynbuf_free(&x->resp);
 	free(x);
 }
 
@@ -137,6 +126,7 @@ static struct xfer *xfer_new(struct corral_client *c, const struct http_req *rq)
 	struct xfer *x = calloc(1, sizeof(*x));
 	if (!x)
 		return NULL;
+	dynbuf_init(&x->resp, MAX_BODY);
 	x->c = c;
 	x->stream = rq->stream;
 	x->cancel = rq->cancel;
@@ -177,7 +167,7 @@ static struct xfer *xfer_new(struct corral_client *c, const struct http_req *rq)
 		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
 	}
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->headers);
-	curl_easy_setopt(e, CURLOPT_USERAGENT, "libcorral/0.1");
+	curl_easy_setopt(e, CURLOPT_USERAGENT, "libcorral/" CORRAL_VERSION);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -429,9 +419,8 @@ static void take_result(struct xfer *x, struct http_resp *rs)
 	rs->overflow = x->overflow;
 	if (x->cc == CURLE_OK)
 		rs->status = x->status;
-	rs->body = x->buf ? x->buf : strdup("");
-	rs->len = x->len;
-	x->buf = NULL;
+	rs->len = x->resp.len;
+	rs->body = dynbuf_take(&x->resp, NULL);
 	if (x->cc != CURLE_OK) {
 		if (x->overflow)
 			snprintf(rs->error, sizeof(rs->error), "response larger than %u MiB",
@@ -514,14 +503,14 @@ int http_stream_next(struct xfer *x, char **buf, size_t *len, size_t *cap)
 {
 	struct corral_client *c = x->c;
 	pthread_mutex_lock(&c->mu);
-	while (!x->done && x->len == 0)
+	while (!x->done && x->resp.len == 0)
 		pthread_cond_wait(&x->cond, &c->mu);
-	if (x->len == 0) {
+	if (x->resp.len == 0) {
 		pthread_mutex_unlock(&c->mu);
 		return 0;
 	}
-	if (*len + x->len + 1 > *cap) {
-		size_t nc = MAX(*cap * 2, *len + x->len + 1);
+	if (*len + x->resp.len + 1 > *cap) {
+		size_t nc = MAX(*cap * 2, *len + x->resp.len + 1);
 		char *nb = realloc(*buf, nc);
 		if (!nb) {
 			pthread_mutex_unlock(&c->mu);
@@ -530,10 +519,10 @@ int http_stream_next(struct xfer *x, char **buf, size_t *len, size_t *cap)
 		*buf = nb;
 		*cap = nc;
 	}
-	memcpy(*buf + *len, x->buf, x->len);
-	*len += x->len;
+	memcpy(*buf + *len, x->resp.data, x->resp.len);
+	*len += x->resp.len;
 	(*buf)[*len] = '\0';
-	x->len = 0;
+	dynbuf_reset(&x->resp);
 	bool wake = false;
 	if (x->paused && !x->want_unpause && !x->done) {
 		x->want_unpause = true;

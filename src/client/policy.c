@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "client.h"
+#include "shared/label.h"
+#include "shared/wire_error.h"
 
 bool policy_status_retryable(long status)
 {
@@ -73,11 +75,6 @@ long policy_parse_keepalive(const char *value)
 	return v;
 }
 
-static bool label_char(char c)
-{
-	return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '-';
-}
-
 static void strip_edges(char *s)
 {
 	size_t n = strlen(s), i = 0;
@@ -96,12 +93,12 @@ char *policy_sanitize_label_value(const char *v)
 	if (!out)
 		return NULL;
 	for (size_t i = 0; i < n;) {
-		if (label_char(v[i])) {
+		if (label_char_valid(v[i])) {
 			*p++ = v[i++];
 			continue;
 		}
 		*p++ = '_';
-		while (i < n && !label_char(v[i]))
+		while (i < n && !label_char_valid(v[i]))
 			i++;
 	}
 	*p = '\0';
@@ -114,28 +111,6 @@ char *policy_sanitize_label_value(const char *v)
 		return strdup("metadata");
 	}
 	return out;
-}
-
-static bool dns_subdomain(const char *s, size_t len)
-{
-	if (len == 0 || len > 253)
-		return false;
-	size_t start = 0;
-	for (size_t i = 0; i <= len; i++) {
-		if (i < len && s[i] != '.')
-			continue;
-		size_t l = i - start;
-		if (l == 0 || l > 63)
-			return false;
-		for (size_t j = start; j < i; j++) {
-			char c = s[j];
-			bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-			if (!alnum && (c != '-' || j == start || j == i - 1))
-				return false;
-		}
-		start = i + 1;
-	}
-	return true;
 }
 
 int policy_label_prefix(const char *prefix, char **ret)
@@ -152,7 +127,7 @@ int policy_label_prefix(const char *prefix, char **ret)
 		return *ret ? 0 : -ENOMEM;
 	}
 	size_t base = prefix[n - 1] == '/' ? n - 1 : n;
-	if (memchr(prefix, '/', base) || !dns_subdomain(prefix, base))
+	if (memchr(prefix, '/', base) || !label_dns_subdomain_valid(prefix, base))
 		return -EINVAL;
 	char *s = malloc(base + 2);
 	if (!s)
@@ -219,16 +194,6 @@ void policy_attribution_clear(struct attribution *a)
 	memset(a, 0, sizeof(*a));
 }
 
-const char *const policy_cpu_cap_vars[19] = {
-	"OMP_NUM_THREADS",       "OMP_THREAD_LIMIT",   "OPENBLAS_NUM_THREADS",
-	"MKL_NUM_THREADS",       "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-	"BLIS_NUM_THREADS",      "PYTHON_CPU_COUNT",   "NUMBA_NUM_THREADS",
-	"LOKY_MAX_CPU_COUNT",    "POLARS_MAX_THREADS", "PYTEST_XDIST_AUTO_NUM_WORKERS",
-	"DJANGO_TEST_PROCESSES", "GOMAXPROCS",         "CARGO_BUILD_JOBS",
-	"RAYON_NUM_THREADS",     "RUST_TEST_THREADS",  "UV_THREADPOOL_SIZE",
-	"CMAKE_BUILD_PARALLEL_LEVEL",
-};
-
 int policy_cpu_cap_value(double cpu, char buf[32])
 {
 	if (!(cpu > 0))
@@ -242,13 +207,14 @@ int policy_cpu_cap_value(double cpu, char buf[32])
 corral_error_code policy_classify(long status, const char *code)
 {
 	code = code ? code : "";
-	if (status == 410 || strcmp(code, "SANDBOX::ENDED") == 0)
+	if (status == 410 || strcmp(code, WIRE_CODE(SANDBOX_ENDED)) == 0)
 		return CORRAL_E_SANDBOX_ENDED;
 	if (strstr(code, "CAPACITY_TIMEOUT"))
 		return CORRAL_E_CAPACITY_TIMEOUT;
-	if (strcmp(code, "SANDBOX::READY_TIMEOUT") == 0 || strstr(code, "POD_READY_TIMEOUT"))
+	if (strcmp(code, WIRE_CODE(SANDBOX_READY_TIMEOUT)) == 0 || strstr(code, "POD_READY_TIMEOUT"))
 		return CORRAL_E_CREATE_TIMEOUT;
-	if (strcmp(code, "SANDBOX::ENTRYPOINT_EXITED") == 0 || strcmp(code, "SANDBOX::OOM_KILLED") == 0)
+	if (strcmp(code, WIRE_CODE(SANDBOX_ENTRYPOINT_EXITED)) == 0 ||
+	    strcmp(code, WIRE_CODE(SANDBOX_OOM_KILLED)) == 0)
 		return CORRAL_E_CREATE_FAILED;
 	if (status == 502)
 		return CORRAL_E_BACKEND_UNREACHABLE;

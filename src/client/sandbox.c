@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "shared/cpucap.h"
 #include "shared/id.h"
 
 #define EXECD_PROXY "/proxy/44772"
@@ -113,8 +114,8 @@ static int create_body(struct corral_client *c, const corral_sandbox_spec *s, co
 	json_object_set_new(b, "env", env);
 	char val[32];
 	if (c->o.cpu_env && !s->no_cpu_env && policy_cpu_cap_value(cpu, val))
-		for (size_t i = 0; i < ARRAY_SIZE(policy_cpu_cap_vars); i++)
-			json_object_set_new(env, policy_cpu_cap_vars[i], json_string(val));
+		for (size_t i = 0; i < CPU_CAP_ENV_N; i++)
+			json_object_set_new(env, cpu_cap_env_vars[i], json_string(val));
 	int r = kv_into(env, s->env, "env", false, err);
 	if (r < 0)
 		return r;

@@ -9,6 +9,7 @@
 #include "shared/log.h"
 #include "shared/quantity.h"
 #include "shared/timeutil.h"
+#include "shared/wire_error.h"
 
 struct admit_wait {
 	TAILQ_ENTRY(admit_wait) link;
@@ -102,7 +103,7 @@ static void start(struct sandbox *sb, const struct create_args *a, create_done_f
 		char msg[256];
 		log_error("create sandbox %s: %s", sb->id, strerror(-r));
 		snprintf(msg, sizeof(msg), "create sandbox %s: %s", sb->id, strerror(-r));
-		done(sb, 500, "SANDBOX::CREATE_FAILED", msg, arg);
+		done(sb, 500, WIRE_CODE(SANDBOX_CREATE_FAILED), msg, arg);
 		lifecycle_teardown(sb, "create failed");
 	}
 }
@@ -154,7 +155,7 @@ static void on_wait_deadline(evutil_socket_t fd, short what, void *arg)
 	snprintf(msg, sizeof(msg),
 		 "no capacity for sandbox %s within %d s of waiting (--capacity-wait): %s; retry later, or request less (resourceRequests)",
 		 sb->id, A.d->capacity_wait_s, shortfall);
-	admission_cancel(sb, 503, "SANDBOX::CAPACITY_TIMEOUT", msg);
+	admission_cancel(sb, 503, WIRE_CODE(SANDBOX_CAPACITY_TIMEOUT), msg);
 	lifecycle_teardown(sb, "no capacity within --capacity-wait");
 	sandbox_unref(sb);
 }
@@ -249,7 +250,7 @@ void admission_shutdown(struct corrald *d)
 		snprintf(msg, sizeof(msg),
 			 "corrald is shutting down; sandbox %s was still waiting for capacity: retry once it has restarted",
 			 sb->id);
-		admission_cancel(sb, 503, "SANDBOX::SHUTTING_DOWN", msg);
+		admission_cancel(sb, 503, WIRE_CODE(SANDBOX_SHUTTING_DOWN), msg);
 		lifecycle_teardown(sb, "corrald is shutting down while it waited for capacity");
 		sandbox_unref(sb);
 	}

@@ -29,10 +29,8 @@
 #include "shared/log.h"
 #include "shared/quantity.h"
 #include "shared/timeutil.h"
+#include "shared/wire_error.h"
 
-#define CODE_NOT_FOUND "SANDBOX::NOT_FOUND"
-#define CODE_INVALID_EXPIRATION "SANDBOX::INVALID_EXPIRATION"
-#define CODE_INVALID_PORT "SANDBOX::INVALID_PORT"
 #define REQUEST_ID_MAX 256
 
 /* --- replies ------------------------------------------------------------------------------ */
@@ -54,7 +52,7 @@ static void send_verr(struct evhttp_request *req, const struct verr *e, const ch
 
 static void send_not_found(struct evhttp_request *req, const char *id)
 {
-	http_send_error(req, 404, CODE_NOT_FOUND, "Sandbox %s not found.", id);
+	http_send_error(req, 404, WIRE_CODE(SANDBOX_NOT_FOUND), "Sandbox %s not found.", id);
 }
 
 static void add_common_headers(struct corrald *d, struct evhttp_request *req)
@@ -95,7 +93,7 @@ static bool lifecycle_body_ok(struct evhttp_request *req)
 	struct evbuffer *in = evhttp_request_get_input_buffer(req);
 	if (!in || evbuffer_get_length(in) <= CORRALD_LIFECYCLE_BODY_MAX)
 		return true;
-	http_send_error(req, 413, "SANDBOX::REQUEST_TOO_LARGE",
+	http_send_error(req, 413, WIRE_CODE(SANDBOX_REQUEST_TOO_LARGE),
 			"request body of %zu bytes exceeds the %d byte limit of lifecycle routes",
 			evbuffer_get_length(in), CORRALD_LIFECYCLE_BODY_MAX);
 	return false;
@@ -153,7 +151,7 @@ static void on_create_hangup(void *arg)
 		char msg[160];
 		snprintf(msg, sizeof(msg), "the client of sandbox %s hung up while it waited for capacity",
 			 sb->id);
-		admission_cancel(sb, 499, "SANDBOX::CLIENT_CLOSED", msg); /* frees cr */
+		admission_cancel(sb, 499, WIRE_CODE(SANDBOX_CLIENT_CLOSED), msg); /* frees cr */
 		lifecycle_teardown(sb, "its client hung up while it waited for capacity");
 	} else if (sb->creating && !sb->delete_requested) {
 		sb->delete_requested = true; /* rolled back once the runtime work ends */
@@ -168,7 +166,7 @@ static void on_create_hangup(void *arg)
 static bool accepting_body(struct corrald *d, struct evhttp_request *req, json_t **ret)
 {
 	if (d->shutting_down) {
-		http_send_error(req, 503, "SANDBOX::SHUTTING_DOWN",
+		http_send_error(req, 503, WIRE_CODE(SANDBOX_SHUTTING_DOWN),
 				"corrald is shutting down; retry once it has restarted");
 		return false;
 	}
@@ -186,7 +184,7 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	json_decref(body);
 	if (r < 0) {
 		if (r == -ENOMEM)
-			http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+			http_send_error(req, 500, WIRE_CODE(GENERAL_OUT_OF_MEMORY), "out of memory");
 		else
 			send_verr(req, &e, "body");
 		return;
@@ -198,7 +196,7 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	r = disk_limit_apply(&p, d->default_disk_bytes, d->default_disk, avail, &e);
 	if (r < 0) {
 		if (r == -ENOMEM)
-			http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+			http_send_error(req, 500, WIRE_CODE(GENERAL_OUT_OF_MEMORY), "out of memory");
 		else
 			send_verr(req, &e, "body");
 		create_params_clear(&p);
@@ -218,15 +216,15 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 				 msg, sizeof(msg))) {
 		/* Name the field the client sent: without resourceRequests its limits are the requests. */
 		if (table == ADMISSION_PIDS)
-			verr_set(&e, 400, "SANDBOX::EXCEEDS_HOST_PID_TABLE",
+			verr_set(&e, 400, WIRE_CODE(SANDBOX_EXCEEDS_HOST_PID_TABLE),
 				 ((const char *const[]){"resourceLimits", "pids", NULL}), "%s", msg);
 		else if (table == ADMISSION_FILES)
-			verr_set(&e, 400, "SANDBOX::EXCEEDS_HOST_FILE_TABLE", NULL, "%s", msg);
+			verr_set(&e, 400, WIRE_CODE(SANDBOX_EXCEEDS_HOST_FILE_TABLE), NULL, "%s", msg);
 		else if (p.requests_given)
-			verr_set(&e, 400, "SANDBOX::REQUESTS_EXCEED_CAPACITY",
+			verr_set(&e, 400, WIRE_CODE(SANDBOX_REQUESTS_EXCEED_CAPACITY),
 				 ((const char *const[]){"resourceRequests", NULL}), "%s", msg);
 		else
-			verr_set(&e, 400, "SANDBOX::REQUESTS_EXCEED_CAPACITY",
+			verr_set(&e, 400, WIRE_CODE(SANDBOX_REQUESTS_EXCEED_CAPACITY),
 				 ((const char *const[]){"resourceLimits", NULL}),
 				 "%s (no resourceRequests were given, so they default to resourceLimits)",
 				 msg);
@@ -245,7 +243,7 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	char id[UUID_STR_LEN];
 	struct sandbox *sb = NULL;
 	if (id_uuid4(id) < 0 || !(sb = sandbox_new(d, id))) {
-		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "cannot allocate a sandbox");
+		http_send_error(req, 500, WIRE_CODE(GENERAL_OUT_OF_MEMORY), "cannot allocate a sandbox");
 		create_params_clear(&p);
 		return;
 	}
@@ -287,7 +285,7 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	}
 	if (r < 0) {
 		log_error("create sandbox %s: %s", id, strerror(-r));
-		http_send_error(req, 500, "SANDBOX::CREATE_FAILED", "create sandbox %s: %s", id,
+		http_send_error(req, 500, WIRE_CODE(SANDBOX_CREATE_FAILED), "create sandbox %s: %s", id,
 				strerror(-r));
 		lifecycle_teardown(sb, "create failed");
 	}
@@ -320,7 +318,7 @@ static void on_pulled_ahead(int rc, const char *msg, void *arg)
 		http_send_json(ir->req, 200, json_pack("{s:s, s:s}", "name", ir->name, "status",
 						      "Pulled"));
 	else if (rc == -ECANCELED)
-		http_send_error(ir->req, 503, "SANDBOX::SHUTTING_DOWN",
+		http_send_error(ir->req, 503, WIRE_CODE(SANDBOX_SHUTTING_DOWN),
 				"corrald is shutting down: the pull of %s was stopped", ir->name);
 	else
 		http_send_error(ir->req, image_pull_http_status(rc), image_pull_code(rc),
@@ -359,7 +357,7 @@ static void h_image_pull(struct corrald *d, struct evhttp_request *req)
 	}
 	struct image_reply *ir = calloc(1, sizeof(*ir));
 	if (!ir) {
-		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(GENERAL_OUT_OF_MEMORY), "out of memory");
 		json_decref(body);
 		return;
 	}
@@ -374,10 +372,11 @@ static void h_image_pull(struct corrald *d, struct evhttp_request *req)
 		free(ir);
 		if (r == -EINVAL || r == -EPERM)
 			http_send_error(req, r == -EPERM ? 403 : 422,
-					r == -EPERM ? "SANDBOX::IMPORT_NOT_ALLOWED" : CODE_INVALID_PARAMETER,
+					r == -EPERM ? WIRE_CODE(SANDBOX_IMPORT_NOT_ALLOWED)
+						    : CODE_INVALID_PARAMETER,
 					"%s", msg);
 		else
-			http_send_error(req, 500, "SANDBOX::IMAGE_PULL_FAILED", "start a pull: %s",
+			http_send_error(req, 500, WIRE_CODE(SANDBOX_IMAGE_PULL_FAILED), "start a pull: %s",
 					strerror(-r));
 		return;
 	}
@@ -402,7 +401,7 @@ static void h_images(struct corrald *d, struct evhttp_request *req)
 		char emsg[1024];
 		int r = image_inspect_json(d, one, &items, emsg, sizeof(emsg));
 		if (r == -ENOENT)
-			http_send_error(req, 404, "SANDBOX::IMAGE_NOT_FOUND", "%s", emsg);
+			http_send_error(req, 404, WIRE_CODE(SANDBOX_IMAGE_NOT_FOUND), "%s", emsg);
 		else if (r < 0)
 			http_send_error(req, 422, CODE_INVALID_PARAMETER, "%s", r == -ENOMEM ? "out of memory" : emsg);
 		else
@@ -425,9 +424,9 @@ static void h_images(struct corrald *d, struct evhttp_request *req)
 	}
 	int r = image_forget(d, ref, msg, sizeof(msg));
 	if (r == -ENOENT)
-		http_send_error(req, 404, "SANDBOX::IMAGE_NOT_FOUND", "%s", msg);
+		http_send_error(req, 404, WIRE_CODE(SANDBOX_IMAGE_NOT_FOUND), "%s", msg);
 	else if (r == -EBUSY)
-		http_send_error(req, 409, "SANDBOX::IMAGE_IN_USE", "%s", msg);
+		http_send_error(req, 409, WIRE_CODE(SANDBOX_IMAGE_IN_USE), "%s", msg);
 	else if (r < 0)
 		http_send_error(req, 422, CODE_INVALID_PARAMETER, "%s", msg);
 	else
@@ -441,7 +440,7 @@ static void h_volumes(struct corrald *d, struct evhttp_request *req, const char 
 	enum evhttp_cmd_type m = evhttp_request_get_command(req);
 	struct error err = {0};
 	if (!d->rt->volume_list || !d->rt->volume_delete) {
-		http_send_error(req, 501, "SANDBOX::API_NOT_SUPPORTED",
+		http_send_error(req, 501, WIRE_CODE(SANDBOX_API_NOT_SUPPORTED),
 				"this runtime keeps no named volumes");
 		return;
 	}
@@ -452,7 +451,7 @@ static void h_volumes(struct corrald *d, struct evhttp_request *req, const char 
 		size_t n = 0;
 		if (d->rt->volume_list(&d->rt_cfg, &v, &n, &err) < 0) {
 			log_error("list volumes: %s", err.msg);
-			http_send_error(req, 500, "VOLUME::LIST_FAILED", "list volumes: %s", err.msg);
+			http_send_error(req, 500, WIRE_CODE(VOLUME_LIST_FAILED), "list volumes: %s", err.msg);
 			return;
 		}
 		json_t *items = json_array();
@@ -472,13 +471,13 @@ static void h_volumes(struct corrald *d, struct evhttp_request *req, const char 
 		return method_not_allowed(req, "DELETE");
 	int r = d->rt->volume_delete(&d->rt_cfg, name, &err);
 	if (r == -ENOENT)
-		http_send_error(req, 404, "VOLUME::NOT_FOUND", "no volume '%s'", name);
+		http_send_error(req, 404, WIRE_CODE(VOLUME_NOT_FOUND), "no volume '%s'", name);
 	else if (r == -EBUSY)
-		http_send_error(req, 409, "VOLUME::IN_USE", "%s; delete those sandboxes first",
+		http_send_error(req, 409, WIRE_CODE(VOLUME_IN_USE), "%s; delete those sandboxes first",
 				err.msg);
 	else if (r < 0) {
 		log_error("delete volume %s: %s", name, err.msg);
-		http_send_error(req, 500, "VOLUME::DELETE_FAILED", "delete volume '%s': %s", name,
+		http_send_error(req, 500, WIRE_CODE(VOLUME_DELETE_FAILED), "delete volume '%s': %s", name,
 				err.msg);
 	} else {
 		log_info("volume %s deleted", name);
@@ -497,7 +496,7 @@ static void h_list(struct corrald *d, struct evhttp_request *req)
 {
 	_cleanup_query_ struct http_query *q = http_query_parse(req);
 	if (!q) {
-		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(GENERAL_OUT_OF_MEMORY), "out of memory");
 		return;
 	}
 	const char *states[FILTER_MAX_STATES];
@@ -523,9 +522,9 @@ static void h_list(struct corrald *d, struct evhttp_request *req)
 	int r = meta_filter_parse(http_query_get(q, "metadata"), &mf, msg, sizeof(msg));
 	if (r < 0) {
 		if (r == -ENOMEM)
-			http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+			http_send_error(req, 500, WIRE_CODE(GENERAL_OUT_OF_MEMORY), "out of memory");
 		else
-			http_send_error(req, 400, "INVALID_METADATA_FORMAT", "%s", msg);
+			http_send_error(req, 400, WIRE_CODE(INVALID_METADATA_FORMAT), "%s", msg);
 		return;
 	}
 	/* Two passes over the newest-first list: count, then emit the requested page. */
@@ -571,7 +570,7 @@ static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbo
 	struct sandbox_probe pr = {0};
 	struct error err = {0};
 	if (sb->creating || sb->waiting) {
-		http_send_error(req, 409, "SANDBOX::NOT_READY",
+		http_send_error(req, 409, WIRE_CODE(SANDBOX_NOT_READY),
 				"sandbox %s is still %s; stats are available once it is Running",
 				sb->id, sb->waiting ? "waiting for capacity" : "being created");
 		return;
@@ -579,8 +578,8 @@ static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbo
 	int r = d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err);
 	if (r < 0) {
 		log_error("stats of sandbox %s: %s", sb->id, err.msg);
-		http_send_error(req, 500, "SANDBOX::STATS_FAILED", "stats of sandbox %s: %s", sb->id,
-				err.msg[0] ? err.msg : strerror(-r));
+		http_send_error(req, 500, WIRE_CODE(SANDBOX_STATS_FAILED), "stats of sandbox %s: %s",
+				sb->id, err.msg[0] ? err.msg : strerror(-r));
 		return;
 	}
 	uint64_t cpu_req = 0, mem_req = 0;
@@ -600,7 +599,7 @@ static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbo
 	json_t *o = stats_to_json(sb->id, sb_state_name(sb->state), &pr, cpu_req, mem_req,
 				  have_disk ? &disk : NULL);
 	if (!o) {
-		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(GENERAL_OUT_OF_MEMORY), "out of memory");
 		return;
 	}
 	if (sb->reason)
@@ -615,7 +614,7 @@ static void send_state_write_failed(struct evhttp_request *req, const struct san
 	int status = sandbox_save_status(r);
 	if (status == 507)
 		evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "30");
-	http_send_error(req, status, CODE_STATE_WRITE_FAILED,
+	http_send_error(req, status, WIRE_CODE(SANDBOX_STATE_WRITE_FAILED),
 			"sandbox %s was not %s: its record could not be stored (%s); nothing changed",
 			sb->id, what, strerror(-r));
 }
@@ -629,7 +628,7 @@ static void h_delete(struct corrald *d, struct evhttp_request *req, struct sandb
 		char msg[160];
 		snprintf(msg, sizeof(msg), "sandbox %s was deleted while waiting for capacity",
 			 sb->id);
-		admission_cancel(sb, 409, "SANDBOX::DELETED", msg);
+		admission_cancel(sb, 409, WIRE_CODE(SANDBOX_DELETED), msg);
 		lifecycle_teardown(sb, "deleted while waiting for capacity");
 	} else {
 		int r = lifecycle_delete(sb, "deleted");
@@ -658,18 +657,18 @@ static void h_renew(struct corrald *d, struct evhttp_request *req, struct sandbo
 	time_format_rfc3339(t, ts);
 	int64_t now = time_now_ms();
 	if (!sb->has_expiry) {
-		http_send_error(req, 409, CODE_INVALID_EXPIRATION,
+		http_send_error(req, 409, WIRE_CODE(SANDBOX_INVALID_EXPIRATION),
 				"sandbox %s does not have automatic expiration enabled (it was created with timeout null: manual cleanup)",
 				sb->id);
 		return;
 	}
 	if (t <= now) {
-		http_send_error(req, 400, CODE_INVALID_EXPIRATION,
+		http_send_error(req, 400, WIRE_CODE(SANDBOX_INVALID_EXPIRATION),
 				"expiresAt %s is not in the future", ts);
 		return;
 	}
 	if (t - now > CREATE_TIMEOUT_MAX_S * 1000) {
-		http_send_error(req, 400, CODE_INVALID_EXPIRATION,
+		http_send_error(req, 400, WIRE_CODE(SANDBOX_INVALID_EXPIRATION),
 				"expiresAt %s is more than %lld seconds in the future", ts,
 				(long long)CREATE_TIMEOUT_MAX_S);
 		return;
@@ -721,11 +720,13 @@ static void h_pause_resume(struct corrald *d, struct evhttp_request *req, struct
 	if (werr < 0) {
 		send_state_write_failed(req, sb, werr, pause ? "paused" : "resumed");
 	} else if (r == -EBUSY) {
-		http_send_error(req, 409, pause ? "SANDBOX::NOT_RUNNING" : "SANDBOX::NOT_PAUSED", "%s",
-				msg);
+		http_send_error(req, 409,
+				pause ? WIRE_CODE(SANDBOX_NOT_RUNNING) : WIRE_CODE(SANDBOX_NOT_PAUSED),
+				"%s", msg);
 	} else if (r < 0) {
 		log_error("%s", msg);
-		http_send_error(req, 500, pause ? "SANDBOX::PAUSE_FAILED" : "SANDBOX::RESUME_FAILED",
+		http_send_error(req, 500,
+				pause ? WIRE_CODE(SANDBOX_PAUSE_FAILED) : WIRE_CODE(SANDBOX_RESUME_FAILED),
 				"%s", msg);
 	} else {
 		log_info("sandbox %s: %s", sb->id, pause ? "paused" : "resumed");
@@ -768,7 +769,7 @@ static void h_endpoint(struct corrald *d, struct evhttp_request *req, struct san
 {
 	int port = parse_port(port_s);
 	if (port < 0) {
-		http_send_error(req, 400, CODE_INVALID_PORT,
+		http_send_error(req, 400, WIRE_CODE(SANDBOX_INVALID_PORT),
 				"port '%s' is not valid: expected an integer from 1 to 65535", port_s);
 		return;
 	}
@@ -832,13 +833,13 @@ static void on_proxy_fail(struct evhttp_request *req, enum revproxy_failure why,
 		lifecycle_check_alive(sb);
 	if (sb && sandbox_ended(sb)) {
 		http_send_json(req, 410,
-			       json_pack("{s:s, s:s, s:s}", "code", "SANDBOX::ENDED", "message",
+			       json_pack("{s:s, s:s, s:s}", "code", WIRE_CODE(SANDBOX_ENDED), "message",
 					 sb->message ? sb->message : "the sandbox has ended", "reason",
 					 sb->reason ? sb->reason : "Unknown"));
 		return;
 	}
 	log_warn("proxy to sandbox %s failed: %s", id, detail ? detail : "unknown error");
-	http_send_error(req, 502, "SANDBOX::BACKEND_UNREACHABLE",
+	http_send_error(req, 502, WIRE_CODE(SANDBOX_BACKEND_UNREACHABLE),
 			"cannot reach corral-execd in sandbox %s: %s", id,
 			detail ? detail : "unknown error");
 }
@@ -865,7 +866,8 @@ static bool on_proxy_broken(struct evhttp_request *req, const char *detail, void
 		return false;
 	json_t *ev = json_pack("{s:s, s:I, s:{s:s, s:s, s:[s]}}", "type", "error", "timestamp",
 			       (json_int_t)time_now_ms(), "error", "ename",
-			       ended ? "SANDBOX::ENDED" : "SANDBOX::BACKEND_UNREACHABLE", "evalue",
+			       ended ? WIRE_CODE(SANDBOX_ENDED) : WIRE_CODE(SANDBOX_BACKEND_UNREACHABLE),
+			       "evalue",
 			       ended ? reason : "StreamBroken", "traceback",
 			       ended ? msg : "corral-execd closed the stream before the command ended");
 	_cleanup_free_ char *s = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
@@ -888,20 +890,20 @@ static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbo
 {
 	int port = parse_port(port_s);
 	if (port < 0) {
-		http_send_error(req, 400, CODE_INVALID_PORT,
+		http_send_error(req, 400, WIRE_CODE(SANDBOX_INVALID_PORT),
 				"port '%s' is not valid: expected an integer from 1 to 65535", port_s);
 		return;
 	}
 	if (sandbox_ended(sb)) {
 		http_send_json(req, 410,
-			       json_pack("{s:s, s:s, s:s}", "code", "SANDBOX::ENDED", "message",
+			       json_pack("{s:s, s:s, s:s}", "code", WIRE_CODE(SANDBOX_ENDED), "message",
 					 sb->message ? sb->message : "the sandbox has ended", "reason",
 					 sb->reason ? sb->reason : "Unknown"));
 		return;
 	}
 	if (sb->state == SB_PAUSED) {
 		/* Its processes are frozen: a call would only wait for the upstream timeout. */
-		http_send_error(req, 409, "SANDBOX::PAUSED",
+		http_send_error(req, 409, WIRE_CODE(SANDBOX_PAUSED),
 				"sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume)",
 				sb->id, sb->id);
 		return;
@@ -917,7 +919,7 @@ static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbo
 		r = asprintf(&target, "/proxy/%d%s%s%s", port, *rest ? rest : "/", query ? "?" : "",
 			     query ? query : "");
 	if (r < 0) {
-		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(GENERAL_OUT_OF_MEMORY), "out of memory");
 		return;
 	}
 	/* corrald's credential for this sandbox is no business of the sandbox */
@@ -931,24 +933,15 @@ static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbo
 
 static const char *method_name(enum evhttp_cmd_type m)
 {
-	switch (m) {
-	case EVHTTP_REQ_GET: return "GET";
-	case EVHTTP_REQ_POST: return "POST";
-	case EVHTTP_REQ_HEAD: return "HEAD";
-	case EVHTTP_REQ_PUT: return "PUT";
-	case EVHTTP_REQ_DELETE: return "DELETE";
-	case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-	case EVHTTP_REQ_TRACE: return "TRACE";
-	case EVHTTP_REQ_CONNECT: return "CONNECT";
-	case EVHTTP_REQ_PATCH: return "PATCH";
-	}
-	return "?";
+	const char *s = http_method_name(m);
+	return s ? s : "?";
 }
 
 static void method_not_allowed(struct evhttp_request *req, const char *allow)
 {
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
-	http_send_error(req, 405, "GENERAL::METHOD_NOT_ALLOWED", "method %s is not allowed here (allowed: %s)",
+	http_send_error(req, 405, WIRE_CODE(GENERAL_METHOD_NOT_ALLOWED),
+			"method %s is not allowed here (allowed: %s)",
 			method_name(evhttp_request_get_command(req)), allow);
 }
 
@@ -1021,20 +1014,20 @@ static bool auth_ok(struct corrald *d, struct evhttp_request *req, const struct 
 		return true;
 	v->status = 401;
 	if (k) {
-		v->code = "INVALID_API_KEY";
+		v->code = WIRE_CODE(INVALID_API_KEY);
 		snprintf(v->message, sizeof(v->message), "Invalid API key");
 	} else if (t) {
-		v->code = "INVALID_ACCESS_TOKEN";
+		v->code = WIRE_CODE(INVALID_ACCESS_TOKEN);
 		snprintf(v->message, sizeof(v->message),
 			 "Invalid %s token for sandbox %.64s: use the headers of GET /sandboxes/{id}/endpoints/{port}",
 			 TOKEN_HEADER, rt->segs[1]);
 	} else if (token_route) {
-		v->code = "MISSING_API_KEY";
+		v->code = WIRE_CODE(MISSING_API_KEY);
 		snprintf(v->message, sizeof(v->message),
 			 "Authentication credentials were not provided: send the OPEN-SANDBOX-API-KEY header, or the %s header of GET /sandboxes/{id}/endpoints/{port}",
 			 TOKEN_HEADER);
 	} else {
-		v->code = "MISSING_API_KEY";
+		v->code = WIRE_CODE(MISSING_API_KEY);
 		snprintf(v->message, sizeof(v->message),
 			 "Authentication credentials were not provided: send the OPEN-SANDBOX-API-KEY header");
 	}
@@ -1074,7 +1067,7 @@ static void dispatch(struct evhttp_request *req, void *arg)
 		return;
 	}
 	if (n < 0) {
-		http_send_error(req, 404, "GENERAL::NOT_FOUND", "no route for %s %s", method_name(m),
+		http_send_error(req, 404, WIRE_CODE(GENERAL_NOT_FOUND), "no route for %s %s", method_name(m),
 				evhttp_request_get_uri(req));
 		return;
 	}
@@ -1141,7 +1134,7 @@ static void dispatch(struct evhttp_request *req, void *arg)
 	return h_endpoint(d, req, sb, segs[3]);
 
 not_found:
-	http_send_error(req, 404, "GENERAL::NOT_FOUND", "no route for %s %s", method_name(m),
+	http_send_error(req, 404, WIRE_CODE(GENERAL_NOT_FOUND), "no route for %s %s", method_name(m),
 			evhttp_request_get_uri(req));
 }
 

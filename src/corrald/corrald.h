@@ -142,10 +142,8 @@ void sandbox_set_status(struct sandbox *sb, enum sb_state state, const char *rea
 /* Write sandbox.json durably (write, fsync, rename, fsync the directory). Logs on failure (the
  * boundary) and returns -errno: the caller then rolls its change back and says so. */
 int sandbox_save(struct sandbox *sb);
-/* A state change whose record could not be stored: 507 when the file system is full, else 500. */
-#define CODE_STATE_WRITE_FAILED "SANDBOX::STATE_WRITE_FAILED"
-/* A create that hit the host's process limit (fork/clone EAGAIN): 503, retryable. */
-#define CODE_HOST_PID_LIMIT "SANDBOX::HOST_PID_LIMIT"
+/* The status of a SANDBOX::STATE_WRITE_FAILED for sandbox_save()'s r: 507 when the file system is
+ * full, else 500. */
 int sandbox_save_status(int r);
 /* Load <dir>/sandbox.json into a new record. */
 int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *msg, size_t msglen);

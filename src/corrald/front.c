@@ -38,6 +38,7 @@
 #include "shared/log.h"
 #include "shared/macro.h"
 #include "shared/timeutil.h"
+#include "shared/wire_error.h"
 
 #define BACKOFF_MIN_MS 10
 #define BACKOFF_MAX_MS 1000
@@ -428,7 +429,7 @@ static int on_head(struct evhttp_request *req, void *arg)
 	struct front_verdict v = {0};
 	F.judge(req, &v, F.judge_arg);
 	if (v.status) {
-		refuse(c, req, v.status, v.code ? v.code : "GENERAL::REFUSED", "%s", v.message);
+		refuse(c, req, v.status, v.code ? v.code : WIRE_CODE(GENERAL_REFUSED), "%s", v.message);
 		return 0;
 	}
 	struct evkeyvalq *h = evhttp_request_get_input_headers(req);
@@ -436,14 +437,14 @@ static int on_head(struct evhttp_request *req, void *arg)
 	const char *cl = evhttp_find_header(h, "Content-Length");
 	if (te && strcasecmp(te, "chunked") == 0) {
 		if (v.body_max == 0) {
-			refuse(c, req, 413, "SANDBOX::REQUEST_TOO_LARGE",
+			refuse(c, req, 413, WIRE_CODE(SANDBOX_REQUEST_TOO_LARGE),
 			       "this route takes no request body");
 			return 0;
 		}
 		uint64_t a = MIN(v.body_max, CHUNK_ALLOWANCE);
 		if (a > F.opts.body_budget - F.body_held) {
 			evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
-			refuse(c, req, 503, "GENERAL::BODY_BUDGET_EXHAUSTED",
+			refuse(c, req, 503, WIRE_CODE(GENERAL_BODY_BUDGET_EXHAUSTED),
 			       "corrald holds %" PRIu64 " bytes of request bodies (limit %" PRIu64 "): retry later",
 			       F.body_held, F.opts.body_budget);
 			return 0;
@@ -464,19 +465,19 @@ static int on_head(struct evhttp_request *req, void *arg)
 		if (*cl < '0' || *cl > '9' || *end || errno)
 			return 0; /* evhttp answers 400 to a malformed Content-Length */
 		if (n > v.body_max && v.body_max == 0) {
-			refuse(c, req, 413, "SANDBOX::REQUEST_TOO_LARGE",
+			refuse(c, req, 413, WIRE_CODE(SANDBOX_REQUEST_TOO_LARGE),
 			       "this route takes no request body (got Content-Length %llu)", n);
 			return 0;
 		}
 		if (n > v.body_max) {
-			refuse(c, req, 413, "SANDBOX::REQUEST_TOO_LARGE",
+			refuse(c, req, 413, WIRE_CODE(SANDBOX_REQUEST_TOO_LARGE),
 			       "request body of %llu bytes exceeds the %" PRIu64 " byte limit of this route",
 			       n, v.body_max);
 			return 0;
 		}
 		if (n > F.opts.body_budget - F.body_held) {
 			evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
-			refuse(c, req, 503, "GENERAL::BODY_BUDGET_EXHAUSTED",
+			refuse(c, req, 503, WIRE_CODE(GENERAL_BODY_BUDGET_EXHAUSTED),
 			       "corrald holds %" PRIu64 " bytes of request bodies (limit %" PRIu64 "): retry later",
 			       F.body_held, F.opts.body_budget);
 			return 0;

@@ -19,6 +19,7 @@
 #include "shared/macro.h"
 #include "shared/log.h"
 #include "shared/timeutil.h"
+#include "shared/wire_error.h"
 
 static bool image_name_ok(const char *s)
 {
@@ -640,7 +641,7 @@ int image_pull_http_status(int rc)
 
 const char *image_pull_code(int rc)
 {
-	return rc == -EFBIG ? "SANDBOX::IMAGE_TOO_LARGE" : "SANDBOX::IMAGE_PULL_FAILED";
+	return rc == -EFBIG ? WIRE_CODE(SANDBOX_IMAGE_TOO_LARGE) : WIRE_CODE(SANDBOX_IMAGE_PULL_FAILED);
 }
 
 /* ---- garbage collection ----------------------------------------------------------------- */

@@ -20,7 +20,9 @@
 #include "shared/fsutil.h"
 #include "shared/log.h"
 #include "shared/quantity.h"
+#include "shared/strv.h"
 #include "shared/timeutil.h"
+#include "shared/wire_error.h"
 
 #define PING_TIMEOUT_MS 1000
 #define PING_BACKOFF_MAX_MS 20
@@ -52,13 +54,6 @@ static void watch_death(struct sandbox *sb);
 static void sandbox_died(struct sandbox *sb);
 
 /* --- create ------------------------------------------------------------------------------- */
-
-static void strv_free(char **v)
-{
-	for (char **p = v; p && *p; p++)
-		free(*p);
-	free(v);
-}
 
 static void create_ctx_maybe_free(struct create_ctx *c)
 {
@@ -127,7 +122,7 @@ static void on_ping(int result, void *arg)
 		return;
 	}
 	if (result == 0 && sb->delete_requested) {
-		create_fail(c, 409, "SANDBOX::DELETED",
+		create_fail(c, 409, WIRE_CODE(SANDBOX_DELETED),
 			    "sandbox %s was deleted while it was being created", sb->id);
 		return;
 	}
@@ -137,7 +132,7 @@ static void on_ping(int result, void *arg)
 		if (r < 0) {
 			/* Not acknowledged unless a restart would still know it as Running. */
 			sandbox_set_status(sb, SB_PENDING, "Pending", NULL);
-			create_fail(c, sandbox_save_status(r), CODE_STATE_WRITE_FAILED,
+			create_fail(c, sandbox_save_status(r), WIRE_CODE(SANDBOX_STATE_WRITE_FAILED),
 				    "the record of sandbox %s could not be stored: %s; nothing was created",
 				    sb->id, strerror(-r));
 			return;
@@ -148,7 +143,7 @@ static void on_ping(int result, void *arg)
 	}
 	snprintf(c->last_ping_error, sizeof(c->last_ping_error), "%s", strerror(-result));
 	if (time_mono_ms() >= c->deadline_mono_ms) {
-		create_fail(c, 504, "SANDBOX::READY_TIMEOUT",
+		create_fail(c, 504, WIRE_CODE(SANDBOX_READY_TIMEOUT),
 			    "corral-execd in sandbox %s did not answer GET /ping within %d s (last error: %s)",
 			    sb->id, sb->d->create_timeout_s, c->last_ping_error);
 		return;
@@ -180,7 +175,7 @@ static void on_create_deadline(evutil_socket_t fd, short what, void *arg)
 		worker_kill(&c->w); /* -> on_create_worker_done with -ECANCELED */
 		return;
 	}
-	create_fail(c, 504, "SANDBOX::READY_TIMEOUT",
+	create_fail(c, 504, WIRE_CODE(SANDBOX_READY_TIMEOUT),
 		    "sandbox %s was not ready within %d s (corral-execd last ping error: %s)",
 		    c->sb->id, c->sb->d->create_timeout_s,
 		    c->last_ping_error[0] ? c->last_ping_error : "none yet");
@@ -234,7 +229,7 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 		return;
 	}
 	if (res->rc == -ECANCELED) {
-		create_fail(c, 504, "SANDBOX::READY_TIMEOUT",
+		create_fail(c, 504, WIRE_CODE(SANDBOX_READY_TIMEOUT),
 			    "runtime did not finish creating sandbox %s within %d s", sb->id,
 			    sb->d->create_timeout_s);
 		return;
@@ -242,19 +237,19 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 	if (res->rc == -ESRCH) {
 		/* PID 1 was gone before the runtime returned: the entrypoint exited or could not run
 		 * (its exit report went with the rolled-back files). */
-		create_fail(c, 422, "SANDBOX::ENTRYPOINT_EXITED",
+		create_fail(c, 422, WIRE_CODE(SANDBOX_ENTRYPOINT_EXITED),
 			    "entrypoint: the sandbox ended as soon as it started (%s); check that the entrypoint exists in the image and keeps running, e.g. [\"sleep\",\"infinity\"]",
 			    res->msg);
 		return;
 	}
 	if (res->state_write) {
-		create_fail(c, sandbox_save_status(res->rc), CODE_STATE_WRITE_FAILED,
+		create_fail(c, sandbox_save_status(res->rc), WIRE_CODE(SANDBOX_STATE_WRITE_FAILED),
 			    "%s; nothing was created", res->msg);
 		return;
 	}
 	if (res->rc == -EAGAIN) {
 		/* fork/clone hit a process limit of the host (or of corrald's cgroup): transient. */
-		create_fail(c, 503, CODE_HOST_PID_LIMIT,
+		create_fail(c, 503, WIRE_CODE(SANDBOX_HOST_PID_LIMIT),
 			    "the host could not start sandbox %s's processes (%s): a host process limit was reached; retry later",
 			    sb->id, res->msg);
 		return;
@@ -264,21 +259,22 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 	    res->rc == -RUNTIME_EVOL_SUBPATH) {
 		/* What the request's volumes ask for cannot be had: the client's to change. */
 		create_fail(c, 400,
-			    res->rc == -RUNTIME_EVOL_DENIED     ? "VOLUME::HOST_PATH_NOT_ALLOWED"
-			    : res->rc == -RUNTIME_EVOL_NOTFOUND ? "VOLUME::HOST_PATH_NOT_FOUND"
-			    : res->rc == -RUNTIME_EVOL_NOCLAIM  ? "VOLUME::PVC_NOT_FOUND"
-			    : res->rc == -RUNTIME_EVOL_SUBPATH  ? "VOLUME::INVALID_SUB_PATH"
-								: "VOLUME::INVALID_MOUNT_PATH",
+			    res->rc == -RUNTIME_EVOL_DENIED     ? WIRE_CODE(VOLUME_HOST_PATH_NOT_ALLOWED)
+			    : res->rc == -RUNTIME_EVOL_NOTFOUND ? WIRE_CODE(VOLUME_HOST_PATH_NOT_FOUND)
+			    : res->rc == -RUNTIME_EVOL_NOCLAIM  ? WIRE_CODE(VOLUME_PVC_NOT_FOUND)
+			    : res->rc == -RUNTIME_EVOL_SUBPATH  ? WIRE_CODE(VOLUME_INVALID_SUB_PATH)
+								: WIRE_CODE(VOLUME_INVALID_MOUNT_PATH),
 			    "volumes: %s", res->msg);
 		return;
 	}
 	if (res->rc == -ENOMEDIUM) {
-		create_fail(c, 422, "SANDBOX::IMAGE_PULL_FAILED", "image %s: %s", sb->rootfs,
+		create_fail(c, 422, WIRE_CODE(SANDBOX_IMAGE_PULL_FAILED), "image %s: %s", sb->rootfs,
 			    res->msg);
 		return;
 	}
 	if (res->rc < 0) {
-		create_fail(c, 500, "SANDBOX::CREATE_FAILED", "runtime create failed: %s", res->msg);
+		create_fail(c, 500, WIRE_CODE(SANDBOX_CREATE_FAILED), "runtime create failed: %s",
+			    res->msg);
 		return;
 	}
 	/* Not saved until Running: a restart tears a Pending sandbox down through its cgroup. */
@@ -376,7 +372,7 @@ static void on_image_pulled(int rc, const char *msg, void *arg)
 	struct create_ctx *c = arg;
 	struct sandbox *sb = c->sb;
 	if (rc == -ECANCELED) {
-		create_fail(c, 503, "SANDBOX::SHUTTING_DOWN",
+		create_fail(c, 503, WIRE_CODE(SANDBOX_SHUTTING_DOWN),
 			    "corrald is shutting down: the pull of %s was stopped; retry once it has restarted",
 			    sb->rootfs);
 		return;
@@ -387,13 +383,13 @@ static void on_image_pulled(int rc, const char *msg, void *arg)
 		return;
 	}
 	if (sb->delete_requested) {
-		create_fail(c, 409, "SANDBOX::DELETED",
+		create_fail(c, 409, WIRE_CODE(SANDBOX_DELETED),
 			    "sandbox %s was deleted while its image was being pulled", sb->id);
 		return;
 	}
 	int r = create_start(c);
 	if (r < 0)
-		create_fail(c, 500, "SANDBOX::CREATE_FAILED", "start the create of %s: %s", sb->id,
+		create_fail(c, 500, WIRE_CODE(SANDBOX_CREATE_FAILED), "start the create of %s: %s", sb->id,
 			    strerror(-r));
 }
 
@@ -699,19 +695,19 @@ static void sandbox_died(struct sandbox *sb)
 	if (sb->creating) {
 		/* The entrypoint or the memory limit is the client's to fix: a 4xx, not a retryable 5xx. */
 		if (strcmp(reason, "EntrypointExited") == 0)
-			create_fail(sb->creating, 422, "SANDBOX::ENTRYPOINT_EXITED",
+			create_fail(sb->creating, 422, WIRE_CODE(SANDBOX_ENTRYPOINT_EXITED),
 				    "entrypoint: the sandbox ended during start-up because its entrypoint exited (%s); an entrypoint must keep running, e.g. [\"sleep\",\"infinity\"]",
 				    msg);
 		else if (strcmp(reason, "ResourceExhausted") == 0)
-			create_fail(sb->creating, 503, CODE_HOST_PID_LIMIT,
+			create_fail(sb->creating, 503, WIRE_CODE(SANDBOX_HOST_PID_LIMIT),
 				    "the sandbox could not start its entrypoint for lack of a host resource (%s); retry later",
 				    msg);
 		else if (strcmp(reason, "OOMKilled") == 0)
-			create_fail(sb->creating, 422, "SANDBOX::OOM_KILLED",
+			create_fail(sb->creating, 422, WIRE_CODE(SANDBOX_OOM_KILLED),
 				    "resourceLimits.memory: the sandbox was killed for lack of memory during start-up: %s",
 				    msg);
 		else
-			create_fail(sb->creating, 500, "SANDBOX::CREATE_FAILED",
+			create_fail(sb->creating, 500, WIRE_CODE(SANDBOX_CREATE_FAILED),
 				    "sandbox exited during start-up: %s: %s", reason, msg);
 		return;
 	}

@@ -20,6 +20,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "corrald/admission.h"
 #include "corrald/corrald.h"
 #include "corrald/front.h"
@@ -120,6 +121,7 @@ static void usage(FILE *f)
 		"                         and the most pvc.storage may ask for (default " DEFAULT_VOLUME_SIZE ")\n"
 		"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 		"  -h, --help             show this help\n"
+		"      --version          print the version\n"
 		"\n"
 		"Example:\n"
 		"  corrald --listen 127.0.0.1:8080 --state-dir /tmp/corral --image-dir /srv/images\n"
@@ -319,7 +321,7 @@ int main(int argc, char **argv)
 	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS,
 	       OPT_NOFILE, OPT_DEFAULT_DISK, OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT, OPT_MIRROR,
 	       OPT_IMPORT_DIR, OPT_HEADER_TIMEOUT, OPT_MAX_CONNECTIONS, OPT_ALLOW_HOST_PATH,
-	       OPT_VOLUME_SIZE, OPT_IMAGE_UNPACKED_MAX, OPT_IMAGE_STORE_MAX };
+	       OPT_VOLUME_SIZE, OPT_IMAGE_UNPACKED_MAX, OPT_IMAGE_STORE_MAX, OPT_VERSION };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -347,6 +349,7 @@ int main(int argc, char **argv)
 		{"image-unpacked-max", required_argument, NULL, OPT_IMAGE_UNPACKED_MAX},
 		{"image-store-max", required_argument, NULL, OPT_IMAGE_STORE_MAX},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, OPT_VERSION},
 		{0},
 	};
 	struct corrald *d = &D;
@@ -500,6 +503,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'h': usage(stdout); return 0;
+		case OPT_VERSION: printf("corrald %s\n", CORRAL_VERSION); return 0;
 		default: usage(stderr); return 2;
 		}
 	}

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "shared/wire_error.h"
 #include "shared/httputil.h"
 
 #include "upstream.h"
@@ -57,12 +58,12 @@ void upstream_proxy(struct event_base *base, const char *sock_path, pid_t peer_p
 {
 	for (const char *t = target; *t; t++)
 		if ((unsigned char)*t <= 0x20 || *t == 0x7f) {
-			http_send_error(req, 400, "SANDBOX::INVALID_PARAMETER",
+			http_send_error(req, 400, WIRE_CODE(SANDBOX_INVALID_PARAMETER),
 					"proxied path contains a space or control character");
 			return;
 		}
 	if (target[0] != '/') {
-		http_send_error(req, 400, "SANDBOX::INVALID_PARAMETER",
+		http_send_error(req, 400, WIRE_CODE(SANDBOX_INVALID_PARAMETER),
 				"proxied path must start with '/'");
 		return;
 	}
@@ -72,13 +73,13 @@ void upstream_proxy(struct event_base *base, const char *sock_path, pid_t peer_p
 	case EVHTTP_REQ_PATCH:
 		break;
 	default:
-		http_send_error(req, 405, "SANDBOX::INVALID_PARAMETER",
+		http_send_error(req, 405, WIRE_CODE(SANDBOX_INVALID_PARAMETER),
 				"method not supported by the sandbox proxy");
 		return;
 	}
 	struct revproxy *rp = get_client(base);
 	if (!rp) {
-		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(GENERAL_OUT_OF_MEMORY), "out of memory");
 		return;
 	}
 	const struct revproxy_target t = { .unix_path = sock_path, .peer_pid = peer_pid };

@@ -9,6 +9,7 @@
 #include "corrald/validate.h"
 #include "shared/quantity.h"
 #include "shared/timeutil.h"
+#include "shared/wire_error.h"
 
 int verr_set(struct verr *e, int status, const char *code, const char *const *loc, const char *fmt,
 	     ...)
@@ -28,78 +29,6 @@ int verr_set(struct verr *e, int status, const char *code, const char *const *lo
 }
 
 #define LOC(...) ((const char *const[]){__VA_ARGS__, NULL})
-
-static bool is_alnum(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-}
-
-/* ([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9], at most 63 characters. */
-static bool label_name_valid(const char *s, size_t len)
-{
-	if (len == 0 || len > 63)
-		return false;
-	if (!is_alnum(s[0]) || !is_alnum(s[len - 1]))
-		return false;
-	for (size_t i = 0; i < len; i++)
-		if (!is_alnum(s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.')
-			return false;
-	return true;
-}
-
-/* DNS-1123 subdomain: lowercase labels of [a-z0-9-] joined by dots, at most 253 characters. */
-static bool dns_subdomain_valid(const char *s, size_t len)
-{
-	if (len == 0 || len > 253)
-		return false;
-	size_t start = 0;
-	for (size_t i = 0; i <= len; i++) {
-		if (i == len || s[i] == '.') {
-			size_t l = i - start;
-			if (l == 0 || l > 63)
-				return false;
-			const char *lab = s + start;
-			bool ok_ends = ((lab[0] >= 'a' && lab[0] <= 'z') || (lab[0] >= '0' && lab[0] <= '9')) &&
-				       ((lab[l - 1] >= 'a' && lab[l - 1] <= 'z') ||
-					(lab[l - 1] >= '0' && lab[l - 1] <= '9'));
-			if (!ok_ends)
-				return false;
-			for (size_t j = 0; j < l; j++) {
-				char c = lab[j];
-				if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
-					return false;
-			}
-			start = i + 1;
-		}
-	}
-	return true;
-}
-
-bool label_key_valid(const char *key)
-{
-	if (!key)
-		return false;
-	const char *slash = strchr(key, '/');
-	if (!slash)
-		return label_name_valid(key, strlen(key));
-	if (strchr(slash + 1, '/'))
-		return false;
-	return dns_subdomain_valid(key, (size_t)(slash - key)) &&
-	       label_name_valid(slash + 1, strlen(slash + 1));
-}
-
-bool label_value_valid(const char *value)
-{
-	if (!value)
-		return false;
-	size_t len = strlen(value);
-	return len == 0 || label_name_valid(value, len);
-}
-
-bool label_key_reserved(const char *key)
-{
-	return strncasecmp(key, "opensandbox.io/", strlen("opensandbox.io/")) == 0;
-}
 
 /* Check one metadata pair; field is "metadata" (create) or the PATCH body's top level. */
 static int metadata_pair_check(const char *field, const char *key, json_t *v, struct verr *e)
@@ -321,13 +250,13 @@ static int volumes_parse(json_t *vs, struct create_params *p, struct verr *e)
 			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("volumes", idx, "mountPath"),
 					"volumes[%zu].mountPath is required: an absolute path in the sandbox", i);
 		if (!path_normalize(mp, true, buf, sizeof(buf)))
-			return verr_set(e, 400, "VOLUME::INVALID_MOUNT_PATH",
+			return verr_set(e, 400, WIRE_CODE(VOLUME_INVALID_MOUNT_PATH),
 					LOC("volumes", idx, "mountPath"),
 					"volumes[%zu].mountPath '%.200s' must be an absolute path without '.' or '..' components",
 					i, mp);
 		if (strcmp(buf, "/") == 0 || path_under(buf, "/proc") || path_under(buf, "/sys") ||
 		    path_under(buf, "/dev"))
-			return verr_set(e, 400, "VOLUME::INVALID_MOUNT_PATH",
+			return verr_set(e, 400, WIRE_CODE(VOLUME_INVALID_MOUNT_PATH),
 					LOC("volumes", idx, "mountPath"),
 					"volumes[%zu].mountPath '%.200s': a volume may not cover '/' or anything in /proc, /sys or /dev",
 					i, mp);
@@ -345,7 +274,7 @@ static int volumes_parse(json_t *vs, struct create_params *p, struct verr *e)
 						LOC("volumes", idx, "subPath"),
 						"volumes[%zu].subPath must be a string", i);
 			if (*s && !path_normalize(s, false, buf, sizeof(buf)))
-				return verr_set(e, 400, "VOLUME::INVALID_SUB_PATH",
+				return verr_set(e, 400, WIRE_CODE(VOLUME_INVALID_SUB_PATH),
 						LOC("volumes", idx, "subPath"),
 						"volumes[%zu].subPath '%.200s' must be a relative path without '.' or '..' components",
 						i, s);
@@ -357,11 +286,11 @@ static int volumes_parse(json_t *vs, struct create_params *p, struct verr *e)
 		int backends = (host && !json_is_null(host)) + (pvc && !json_is_null(pvc)) +
 			       (oss && !json_is_null(oss));
 		if (backends != 1)
-			return verr_set(e, 400, "VOLUME::INVALID_BACKEND", LOC("volumes", idx),
+			return verr_set(e, 400, WIRE_CODE(VOLUME_INVALID_BACKEND), LOC("volumes", idx),
 					"volumes[%zu] must have exactly one backend: host or pvc (it has %d)",
 					i, backends);
 		if (oss && !json_is_null(oss))
-			return verr_set(e, 400, "VOLUME::INVALID_BACKEND", LOC("volumes", idx, "ossfs"),
+			return verr_set(e, 400, WIRE_CODE(VOLUME_INVALID_BACKEND), LOC("volumes", idx, "ossfs"),
 					"volumes[%zu].ossfs is not supported by this server (native runtime): use host or pvc",
 					i);
 		if (host && !json_is_null(host)) {
@@ -372,7 +301,7 @@ static int volumes_parse(json_t *vs, struct create_params *p, struct verr *e)
 						"volumes[%zu].host must be an object {\"path\": \"<absolute host path>\"}",
 						i);
 			if (!path_normalize(hp, true, buf, sizeof(buf)))
-				return verr_set(e, 400, "VOLUME::INVALID_HOST_PATH",
+				return verr_set(e, 400, WIRE_CODE(VOLUME_INVALID_HOST_PATH),
 						LOC("volumes", idx, "host"),
 						"volumes[%zu].host.path '%.200s' must be an absolute path without '.' or '..' components",
 						i, hp);
@@ -419,7 +348,7 @@ static int volumes_parse(json_t *vs, struct create_params *p, struct verr *e)
 				return verr_set(e, 400, CODE_INVALID_PARAMETER, LOC("volumes", idx, "name"),
 						"volumes[%zu].name '%s' is used twice", a, na);
 			if (strcmp(ma, json_string_value(json_object_get(vb, "mountPath"))) == 0)
-				return verr_set(e, 400, "VOLUME::INVALID_MOUNT_PATH",
+				return verr_set(e, 400, WIRE_CODE(VOLUME_INVALID_MOUNT_PATH),
 						LOC("volumes", idx, "mountPath"),
 						"volumes[%zu].mountPath '%s' is used twice", a, ma);
 		}
@@ -440,12 +369,12 @@ int volumes_apply(struct create_params *p, char *const *host_paths, uint64_t siz
 			for (char *const *a = host_paths; a && *a && !ok; a++)
 				ok = strcmp(*a, "/") == 0 || path_under(hp, *a);
 			if (!host_paths || !host_paths[0])
-				return verr_set(e, 400, "VOLUME::HOST_PATH_NOT_ALLOWED",
+				return verr_set(e, 400, WIRE_CODE(VOLUME_HOST_PATH_NOT_ALLOWED),
 						LOC("volumes", idx, "host"),
 						"volumes[%zu].host.path '%.200s': host volumes are off on this server (the operator allows host directories with corrald --allow-host-path DIR)",
 						i, hp);
 			if (!ok)
-				return verr_set(e, 400, "VOLUME::HOST_PATH_NOT_ALLOWED",
+				return verr_set(e, 400, WIRE_CODE(VOLUME_HOST_PATH_NOT_ALLOWED),
 						LOC("volumes", idx, "host"),
 						"volumes[%zu].host.path '%.200s' is not under a directory this server allows (corrald --allow-host-path)",
 						i, hp);
@@ -476,13 +405,13 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
 		json_t *v = field_get(body, unsupported[i][0], unsupported[i][1]);
 		if (v && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
-			return verr_set(e, 400, "SANDBOX::API_NOT_SUPPORTED", LOC(unsupported[i][0]),
+			return verr_set(e, 400, WIRE_CODE(SANDBOX_API_NOT_SUPPORTED), LOC(unsupported[i][0]),
 					"%s is not supported by this server (native runtime)",
 					unsupported[i][0]);
 	}
 	json_t *sa = field_get(body, "secureAccess", "secure_access");
 	if (sa && json_is_true(sa))
-		return verr_set(e, 400, "SANDBOX::API_NOT_SUPPORTED", LOC("secureAccess"),
+		return verr_set(e, 400, WIRE_CODE(SANDBOX_API_NOT_SUPPORTED), LOC("secureAccess"),
 				"secureAccess is not supported by this server (native runtime)");
 
 	/* image.uri */
@@ -711,16 +640,6 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	}
 	return volumes_parse(json_object_get(body, "volumes"), p, e);
 }
-
-const char *const cpu_cap_env_vars[CPU_CAP_ENV_N] = {
-    "OMP_NUM_THREADS",	    "OMP_THREAD_LIMIT",	  "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",	    "NUMEXPR_NUM_THREADS",	  "VECLIB_MAXIMUM_THREADS",
-    "BLIS_NUM_THREADS",	    "PYTHON_CPU_COUNT",	  "NUMBA_NUM_THREADS",
-    "LOKY_MAX_CPU_COUNT",	    "POLARS_MAX_THREADS",	  "PYTEST_XDIST_AUTO_NUM_WORKERS",
-    "DJANGO_TEST_PROCESSES",  "GOMAXPROCS",		  "CARGO_BUILD_JOBS",
-    "RAYON_NUM_THREADS",	    "RUST_TEST_THREADS",	  "UV_THREADPOOL_SIZE",
-    "CMAKE_BUILD_PARALLEL_LEVEL",
-};
 
 int cpu_cap_env_add(json_t *env, uint64_t cpu_millis)
 {

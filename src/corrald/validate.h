@@ -10,10 +10,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "shared/cpucap.h"
+#include "shared/label.h"
+#include "shared/wire_error.h"
+
 #define VERR_LOC_MAX 3
-#define CODE_INVALID_PARAMETER "SANDBOX::INVALID_PARAMETER"
-#define CODE_INVALID_METADATA_LABEL "SANDBOX::INVALID_METADATA_LABEL"
-#define CODE_INSUFFICIENT_STORAGE "SANDBOX::INSUFFICIENT_STORAGE"
+/* Short names of the codes validation uses most (shared/wire_error.h). */
+#define CODE_INVALID_PARAMETER WIRE_CODE(SANDBOX_INVALID_PARAMETER)
+#define CODE_INVALID_METADATA_LABEL WIRE_CODE(SANDBOX_INVALID_METADATA_LABEL)
+#define CODE_INSUFFICIENT_STORAGE WIRE_CODE(SANDBOX_INSUFFICIENT_STORAGE)
 
 struct verr {
 	int status;       /* 422 for shape/type/range problems, 400 for label-rule violations */
@@ -23,11 +28,7 @@ struct verr {
 	char msg[768];
 };
 
-/* Kubernetes label rules: [prefix/]name, prefix a DNS subdomain <= 253, name <= 63 characters. */
-bool label_key_valid(const char *key);
-bool label_value_valid(const char *value);
-/* Keys under opensandbox.io/ belong to the system. */
-bool label_key_reserved(const char *key);
+/* The label rules metadata follows: shared/label.h (label_key_valid, label_value_valid...). */
 
 /* What POST /sandboxes asked for, normalized. The json_t members are owned references. */
 struct create_params {
@@ -70,8 +71,6 @@ struct create_params {
  * limit; a name env already has is left alone (explicit env wins); no CPU limit adds nothing.
  * create_params_parse() applies it unless extensions.cpuCapEnv is "false".
  */
-#define CPU_CAP_ENV_N 19
-extern const char *const cpu_cap_env_vars[CPU_CAP_ENV_N];
 int cpu_cap_env_add(json_t *env, uint64_t cpu_millis);
 
 int create_params_parse(json_t *body, struct create_params *ret, struct verr *e);

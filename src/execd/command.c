@@ -20,6 +20,7 @@
 #include "shared/httputil.h"
 #include "shared/log.h"
 #include "shared/timeutil.h"
+#include "shared/wire_error.h"
 #include "users.h"
 
 #define STREAM_HIGH_WATER (256u * 1024) /* bytes queued to a client before we wait for it */
@@ -247,7 +248,7 @@ static void send_background_ack(struct evhttp_request *req, struct execution *ex
 
 #define BAD(...)                                                                                   \
 	do {                                                                                       \
-		http_send_error(req, 400, "INVALID_REQUEST_BODY", __VA_ARGS__);                    \
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY), __VA_ARGS__);           \
 		return;                                                                            \
 	} while (0)
 
@@ -266,7 +267,7 @@ void command_run(struct evhttp_request *req)
 {
 	struct evbuffer *in = evhttp_request_get_input_buffer(req);
 	if (in && evbuffer_get_length(in) > COMMAND_MAX_BODY) {
-		http_send_error(req, 413, "INVALID_REQUEST_BODY", "request body too large (limit %u bytes)",
+		http_send_error(req, 413, WIRE_CODE(INVALID_REQUEST_BODY), "request body too large (limit %u bytes)",
 				COMMAND_MAX_BODY);
 		return;
 	}
@@ -374,7 +375,7 @@ void command_run(struct evhttp_request *req)
 		if (n == -EPERM)
 			BAD("field 'exclusive': only corral-execd as a sandbox's PID 1 can clear it");
 		if (n < 0) {
-			http_send_error(req, 503, "RUNTIME_ERROR",
+			http_send_error(req, 503, WIRE_CODE(RUNTIME_ERROR),
 					"field 'exclusive': processes kept appearing while the sandbox was cleared; retry");
 			return;
 		}
@@ -387,15 +388,15 @@ void command_run(struct evhttp_request *req)
 	if (rc == -EEXIST) {
 		log_info("execution %s: submitted again; not running it twice", ex->id);
 	} else if (rc == -EAGAIN) {
-		http_send_error(req, 429, "RUNTIME_ERROR", "%s", err.msg);
+		http_send_error(req, 429, WIRE_CODE(RUNTIME_ERROR), "%s", err.msg);
 		return;
 	} else if (rc == -EBUSY) {
-		http_send_error(req, 409, "RUNTIME_ERROR", "%s", err.msg);
+		http_send_error(req, 409, WIRE_CODE(RUNTIME_ERROR), "%s", err.msg);
 		return;
 	} else if (rc == -EINVAL) {
 		BAD("%s", err.msg);
 	} else if (rc < 0) {
-		http_send_error(req, 500, "RUNTIME_ERROR", "%s", err.msg);
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "%s", err.msg);
 		exec_unref(ex);
 		return;
 	}
@@ -412,7 +413,7 @@ void command_interrupt(struct evhttp_request *req, struct http_query *q)
 {
 	const char *id = http_query_get(q, "id");
 	if (!id || !*id) {
-		http_send_error(req, 400, "MISSING_QUERY", "missing query parameter 'id'");
+		http_send_error(req, 400, WIRE_CODE(MISSING_QUERY), "missing query parameter 'id'");
 		return;
 	}
 	struct execution *ex = exec_find(id);
@@ -422,16 +423,16 @@ void command_interrupt(struct evhttp_request *req, struct http_query *q)
 		if (r == 0)
 			http_send_empty(req, 200);
 		else if (r == -ESRCH)
-			http_send_error(req, 500, "RUNTIME_ERROR", "bash session %s is not running a command", id);
+			http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "bash session %s is not running a command", id);
 		else
-			http_send_error(req, 500, "RUNTIME_ERROR", "no execution or bash session with id '%s'", id);
+			http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "no execution or bash session with id '%s'", id);
 		return;
 	}
 	int r = exec_interrupt(ex);
 	if (r == -ESRCH)
-		http_send_error(req, 500, "RUNTIME_ERROR", "execution %s is not running", id);
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "execution %s is not running", id);
 	else if (r < 0)
-		http_send_error(req, 500, "RUNTIME_ERROR", "interrupt execution %s: %s", id, strerror(-r));
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "interrupt execution %s: %s", id, strerror(-r));
 	else
 		http_send_empty(req, 200);
 	exec_unref(ex);
@@ -472,7 +473,7 @@ void command_status(struct evhttp_request *req, const char *id, struct http_quer
 {
 	struct execution *ex = exec_find(id);
 	if (!ex) {
-		http_send_error(req, 404, "INVALID_REQUEST_BODY", "no execution with id '%s'", id);
+		http_send_error(req, 404, WIRE_CODE(INVALID_REQUEST_BODY), "no execution with id '%s'", id);
 		return;
 	}
 	const char *w = http_query_get(q, "wait");
@@ -482,7 +483,7 @@ void command_status(struct evhttp_request *req, const char *id, struct http_quer
 		wait_s = strtod(w, &end);
 		if (*end || wait_s != wait_s || wait_s < 0) {
 			exec_unref(ex);
-			http_send_error(req, 400, "INVALID_REQUEST_BODY",
+			http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY),
 					"query parameter 'wait' must be a number of seconds (0-%d)",
 					COMMAND_STATUS_WAIT_MAX_S);
 			return;
@@ -498,7 +499,7 @@ void command_status(struct evhttp_request *req, const char *id, struct http_quer
 	struct status_waiter *sw = calloc(1, sizeof(*sw));
 	if (!sw) {
 		exec_unref(ex);
-		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "out of memory");
 		return;
 	}
 	sw->req = req;
@@ -518,11 +519,11 @@ void command_logs(struct evhttp_request *req, const char *id, struct http_query 
 {
 	struct execution *ex = exec_find(id);
 	if (!ex) {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY", "no execution with id '%s'", id);
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY), "no execution with id '%s'", id);
 		return;
 	}
 	if (!ex->background) {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY",
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY),
 				"execution %s is not running in background; its output was streamed", id);
 		exec_unref(ex);
 		return;
@@ -548,7 +549,7 @@ void command_logs(struct evhttp_request *req, const char *id, struct http_query 
 	struct evbuffer *out = evbuffer_new();
 	if (!out) {
 		exec_unref(ex);
-		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "out of memory");
 		return;
 	}
 	uint64_t next = cursor;

@@ -12,7 +12,9 @@
 
 #include "exec.h"
 #include "shared/fsutil.h"
+#include "shared/hash.h"
 #include "shared/log.h"
+#include "shared/strv.h"
 #include "shared/timeutil.h"
 #include "spawn.h"
 
@@ -47,10 +49,7 @@ static struct {
 
 static unsigned id_hash(const char *id)
 {
-	unsigned h = 2166136261u;
-	for (const char *p = id; *p; p++)
-		h = (h ^ (unsigned char)*p) * 16777619u;
-	return h % HASH_BUCKETS;
+	return hash_fnv1a(id) % HASH_BUCKETS;
 }
 
 static struct execution *hash_get(const char *id)
@@ -952,15 +951,6 @@ void exec_external_finish(struct execution *ex, int code, const char *error)
 }
 
 /* ----- environment and cwd ----- */
-
-static void strv_free(char **v)
-{
-	if (!v)
-		return;
-	for (char **p = v; *p; p++)
-		free(*p);
-	free(v);
-}
 
 /* environ with envs merged over it. */
 static char **build_env(json_t *envs)

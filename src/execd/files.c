@@ -31,6 +31,7 @@
 #include "shared/httputil.h"
 #include "shared/log.h"
 #include "shared/macro.h"
+#include "shared/wire_error.h"
 #include "users.h"
 
 #define FILES_QUERY_PATHS_MAX 1024	   /* path= parameters in one request */
@@ -40,14 +41,15 @@
 #define FILES_REPLACE_OUT_MAX (256u << 20) /* size of a file /files/replace writes */
 #define FILES_METADATA_MAX (64u << 10)	   /* one upload metadata part */
 
-#define CODE_BAD_BODY "INVALID_REQUEST_BODY"
-#define CODE_MISSING_QUERY "MISSING_QUERY"
-#define CODE_NOT_FOUND "FILE_NOT_FOUND"
-#define CODE_RUNTIME "RUNTIME_ERROR"
-#define CODE_INVALID_FILE "INVALID_FILE"
-#define CODE_INVALID_CONTENT "INVALID_FILE_CONTENT"
-#define CODE_INVALID_METADATA "INVALID_FILE_METADATA"
-#define CODE_UNKNOWN "UNKNOWN"
+/* Short names of the files API's codes (shared/wire_error.h). */
+#define CODE_BAD_BODY WIRE_CODE(INVALID_REQUEST_BODY)
+#define CODE_MISSING_QUERY WIRE_CODE(MISSING_QUERY)
+#define CODE_NOT_FOUND WIRE_CODE(FILE_NOT_FOUND)
+#define CODE_RUNTIME WIRE_CODE(RUNTIME_ERROR)
+#define CODE_INVALID_FILE WIRE_CODE(INVALID_FILE)
+#define CODE_INVALID_CONTENT WIRE_CODE(INVALID_FILE_CONTENT)
+#define CODE_INVALID_METADATA WIRE_CODE(INVALID_FILE_METADATA)
+#define CODE_UNKNOWN WIRE_CODE(UNKNOWN)
 
 static int root_fd = -1;
 
@@ -1532,6 +1534,6 @@ bool files_dispatch(struct evhttp_request *req, const char *path)
 	}
 	if (!known)
 		return false;
-	http_send_error(req, 405, "NOT_SUPPORTED", "method not allowed on %s", path);
+	http_send_error(req, 405, WIRE_CODE(NOT_SUPPORTED), "method not allowed on %s", path);
 	return true;
 }

@@ -19,6 +19,7 @@
 #include <event2/event.h>
 #include <jansson.h>
 
+#include "config.h"
 #include "exec.h"
 #include "proxy.h"
 #include "server.h"
@@ -298,6 +299,7 @@ static void usage(FILE *f)
 		"  --user USER[:GROUP]  run the entrypoint as this user (a name from /etc/passwd or\n"
 		"                     a number; an image's User)\n"
 		"  --help             this text\n"
+		"  --version          print the version\n"
 		"\n"
 		"When ENTRYPOINT exits, execd writes the exit file, kills what is left and exits with\n"
 		"the entrypoint's status (128+N when killed by signal N). SIGTERM is forwarded to the\n"
@@ -307,7 +309,7 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	enum { OPT_SOCKET = 256, OPT_LISTEN_FD, OPT_STATE, OPT_EXIT_FILE, OPT_LOG_LEVEL, OPT_OUTPUT_CAP,
-	       OPT_USER, OPT_HELP };
+	       OPT_USER, OPT_HELP, OPT_VERSION };
 	static const struct option opts[] = {
 		{"socket", required_argument, NULL, OPT_SOCKET},
 		{"listen-fd", required_argument, NULL, OPT_LISTEN_FD},
@@ -317,6 +319,7 @@ int main(int argc, char **argv)
 		{"output-cap", required_argument, NULL, OPT_OUTPUT_CAP},
 		{"user", required_argument, NULL, OPT_USER},
 		{"help", no_argument, NULL, OPT_HELP},
+		{"version", no_argument, NULL, OPT_VERSION},
 		{NULL, 0, NULL, 0},
 	};
 	log_set_ident("corral-execd");
@@ -363,6 +366,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case OPT_HELP: usage(stdout); return 0;
+		case OPT_VERSION: printf("corral-execd %s\n", CORRAL_VERSION); return 0;
 		default: usage(stderr); return 2;
 		}
 	}

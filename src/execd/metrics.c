@@ -18,6 +18,7 @@
 #include "shared/fsutil.h"
 #include "shared/httputil.h"
 #include "shared/timeutil.h"
+#include "shared/wire_error.h"
 
 #define METRICS_SAMPLE_MS 250
 #define METRICS_MAX_WAITING 64
@@ -25,25 +26,6 @@
 extern struct event_base *execd_base;
 
 static const char *const cg_root = "/sys/fs/cgroup";
-
-/* "key value" lines (memory.stat, cpu.stat). */
-static int read_key(const char *path, const char *key, uint64_t *ret)
-{
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -ENOENT;
-	char line[256];
-	size_t kl = strlen(key);
-	int r = -ENOENT;
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, key, kl) == 0 && line[kl] == ' ') {
-			*ret = strtoull(line + kl + 1, NULL, 10);
-			r = 0;
-			break;
-		}
-	fclose(f);
-	return r;
-}
 
 static bool is_v2(void)
 {
@@ -59,7 +41,7 @@ static uint64_t cpu_usage_ns(void)
 	uint64_t v;
 	if (is_v2()) {
 		snprintf(p, sizeof(p), "%s/cpu.stat", cg_root);
-		if (read_key(p, "usage_usec", &v) == 0)
+		if (fs_read_keyed_u64(p, "usage_usec", &v) == 0)
 			return v * 1000;
 	}
 	static const char *const v1[] = {"cpuacct/cpuacct.usage", "cpu,cpuacct/cpuacct.usage",
@@ -112,7 +94,7 @@ static void memory(double *ret_total_mib, double *ret_used_mib)
 {
 	uint64_t total = 0, used = 0, limit = UINT64_MAX, inactive = 0;
 	uint64_t memtotal_kb = 0;
-	if (read_key("/proc/meminfo", "MemTotal:", &memtotal_kb) < 0) {
+	if (fs_read_keyed_u64("/proc/meminfo", "MemTotal:", &memtotal_kb) < 0) {
 		/* "MemTotal:       123 kB": the key is followed by spaces, not one. */
 		FILE *f = fopen("/proc/meminfo", "re");
 		if (f) {
@@ -129,14 +111,14 @@ static void memory(double *ret_total_mib, double *ret_used_mib)
 		snprintf(p, sizeof(p), "%s/memory.current", cg_root);
 		fs_read_u64(p, &used);
 		snprintf(p, sizeof(p), "%s/memory.stat", cg_root);
-		read_key(p, "inactive_file", &inactive);
+		fs_read_keyed_u64(p, "inactive_file", &inactive);
 	} else {
 		snprintf(p, sizeof(p), "%s/memory/memory.limit_in_bytes", cg_root);
 		fs_read_u64(p, &limit);
 		snprintf(p, sizeof(p), "%s/memory/memory.usage_in_bytes", cg_root);
 		fs_read_u64(p, &used);
 		snprintf(p, sizeof(p), "%s/memory/memory.stat", cg_root);
-		read_key(p, "total_inactive_file", &inactive);
+		fs_read_keyed_u64(p, "total_inactive_file", &inactive);
 	}
 	total = memtotal_kb * 1024;
 	if (limit != UINT64_MAX && limit < total)
@@ -183,14 +165,14 @@ static void metrics_reply(evutil_socket_t fd, short what, void *arg)
 void metrics_get(struct evhttp_request *req)
 {
 	if (waiting >= METRICS_MAX_WAITING) {
-		http_send_error(req, 429, "RUNTIME_ERROR", "too many metrics requests in flight (limit %d)",
+		http_send_error(req, 429, WIRE_CODE(RUNTIME_ERROR), "too many metrics requests in flight (limit %d)",
 				METRICS_MAX_WAITING);
 		return;
 	}
 	struct metrics_req *m = calloc(1, sizeof(*m));
 	if (!m || !(m->ev = evtimer_new(execd_base, metrics_reply, m))) {
 		free(m);
-		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "out of memory");
 		return;
 	}
 	m->req = req;

@@ -16,6 +16,7 @@
 #include "shared/httputil.h"
 #include "shared/log.h"
 #include "shared/revproxy.h"
+#include "shared/wire_error.h"
 
 static struct revproxy *proxy_client;
 
@@ -56,7 +57,7 @@ bool proxy_dispatch(struct evhttp_request *req, const char *path)
 	const char *p = uri + strspn(uri, "/");
 	p += strcspn(p, "/?"); /* past "proxy" */
 	if (*p != '/') {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY", "expected /proxy/{port}/...");
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY), "expected /proxy/{port}/...");
 		return true;
 	}
 	p++;
@@ -64,13 +65,13 @@ bool proxy_dispatch(struct evhttp_request *req, const char *path)
 	errno = 0;
 	long port = strtol(p, &end, 10);
 	if (end == p || errno || port < 1 || port > 65535 || (*end && *end != '/' && *end != '?')) {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY",
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY),
 				"port in /proxy/{port}/ must be an integer from 1 to 65535");
 		return true;
 	}
 	char target[8192];
 	if ((size_t)snprintf(target, sizeof(target), "%s%s", *end == '/' ? "" : "/", end) >= sizeof(target)) {
-		http_send_error(req, 414, "INVALID_REQUEST_BODY", "request URI too long");
+		http_send_error(req, 414, WIRE_CODE(INVALID_REQUEST_BODY), "request URI too long");
 		return true;
 	}
 	for (const char *t = target; *t; t++)

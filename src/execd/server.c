@@ -21,6 +21,7 @@
 #include "session.h"
 #include "shared/httputil.h"
 #include "shared/log.h"
+#include "shared/wire_error.h"
 
 static struct evhttp *http;
 
@@ -153,7 +154,7 @@ static void route(struct evhttp_request *req, void *arg)
 	if (ending && m == EVHTTP_REQ_POST &&
 	    ((n == 1 && strcmp(seg[0], "command") == 0) || strcmp(seg[0], "session") == 0)) {
 		/* Started now, it would be killed with the sandbox before it could report. */
-		http_send_error(req, 410, "SANDBOX::ENDED", "the sandbox is ending: %s", ending);
+		http_send_error(req, 410, WIRE_CODE(SANDBOX_ENDED), "the sandbox is ending: %s", ending);
 		return;
 	}
 

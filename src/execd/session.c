@@ -34,6 +34,7 @@
 #include "shared/macro.h"
 #include "shared/id.h"
 #include "shared/log.h"
+#include "shared/wire_error.h"
 #include "spawn.h"
 
 #define SESSION_READ_CHUNK 65536
@@ -264,19 +265,19 @@ void session_create(struct evhttp_request *req)
 	char msg[512];
 	json_t *body = NULL;
 	if (http_body_json(req, true, &body, msg, sizeof(msg)) < 0) {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY", "%s", msg);
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY), "%s", msg);
 		return;
 	}
 	json_t *j __attribute__((cleanup(json_decrefp))) = body;
 	if (j && !json_is_object(j)) {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY", "request body must be a JSON object");
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY), "request body must be a JSON object");
 		return;
 	}
 	const char *cwd_in = NULL;
 	json_t *v = j ? json_object_get(j, "cwd") : NULL;
 	if (v && !json_is_null(v)) {
 		if (!json_is_string(v)) {
-			http_send_error(req, 400, "INVALID_REQUEST_BODY", "field 'cwd' must be a string");
+			http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY), "field 'cwd' must be a string");
 			return;
 		}
 		cwd_in = json_string_value(v);
@@ -284,7 +285,7 @@ void session_create(struct evhttp_request *req)
 	char cwd[PATH_MAX];
 	struct error err = {0};
 	if (cwd_in && *cwd_in && exec_resolve_cwd(cwd_in, cwd, sizeof(cwd), &err) < 0) {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY", "%s", err.msg);
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY), "%s", err.msg);
 		return;
 	}
 	int slot = -1;
@@ -292,20 +293,20 @@ void session_create(struct evhttp_request *req)
 		if (!S.s[i])
 			slot = i;
 	if (slot < 0) {
-		http_send_error(req, 429, "RUNTIME_ERROR",
+		http_send_error(req, 429, WIRE_CODE(RUNTIME_ERROR),
 				"too many bash sessions (limit %d); delete some first", SESSION_MAX);
 		return;
 	}
 	struct session *s = calloc(1, sizeof(*s));
 	if (!s) {
-		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "out of memory");
 		return;
 	}
 	s->in_fd = s->out_fd = s->err_fd = -1;
 	char nonce[HEXID_LEN];
 	if (id_hex32(s->id) < 0 || id_hex32(nonce) < 0) {
 		free(s);
-		http_send_error(req, 500, "RUNTIME_ERROR", "cannot generate an id");
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "cannot generate an id");
 		return;
 	}
 	s->marker_len = (size_t)snprintf(s->marker, sizeof(s->marker), "\036corral-%.24s", nonce);
@@ -325,7 +326,7 @@ void session_create(struct evhttp_request *req)
 				close(perr[i]);
 		}
 		free(s);
-		http_send_error(req, 500, "RUNTIME_ERROR", "set up session: %s", strerror(e));
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "set up session: %s", strerror(e));
 		return;
 	}
 	fcntl(pout[1], F_SETFL, 0);
@@ -349,7 +350,7 @@ void session_create(struct evhttp_request *req)
 	if (r < 0) {
 		s->pid = 0;
 		session_free(s);
-		http_send_error(req, 500, "RUNTIME_ERROR", "start the session's shell: %s", err.msg);
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "start the session's shell: %s", err.msg);
 		return;
 	}
 	/* Writes to a shell that died must fail, not block execd; a run's script goes in one write
@@ -379,24 +380,24 @@ void session_run(struct evhttp_request *req, const char *id)
 {
 	struct session *s = session_get(id);
 	if (!s) {
-		http_send_error(req, 404, "CONTEXT_NOT_FOUND", "no bash session with id '%s'", id);
+		http_send_error(req, 404, WIRE_CODE(CONTEXT_NOT_FOUND), "no bash session with id '%s'", id);
 		return;
 	}
 	char msg[512];
 	json_t *body = NULL;
 	if (http_body_json(req, false, &body, msg, sizeof(msg)) < 0) {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY", "%s", msg);
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY), "%s", msg);
 		return;
 	}
 	json_t *j __attribute__((cleanup(json_decrefp))) = body;
 	json_t *v = json_is_object(j) ? json_object_get(j, "command") : NULL;
 	if (!json_is_object(j)) {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY", "request body must be a JSON object");
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY), "request body must be a JSON object");
 		return;
 	}
 	if (!json_is_string(v) || json_string_length(v) == 0 ||
 	    strlen(json_string_value(v)) != json_string_length(v)) {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY",
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY),
 				"field 'command' is required and must be a non-empty string");
 		return;
 	}
@@ -405,7 +406,7 @@ void session_run(struct evhttp_request *req, const char *id)
 	v = json_object_get(j, "cwd");
 	if (v && !json_is_null(v)) {
 		if (!json_is_string(v)) {
-			http_send_error(req, 400, "INVALID_REQUEST_BODY", "field 'cwd' must be a string");
+			http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY), "field 'cwd' must be a string");
 			return;
 		}
 		cwd_in = json_string_value(v);
@@ -414,7 +415,7 @@ void session_run(struct evhttp_request *req, const char *id)
 	v = json_object_get(j, "timeout");
 	if (v && !json_is_null(v)) {
 		if (!json_is_integer(v) || json_integer_value(v) < 0) {
-			http_send_error(req, 400, "INVALID_REQUEST_BODY",
+			http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY),
 					"field 'timeout' must be a non-negative integer (milliseconds)");
 			return;
 		}
@@ -423,11 +424,11 @@ void session_run(struct evhttp_request *req, const char *id)
 	struct error err = {0};
 	char cwd[PATH_MAX];
 	if (cwd_in && *cwd_in && exec_resolve_cwd(cwd_in, cwd, sizeof(cwd), &err) < 0) {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY", "%s", err.msg);
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY), "%s", err.msg);
 		return;
 	}
 	if (s->cur) {
-		http_send_error(req, 409, "RUNTIME_ERROR",
+		http_send_error(req, 409, WIRE_CODE(RUNTIME_ERROR),
 				"session %s is running a command; wait for it to finish", id);
 		return;
 	}
@@ -441,12 +442,12 @@ void session_run(struct evhttp_request *req, const char *id)
 	 */
 	char qcwd[2 * PATH_MAX], delim[MARKER_MAX + 16];
 	if (cwd_in && *cwd_in && sh_quote(cwd, qcwd, sizeof(qcwd)) < 0) {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY", "field 'cwd' is too long");
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY), "field 'cwd' is too long");
 		return;
 	}
 	snprintf(delim, sizeof(delim), "__CORRAL_EOF_%s", s->marker + 1);
 	if (strstr(command, delim)) {
-		http_send_error(req, 400, "INVALID_REQUEST_BODY",
+		http_send_error(req, 400, WIRE_CODE(INVALID_REQUEST_BODY),
 				"field 'command' contains the session's delimiter line");
 		return;
 	}
@@ -464,28 +465,28 @@ void session_run(struct evhttp_request *req, const char *id)
 	size_t len = strlen(head) + clen + (nl ? 0 : 1) + strlen(delim) + 1;
 	int room = fcntl(s->in_fd, F_GETPIPE_SZ);
 	if (room > 0 && len > (size_t)room) {
-		http_send_error(req, 413, "INVALID_REQUEST_BODY",
+		http_send_error(req, 413, WIRE_CODE(INVALID_REQUEST_BODY),
 				"field 'command' is too long for a session: at most %zu bytes",
 				(size_t)room - (len - clen));
 		return;
 	}
 	_cleanup_free_ char *script = malloc(len + 1);
 	if (!script) {
-		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "out of memory");
 		return;
 	}
 	snprintf(script, len + 1, "%s%s%s%s\n", head, command, nl ? "" : "\n", delim);
 
 	struct execution *ex = exec_new_external(command, s->id, &err);
 	if (!ex) {
-		http_send_error(req, 500, "RUNTIME_ERROR", "%s", err.msg);
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "%s", err.msg);
 		return;
 	}
 	if (write(s->in_fd, script, len) != (ssize_t)len) {
 		int e = errno;
 		exec_external_finish(ex, 255, "cannot write to the session's shell");
 		exec_unref(ex);
-		http_send_error(req, 500, "RUNTIME_ERROR", "write to the session's shell: %s", strerror(e));
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "write to the session's shell: %s", strerror(e));
 		return;
 	}
 	s->cur = ex;
@@ -525,7 +526,7 @@ void session_delete(struct evhttp_request *req, const char *id)
 {
 	struct session *s = session_get(id);
 	if (!s) {
-		http_send_error(req, 404, "CONTEXT_NOT_FOUND", "no bash session with id '%s'", id);
+		http_send_error(req, 404, WIRE_CODE(CONTEXT_NOT_FOUND), "no bash session with id '%s'", id);
 		return;
 	}
 	/* The shell's SIGCHLD ends a run in progress and frees the session; until then it no

@@ -18,6 +18,7 @@
 
 #include "images/registry.h"
 #include "shared/fsutil.h"
+#include "shared/strv.h"
 
 #define CONFIG_MAX (8u << 20)
 
@@ -815,17 +816,10 @@ int image_info_load(const char *store, const struct image_ref *ref, const struct
 	return r;
 }
 
-static void strv_free_(char **v)
-{
-	for (char **p = v; p && *p; p++)
-		free(*p);
-	free(v);
-}
-
 void image_info_clear(struct image_info *info)
 {
-	strv_free_(info->layers);
-	strv_free_(info->env);
+	strv_free(info->layers);
+	strv_free(info->env);
 	free(info->workdir);
 	free(info->user);
 	*info = (struct image_info)IMAGE_INFO_INIT;

@@ -39,20 +39,7 @@ const struct cgroup_ops *cgroup_detect(void)
 
 int cgroup_read_keyed(const char *path, const char *key, uint64_t *ret)
 {
-	char buf[4096];
-	int r = fs_read_small(path, buf, sizeof(buf));
-	if (r < 0)
-		return r;
-	size_t klen = strlen(key);
-	for (char *line = buf; line && *line;) {
-		char *nl = strchr(line, '\n');
-		if (strncmp(line, key, klen) == 0 && line[klen] == ' ') {
-			*ret = strtoull(line + klen + 1, NULL, 10);
-			return 0;
-		}
-		line = nl ? nl + 1 : NULL;
-	}
-	return -ENOENT;
+	return fs_read_keyed_u64(path, key, ret);
 }
 
 int cgroup_write_u64(const char *path, uint64_t v)

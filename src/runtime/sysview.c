@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "runtime/sysview.h"
+#include "shared/dynbuf.h"
 #include "shared/fsutil.h"
+#include "shared/hash.h"
 #include "shared/macro.h"
 
 #define HOST_FILE_MAX (4 << 20)
@@ -25,12 +27,7 @@ unsigned sysview_ncpus(uint64_t millis)
 
 uint32_t sysview_seed(const char *id)
 {
-	uint32_t h = 2166136261u;
-	for (const unsigned char *p = (const unsigned char *)id; p && *p; p++) {
-		h ^= *p;
-		h *= 16777619u;
-	}
-	return h;
+	return hash_fnv1a(id);
 }
 
 unsigned sysview_pick_cpus(const cpu_set_t *allowed, unsigned n, uint32_t seed, cpu_set_t *ret)
@@ -77,24 +74,9 @@ int sysview_cpulist(const cpu_set_t *set, char *buf, size_t len)
 	return 0;
 }
 
-/* Append n bytes of s to the growing buffer *b (length *blen, capacity *cap). */
-static int append(char **b, size_t *blen, size_t *cap, const char *s, size_t n)
-{
-	if (*blen + n + 1 > *cap) {
-		size_t c = (*cap ? *cap : 4096);
-		while (c < *blen + n + 1)
-			c *= 2;
-		char *nb = realloc(*b, c);
-		if (!nb)
-			return -ENOMEM;
-		*b = nb;
-		*cap = c;
-	}
-	memcpy(*b + *blen, s, n);
-	*blen += n;
-	(*b)[*blen] = '\0';
-	return 0;
-}
+/* A view is at most this long: a host file of HOST_FILE_MAX with its lines rewritten (a meminfo
+ * line "k: 1 kB" becomes 28 bytes). */
+#define VIEW_MAX (4 * HOST_FILE_MAX)
 
 /* The "processor : N" number of a cpuinfo block, or -1. */
 static int block_processor(const char *block, size_t len)
@@ -115,10 +97,7 @@ static int block_processor(const char *block, size_t len)
 
 char *sysview_cpuinfo(const char *host, const cpu_set_t *set)
 {
-	char *out = NULL;
-	size_t len = 0, cap = 0;
-	if (append(&out, &len, &cap, "", 0) < 0)
-		return NULL;
+	_cleanup_dynbuf_ struct dynbuf out = DYNBUF_INIT(VIEW_MAX);
 	/* Blocks are separated by an empty line; each one keeps its trailing "\n\n". */
 	const char *p = host;
 	while (*p) {
@@ -127,26 +106,22 @@ char *sysview_cpuinfo(const char *host, const cpu_set_t *set)
 		int cpu = block_processor(p, l);
 		/* Text outside any processor block (some architectures have a header) is kept. */
 		if ((cpu < 0 || (cpu < CPU_SETSIZE && CPU_ISSET(cpu, set))) &&
-		    append(&out, &len, &cap, p, l) < 0) {
-			free(out);
+		    dynbuf_add(&out, p, l) < 0)
 			return NULL;
-		}
 		p += l;
 	}
-	return out;
+	return dynbuf_take(&out, NULL);
 }
 
 #define STAT_FIELDS 10
 
 char *sysview_stat(const char *host, const cpu_set_t *set)
 {
-	char *out = NULL, *rest = NULL;
-	size_t len = 0, cap = 0, rlen = 0, rcap = 0;
+	_cleanup_dynbuf_ struct dynbuf out = DYNBUF_INIT(VIEW_MAX);
+	_cleanup_dynbuf_ struct dynbuf rest = DYNBUF_INIT(VIEW_MAX);
 	uint64_t sum[STAT_FIELDS] = {0};
 	int nfields = 0;
 	bool have_total = false;
-	if (append(&out, &len, &cap, "", 0) < 0 || append(&rest, &rlen, &rcap, "", 0) < 0)
-		goto oom;
 	for (const char *p = host; *p;) {
 		const char *nl = strchr(p, '\n');
 		size_t l = nl ? (size_t)(nl - p) + 1 : strlen(p);
@@ -167,11 +142,11 @@ char *sysview_stat(const char *host, const cpu_set_t *set)
 				}
 				if (k > nfields)
 					nfields = k;
-				if (append(&rest, &rlen, &rcap, p, l) < 0)
-					goto oom;
+				if (dynbuf_add(&rest, p, l) < 0)
+					return NULL;
 			}
-		} else if (append(&rest, &rlen, &rcap, p, l) < 0) {
-			goto oom;
+		} else if (dynbuf_add(&rest, p, l) < 0) {
+			return NULL;
 		}
 		p += l;
 	}
@@ -181,17 +156,12 @@ char *sysview_stat(const char *host, const cpu_set_t *set)
 		for (int k = 0; k < nfields; k++)
 			off += snprintf(line + off, sizeof(line) - (size_t)off, " %" PRIu64, sum[k]);
 		snprintf(line + off, sizeof(line) - (size_t)off, "\n");
-		if (append(&out, &len, &cap, line, strlen(line)) < 0)
-			goto oom;
+		if (dynbuf_add_str(&out, line) < 0)
+			return NULL;
 	}
-	if (append(&out, &len, &cap, rest, rlen) < 0)
-		goto oom;
-	free(rest);
-	return out;
-oom:
-	free(out);
-	free(rest);
-	return NULL;
+	if (dynbuf_add(&out, rest.data, rest.len) < 0)
+		return NULL;
+	return dynbuf_take(&out, NULL);
 }
 
 char *sysview_meminfo(const char *host, uint64_t limit, uint64_t used)
@@ -200,10 +170,7 @@ char *sysview_meminfo(const char *host, uint64_t limit, uint64_t used)
 						"HugePages"};
 	uint64_t limit_kb = limit / 1024, used_kb = used / 1024;
 	uint64_t free_kb = used_kb < limit_kb ? limit_kb - used_kb : 0;
-	char *out = NULL;
-	size_t len = 0, cap = 0;
-	if (append(&out, &len, &cap, "", 0) < 0)
-		return NULL;
+	_cleanup_dynbuf_ struct dynbuf out = DYNBUF_INIT(VIEW_MAX);
 	for (const char *p = host; *p;) {
 		const char *nl = strchr(p, '\n');
 		size_t l = nl ? (size_t)(nl - p) + 1 : strlen(p);
@@ -230,13 +197,11 @@ char *sysview_meminfo(const char *host, uint64_t limit, uint64_t used)
 			elen = (size_t)snprintf(line, sizeof(line), "%-16s%8" PRIu64 " kB\n", k2, v);
 			emit = line;
 		}
-		if (append(&out, &len, &cap, emit, elen) < 0) {
-			free(out);
+		if (dynbuf_add(&out, emit, elen) < 0)
 			return NULL;
-		}
 		p += l;
 	}
-	return out;
+	return dynbuf_take(&out, NULL);
 }
 
 void sysview_clear(struct sysview *v)

@@ -93,6 +93,25 @@ int fs_read_file(const char *path, size_t max, char **ret_buf, size_t *ret_len)
 	return 0;
 }
 
+int fs_read_keyed_u64(const char *path, const char *key, uint64_t *ret)
+{
+	_cleanup_fclose_ FILE *f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	char line[512];
+	size_t klen = strlen(key);
+	bool line_start = true; /* a line longer than the buffer comes in pieces: match the first */
+	while (fgets(line, sizeof(line), f)) {
+		bool at_start = line_start;
+		line_start = strchr(line, '\n') != NULL;
+		if (at_start && strncmp(line, key, klen) == 0 && line[klen] == ' ') {
+			*ret = strtoull(line + klen + 1, NULL, 10);
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
 int fs_read_small(const char *path, char *buf, size_t len)
 {
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);

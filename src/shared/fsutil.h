@@ -13,6 +13,11 @@ int fs_read_file(const char *path, size_t max, char **ret_buf, size_t *ret_len);
 int fs_read_small(const char *path, char *buf, size_t len);
 /* A small file holding a decimal number, or "max" (a cgroup limit) as UINT64_MAX. */
 int fs_read_u64(const char *path, uint64_t *ret);
+/*
+ * The number after "key " on a line of a flat-keyed file (cgroup cpu.stat, memory.stat,
+ * memory.events; /proc/meminfo with "MemTotal:" as the key). -ENOENT when no line has the key.
+ */
+int fs_read_keyed_u64(const char *path, const char *key, uint64_t *ret);
 /* Write a short string to an existing file (cgroup knobs, /proc files): one write, no O_CREAT. */
 int fs_write_string(const char *path, const char *s);
 /* mkdir -p with mode for each created component. Existing directories are fine. */

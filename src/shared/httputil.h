@@ -20,6 +20,8 @@ void http_send_error(struct evhttp_request *req, int status, const char *code, c
 void http_send_empty(struct evhttp_request *req, int status);
 /* Standard reason phrase for a status code. */
 const char *http_reason(int status);
+/* The method's name ("GET", ... "PATCH"), or NULL for a type evhttp does not name. */
+const char *http_method_name(enum evhttp_cmd_type m);
 
 /*
  * JSON nested deeper than this is refused before it is parsed: no request body of either daemon

@@ -30,6 +30,7 @@
 #include "shared/httputil.h"
 #include "shared/macro.h"
 #include "shared/revproxy_internal.h"
+#include "shared/wire_error.h"
 
 #define MAX_INTERIM 8 /* 1xx responses skipped before the final one */
 #define PROBE_BODY_MAX (64 * 1024)
@@ -259,7 +260,7 @@ static void exchange_fail(struct exchange *ex, enum revproxy_failure why, int er
 	} else if (fail_cb) {
 		fail_cb(req, why, detail, fail_arg);
 	} else {
-		http_send_error(req, 502, "SANDBOX::BACKEND_UNREACHABLE", "%s", detail);
+		http_send_error(req, 502, WIRE_CODE(SANDBOX_BACKEND_UNREACHABLE), "%s", detail);
 	}
 }
 
@@ -626,7 +627,7 @@ void revproxy_forward(struct revproxy *rp, const struct revproxy_target *t,
 		if (fail_cb)
 			fail_cb(req, REVPROXY_CONNECT_FAILED, detail, arg);
 		else
-			http_send_error(req, 502, "SANDBOX::BACKEND_UNREACHABLE", "%s", detail);
+			http_send_error(req, 502, WIRE_CODE(SANDBOX_BACKEND_UNREACHABLE), "%s", detail);
 		return;
 	}
 	ex->req = req;

@@ -84,8 +84,41 @@ static void test_unterminated_garbage_is_malformed(void)
 	events_clear(&st);
 }
 
+/* Feeds whole lines at once (a large event is not fed byte by byte). */
+static void feed_lines(struct events *st, char *stream, struct seen *s)
+{
+	size_t len = strlen(stream);
+	events_parse(st, stream, &len, handler, s);
+	events_end(st, stream, &len, handler, s);
+}
+
+/* An event of EVENTS_MAX_BLOCK bytes or more (over several lines, so no one line is too long)
+ * makes the stream unusable; one byte less is an event. */
+static void test_block_limit(void)
+{
+	for (int over = 0; over <= 1; over++) {
+		/* {"type":"stdout","text":"xxx...x"} split after the comma: two lines, one block. */
+		const char *head = "{\"type\":\"stdout\",\n\"text\":\"", *tail = "\"}\n\n";
+		size_t total = EVENTS_MAX_BLOCK - 1 + (size_t)over; /* block bytes, "\n" joins included */
+		size_t fill = total - strlen(head) - (strlen(tail) - 2);
+		char *stream = malloc(total + 3);
+		CHECK(stream != NULL);
+		char *p = stpcpy(stream, head);
+		memset(p, 'x', fill);
+		strcpy(p + fill, tail);
+		struct events st = {0};
+		struct seen s = {0};
+		feed_lines(&st, stream, &s);
+		CHECK_INT(st.overflow, over);
+		CHECK_INT((int)s.n, !over);
+		events_clear(&st);
+		free(stream);
+	}
+}
+
 int main(void)
 {
+	test_block_limit();
 	test_framings();
 	test_nothing_after_the_end_and_replay();
 	test_unterminated_garbage_is_malformed();

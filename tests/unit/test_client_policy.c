@@ -7,6 +7,8 @@
 
 #include "check.h"
 #include "client.h"
+#include "shared/cpucap.h"
+#include "shared/wire_error.h"
 
 static void test_retry_classes(void)
 {
@@ -281,19 +283,42 @@ static void test_cpu_env(void)
 	CHECK_STR(buf, "4");
 	CHECK_INT(policy_cpu_cap_value(1.0, buf), 1);
 	CHECK_STR(buf, "1");
-	CHECK_INT(ARRAY_SIZE(policy_cpu_cap_vars), 19);
-	CHECK_STR(policy_cpu_cap_vars[0], "OMP_NUM_THREADS");
-	CHECK_STR(policy_cpu_cap_vars[13], "GOMAXPROCS");
-	CHECK_STR(policy_cpu_cap_vars[18], "CMAKE_BUILD_PARALLEL_LEVEL");
+	CHECK_INT(ARRAY_SIZE(cpu_cap_env_vars), 19);
+	CHECK_STR(cpu_cap_env_vars[0], "OMP_NUM_THREADS");
+	CHECK_STR(cpu_cap_env_vars[13], "GOMAXPROCS");
+	CHECK_STR(cpu_cap_env_vars[18], "CMAKE_BUILD_PARALLEL_LEVEL");
 	for (size_t i = 0; i < 19; i++) {
-		CHECK(strcmp(policy_cpu_cap_vars[i], "MAKEFLAGS") != 0);
+		CHECK(strcmp(cpu_cap_env_vars[i], "MAKEFLAGS") != 0);
 		for (size_t j = 0; j < i; j++)
-			CHECK(strcmp(policy_cpu_cap_vars[i], policy_cpu_cap_vars[j]) != 0);
+			CHECK(strcmp(cpu_cap_env_vars[i], cpu_cap_env_vars[j]) != 0);
 	}
+}
+
+/* The wire error table's retryable flag is what libcorral does with the code's usual status, and
+ * the codes libcorral knows by name classify as it says. */
+static void test_wire_errors(void)
+{
+	for (size_t i = 0; i < WIRE_ERROR_COUNT_; i++) {
+		const struct wire_error_info *w = &wire_errors[i];
+		if (w->scope == WIRE_SCOPE_INTERNAL)
+			continue;
+		if (policy_status_retryable(w->status) != w->retryable)
+			CHECK_FAIL_("%s %d: table retryable=%d, libcorral retries=%d", w->code, w->status,
+				    w->retryable, !w->retryable);
+		check_run_++;
+	}
+	CHECK_INT(policy_classify(410, WIRE_CODE(SANDBOX_ENDED)), CORRAL_E_SANDBOX_ENDED);
+	CHECK_INT(policy_classify(503, WIRE_CODE(SANDBOX_CAPACITY_TIMEOUT)), CORRAL_E_CAPACITY_TIMEOUT);
+	CHECK_INT(policy_classify(504, WIRE_CODE(SANDBOX_READY_TIMEOUT)), CORRAL_E_CREATE_TIMEOUT);
+	CHECK_INT(policy_classify(422, WIRE_CODE(SANDBOX_ENTRYPOINT_EXITED)), CORRAL_E_CREATE_FAILED);
+	CHECK_INT(policy_classify(422, WIRE_CODE(SANDBOX_OOM_KILLED)), CORRAL_E_CREATE_FAILED);
+	CHECK_INT(policy_classify(502, WIRE_CODE(SANDBOX_BACKEND_UNREACHABLE)),
+		  CORRAL_E_BACKEND_UNREACHABLE);
 }
 
 int main(void)
 {
+	test_wire_errors();
 	test_retry_classes();
 	test_backoff_bounds();
 	test_keepalive();

@@ -445,7 +445,7 @@ static void test_volumes(void)
 	CHECK(!strcmp(e.code, "VOLUME::HOST_PATH_NOT_ALLOWED"));
 	create_params_clear(&p);
 	/* Refused shapes: code and location. */
-	static const struct {
+	const struct {
 		const char *vols;
 		int status;
 		const char *code;

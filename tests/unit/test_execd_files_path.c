@@ -242,7 +242,7 @@ static void test_resolution(const char *mode_name)
 	CHECK(stat(R("etc/passwd"), &st) == 0 && (st.st_mode & 07777) == 0600 &&
 	      st.st_uid == 65534);
 	chmod(R("etc/passwd"), 0644);
-	chown(R("etc/passwd"), 0, 0);
+	CHECK(chown(R("etc/passwd"), 0, 0) == 0);
 	CHECK(stat("/etc/passwd", &st) == 0 && (st.st_mode & 0777) == 0644 && st.st_uid == 0);
 
 	/* Never anything written outside. */

@@ -166,6 +166,27 @@ static void test_read_limits(void)
 	free(data);
 }
 
+static void test_read_keyed(void)
+{
+	const char *f = P("keyed");
+	char text[2048];
+	int n = snprintf(text, sizeof(text), "usage_usec 17\nusage 5\nMemTotal:       16318412 kB\n%0*d "
+			 "99\nnr_periods 3\n", 1000, 0);
+	CHECK_INT(fs_write_atomic(f, text, (size_t)n, 0600), 0);
+	uint64_t v = 0;
+	CHECK_INT(fs_read_keyed_u64(f, "usage", &v), 0);
+	CHECK_U64(v, 5); /* "usage_usec" is another key */
+	CHECK_INT(fs_read_keyed_u64(f, "usage_usec", &v), 0);
+	CHECK_U64(v, 17);
+	CHECK_INT(fs_read_keyed_u64(f, "MemTotal:", &v), 0);
+	CHECK_U64(v, 16318412);
+	CHECK_INT(fs_read_keyed_u64(f, "nr_periods", &v), 0); /* after a 1000-byte line */
+	CHECK_U64(v, 3);
+	CHECK_INT(fs_read_keyed_u64(f, "0000", &v), -ENOENT); /* no piece of a long line is a line */
+	CHECK_INT(fs_read_keyed_u64(f, "nr_throttled", &v), -ENOENT);
+	CHECK_INT(fs_read_keyed_u64(P("absent"), "usage", &v), -ENOENT);
+}
+
 static void test_mkdir_p(void)
 {
 	CHECK_INT(fs_mkdir_p(P("m/a/b/c"), 0755), 0);
@@ -350,6 +371,7 @@ int main(void)
 	umask(0022);
 	test_write_atomic();
 	test_read_limits();
+	test_read_keyed();
 	test_mkdir_p();
 	test_remove_tree();
 	test_remove_deep_tree();

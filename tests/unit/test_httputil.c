@@ -160,6 +160,16 @@ static void do_request(enum evhttp_cmd_type method, const char *uri, const char 
 	event_base_dispatch(base);
 }
 
+static void test_method_name(void)
+{
+	CHECK_STR(http_method_name(EVHTTP_REQ_GET), "GET");
+	CHECK_STR(http_method_name(EVHTTP_REQ_DELETE), "DELETE");
+	CHECK_STR(http_method_name(EVHTTP_REQ_CONNECT), "CONNECT");
+	CHECK_STR(http_method_name(EVHTTP_REQ_PATCH), "PATCH");
+	CHECK(http_method_name((enum evhttp_cmd_type)0) == NULL);
+	CHECK(http_method_name((enum evhttp_cmd_type)(1 << 20)) == NULL);
+}
+
 static void test_requests(void)
 {
 	base = event_base_new();
@@ -257,6 +267,7 @@ int main(void)
 	test_json_depth();
 	test_split_path();
 	test_reason();
+	test_method_name();
 	test_requests();
 	return check_summary("test_httputil");
 }
