@@ -490,7 +490,8 @@ static void h_get(struct corrald *d, struct evhttp_request *req, struct sandbox 
 }
 
 /* Extension: usage stats from the runtime's probe (works on ended sandboxes too, until deleted:
- * their cgroup stays, so the peak and the OOM kills of a dead sandbox can still be read). */
+ * the runtime keeps their numbers until destroy, so the peak and the OOM kills of a dead sandbox
+ * can still be read). */
 static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
 {
 	struct sandbox_probe pr = {0};
@@ -501,7 +502,7 @@ static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbo
 				sb->id, sb->waiting ? "waiting for capacity" : "being created");
 		return;
 	}
-	int r = d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err);
+	int r = d->rt->probe(&d->rt_cfg, sb->id, &sb->handle, &pr, &err);
 	if (r < 0) {
 		log_error("stats of sandbox %s: %s", sb->id, err.msg);
 		http_send_error(req, 500, "SANDBOX::STATS_FAILED", "stats of sandbox %s: %s", sb->id,
@@ -517,11 +518,10 @@ static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbo
 	struct stats_disk disk = {0};
 	if ((v = json_string_value(json_object_get(sb->limits, "ephemeral-storage"))))
 		(void)quantity_parse_bytes(v, &disk.limit_bytes);
-	char upper[PATH_MAX + 16];
-	snprintf(upper, sizeof(upper), "%s/%s", sb->dir, disk.limit_bytes ? "disk/upper" : "upper");
-	uint64_t limit = disk.limit_bytes;
-	bool have_disk = stats_disk_usage(upper, &disk) == 0;
-	disk.limit_bytes = limit;
+	struct sandbox_disk_usage du = {0};
+	bool have_disk = d->rt->disk_usage && d->rt->disk_usage(&d->rt_cfg, sb->id, &du, &err) == 0;
+	disk.used_bytes = du.used_bytes;
+	disk.exact = du.exact;
 	json_t *o = stats_to_json(sb->id, sb_state_name(sb->state), &pr, cpu_req, mem_req,
 				  have_disk ? &disk : NULL);
 	if (!o) {
@@ -849,7 +849,7 @@ static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbo
 	while (evhttp_remove_header(evhttp_request_get_input_headers(req), TOKEN_HEADER) == 0)
 		;
 	upstream_set_broken_cb(on_proxy_broken, d);
-	upstream_proxy(d->base, sb->sock_path, sb->pid, req, target, on_proxy_fail, d);
+	upstream_proxy(d->base, sb->sock_path, sb->execd_pid, req, target, on_proxy_fail, d);
 }
 
 /* --- routing ------------------------------------------------------------------------------ */

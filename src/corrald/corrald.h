@@ -66,15 +66,13 @@ struct sandbox {
 	int64_t timeout_s; /* 0 = none */
 	bool oom_group;
 
-	pid_t pid; /* sandbox PID 1 (corral-execd); 0 until created */
-	uint64_t starttime;
-	int watch_fd; /* the runtime's watch() fd on PID 1, or -1 */
+	struct runtime_handle handle; /* the runtime's name for it (persisted); empty until created */
+	pid_t execd_pid; /* the endpoint's peer_pid: execd's listener must be it; 0 = unknown */
+	struct runtime_watch *watch; /* the runtime's watch (death, and the oomGroup policy) */
+	int watch_fd;                /* its fd, or -1 */
 	struct event *death_ev;
 	struct event *ttl_ev;
-	struct event *oom_ev; /* oom_group on v1 (no kernel group kill): the OOM eventfd's event, or
-			       * a poll of the OOM-kill counter where the runtime has no watch */
-	int oom_fd;           /* the runtime's oom_watch() fd, or -1 */
-	bool oom_fired;       /* corrald killed the group for an OOM: the death is OOMKilled */
+	bool oom_fired; /* the runtime saw a group OOM (and killed the group): the death is OOMKilled */
 
 	bool deleting;         /* marked for teardown: invisible to the API, persisted */
 	bool delete_requested; /* DELETE arrived while Pending: roll back when the create ends */
@@ -139,6 +137,8 @@ int sandbox_save(struct sandbox *sb);
 /* A create that hit the host's process limit (fork/clone EAGAIN): 503, retryable. */
 #define CODE_HOST_PID_LIMIT "SANDBOX::HOST_PID_LIMIT"
 int sandbox_save_status(int r);
+/* The runtime's handle of sb (after create, or from its record), and the endpoint that goes with it. */
+void sandbox_set_handle(struct sandbox *sb, const struct runtime_handle *h);
 /* Load <dir>/sandbox.json into a new record. */
 int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *msg, size_t msglen);
 /* The API's Sandbox object; the create response omits image. */

@@ -25,7 +25,6 @@
 #define PING_TIMEOUT_MS 1000
 #define PING_BACKOFF_MAX_MS 20
 #define TEARDOWN_RETRY_S 5
-#define OOM_POLL_MS 250
 
 struct create_ctx {
 	struct sandbox *sb; /* reference */
@@ -93,7 +92,7 @@ static void create_finish(struct create_ctx *c, int status, const char *code, co
 	} else {
 		int64_t now = time_mono_ms();
 		log_info("sandbox %s: running (pid %d) after %lld ms: runtime %lld ms, execd ready %lld ms later (%u ping(s))",
-			 sb->id, (int)sb->pid, (long long)(now - c->start_mono_ms),
+			 sb->id, (int)sb->execd_pid, (long long)(now - c->start_mono_ms),
 			 (long long)(c->created_mono_ms - c->start_mono_ms),
 			 (long long)(now - c->created_mono_ms), c->pings);
 	}
@@ -167,7 +166,7 @@ static void ping_start(struct create_ctx *c)
 	int64_t left = c->deadline_mono_ms - time_mono_ms();
 	int timeout = (int)MAX(1, MIN(left, PING_TIMEOUT_MS));
 	c->ping_in_flight = true;
-	int r = upstream_ping(c->sb->d->base, c->sb->sock_path, c->sb->pid, timeout, on_ping, c);
+	int r = upstream_ping(c->sb->d->base, c->sb->sock_path, c->sb->execd_pid, timeout, on_ping, c);
 	if (r < 0)
 		on_ping(r, c);
 }
@@ -219,7 +218,7 @@ static void create_in_worker(void *arg, struct worker_result *res)
 			return;
 		}
 	}
-	res->rc = d->rt->create(&d->rt_cfg, &c->spec, &res->pid, &res->starttime, &err);
+	res->rc = d->rt->create(&d->rt_cfg, &c->spec, &res->handle, &err);
 	if (res->rc < 0)
 		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-res->rc));
 }
@@ -252,7 +251,7 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 		return;
 	}
 	if (res->rc == -EAGAIN) {
-		/* fork/clone hit a process limit of the host (or of corrald's cgroup): transient. */
+		/* fork/clone hit a process limit of the host (or of corrald's own): transient. */
 		create_fail(c, 503, CODE_HOST_PID_LIMIT,
 			    "the host could not start sandbox %s's processes (%s): a host process limit was reached; retry later",
 			    sb->id, res->msg);
@@ -267,10 +266,9 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 		create_fail(c, 500, "SANDBOX::CREATE_FAILED", "runtime create failed: %s", res->msg);
 		return;
 	}
-	/* Not saved until Running: a restart tears a Pending sandbox down through its cgroup. */
+	/* Not saved until Running: a restart tears a Pending sandbox down by its id alone. */
 	c->created_mono_ms = time_mono_ms();
-	sb->pid = res->pid;
-	sb->starttime = res->starttime;
+	sandbox_set_handle(sb, &res->handle);
 	watch_death(sb);
 	if (c->finished) /* died already */
 		return;
@@ -415,114 +413,43 @@ int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit,
 /* --- death watch -------------------------------------------------------------------------- */
 
 /*
- * extensions.oomGroup: the first OOM ends the whole sandbox, as Kubernetes does. cgroup v2 does
- * that itself (memory.oom.group). On v1 the runtime gives an eventfd that the kernel signals on
- * each OOM of the sandbox's memory cgroup (memory.oom_control + cgroup.event_control): corrald
- * kills the group through the runtime as soon as it fires. Without such a watch corrald polls the
- * OOM-kill counter instead. Only sandboxes that asked for it are watched.
+ * What the runtime's watch has seen: true when the sandbox ended (then sandbox_died() has run).
+ * extensions.oomGroup (the first OOM ends the whole sandbox, as Kubernetes does) is the
+ * runtime's to apply behind the same fd where its kernel does not.
  */
-static void oom_group_kill(struct sandbox *sb, const char *how)
+static bool watch_events(struct sandbox *sb)
 {
 	struct corrald *d = sb->d;
 	struct error err = {0};
-	log_info("sandbox %s: OOM with oomGroup set (%s): killing the whole sandbox", sb->id, how);
-	sb->oom_fired = true;
-	event_del(sb->oom_ev);
-	if (d->rt->kill(&d->rt_cfg, sb->id, &err) < 0)
-		log_error("sandbox %s: group OOM kill failed: %s", sb->id, err.msg);
-}
-
-static void on_oom_grace_over(evutil_socket_t fd, short what, void *arg)
-{
-	struct sandbox *sb = arg;
-	if (!sb->deleting && !sandbox_ended(sb) && sb->death_ev)
-		oom_group_kill(sb, "memory.oom_control event");
-	sandbox_unref(sb);
-}
-
-/* The kernel signals the eventfd just before its OOM killer picks a victim. Killing the group at
- * once would race that kill (a task already dying of our SIGKILL is not counted as OOM-killed),
- * and the stats would show no OOM kill: let the kernel's kill land first. */
-#define OOM_GROUP_GRACE_MS 50
-
-static void on_oom_event(evutil_socket_t fd, short what, void *arg)
-{
-	struct sandbox *sb = arg;
-	uint64_t n;
-	ssize_t _unused_ got = read(fd, &n, sizeof(n));
-	event_del(sb->oom_ev);
-	if (sb->deleting || sandbox_ended(sb) || !sb->death_ev)
-		return;
-	sb->oom_fired = true;
-	struct timeval tv = {0, OOM_GROUP_GRACE_MS * 1000};
-	if (event_base_once(sb->d->base, -1, EV_TIMEOUT, on_oom_grace_over, sandbox_ref(sb), &tv) <
-	    0) {
-		oom_group_kill(sb, "memory.oom_control event");
-		sandbox_unref(sb);
+	struct runtime_watch_report rep;
+	int r = d->rt->watch_check(sb->watch, &rep, &err);
+	if ((rep.events & RUNTIME_WATCH_OOM) && !sb->oom_fired) {
+		sb->oom_fired = true;
+		log_info("sandbox %s: OOM with oomGroup set (%s): killing the whole sandbox", sb->id,
+			 rep.oom_source ? rep.oom_source : "runtime");
 	}
-}
-
-static void on_oom_poll(evutil_socket_t fd, short what, void *arg)
-{
-	struct sandbox *sb = arg;
-	struct corrald *d = sb->d;
-	if (sb->deleting || sandbox_ended(sb) || !sb->death_ev) {
-		event_del(sb->oom_ev);
-		return;
-	}
-	struct sandbox_probe pr = {0};
-	struct error err = {0};
-	if (d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) < 0 || !pr.oom_kills)
-		return;
-	oom_group_kill(sb, "OOM-kill counter");
-}
-
-static void watch_oom(struct sandbox *sb)
-{
-	struct corrald *d = sb->d;
-	if (!sb->oom_group)
-		return;
-	if (!sb->oom_ev && d->rt->oom_watch) {
-		struct error err = {0};
-		int fd = d->rt->oom_watch(&d->rt_cfg, sb->id, &err);
-		if (fd >= 0) {
-			sb->oom_ev = event_new(d->base, fd, EV_READ | EV_PERSIST, on_oom_event, sb);
-			if (sb->oom_ev)
-				sb->oom_fd = fd;
-			else
-				close(fd);
-		} else if (fd != -ENOTSUP) {
-			log_warn("sandbox %s: cannot watch for OOM (%s); polling the OOM-kill counter",
-				 sb->id, err.msg);
-		}
-	}
-	if (sb->oom_fd >= 0) {
-		event_add(sb->oom_ev, NULL);
-		return;
-	}
-	if (!sb->oom_ev && !(sb->oom_ev = event_new(d->base, -1, EV_PERSIST, on_oom_poll, sb)))
-		return;
-	struct timeval tv = {0, OOM_POLL_MS * 1000};
-	event_add(sb->oom_ev, &tv);
+	if (r < 0)
+		log_error("sandbox %s: %s", sb->id, err.msg);
+	if (!(rep.events & RUNTIME_WATCH_ENDED))
+		return false;
+	sandbox_died(sb);
+	return true;
 }
 
 static void on_death_ev(evutil_socket_t fd, short what, void *arg)
 {
-	sandbox_died(arg);
+	watch_events(arg);
 }
 
 static void unwatch_death(struct sandbox *sb)
 {
-	if (sb->oom_ev)
-		event_del(sb->oom_ev);
 	if (sb->death_ev) {
 		event_free(sb->death_ev);
 		sb->death_ev = NULL;
 	}
-	if (sb->watch_fd >= 0) {
-		close(sb->watch_fd);
-		sb->watch_fd = -1;
-	}
+	sb->d->rt->unwatch(sb->watch);
+	sb->watch = NULL;
+	sb->watch_fd = -1;
 }
 
 static void on_died_later(evutil_socket_t fd, short what, void *arg)
@@ -539,8 +466,7 @@ static bool pid1_alive(const struct sandbox *sb)
 	struct corrald *d = sb->d;
 	struct sandbox_probe pr = {0};
 	struct error err = {0};
-	return sb->pid > 0 && d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) >= 0 &&
-	       pr.alive;
+	return d->rt->probe(&d->rt_cfg, sb->id, &sb->handle, &pr, &err) >= 0 && pr.alive;
 }
 
 /* Where the runtime has no watch fd, PID 1 is polled instead. */
@@ -556,12 +482,11 @@ static void watch_death(struct sandbox *sb)
 	struct corrald *d = sb->d;
 	struct error err = {0};
 	unwatch_death(sb);
-	int fd = d->rt->watch(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &err);
+	int fd = d->rt->watch(&d->rt_cfg, sb->id, &sb->handle, sb->oom_group, &sb->watch, &err);
 	if (fd == -ENOSYS && pid1_alive(sb)) {
 		sb->death_ev = event_new(d->base, -1, EV_PERSIST, on_death_poll, sb);
 		struct timeval tv = {0, 200 * 1000};
 		event_add(sb->death_ev, &tv);
-		watch_oom(sb);
 		return;
 	}
 	if (fd < 0) {
@@ -570,18 +495,27 @@ static void watch_death(struct sandbox *sb)
 		return;
 	}
 	sb->watch_fd = fd;
-	sb->death_ev = event_new(d->base, fd, EV_READ, on_death_ev, sb);
+	sb->death_ev = event_new(d->base, fd, EV_READ | EV_PERSIST, on_death_ev, sb);
 	event_add(sb->death_ev, NULL);
-	watch_oom(sb);
 }
 
 void lifecycle_check_alive_within(struct sandbox *sb, int wait_ms)
 {
 	if (!sb->death_ev || sandbox_ended(sb))
 		return;
-	struct pollfd p = {.fd = sb->watch_fd, .events = POLLIN};
-	if (sb->watch_fd >= 0 ? poll(&p, 1, wait_ms) > 0 : !pid1_alive(sb))
-		sandbox_died(sb);
+	if (sb->watch_fd < 0) {
+		if (!pid1_alive(sb))
+			sandbox_died(sb);
+		return;
+	}
+	/* The watch fd also turns readable on an OOM (the sandbox then still runs for a moment). */
+	int64_t deadline = time_mono_ms() + wait_ms;
+	for (;;) {
+		struct pollfd p = {.fd = sb->watch_fd, .events = POLLIN};
+		int64_t left = deadline - time_mono_ms();
+		if (poll(&p, 1, left > 0 ? (int)left : 0) <= 0 || watch_events(sb) || left <= 0)
+			return;
+	}
 }
 
 void lifecycle_check_alive(struct sandbox *sb)
@@ -601,7 +535,7 @@ static void describe_death(struct sandbox *sb, enum sb_state *state, char *reaso
 	struct corrald *d = sb->d;
 	struct sandbox_probe pr = {0};
 	struct error err = {0};
-	bool probed = d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) >= 0;
+	bool probed = d->rt->probe(&d->rt_cfg, sb->id, &sb->handle, &pr, &err) >= 0;
 
 	struct sandbox_exit ex;
 	struct error xerr = {0};
@@ -630,14 +564,14 @@ static void describe_death(struct sandbox *sb, enum sb_state *state, char *reaso
 	} else if (have_ex) {
 		snprintf(reason, rlen, "%s", ereason ? ereason : "ExecdExited");
 		*state = entry_exit && code == 0 ? SB_TERMINATED : SB_FAILED;
-		snprintf(msg, mlen, "sandbox PID 1 (pid %d) exited: %s (exit code %lld)", (int)sb->pid,
+		snprintf(msg, mlen, "sandbox PID 1 (pid %d) exited: %s (exit code %lld)", (int)sb->execd_pid,
 			 emsg ? emsg : reason, code);
 	} else {
 		*state = SB_FAILED;
 		snprintf(reason, rlen, "ExecdExited");
 		snprintf(msg, mlen,
 			 "sandbox PID 1 (corral-execd, pid %d) exited without an exit report (killed by a signal?)",
-			 (int)sb->pid);
+			 (int)sb->execd_pid);
 	}
 }
 
@@ -948,8 +882,7 @@ static void recover_one(struct corrald *d, const char *id)
 		/* Alive = same pid, same start time, not a zombie (the runtime's probe checks all). */
 		struct sandbox_probe pr = {0};
 		struct error err = {0};
-		bool probed = sb->pid > 0 &&
-			      d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) >= 0;
+		bool probed = d->rt->probe(&d->rt_cfg, sb->id, &sb->handle, &pr, &err) >= 0;
 		bool alive = probed && pr.alive;
 		if (alive) {
 			enum sb_state want = !probed ? sb->state : pr.frozen ? SB_PAUSED : SB_RUNNING;
@@ -961,10 +894,10 @@ static void recover_one(struct corrald *d, const char *id)
 			admission_adopt(sb);
 			watch_death(sb);
 			if (sb->state == SB_RUNNING &&
-			    upstream_ping(d->base, sb->sock_path, sb->pid, 2000, on_adopt_ping, sandbox_ref(sb)) < 0)
+			    upstream_ping(d->base, sb->sock_path, sb->execd_pid, 2000, on_adopt_ping, sandbox_ref(sb)) < 0)
 				sandbox_unref(sb);
 			log_info("sandbox %s: re-adopted (%s, pid %d)", id, sb_state_name(sb->state),
-				 (int)sb->pid);
+				 (int)sb->execd_pid);
 		} else {
 			sandbox_died(sb);
 		}

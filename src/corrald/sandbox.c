@@ -48,14 +48,28 @@ struct sandbox *sandbox_new(struct corrald *d, const char *id)
 	sb->ref = 1;
 	sb->d = d;
 	sb->watch_fd = -1;
-	sb->oom_fd = -1;
 	sb->teardown = (struct worker)WORKER_INIT;
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
 	snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->sandboxes_dir, id);
-	struct error err = {0};
-	if (d->rt->endpoint(&d->rt_cfg, id, sb->sock_path, sizeof(sb->sock_path), &err) < 0)
-		sb->sock_path[0] = '\0'; /* an invalid id: nothing to connect to */
+	sandbox_set_handle(sb, NULL);
 	return sb;
+}
+
+void sandbox_set_handle(struct sandbox *sb, const struct runtime_handle *h)
+{
+	struct corrald *d = sb->d;
+	struct runtime_endpoint ep;
+	struct error err = {0};
+	if (h)
+		sb->handle = *h;
+	sb->handle.s[sizeof(sb->handle.s) - 1] = '\0';
+	if (d->rt->endpoint(&d->rt_cfg, sb->id, h ? &sb->handle : NULL, &ep, &err) < 0) {
+		sb->sock_path[0] = '\0'; /* an invalid id: nothing to connect to */
+		sb->execd_pid = 0;
+		return;
+	}
+	snprintf(sb->sock_path, sizeof(sb->sock_path), "%s", ep.path);
+	sb->execd_pid = ep.peer_pid;
 }
 
 struct sandbox *sandbox_ref(struct sandbox *sb)
@@ -73,12 +87,8 @@ static void sandbox_free(struct sandbox *sb)
 		event_free(sb->ttl_ev);
 	if (sb->retry_ev)
 		event_free(sb->retry_ev);
-	if (sb->oom_ev)
-		event_free(sb->oom_ev);
-	if (sb->watch_fd >= 0)
-		close(sb->watch_fd);
-	if (sb->oom_fd >= 0)
-		close(sb->oom_fd);
+	if (sb->watch)
+		sb->d->rt->unwatch(sb->watch);
 	worker_clear(&sb->teardown);
 	free(sb->reason);
 	free(sb->message);
@@ -201,8 +211,7 @@ static json_t *sandbox_to_disk(const struct sandbox *sb)
 	json_t *st = status_json(sb);
 	json_object_set_new(st, "lastTransitionAtMs", json_integer(sb->transition_ms));
 	json_object_set_new(o, "status", st);
-	json_object_set_new(o, "pid", json_integer(sb->pid));
-	json_object_set_new(o, "starttime", json_integer((json_int_t)sb->starttime));
+	json_object_set_new(o, "handle", json_string(sb->handle.s));
 	json_object_set_new(o, "oomGroup", json_boolean(sb->oom_group));
 	json_object_set_new(o, "deleting", json_boolean(sb->deleting));
 	return o;
@@ -289,8 +298,13 @@ int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *
 	json_t *pl = json_object_get(o, "platform");
 	sb->platform = json_is_object(pl) ? json_incref(pl) : NULL;
 	sb->timeout_s = json_integer_value(json_object_get(o, "timeoutSeconds"));
-	sb->pid = (pid_t)json_integer_value(json_object_get(o, "pid"));
-	sb->starttime = (uint64_t)json_integer_value(json_object_get(o, "starttime"));
+	/* Records before handles have "pid" and "starttime" instead: an empty handle, which the
+	 * runtime resolves by the sandbox's id (the native one from its own pid file). */
+	struct runtime_handle h = {{0}};
+	const char *hs = json_string_value(json_object_get(o, "handle"));
+	if (hs && strlen(hs) < sizeof(h.s))
+		memcpy(h.s, hs, strlen(hs));
+	sandbox_set_handle(sb, &h);
 	sb->oom_group = json_is_true(json_object_get(o, "oomGroup"));
 	sb->deleting = json_is_true(json_object_get(o, "deleting"));
 	json_decref(o);

@@ -70,6 +70,7 @@
 #include "runtime/cgroup.h"
 #include "runtime/confine.h"
 #include "runtime/disk.h"
+#include "runtime/native.h"
 #include "runtime/runtime.h"
 #include "runtime/sysview.h"
 #include "runtime/userns.h"
@@ -84,9 +85,7 @@
 #define DESTROY_TIMEOUT_MS 10000
 #define DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DEFAULT_HOME "HOME=/root"
-#define EXECD_SOCKET "execd.sock"
 #define OVERLAY_OPTS_MAX 4000 /* mount(2) copies one page of options; room for ",volatile" */
-#define SANDBOX_EXIT_FILE_MAX 4096 /* execd writes a few hundred bytes */
 
 /* Phase timestamps for profiling create (build with -DRUNTIME_TRACE; off in normal builds). */
 #ifdef RUNTIME_TRACE
@@ -103,88 +102,6 @@ uint64_t *runtime_trace;
 /* ---- small helpers ------------------------------------------------------------------------ */
 
 static bool tuned; /* cgroup_favor_dynmods() done, here or in a parent that called prepare() */
-
-static const struct cgroup_ops *cgroup_ops_cached(void)
-{
-	static const struct cgroup_ops *ops;
-	if (!ops && (ops = cgroup_detect()) && ops->init)
-		ops->init();
-	return ops;
-}
-
-static const char *cgroup_parent(const struct runtime_config *cfg)
-{
-	return cfg->cgroup_name && *cfg->cgroup_name ? cfg->cgroup_name : CGROUP_DEFAULT_PARENT;
-}
-
-static int check_id(const char *id, struct error *err)
-{
-	size_t n = id ? strlen(id) : 0;
-	if (n == 0 || n >= UUID_STR_LEN || id[0] == '.')
-		return error_set(err, EINVAL, "invalid sandbox id '%s'", id ? id : "");
-	for (size_t i = 0; i < n; i++)
-		if (!(id[i] == '-' || id[i] == '_' || id[i] == '.' ||
-		      (id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'z') ||
-		      (id[i] >= 'A' && id[i] <= 'Z')))
-			return error_set(err, EINVAL, "invalid sandbox id '%s'", id);
-	return 0;
-}
-
-static int check_config(const struct runtime_config *cfg, struct error *err)
-{
-	if (!cfg->state_dir || cfg->state_dir[0] != '/')
-		return error_set(err, EINVAL, "runtime state_dir must be an absolute path");
-	const char *p = cgroup_parent(cfg);
-	if (strstr(p, "..") || p[0] == '/')
-		return error_set(err, EINVAL, "invalid cgroup name '%s'", p);
-	return 0;
-}
-
-static int sb_path(char *buf, size_t len, const struct runtime_config *cfg, const char *id,
-		   const char *name)
-{
-	int n = snprintf(buf, len, "%s/sandboxes/%s%s%s", cfg->state_dir, id, name ? "/" : "",
-			 name ? name : "");
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
-/* Fields 3 (state) and 22 (starttime) of /proc/PID/stat. */
-static int pid_stat(pid_t pid, char *ret_state, uint64_t *ret_start)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT ? -ESRCH : -errno;
-	ssize_t n = RETRY_EINTR(read(fd, buf, sizeof(buf) - 1));
-	if (n <= 0)
-		return n < 0 ? -errno : -ESRCH;
-	buf[n] = '\0';
-	char *p = strrchr(buf, ')');
-	if (!p || p[1] != ' ')
-		return -EINVAL;
-	p += 2;
-	char state = *p;
-	/* p is at field 3; skip to field 22. */
-	for (int field = 3; field < 22; field++) {
-		p = strchr(p, ' ');
-		if (!p)
-			return -EINVAL;
-		p++;
-	}
-	if (ret_state)
-		*ret_state = state;
-	if (ret_start)
-		*ret_start = strtoull(p, NULL, 10);
-	return 0;
-}
-
-int runtime_pid_starttime(pid_t pid, uint64_t *ret)
-{
-	if (pid <= 0)
-		return -EINVAL;
-	return pid_stat(pid, NULL, ret);
-}
 
 /* ---- what the sandbox child needs, all prepared before fork ---------------------------------- */
 
@@ -730,7 +647,7 @@ static int build_argv(const struct sandbox_spec *spec, char ***ret)
 	static const char *const head[] = {"corral-execd", "--listen-fd", STR(EXECD_LISTEN_FD),
 					   "--state", "/proc/self/fd/" STR(EXECD_STATE_FD) "/execs",
 					   "--exit-file",
-					   "/proc/self/fd/" STR(EXECD_STATE_FD) "/exit.json"};
+					   "/proc/self/fd/" STR(EXECD_STATE_FD) "/" EXECD_EXIT_FILE};
 	size_t n = 0;
 	for (char *const *a = spec->entrypoint; a && *a; a++)
 		n++;
@@ -919,14 +836,15 @@ static int read_sync(int fd, pid_t *ret_pid, struct error *err)
 	}
 }
 
-static int write_pid_file(const struct runtime_config *cfg, const char *id, pid_t pid,
-			  uint64_t start, struct error *err)
+/* The handle, also in <dir>/pid: destroy() and records without a handle find PID 1 there. */
+static int write_pid_file(const struct runtime_config *cfg, const char *id,
+			  const struct runtime_handle *h, struct error *err)
 {
-	char path[PATH_MAX], tmp[PATH_MAX + 8], buf[64];
-	if (sb_path(path, sizeof(path), cfg, id, "pid") < 0)
+	char path[PATH_MAX], tmp[PATH_MAX + 8], buf[RUNTIME_HANDLE_MAX + 1];
+	if (sb_path(path, sizeof(path), cfg, id, PID_FILE) < 0)
 		return error_set(err, ENAMETOOLONG, "state dir path too long");
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	int n = snprintf(buf, sizeof(buf), "%d %" PRIu64 "\n", (int)pid, start);
+	int n = snprintf(buf, sizeof(buf), "%s\n", h->s);
 	/* Atomic against a crash of corrald (tmp + rename); no fsync: after a host crash the
 	 * sandbox is gone anyway, and an fsync would cost milliseconds on every create. */
 	_cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -1101,7 +1019,7 @@ static int open_execd_fds(struct child_ctx *c, const char *dir, struct error *er
 }
 
 static int native_create(const struct runtime_config *cfg, const struct sandbox_spec *spec,
-			 pid_t *ret_pid, uint64_t *ret_starttime, struct error *err)
+			 struct runtime_handle *ret_handle, struct error *err)
 {
 	int r;
 	if ((r = check_config(cfg, err)) < 0 || (r = check_id(spec->id, err)) < 0)
@@ -1207,14 +1125,14 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 	char state = 0;
 	if (r == 0 && (pid_stat(pid, &state, &start) < 0 || state == 'Z' || state == 'X'))
 		r = error_set(err, ESRCH, "sandbox PID 1 died right after starting corral-execd");
-	if (r == 0)
-		r = write_pid_file(cfg, spec->id, pid, start, err);
+	if (r == 0) {
+		runtime_native_handle(pid, start, ret_handle);
+		r = write_pid_file(cfg, spec->id, ret_handle, err);
+	}
 	TRACE(17);
 	if (r < 0)
 		goto fail_cgroup;
 	child_ctx_clear(&c);
-	*ret_pid = pid;
-	*ret_starttime = start;
 	return 0;
 
 fail_cgroup:
@@ -1263,8 +1181,9 @@ static int detach_leftover_mounts(const char *dir)
 static int remove_files(const struct runtime_config *cfg, const char *id, struct error *err)
 {
 	/* DISK_MOUNT is unmounted by then (destroy detaches every mount below the dir first). */
-	static const char *const names[] = {"rootfs", "upper",	   "work",     "run",	   "lower",
-					    "pid",    "pid.tmp",   DISK_MOUNT, DISK_IMAGE, EXECD_SOCKET};
+	static const char *const names[] = {"rootfs",	  "upper",    "work",	   "run",
+					    "lower",	  PID_FILE,   PID_FILE ".tmp", DISK_MOUNT,
+					    DISK_IMAGE, EXECD_SOCKET};
 	char path[PATH_MAX], buf[16];
 	int ret = 0;
 	/* The id range goes back to the pool once nothing of the sandbox can run any more. */
@@ -1288,13 +1207,9 @@ static int remove_files(const struct runtime_config *cfg, const char *id, struct
 /* A pidfd on the sandbox's PID 1 from its pid file, or -1 (no file, or PID 1 already gone). */
 static int open_pid1(const struct runtime_config *cfg, const char *id)
 {
-	char path[PATH_MAX], buf[64];
-	if (sb_path(path, sizeof(path), cfg, id, "pid") < 0 ||
-	    fs_read_small(path, buf, sizeof(buf)) < 0)
-		return -1;
-	int pid = 0;
+	pid_t pid;
 	uint64_t start = 0, now = 0;
-	if (sscanf(buf, "%d %" SCNu64, &pid, &start) != 2 || pid <= 1)
+	if (native_pid1(cfg, id, NULL, &pid, &start) < 0)
 		return -1;
 	int fd = pidfd_open(pid, 0);
 	/* Checked after opening: the pidfd pins the process, so a match cannot go stale. */
@@ -1382,130 +1297,6 @@ static int native_kill(const struct runtime_config *cfg, const char *id, struct 
 	return r < 0 ? r : cg->kill(cgroup_parent(cfg), id, &empty, err);
 }
 
-static int native_probe(const struct runtime_config *cfg, const char *id, pid_t pid,
-			uint64_t starttime, struct sandbox_probe *ret, struct error *err)
-{
-	int r;
-	memset(ret, 0, sizeof(*ret));
-	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
-		return r;
-	char state = 0;
-	uint64_t start = 0;
-	ret->alive = pid > 0 && pid_stat(pid, &state, &start) == 0 && start == starttime &&
-		     state != 'Z' && state != 'X';
-	const struct cgroup_ops *cg = cgroup_ops_cached();
-	if (!cg)
-		return 0;
-	struct error e = {0};
-	r = cg->probe(cgroup_parent(cfg), id, ret, &e);
-	if (r == -ENOENT)
-		return 0; /* cgroup already removed: only `alive` is meaningful */
-	if (r < 0 && err)
-		*err = e;
-	return r;
-}
-
-static int native_oom_watch(const struct runtime_config *cfg, const char *id, struct error *err)
-{
-	int r;
-	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
-		return r;
-	const struct cgroup_ops *cg = cgroup_ops_cached();
-	if (!cg || !cg->oom_watch)
-		return -ENOTSUP; /* v2: memory.oom.group */
-	return cg->oom_watch(cgroup_parent(cfg), id, err);
-}
-
-static int native_watch(const struct runtime_config *cfg, const char *id, pid_t pid,
-			uint64_t starttime, struct error *err)
-{
-	int r;
-	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
-		return r;
-	if (pid <= 1)
-		return -ESRCH;
-	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (fd < 0)
-		return errno == ESRCH ? -ESRCH : -ENOSYS;
-	/* Checked once the pidfd pins the process: a match cannot go stale. */
-	char state = 0;
-	uint64_t start = 0;
-	if (pid_stat(pid, &state, &start) < 0 || start != starttime || state == 'Z' ||
-	    state == 'X') {
-		close(fd);
-		return -ESRCH;
-	}
-	return fd;
-}
-
-static int native_endpoint(const struct runtime_config *cfg, const char *id, char *ret_path,
-			   size_t len, struct error *err)
-{
-	int r;
-	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
-		return r;
-	if (sb_path(ret_path, len, cfg, id, EXECD_SOCKET) < 0)
-		return error_set(err, ENAMETOOLONG, "state dir path too long");
-	return 0;
-}
-
-/* name beneath dirfd, never through a link of any kind, without blocking (a FIFO or a device
- * opens as what it is, then fails the regular-file check). */
-static int open_report(int dirfd, const char *name)
-{
-	struct open_how how = {
-	    .flags = O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC,
-	    .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-	};
-	int fd = (int)syscall(SYS_openat2, dirfd, name, &how, sizeof(how));
-	return fd < 0 ? -errno : fd;
-}
-
-static int native_read_exit(const struct runtime_config *cfg, const char *id,
-			    struct sandbox_exit *ret, struct error *err)
-{
-	int r;
-	memset(ret, 0, sizeof(*ret));
-	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
-		return r;
-	char dir[PATH_MAX], buf[SANDBOX_EXIT_FILE_MAX + 1];
-	sb_path(dir, sizeof(dir), cfg, id, NULL);
-	_cleanup_close_ int dirfd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (dirfd < 0)
-		return error_set_errno(err, errno, "open '%s'", dir);
-	_cleanup_close_ int fd = open_report(dirfd, "run/exit.json");
-	if (fd == -ENOENT)
-		fd = open_report(dirfd, DISK_MOUNT "/run/exit.json");
-	if (fd < 0)
-		return error_set_errno(err, -fd, "open the exit report of sandbox %s", id);
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > SANDBOX_EXIT_FILE_MAX)
-		return error_set(err, EBADMSG, "the exit report of sandbox %s is not a small file", id);
-	ssize_t n = RETRY_EINTR(read(fd, buf, SANDBOX_EXIT_FILE_MAX));
-	if (n < 0)
-		return error_set_errno(err, errno, "read the exit report of sandbox %s", id);
-	buf[n] = '\0';
-	json_error_t jerr;
-	json_t *j = json_loadb(buf, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
-	const char *reason = json_string_value(json_object_get(j, "reason"));
-	json_t *code = json_object_get(j, "exitCode");
-	const char *msg = json_string_value(json_object_get(j, "message"));
-	bool ok = reason && msg && json_is_integer(code) && json_integer_value(code) >= -1 &&
-		  json_integer_value(code) <= 255 &&
-		  (strcmp(reason, "EntrypointExited") == 0 || strcmp(reason, "ExecdExited") == 0);
-	if (ok) {
-		snprintf(ret->reason, sizeof(ret->reason), "%s", reason);
-		ret->exit_code = (int)json_integer_value(code);
-		/* Printable ASCII only: the message reaches logs and API replies. */
-		size_t i = 0;
-		for (; msg[i] && i < sizeof(ret->message) - 1; i++)
-			ret->message[i] = msg[i] >= 0x20 && msg[i] < 0x7f ? msg[i] : '?';
-		ret->message[i] = '\0';
-	}
-	json_decref(j);
-	return ok ? 0 : error_set(err, EBADMSG, "the exit report of sandbox %s is malformed", id);
-}
-
 static int native_prepare(const struct runtime_config *cfg, struct error *err)
 {
 	int r = check_config(cfg, err);
@@ -1549,9 +1340,11 @@ const struct runtime_ops runtime_native = {
     .kill = native_kill,
     .probe = native_probe,
     .prepare = native_prepare,
-    .oom_watch = native_oom_watch,
     .watch = native_watch,
+    .watch_check = native_watch_check,
+    .unwatch = native_unwatch,
     .endpoint = native_endpoint,
     .read_exit = native_read_exit,
+    .disk_usage = native_disk_usage,
     .disk_prepare = native_disk_prepare,
 };
