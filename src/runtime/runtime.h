@@ -43,7 +43,7 @@
  * stdin/stdout/stderr on /dev/null, all signals at their defaults, in its own session, as root of
  * the sandbox's user namespace (host ids base..base+65535, userns.h) unless cfg->no_userns.
  *
- * Native backend (runtime_native, src/runtime/native.c; cgroup managers in cgroup.h):
+ * Native backend (runtime_native, src/runtime/native*.c; cgroup managers in cgroup.h):
  *  - cgroups: <root>/<cgroup_name>/<id> (v2), <root>/<ctrl>/<cgroup_name>/<id> for ctrl in cpu,
  *    cpuacct, memory, pids, freezer, and the membership-only systemd, unified and cpuset (v1);
  *    <root> = /sys/fs/cgroup or $CORRAL_CGROUP_ROOT. The parent cgroup is created on first use and
