@@ -7,13 +7,11 @@
 #include "corrald/admission.h"
 #include "runtime/confine.h"
 #include "shared/log.h"
-#include "shared/quantity.h"
 #include "shared/timeutil.h"
 
 struct admit_wait {
 	TAILQ_ENTRY(admit_wait) link;
 	struct sandbox *sb; /* reference */
-	struct create_args args;
 	create_done_fn done;
 	void *arg;
 	struct event *deadline_ev;
@@ -39,22 +37,21 @@ int admission_init(struct corrald *d, const struct capacity *cap)
 }
 
 /* What a sandbox holds: its requests, its pids limit and its RLIMIT_NOFILE. */
-static struct capacity charge(uint64_t cpu_req, uint64_t mem_req, uint64_t pids_max)
+static struct capacity charge(const struct sandbox_resources *res)
 {
 	uint64_t nofile = A.d->rt_cfg.nofile ? A.d->rt_cfg.nofile : CONFINE_DEFAULT_NOFILE;
-	return (struct capacity){cpu_req, mem_req, pids_max ? pids_max : RUNTIME_DEFAULT_PIDS_MAX,
-				 nofile};
+	return (struct capacity){
+	    .cpu_millis = res->cpu_request_millis,
+	    .memory_bytes = res->memory_request_bytes,
+	    .pids = res->pids_max ? res->pids_max : RUNTIME_DEFAULT_PIDS_MAX,
+	    .files = nofile,
+	};
 }
 
-static struct capacity args_charge(const struct create_args *a)
-{
-	return charge(a->cpu_req, a->mem_req, a->pids_max);
-}
-
-bool admission_never_fits(struct corrald *d, uint64_t cpu_req, uint64_t mem_req, uint64_t pids_max,
+bool admission_never_fits(struct corrald *d, const struct sandbox_resources *res,
 			  enum admission_table *ret_table, char *msg, size_t msglen)
 {
-	struct capacity req = charge(cpu_req, mem_req, pids_max);
+	struct capacity req = charge(res);
 	if (!capacity_never_fits(&A.cap, &req, msg, msglen))
 		return false;
 	*ret_table = req.cpu_millis > A.cap.cpu_millis || req.memory_bytes > A.cap.memory_bytes
@@ -92,12 +89,11 @@ static void dequeue(struct admit_wait *w)
 	A.queued--;
 }
 
-static void start(struct sandbox *sb, const struct create_args *a, create_done_fn done, void *arg)
+static void start(struct sandbox *sb, create_done_fn done, void *arg)
 {
-	struct capacity req = args_charge(a);
+	struct capacity req = charge(&sb->res);
 	hold(sb, &req);
-	int r = lifecycle_create(sb, a->cpu_limit, a->mem_limit, a->pids_max, a->cpu_req,
-				 a->mem_req, done, arg);
+	int r = lifecycle_create(sb, done, arg);
 	if (r < 0) {
 		char msg[256];
 		log_error("create sandbox %s: %s", sb->id, strerror(-r));
@@ -110,7 +106,7 @@ static void start(struct sandbox *sb, const struct create_args *a, create_done_f
 static void describe_wait(struct admit_wait *w)
 {
 	char shortfall[384];
-	struct capacity req = args_charge(&w->args);
+	struct capacity req = charge(&w->sb->res);
 	capacity_shortfall(&A.cap, &A.used, &req, shortfall, sizeof(shortfall));
 	sandbox_set_status(w->sb, SB_PENDING, "InsufficientCapacity",
 			   "waiting for capacity (%u create(s) queued): %s", A.queued, shortfall);
@@ -121,17 +117,16 @@ static void pump(evutil_socket_t fd, short what, void *arg)
 {
 	struct admit_wait *w;
 	while ((w = TAILQ_FIRST(&A.queue))) {
-		struct capacity req = args_charge(&w->args);
+		struct capacity req = charge(&w->sb->res);
 		if (!capacity_fits(&A.cap, &A.used, &req))
 			break;
 		dequeue(w);
 		struct sandbox *sb = sandbox_ref(w->sb);
 		log_info("sandbox %s: admitted after waiting for capacity", sb->id);
-		struct create_args a = w->args;
 		create_done_fn done = w->done;
 		void *darg = w->arg;
 		wait_free(w);
-		start(sb, &a, done, darg);
+		start(sb, done, darg);
 		sandbox_unref(sb);
 	}
 	TAILQ_FOREACH(w, &A.queue, link)
@@ -149,7 +144,7 @@ static void on_wait_deadline(evutil_socket_t fd, short what, void *arg)
 	struct admit_wait *w = arg;
 	struct sandbox *sb = sandbox_ref(w->sb);
 	char shortfall[384], msg[640];
-	struct capacity req = args_charge(&w->args);
+	struct capacity req = charge(&sb->res);
 	capacity_shortfall(&A.cap, &A.used, &req, shortfall, sizeof(shortfall));
 	snprintf(msg, sizeof(msg),
 		 "no capacity for sandbox %s within %d s of waiting (--capacity-wait): %s; retry later, or request less (resourceRequests)",
@@ -159,14 +154,12 @@ static void on_wait_deadline(evutil_socket_t fd, short what, void *arg)
 	sandbox_unref(sb);
 }
 
-int admission_create(struct sandbox *sb, const struct create_args *a, create_done_fn done,
-		     void *arg)
+int admission_create(struct sandbox *sb, create_done_fn done, void *arg)
 {
-	struct capacity req = args_charge(a);
+	struct capacity req = charge(&sb->res);
 	if (TAILQ_EMPTY(&A.queue) && capacity_fits(&A.cap, &A.used, &req)) {
 		hold(sb, &req);
-		int r = lifecycle_create(sb, a->cpu_limit, a->mem_limit, a->pids_max, a->cpu_req,
-					 a->mem_req, done, arg);
+		int r = lifecycle_create(sb, done, arg);
 		if (r < 0)
 			admission_release(sb);
 		return r;
@@ -175,7 +168,6 @@ int admission_create(struct sandbox *sb, const struct create_args *a, create_don
 	if (!w)
 		return -ENOMEM;
 	w->sb = sandbox_ref(sb);
-	w->args = *a;
 	w->done = done;
 	w->arg = arg;
 	w->deadline_ev = evtimer_new(sb->d->base, on_wait_deadline, w);
@@ -208,21 +200,10 @@ void admission_release(struct sandbox *sb)
 
 void admission_adopt(struct sandbox *sb)
 {
-	uint64_t cpu = 0, mem = 0, pids = 0;
-	const char *v;
 	if (sb->admitted)
 		return;
-	if ((v = json_string_value(json_object_get(sb->requests, "cpu"))))
-		(void)quantity_parse_cpu(v, &cpu);
-	if ((v = json_string_value(json_object_get(sb->requests, "memory"))))
-		(void)quantity_parse_bytes(v, &mem);
-	if ((v = json_string_value(json_object_get(sb->limits, "pids")))) {
-		char *end;
-		unsigned long long n = strtoull(v, &end, 10);
-		pids = *end ? 0 : n;
-	}
 	/* may exceed a smaller new --capacity (or a lower kernel table): new creates then wait */
-	struct capacity c = charge(cpu, mem, pids);
+	struct capacity c = charge(&sb->res);
 	hold(sb, &c);
 }
 

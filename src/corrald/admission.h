@@ -13,23 +13,19 @@
 #include "corrald/capacity.h"
 #include "corrald/corrald.h"
 
-struct create_args {
-	uint64_t cpu_limit, mem_limit, pids_max, cpu_req, mem_req;
-};
-
 int admission_init(struct corrald *d, const struct capacity *cap);
 enum admission_table {
 	ADMISSION_REQUESTS, /* resourceRequests (cpu, memory) */
 	ADMISSION_PIDS,     /* the host's pid table */
 	ADMISSION_FILES,    /* the host's open-file table */
 };
-/* Why a sandbox can never fit (msg set, *ret_table says which part of the capacity, true),
- * checked before the sandbox exists. pids_max 0: the default pids limit. */
-bool admission_never_fits(struct corrald *d, uint64_t cpu_req, uint64_t mem_req, uint64_t pids_max,
+/* Why a sandbox of these resources can never fit (msg set, *ret_table says which part of the
+ * capacity, true), checked before the sandbox exists. */
+bool admission_never_fits(struct corrald *d, const struct sandbox_resources *res,
 			  enum admission_table *ret_table, char *msg, size_t msglen);
-/* lifecycle_create() now, or once capacity frees. Same contract as lifecycle_create(). */
-int admission_create(struct sandbox *sb, const struct create_args *a, create_done_fn done,
-		     void *arg);
+/* lifecycle_create() now, or once capacity frees (admitted by sb->res). Same contract as
+ * lifecycle_create(). */
+int admission_create(struct sandbox *sb, create_done_fn done, void *arg);
 /* sb no longer holds its requests (ended, deleted, create failed). Idempotent. */
 void admission_release(struct sandbox *sb);
 /* A live sandbox re-adopted after a restart holds its requests again. */

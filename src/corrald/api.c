@@ -27,7 +27,6 @@
 #include "corrald/validate.h"
 #include "shared/httputil.h"
 #include "shared/log.h"
-#include "shared/quantity.h"
 #include "shared/timeutil.h"
 
 #define CODE_NOT_FOUND "SANDBOX::NOT_FOUND"
@@ -207,8 +206,15 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	char rootfs[PATH_MAX], msg[1536];
 	bool host = false, registry = false;
 	enum admission_table table;
-	if (admission_never_fits(d, p.cpu_request_millis, p.memory_request_bytes, p.pids_max, &table,
-				 msg, sizeof(msg))) {
+	const struct sandbox_resources res = {
+	    .cpu_limit_millis = p.cpu_limit_millis,
+	    .memory_limit_bytes = p.memory_limit_bytes,
+	    .pids_max = p.pids_max,
+	    .cpu_request_millis = p.cpu_request_millis,
+	    .memory_request_bytes = p.memory_request_bytes,
+	    .disk_limit_bytes = p.disk_limit_bytes,
+	};
+	if (admission_never_fits(d, &res, &table, msg, sizeof(msg))) {
 		/* Name the field the client sent: without resourceRequests its limits are the requests. */
 		if (table == ADMISSION_PIDS)
 			verr_set(&e, 400, "SANDBOX::EXCEEDS_HOST_PID_TABLE",
@@ -261,16 +267,15 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	sb->extensions = TAKE_PTR(p.extensions);
 	sb->platform = TAKE_PTR(p.platform);
 	sb->oom_group = p.oom_group;
+	sb->res = res;
 	registry_add(d, sb);
-	struct create_args args = {p.cpu_limit_millis, p.memory_limit_bytes, p.pids_max,
-				   p.cpu_request_millis, p.memory_request_bytes};
 	struct create_reply *cr = sb->rootfs ? calloc(1, sizeof(*cr)) : NULL;
 	if (cr) {
 		cr->req = req;
 		cr->sb = sandbox_ref(sb);
 	}
 	/* admission_create() never answers before it returns: cr is still ours here. */
-	r = cr ? admission_create(sb, &args, on_created, cr) : -ENOMEM;
+	r = cr ? admission_create(sb, on_created, cr) : -ENOMEM;
 	if (r == 0 && evhttp_request_get_connection(req))
 		hangup_watch(&cr->hup, evhttp_request_get_connection(req), on_create_hangup, cr);
 	if (r < 0 && cr) {
@@ -509,21 +514,13 @@ static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbo
 				err.msg[0] ? err.msg : strerror(-r));
 		return;
 	}
-	uint64_t cpu_req = 0, mem_req = 0;
-	const char *v;
-	if ((v = json_string_value(json_object_get(sb->requests, "cpu"))))
-		(void)quantity_parse_cpu(v, &cpu_req);
-	if ((v = json_string_value(json_object_get(sb->requests, "memory"))))
-		(void)quantity_parse_bytes(v, &mem_req);
-	struct stats_disk disk = {0};
-	if ((v = json_string_value(json_object_get(sb->limits, "ephemeral-storage"))))
-		(void)quantity_parse_bytes(v, &disk.limit_bytes);
+	struct stats_disk disk = {.limit_bytes = sb->res.disk_limit_bytes};
 	struct sandbox_disk_usage du = {0};
 	bool have_disk = d->rt->disk_usage && d->rt->disk_usage(&d->rt_cfg, sb->id, &du, &err) == 0;
 	disk.used_bytes = du.used_bytes;
 	disk.exact = du.exact;
-	json_t *o = stats_to_json(sb->id, sb_state_name(sb->state), &pr, cpu_req, mem_req,
-				  have_disk ? &disk : NULL);
+	json_t *o = stats_to_json(sb->id, sb_state_name(sb->state), &pr, sb->res.cpu_request_millis,
+				  sb->res.memory_request_bytes, have_disk ? &disk : NULL);
 	if (!o) {
 		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
 		return;

@@ -38,6 +38,17 @@ int sb_state_parse(const char *s, enum sb_state *ret);
 struct create_ctx;
 struct admit_wait;
 
+/* A sandbox's validated resources as numbers: parsed once (create_params_parse() and
+ * disk_limit_apply()), then carried and persisted with the sandbox ("resources" in sandbox.json). */
+struct sandbox_resources {
+	uint64_t cpu_limit_millis;     /* 0 = no quota */
+	uint64_t memory_limit_bytes;   /* 0 = no limit */
+	uint64_t pids_max;             /* 0 = RUNTIME_DEFAULT_PIDS_MAX */
+	uint64_t cpu_request_millis;   /* admission, stats; the limit when none was requested */
+	uint64_t memory_request_bytes;
+	uint64_t disk_limit_bytes;     /* ephemeral-storage; 0 = the state dir's, unlimited */
+};
+
 struct sandbox {
 	unsigned ref;
 	struct corrald *d;
@@ -63,6 +74,7 @@ struct sandbox {
 	char *auth_user, *auth_pass; /* image.auth, kept in memory only (never in sandbox.json) */
 	const char *pull_policy;     /* static string: "Always", "IfNotPresent", "Never" */
 	json_t *entrypoint, *env, *metadata, *limits, *requests, *extensions, *platform;
+	struct sandbox_resources res; /* limits and requests as numbers */
 	int64_t timeout_s; /* 0 = none */
 	bool oom_group;
 
@@ -154,9 +166,9 @@ struct sandbox *registry_find_any(struct corrald *d, const char *id);
 /* lifecycle.c: create, death watch, TTL, pause/resume, teardown, recovery. */
 typedef void (*create_done_fn)(struct sandbox *sb, int status, const char *code, const char *msg,
 			       void *arg);
-/* Takes ownership of sb's spec fields; done gets status 202 or an error status/code/message. */
-int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit, uint64_t pids_max,
-		     uint64_t cpu_req, uint64_t mem_req, create_done_fn done, void *arg);
+/* Creates sb as its record says (sb->res included); done gets status 202 or an error
+ * status/code/message. */
+int lifecycle_create(struct sandbox *sb, create_done_fn done, void *arg);
 void lifecycle_teardown(struct sandbox *sb, const char *why);
 /* DELETE: like lifecycle_teardown, but only once the delete mark is durable; else -errno, nothing
  * changed. */

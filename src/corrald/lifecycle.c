@@ -349,8 +349,7 @@ static void on_image_pulled(int rc, const char *msg, void *arg)
 			    strerror(-r));
 }
 
-int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit, uint64_t pids_max,
-		     uint64_t cpu_req, uint64_t mem_req, create_done_fn done, void *arg)
+int lifecycle_create(struct sandbox *sb, create_done_fn done, void *arg)
 {
 	struct corrald *d = sb->d;
 	struct create_ctx *c = calloc(1, sizeof(*c));
@@ -375,15 +374,13 @@ int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit,
 	c->spec.host_image = sb->host_image;
 	c->spec.entrypoint = c->argv;
 	c->spec.env = c->envp;
-	c->spec.cpu_limit_millis = cpu_limit;
-	c->spec.memory_limit_bytes = mem_limit;
-	c->spec.pids_max = pids_max;
-	c->spec.cpu_request_millis = cpu_req;
-	c->spec.memory_request_bytes = mem_req;
+	c->spec.cpu_limit_millis = sb->res.cpu_limit_millis;
+	c->spec.memory_limit_bytes = sb->res.memory_limit_bytes;
+	c->spec.pids_max = sb->res.pids_max;
+	c->spec.cpu_request_millis = sb->res.cpu_request_millis;
+	c->spec.memory_request_bytes = sb->res.memory_request_bytes;
+	c->spec.disk_limit_bytes = sb->res.disk_limit_bytes;
 	c->spec.oom_group = sb->oom_group;
-	const char *disk = json_string_value(json_object_get(sb->limits, "ephemeral-storage"));
-	if (disk)
-		(void)quantity_parse_bytes(disk, &c->spec.disk_limit_bytes); /* validated */
 
 	c->w.fn = create_in_worker;
 	c->w.done = on_create_worker_done;

@@ -9,6 +9,7 @@
 #include "corrald/corrald.h"
 #include "shared/fsutil.h"
 #include "shared/log.h"
+#include "shared/quantity.h"
 #include "shared/timeutil.h"
 
 #define SANDBOX_JSON_VERSION 1
@@ -178,6 +179,53 @@ json_t *sandbox_to_api(const struct sandbox *sb, bool create_response)
 	return o;
 }
 
+/* The record's "resources": the numbers, exactly (JSON integers up to 2^63, as all of them are). */
+#define RESOURCE_FIELDS(X)                                                                         \
+	X(cpu_limit_millis, "cpuLimitMillis")                                                      \
+	X(memory_limit_bytes, "memoryLimitBytes")                                                  \
+	X(pids_max, "pidsMax")                                                                     \
+	X(cpu_request_millis, "cpuRequestMillis")                                                  \
+	X(memory_request_bytes, "memoryRequestBytes")                                              \
+	X(disk_limit_bytes, "diskLimitBytes")
+
+static json_t *resources_to_json(const struct sandbox_resources *r)
+{
+	json_t *o = json_object();
+#define X(field, key) json_object_set_new(o, key, json_integer((json_int_t)r->field));
+	RESOURCE_FIELDS(X)
+#undef X
+	return o;
+}
+
+static void resources_from_json(json_t *o, struct sandbox_resources *r)
+{
+#define X(field, key) r->field = (uint64_t)json_integer_value(json_object_get(o, key));
+	RESOURCE_FIELDS(X)
+#undef X
+}
+
+/* A record written before "resources": the numbers from the validated strings it kept. */
+static void resources_from_strings(json_t *limits, json_t *requests, struct sandbox_resources *r)
+{
+	const char *v;
+	*r = (struct sandbox_resources){0};
+	if ((v = json_string_value(json_object_get(limits, "cpu"))))
+		(void)quantity_parse_cpu(v, &r->cpu_limit_millis);
+	if ((v = json_string_value(json_object_get(limits, "memory"))))
+		(void)quantity_parse_bytes(v, &r->memory_limit_bytes);
+	if ((v = json_string_value(json_object_get(limits, "pids")))) {
+		char *end;
+		unsigned long long n = strtoull(v, &end, 10);
+		r->pids_max = *end ? 0 : n;
+	}
+	if ((v = json_string_value(json_object_get(limits, "ephemeral-storage"))))
+		(void)quantity_parse_bytes(v, &r->disk_limit_bytes);
+	if ((v = json_string_value(json_object_get(requests, "cpu"))))
+		(void)quantity_parse_cpu(v, &r->cpu_request_millis);
+	if ((v = json_string_value(json_object_get(requests, "memory"))))
+		(void)quantity_parse_bytes(v, &r->memory_request_bytes);
+}
+
 /*
  * sandbox.json: everything needed to rebuild the record after a restart. Times are unix ms (exact)
  * with RFC 3339 copies for humans; "status.state" is the API state name.
@@ -212,6 +260,7 @@ static json_t *sandbox_to_disk(const struct sandbox *sb)
 	json_object_set_new(st, "lastTransitionAtMs", json_integer(sb->transition_ms));
 	json_object_set_new(o, "status", st);
 	json_object_set_new(o, "handle", json_string(sb->handle.s));
+	json_object_set_new(o, "resources", resources_to_json(&sb->res));
 	json_object_set_new(o, "oomGroup", json_boolean(sb->oom_group));
 	json_object_set_new(o, "deleting", json_boolean(sb->deleting));
 	return o;
@@ -295,6 +344,11 @@ int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *
 	sb->limits = obj_or_empty(json_object_get(o, "resourceLimits"));
 	sb->requests = obj_or_empty(json_object_get(o, "resourceRequests"));
 	sb->extensions = obj_or_empty(json_object_get(o, "extensions"));
+	json_t *res = json_object_get(o, "resources");
+	if (json_is_object(res))
+		resources_from_json(res, &sb->res);
+	else
+		resources_from_strings(sb->limits, sb->requests, &sb->res);
 	json_t *pl = json_object_get(o, "platform");
 	sb->platform = json_is_object(pl) ? json_incref(pl) : NULL;
 	sb->timeout_s = json_integer_value(json_object_get(o, "timeoutSeconds"));

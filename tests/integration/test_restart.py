@@ -151,11 +151,18 @@ class Restart(CorralTestCase):
         self.assertEqual(self.sh(sid, "cat /tmp/fin"), "fin")
 
     def test_records_from_before_handles_are_adopted(self):
-        """A state dir written by a corrald before runtime handles ("pid" and "starttime" in
-        sandbox.json, no "handle"): its sandboxes are re-adopted, proxied and watched (a PID 1 that
-        dies afterwards is reported), and stay so across a change of the record and a restart."""
-        live = self.create()["id"]
+        """A state dir written by a corrald before runtime handles and typed resources ("pid" and
+        "starttime" in sandbox.json, no "handle", no "resources"): its sandboxes are re-adopted,
+        proxied and watched (a PID 1 that dies afterwards is reported), their resources read from
+        the strings, and they stay so across a change of the record and a restart."""
+        live = self.create(resourceLimits={"cpu": "500m", "memory": "256Mi", "pids": "200",
+                                           "ephemeral-storage": "64Mi"},
+                           resourceRequests={"cpu": "250m", "memory": "128Mi"})["id"]
         dies = self.create()["id"]
+        stats = self.client.get("/v1/sandboxes/%s/stats" % live).json()
+        want = (stats["cpu"]["requestMillis"], stats["memory"]["requestBytes"],
+                stats["disk"]["limitBytes"])
+        self.assertEqual(want, (250, 128 << 20, 64 << 20), stats)
         self.client.close()
         self.corrald.kill9()
         for sid in (live, dies):
@@ -164,6 +171,12 @@ class Restart(CorralTestCase):
                 rec = json.load(f)
             self.assertIn("handle", rec)
             del rec["handle"]
+            if sid == live:
+                self.assertEqual(rec["resources"], {
+                    "cpuLimitMillis": 500, "memoryLimitBytes": 256 << 20, "pidsMax": 200,
+                    "cpuRequestMillis": 250, "memoryRequestBytes": 128 << 20,
+                    "diskLimitBytes": 64 << 20})
+            del rec["resources"]
             with open(os.path.join(self.corrald.sandbox_dir(sid), "pid")) as f:
                 pid, start = f.read().split()
             rec["pid"], rec["starttime"] = int(pid), int(start)
@@ -173,6 +186,9 @@ class Restart(CorralTestCase):
         self.assertEqual(self.state(live)["state"], "Running")
         self.assertEqual(self.state(dies)["state"], "Running")
         self.assertEqual(self.sh(live, "echo adopted"), "adopted")
+        stats = self.client.get("/v1/sandboxes/%s/stats" % live).json()
+        self.assertEqual((stats["cpu"]["requestMillis"], stats["memory"]["requestBytes"],
+                          stats["disk"]["limitBytes"]), want, "resources read from the old record")
         os.kill(self.corrald.pid1(dies), signal.SIGKILL)
         st = self.wait_until(lambda: self.state(dies)["state"] == "Failed" and self.state(dies), 10,
                              msg="the death of an adopted old-format sandbox to be seen")
