@@ -12,7 +12,7 @@
 struct admit_wait {
 	TAILQ_ENTRY(admit_wait) link;
 	struct sandbox *sb; /* reference */
-	create_done_fn done;
+	const struct admission_cb *cb;
 	void *arg;
 	struct event *deadline_ev;
 };
@@ -89,20 +89,6 @@ static void dequeue(struct admit_wait *w)
 	A.queued--;
 }
 
-static void start(struct sandbox *sb, create_done_fn done, void *arg)
-{
-	struct capacity req = charge(&sb->res);
-	hold(sb, &req);
-	int r = lifecycle_create(sb, done, arg);
-	if (r < 0) {
-		char msg[256];
-		log_error("create sandbox %s: %s", sb->id, strerror(-r));
-		snprintf(msg, sizeof(msg), "create sandbox %s: %s", sb->id, strerror(-r));
-		done(sb, 500, "SANDBOX::CREATE_FAILED", msg, arg);
-		lifecycle_teardown(sb, "create failed");
-	}
-}
-
 static void describe_wait(struct admit_wait *w)
 {
 	char shortfall[384];
@@ -123,10 +109,11 @@ static void pump(evutil_socket_t fd, short what, void *arg)
 		dequeue(w);
 		struct sandbox *sb = sandbox_ref(w->sb);
 		log_info("sandbox %s: admitted after waiting for capacity", sb->id);
-		create_done_fn done = w->done;
-		void *darg = w->arg;
+		const struct admission_cb *cb = w->cb;
+		void *cb_arg = w->arg;
 		wait_free(w);
-		start(sb, done, darg);
+		hold(sb, &req);
+		cb->admitted(sb, cb_arg);
 		sandbox_unref(sb);
 	}
 	TAILQ_FOREACH(w, &A.queue, link)
@@ -149,26 +136,23 @@ static void on_wait_deadline(evutil_socket_t fd, short what, void *arg)
 	snprintf(msg, sizeof(msg),
 		 "no capacity for sandbox %s within %d s of waiting (--capacity-wait): %s; retry later, or request less (resourceRequests)",
 		 sb->id, A.d->capacity_wait_s, shortfall);
-	admission_cancel(sb, 503, "SANDBOX::CAPACITY_TIMEOUT", msg);
-	lifecycle_teardown(sb, "no capacity within --capacity-wait");
+	admission_cancel(sb, 503, "SANDBOX::CAPACITY_TIMEOUT", msg,
+			 "no capacity within --capacity-wait");
 	sandbox_unref(sb);
 }
 
-int admission_create(struct sandbox *sb, create_done_fn done, void *arg)
+int admission_request(struct sandbox *sb, const struct admission_cb *cb, void *arg)
 {
 	struct capacity req = charge(&sb->res);
 	if (TAILQ_EMPTY(&A.queue) && capacity_fits(&A.cap, &A.used, &req)) {
 		hold(sb, &req);
-		int r = lifecycle_create(sb, done, arg);
-		if (r < 0)
-			admission_release(sb);
-		return r;
+		return 1;
 	}
 	struct admit_wait *w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
 	w->sb = sandbox_ref(sb);
-	w->done = done;
+	w->cb = cb;
 	w->arg = arg;
 	w->deadline_ev = evtimer_new(sb->d->base, on_wait_deadline, w);
 	if (!w->deadline_ev) {
@@ -207,16 +191,17 @@ void admission_adopt(struct sandbox *sb)
 	hold(sb, &c);
 }
 
-bool admission_cancel(struct sandbox *sb, int status, const char *code, const char *msg)
+bool admission_cancel(struct sandbox *sb, int status, const char *code, const char *msg,
+		      const char *why)
 {
 	struct admit_wait *w = sb->waiting;
 	if (!w)
 		return false;
 	dequeue(w);
-	create_done_fn done = w->done;
+	const struct admission_cb *cb = w->cb;
 	void *arg = w->arg;
 	wait_free(w);
-	done(sb, status, code, msg, arg);
+	cb->refused(sb, status, code, msg, why, arg);
 	schedule_pump(); /* the head may have changed */
 	return true;
 }
@@ -230,8 +215,8 @@ void admission_shutdown(struct corrald *d)
 		snprintf(msg, sizeof(msg),
 			 "corrald is shutting down; sandbox %s was still waiting for capacity: retry once it has restarted",
 			 sb->id);
-		admission_cancel(sb, 503, "SANDBOX::SHUTTING_DOWN", msg);
-		lifecycle_teardown(sb, "corrald is shutting down while it waited for capacity");
+		admission_cancel(sb, 503, "SANDBOX::SHUTTING_DOWN", msg,
+				 "corrald is shutting down while it waited for capacity");
 		sandbox_unref(sb);
 	}
 }

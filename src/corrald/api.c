@@ -148,17 +148,8 @@ static void on_create_hangup(void *arg)
 	struct create_reply *cr = arg;
 	struct sandbox *sb = sandbox_ref(cr->sb);
 	cr->req = NULL;
-	if (sb->waiting) {
-		char msg[160];
-		snprintf(msg, sizeof(msg), "the client of sandbox %s hung up while it waited for capacity",
-			 sb->id);
-		admission_cancel(sb, 499, "SANDBOX::CLIENT_CLOSED", msg); /* frees cr */
-		lifecycle_teardown(sb, "its client hung up while it waited for capacity");
-	} else if (sb->creating && !sb->delete_requested) {
-		sb->delete_requested = true; /* rolled back once the runtime work ends */
-		log_info("sandbox %s: its client hung up while it was being created: rolling back",
-			 sb->id);
-	}
+	if (sb->phase == SB_PHASE_QUEUED || sb->phase == SB_PHASE_CREATING)
+		lifecycle_delete(sb, "its client hung up"); /* may free cr */
 	sandbox_unref(sb);
 }
 
@@ -274,8 +265,8 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 		cr->req = req;
 		cr->sb = sandbox_ref(sb);
 	}
-	/* admission_create() never answers before it returns: cr is still ours here. */
-	r = cr ? admission_create(sb, on_created, cr) : -ENOMEM;
+	/* lifecycle_create() never answers before it returns: cr is still ours here. */
+	r = cr ? lifecycle_create(sb, on_created, cr) : -ENOMEM;
 	if (r == 0 && evhttp_request_get_connection(req))
 		hangup_watch(&cr->hup, evhttp_request_get_connection(req), on_create_hangup, cr);
 	if (r < 0 && cr) {
@@ -462,7 +453,7 @@ static void h_list(struct corrald *d, struct evhttp_request *req)
 	size_t total = 0;
 	struct sandbox *sb;
 	TAILQ_FOREACH(sb, &d->sandboxes, link)
-		if (!sb->deleting && !sb->delete_requested &&
+		if (sandbox_visible(sb) &&
 		    state_filter_match(states, nstates, sb_state_name(sb->state)) &&
 		    meta_filter_match(&mf, metadata_get, sb->metadata))
 			total++;
@@ -471,7 +462,7 @@ static void h_list(struct corrald *d, struct evhttp_request *req)
 	json_t *items = json_array();
 	size_t idx = 0;
 	TAILQ_FOREACH(sb, &d->sandboxes, link) {
-		if (sb->deleting || sb->delete_requested ||
+		if (!sandbox_visible(sb) ||
 		    !state_filter_match(states, nstates, sb_state_name(sb->state)) ||
 		    !meta_filter_match(&mf, metadata_get, sb->metadata))
 			continue;
@@ -501,10 +492,11 @@ static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbo
 {
 	struct sandbox_probe pr = {0};
 	struct error err = {0};
-	if (sb->creating || sb->waiting) {
+	if (sb->phase == SB_PHASE_QUEUED || sb->phase == SB_PHASE_CREATING) {
 		http_send_error(req, 409, "SANDBOX::NOT_READY",
 				"sandbox %s is still %s; stats are available once it is Running",
-				sb->id, sb->waiting ? "waiting for capacity" : "being created");
+				sb->id,
+				sb->phase == SB_PHASE_QUEUED ? "waiting for capacity" : "being created");
 		return;
 	}
 	int r = d->rt->probe(&d->rt_cfg, sb->id, &sb->handle, &pr, &err);
@@ -544,21 +536,10 @@ static void send_state_write_failed(struct evhttp_request *req, const struct san
 
 static void h_delete(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
 {
-	if (sb->creating) {
-		sb->delete_requested = true;
-		log_info("sandbox %s: deleted while being created", sb->id);
-	} else if (sb->waiting) {
-		char msg[160];
-		snprintf(msg, sizeof(msg), "sandbox %s was deleted while waiting for capacity",
-			 sb->id);
-		admission_cancel(sb, 409, "SANDBOX::DELETED", msg);
-		lifecycle_teardown(sb, "deleted while waiting for capacity");
-	} else {
-		int r = lifecycle_delete(sb, "deleted");
-		if (r < 0) {
-			send_state_write_failed(req, sb, r, "deleted");
-			return;
-		}
+	int r = lifecycle_delete(sb, "deleted");
+	if (r < 0) {
+		send_state_write_failed(req, sb, r, "deleted");
+		return;
 	}
 	http_send_empty(req, 204);
 }

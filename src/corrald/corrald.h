@@ -23,6 +23,15 @@
 #define CORRALD_BODY_BUDGET (512LL * 1024 * 1024)  /* request bodies held at once, all connections */
 #define EXECD_PORT 44772
 
+/* Where a sandbox is in corrald's hands (its API state is enum sb_state). */
+enum sb_phase {
+	SB_PHASE_QUEUED,   /* asking admission for capacity (sb->waiting while it waits); a new
+			    * record starts here. Nothing on disk yet. */
+	SB_PHASE_CREATING, /* image pull, runtime create, readiness pings (sb->creating) */
+	SB_PHASE_LIVE,     /* created or recovered: Running, Paused or ended, per sb->state */
+	SB_PHASE_DELETING, /* marked for teardown: invisible to the API, persisted as "deleting" */
+};
+
 enum sb_state {
 	SB_PENDING,
 	SB_RUNNING,
@@ -86,8 +95,8 @@ struct sandbox {
 	struct event *ttl_ev;
 	bool oom_fired; /* the runtime saw a group OOM (and killed the group): the death is OOMKilled */
 
-	bool deleting;         /* marked for teardown: invisible to the API, persisted */
-	bool delete_requested; /* DELETE arrived while Pending: roll back when the create ends */
+	enum sb_phase phase;
+	bool delete_requested; /* Creating only: a DELETE came; roll back when the create ends */
 	struct worker teardown;
 	struct event *retry_ev;
 	struct create_ctx *creating;
@@ -156,6 +165,8 @@ int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *
 /* The API's Sandbox object; the create response omits image. */
 json_t *sandbox_to_api(const struct sandbox *sb, bool create_response);
 bool sandbox_ended(const struct sandbox *sb);
+/* Shown by the API: not being deleted (nor asked to be while it was created). */
+bool sandbox_visible(const struct sandbox *sb);
 
 void registry_add(struct corrald *d, struct sandbox *sb);
 void registry_remove(struct corrald *d, struct sandbox *sb);
@@ -170,8 +181,12 @@ typedef void (*create_done_fn)(struct sandbox *sb, int status, const char *code,
  * status/code/message. */
 int lifecycle_create(struct sandbox *sb, create_done_fn done, void *arg);
 void lifecycle_teardown(struct sandbox *sb, const char *why);
-/* DELETE: like lifecycle_teardown, but only once the delete mark is durable; else -errno, nothing
- * changed. */
+/*
+ * End sb whatever its phase (DELETE, a create's client gone): a queued create is taken out of
+ * the queue, answered 409 SANDBOX::DELETED and torn down; one being made is rolled back once its
+ * runtime work ends; a live one is torn down once the delete mark is durable (else -errno,
+ * nothing changed). why ("deleted", "its client hung up") goes to the log.
+ */
 int lifecycle_delete(struct sandbox *sb, const char *why);
 void lifecycle_arm_ttl(struct sandbox *sb);
 /* -EBUSY: wrong state; *write_err < 0 (and the change undone): the record could not be stored. */

@@ -48,6 +48,7 @@ struct create_ctx {
 
 static void watch_death(struct sandbox *sb);
 static void sandbox_died(struct sandbox *sb);
+static void teardown_begin(struct sandbox *sb, const char *why);
 
 /* --- create ------------------------------------------------------------------------------- */
 
@@ -88,8 +89,9 @@ static void create_finish(struct create_ctx *c, int status, const char *code, co
 		/* The one log line for this failure (a client's mistake is not an error); roll back. */
 		log_msg(status >= 500 ? LOG_LVL_ERROR : LOG_LVL_INFO, "create sandbox %s: %d %s: %s",
 			sb->id, status, code, msg);
-		lifecycle_teardown(sb, "create failed");
+		teardown_begin(sb, "create failed");
 	} else {
+		sb->phase = SB_PHASE_LIVE;
 		int64_t now = time_mono_ms();
 		log_info("sandbox %s: running (pid %d) after %lld ms: runtime %lld ms, execd ready %lld ms later (%u ping(s))",
 			 sb->id, (int)sb->execd_pid, (long long)(now - c->start_mono_ms),
@@ -349,6 +351,47 @@ static void on_image_pulled(int rc, const char *msg, void *arg)
 			    strerror(-r));
 }
 
+/* Admitted: pull the image if it must be, then the runtime's part. */
+static int create_begin(struct create_ctx *c)
+{
+	struct sandbox *sb = c->sb;
+	int r;
+	c->start_mono_ms = time_mono_ms();
+	sb->creating = c; /* before the worker forks: it sees the sandbox as it will be */
+	sb->phase = SB_PHASE_CREATING;
+	if (sb->registry_image && image_needs_pull(sb)) {
+		sandbox_set_status(sb, SB_PENDING, "ImagePulling", "pulling %s", sb->rootfs);
+		r = image_ensure(sb, on_image_pulled, c);
+	} else {
+		r = create_start(c);
+	}
+	if (r < 0) {
+		sb->creating = NULL;
+		sb->phase = SB_PHASE_QUEUED; /* nothing started: as before */
+	}
+	return r;
+}
+
+static void on_admitted(struct sandbox *sb, void *arg)
+{
+	struct create_ctx *c = arg;
+	int r = create_begin(c);
+	if (r < 0)
+		create_fail(c, 500, "SANDBOX::CREATE_FAILED", "create sandbox %s: %s", sb->id,
+			    strerror(-r));
+}
+
+/* A queued create that will never be admitted: answered, then torn down. */
+static void on_refused(struct sandbox *sb, int status, const char *code, const char *msg,
+		       const char *why, void *arg)
+{
+	struct create_ctx *c = arg;
+	c->finished = true;
+	c->done(sb, status, code, msg, c->arg);
+	teardown_begin(sb, why);
+	create_ctx_maybe_free(c);
+}
+
 int lifecycle_create(struct sandbox *sb, create_done_fn done, void *arg)
 {
 	struct corrald *d = sb->d;
@@ -385,25 +428,19 @@ int lifecycle_create(struct sandbox *sb, create_done_fn done, void *arg)
 	c->w.fn = create_in_worker;
 	c->w.done = on_create_worker_done;
 	c->w.arg = c;
-	c->start_mono_ms = time_mono_ms();
-	if (sb->registry_image && image_needs_pull(sb)) {
-		sandbox_set_status(sb, SB_PENDING, "ImagePulling", "pulling %s", sb->rootfs);
-		int r = image_ensure(sb, on_image_pulled, c);
-		if (r < 0) {
-			c->finished = true;
-			create_ctx_maybe_free(c);
-			return r;
-		}
-		sb->creating = c;
-		return 0;
-	}
-	int r = create_start(c);
+	static const struct admission_cb admission_cb = {on_admitted, on_refused};
+	sb->phase = SB_PHASE_QUEUED;
+	int r = admission_request(sb, &admission_cb, c);
+	if (r == 0)
+		return 0; /* queued: on_admitted() or on_refused() */
+	if (r > 0)
+		r = create_begin(c);
 	if (r < 0) {
+		admission_release(sb);
 		c->finished = true;
 		create_ctx_maybe_free(c);
 		return r;
 	}
-	sb->creating = c;
 	return 0;
 }
 
@@ -575,7 +612,7 @@ static void describe_death(struct sandbox *sb, enum sb_state *state, char *reaso
 static void sandbox_died(struct sandbox *sb)
 {
 	unwatch_death(sb);
-	if (sb->deleting || sandbox_ended(sb))
+	if (sb->phase == SB_PHASE_DELETING || sandbox_ended(sb))
 		return;
 	enum sb_state state;
 	char reason[64], msg[768];
@@ -610,7 +647,7 @@ static void sandbox_died(struct sandbox *sb)
 static void on_ttl(evutil_socket_t fd, short what, void *arg)
 {
 	struct sandbox *sb = arg;
-	if (!sb->has_expiry || sb->deleting)
+	if (!sb->has_expiry || sb->phase == SB_PHASE_DELETING)
 		return;
 	if (time_now_ms() < sb->expires_ms) {
 		lifecycle_arm_ttl(sb); /* renewed meanwhile, or the clock moved */
@@ -621,7 +658,7 @@ static void on_ttl(evutil_socket_t fd, short what, void *arg)
 
 void lifecycle_arm_ttl(struct sandbox *sb)
 {
-	if (!sb->has_expiry || sb->deleting) {
+	if (!sb->has_expiry || sb->phase == SB_PHASE_DELETING) {
 		if (sb->ttl_ev)
 			event_del(sb->ttl_ev);
 		return;
@@ -784,12 +821,12 @@ static void teardown_start(struct sandbox *sb)
 /*
  * The delete mark, durable: sandbox.json saying "deleting", or, when that cannot be written (a full
  * file system), no sandbox.json at all: recovery tears a directory without a record down. Sets
- * sb->deleting; -errno when neither could be made durable.
+ * the phase Deleting; -errno when neither could be made durable.
  */
 static int mark_deleting(struct sandbox *sb)
 {
 	struct stat st;
-	sb->deleting = true;
+	sb->phase = SB_PHASE_DELETING;
 	if (stat(sb->dir, &st) < 0)
 		return 0; /* nothing on disk yet */
 	int r = sandbox_save(sb);
@@ -809,24 +846,47 @@ static int mark_deleting(struct sandbox *sb)
 
 int lifecycle_delete(struct sandbox *sb, const char *why)
 {
-	if (!sb->creating && !sb->deleting) {
-		int r = mark_deleting(sb);
-		if (r < 0) {
-			sb->deleting = false;
+	char msg[160], why_queued[160];
+	int r;
+	switch (sb->phase) {
+	case SB_PHASE_QUEUED:
+		snprintf(msg, sizeof(msg), "sandbox %s was deleted while waiting for capacity",
+			 sb->id);
+		snprintf(why_queued, sizeof(why_queued), "%s while it waited for capacity", why);
+		admission_cancel(sb, 409, "SANDBOX::DELETED", msg, why_queued); /* on_refused() */
+		return 0;
+	case SB_PHASE_CREATING:
+		if (!sb->delete_requested)
+			log_info("sandbox %s: %s while it was being created: rolling back", sb->id,
+				 why);
+		sb->delete_requested = true; /* create_finish() tears it down */
+		return 0;
+	case SB_PHASE_LIVE:
+		if ((r = mark_deleting(sb)) < 0) {
+			sb->phase = SB_PHASE_LIVE;
 			return r;
 		}
 		log_info("sandbox %s: teardown (%s)", sb->id, why);
+		break;
+	case SB_PHASE_DELETING:
+		break;
 	}
-	lifecycle_teardown(sb, why);
+	teardown_begin(sb, why);
 	return 0;
 }
 
 void lifecycle_teardown(struct sandbox *sb, const char *why)
 {
-	if (sb->creating)
+	if (sb->phase == SB_PHASE_CREATING)
 		return; /* the create path rolls back itself */
+	teardown_begin(sb, why);
+}
+
+/* Release the requests, mark (durably, best effort), stop the timers and watches, remove. */
+static void teardown_begin(struct sandbox *sb, const char *why)
+{
 	admission_release(sb);
-	if (!sb->deleting) {
+	if (sb->phase != SB_PHASE_DELETING) {
 		log_info("sandbox %s: teardown (%s)", sb->id, why);
 		int r = mark_deleting(sb);
 		if (r < 0) /* the teardown goes on: it removes the directory, record and all */
@@ -844,7 +904,7 @@ void lifecycle_teardown(struct sandbox *sb, const char *why)
 static void on_adopt_ping(int result, void *arg)
 {
 	struct sandbox *sb = arg;
-	if (result < 0 && sb->in_registry && !sb->deleting && sb->state == SB_RUNNING)
+	if (result < 0 && sb->in_registry && sb->phase == SB_PHASE_LIVE && sb->state == SB_RUNNING)
 		log_warn("sandbox %s: re-adopted, but corral-execd does not answer ping yet: %s",
 			 sb->id, strerror(-result));
 	sandbox_unref(sb);
@@ -863,14 +923,14 @@ static void recover_one(struct corrald *d, const char *id)
 			return;
 		sb->image_uri = strdup("");
 		sb->entrypoint = json_array();
-		sb->deleting = true;
+		sb->phase = SB_PHASE_DELETING;
 		registry_add(d, sb);
 		teardown_start(sb);
 		sandbox_unref(sb);
 		return;
 	}
 	registry_add(d, sb);
-	if (sb->deleting) {
+	if (sb->phase == SB_PHASE_DELETING) {
 		log_info("sandbox %s: finishing an interrupted teardown", id);
 		teardown_start(sb);
 	} else if (sb->state == SB_PENDING) {

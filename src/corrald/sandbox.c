@@ -36,6 +36,11 @@ int sb_state_parse(const char *s, enum sb_state *ret)
 	return -EINVAL;
 }
 
+bool sandbox_visible(const struct sandbox *sb)
+{
+	return sb->phase != SB_PHASE_DELETING && !sb->delete_requested;
+}
+
 bool sandbox_ended(const struct sandbox *sb)
 {
 	return sb->state == SB_TERMINATED || sb->state == SB_FAILED;
@@ -262,7 +267,7 @@ static json_t *sandbox_to_disk(const struct sandbox *sb)
 	json_object_set_new(o, "handle", json_string(sb->handle.s));
 	json_object_set_new(o, "resources", resources_to_json(&sb->res));
 	json_object_set_new(o, "oomGroup", json_boolean(sb->oom_group));
-	json_object_set_new(o, "deleting", json_boolean(sb->deleting));
+	json_object_set_new(o, "deleting", json_boolean(sb->phase == SB_PHASE_DELETING));
 	return o;
 }
 
@@ -360,7 +365,7 @@ int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *
 		memcpy(h.s, hs, strlen(hs));
 	sandbox_set_handle(sb, &h);
 	sb->oom_group = json_is_true(json_object_get(o, "oomGroup"));
-	sb->deleting = json_is_true(json_object_get(o, "deleting"));
+	sb->phase = json_is_true(json_object_get(o, "deleting")) ? SB_PHASE_DELETING : SB_PHASE_LIVE;
 	json_decref(o);
 	if (!sb->image_uri || !sb->rootfs) {
 		sandbox_unref(sb);
@@ -407,5 +412,5 @@ struct sandbox *registry_find_any(struct corrald *d, const char *id)
 struct sandbox *registry_find(struct corrald *d, const char *id)
 {
 	struct sandbox *sb = registry_find_any(d, id);
-	return sb && !sb->deleting && !sb->delete_requested ? sb : NULL;
+	return sb && sandbox_visible(sb) ? sb : NULL;
 }
