@@ -8,10 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <limits.h>
-#include <linux/capability.h>
-#include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <net/if.h>
 #include <sched.h>
