@@ -279,8 +279,8 @@ int native_watch(const struct runtime_config *cfg, const char *id, const struct 
 				    .timer_fd = -1, .cfg = cfg};
 	snprintf(w->id, sizeof(w->id), "%s", id);
 	const struct cgroup_ops *cg = cgroup_ops_cached();
-	/* v2 kills the group itself (memory.oom.group); the counter is still polled there, as a
-	 * second kill is harmless and a kernel without memory.oom.group would need it. */
+	/* v2 kills the group itself (memory.oom.group); the counter poll runs there too, as
+	 * corrald's did before this moved here: a second kill is harmless. */
 	if (oom_group && cg && (r = watch_oom(w, cg, err)) < 0) {
 		native_unwatch(w);
 		return r;
