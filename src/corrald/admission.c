@@ -7,15 +7,13 @@
 #include "corrald/admission.h"
 #include "runtime/confine.h"
 #include "shared/log.h"
-#include "shared/quantity.h"
 #include "shared/timeutil.h"
 #include "shared/wire_error.h"
 
 struct admit_wait {
 	TAILQ_ENTRY(admit_wait) link;
 	struct sandbox *sb; /* reference */
-	struct create_args args;
-	create_done_fn done;
+	const struct admission_cb *cb;
 	void *arg;
 	struct event *deadline_ev;
 };
@@ -40,22 +38,21 @@ int admission_init(struct corrald *d, const struct capacity *cap)
 }
 
 /* What a sandbox holds: its requests, its pids limit and its RLIMIT_NOFILE. */
-static struct capacity charge(uint64_t cpu_req, uint64_t mem_req, uint64_t pids_max)
+static struct capacity charge(const struct sandbox_resources *res)
 {
 	uint64_t nofile = A.d->rt_cfg.nofile ? A.d->rt_cfg.nofile : CONFINE_DEFAULT_NOFILE;
-	return (struct capacity){cpu_req, mem_req, pids_max ? pids_max : RUNTIME_DEFAULT_PIDS_MAX,
-				 nofile};
+	return (struct capacity){
+	    .cpu_millis = res->cpu_request_millis,
+	    .memory_bytes = res->memory_request_bytes,
+	    .pids = res->pids_max ? res->pids_max : RUNTIME_DEFAULT_PIDS_MAX,
+	    .files = nofile,
+	};
 }
 
-static struct capacity args_charge(const struct create_args *a)
-{
-	return charge(a->cpu_req, a->mem_req, a->pids_max);
-}
-
-bool admission_never_fits(struct corrald *d, uint64_t cpu_req, uint64_t mem_req, uint64_t pids_max,
+bool admission_never_fits(struct corrald *d, const struct sandbox_resources *res,
 			  enum admission_table *ret_table, char *msg, size_t msglen)
 {
-	struct capacity req = charge(cpu_req, mem_req, pids_max);
+	struct capacity req = charge(res);
 	if (!capacity_never_fits(&A.cap, &req, msg, msglen))
 		return false;
 	*ret_table = req.cpu_millis > A.cap.cpu_millis || req.memory_bytes > A.cap.memory_bytes
@@ -93,25 +90,10 @@ static void dequeue(struct admit_wait *w)
 	A.queued--;
 }
 
-static void start(struct sandbox *sb, const struct create_args *a, create_done_fn done, void *arg)
-{
-	struct capacity req = args_charge(a);
-	hold(sb, &req);
-	int r = lifecycle_create(sb, a->cpu_limit, a->mem_limit, a->pids_max, a->cpu_req,
-				 a->mem_req, done, arg);
-	if (r < 0) {
-		char msg[256];
-		log_error("create sandbox %s: %s", sb->id, strerror(-r));
-		snprintf(msg, sizeof(msg), "create sandbox %s: %s", sb->id, strerror(-r));
-		done(sb, 500, WIRE_CODE(SANDBOX_CREATE_FAILED), msg, arg);
-		lifecycle_teardown(sb, "create failed");
-	}
-}
-
 static void describe_wait(struct admit_wait *w)
 {
 	char shortfall[384];
-	struct capacity req = args_charge(&w->args);
+	struct capacity req = charge(&w->sb->res);
 	capacity_shortfall(&A.cap, &A.used, &req, shortfall, sizeof(shortfall));
 	sandbox_set_status(w->sb, SB_PENDING, "InsufficientCapacity",
 			   "waiting for capacity (%u create(s) queued): %s", A.queued, shortfall);
@@ -122,17 +104,17 @@ static void pump(evutil_socket_t fd, short what, void *arg)
 {
 	struct admit_wait *w;
 	while ((w = TAILQ_FIRST(&A.queue))) {
-		struct capacity req = args_charge(&w->args);
+		struct capacity req = charge(&w->sb->res);
 		if (!capacity_fits(&A.cap, &A.used, &req))
 			break;
 		dequeue(w);
 		struct sandbox *sb = sandbox_ref(w->sb);
 		log_info("sandbox %s: admitted after waiting for capacity", sb->id);
-		struct create_args a = w->args;
-		create_done_fn done = w->done;
-		void *darg = w->arg;
+		const struct admission_cb *cb = w->cb;
+		void *cb_arg = w->arg;
 		wait_free(w);
-		start(sb, &a, done, darg);
+		hold(sb, &req);
+		cb->admitted(sb, cb_arg);
 		sandbox_unref(sb);
 	}
 	TAILQ_FOREACH(w, &A.queue, link)
@@ -150,34 +132,28 @@ static void on_wait_deadline(evutil_socket_t fd, short what, void *arg)
 	struct admit_wait *w = arg;
 	struct sandbox *sb = sandbox_ref(w->sb);
 	char shortfall[384], msg[640];
-	struct capacity req = args_charge(&w->args);
+	struct capacity req = charge(&sb->res);
 	capacity_shortfall(&A.cap, &A.used, &req, shortfall, sizeof(shortfall));
 	snprintf(msg, sizeof(msg),
 		 "no capacity for sandbox %s within %d s of waiting (--capacity-wait): %s; retry later, or request less (resourceRequests)",
 		 sb->id, A.d->capacity_wait_s, shortfall);
-	admission_cancel(sb, 503, WIRE_CODE(SANDBOX_CAPACITY_TIMEOUT), msg);
-	lifecycle_teardown(sb, "no capacity within --capacity-wait");
+	admission_cancel(sb, 503, WIRE_CODE(SANDBOX_CAPACITY_TIMEOUT), msg,
+			 "no capacity within --capacity-wait");
 	sandbox_unref(sb);
 }
 
-int admission_create(struct sandbox *sb, const struct create_args *a, create_done_fn done,
-		     void *arg)
+int admission_request(struct sandbox *sb, const struct admission_cb *cb, void *arg)
 {
-	struct capacity req = args_charge(a);
+	struct capacity req = charge(&sb->res);
 	if (TAILQ_EMPTY(&A.queue) && capacity_fits(&A.cap, &A.used, &req)) {
 		hold(sb, &req);
-		int r = lifecycle_create(sb, a->cpu_limit, a->mem_limit, a->pids_max, a->cpu_req,
-					 a->mem_req, done, arg);
-		if (r < 0)
-			admission_release(sb);
-		return r;
+		return 1;
 	}
 	struct admit_wait *w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
 	w->sb = sandbox_ref(sb);
-	w->args = *a;
-	w->done = done;
+	w->cb = cb;
 	w->arg = arg;
 	w->deadline_ev = evtimer_new(sb->d->base, on_wait_deadline, w);
 	if (!w->deadline_ev) {
@@ -209,34 +185,24 @@ void admission_release(struct sandbox *sb)
 
 void admission_adopt(struct sandbox *sb)
 {
-	uint64_t cpu = 0, mem = 0, pids = 0;
-	const char *v;
 	if (sb->admitted)
 		return;
-	if ((v = json_string_value(json_object_get(sb->requests, "cpu"))))
-		(void)quantity_parse_cpu(v, &cpu);
-	if ((v = json_string_value(json_object_get(sb->requests, "memory"))))
-		(void)quantity_parse_bytes(v, &mem);
-	if ((v = json_string_value(json_object_get(sb->limits, "pids")))) {
-		char *end;
-		unsigned long long n = strtoull(v, &end, 10);
-		pids = *end ? 0 : n;
-	}
 	/* may exceed a smaller new --capacity (or a lower kernel table): new creates then wait */
-	struct capacity c = charge(cpu, mem, pids);
+	struct capacity c = charge(&sb->res);
 	hold(sb, &c);
 }
 
-bool admission_cancel(struct sandbox *sb, int status, const char *code, const char *msg)
+bool admission_cancel(struct sandbox *sb, int status, const char *code, const char *msg,
+		      const char *why)
 {
 	struct admit_wait *w = sb->waiting;
 	if (!w)
 		return false;
 	dequeue(w);
-	create_done_fn done = w->done;
+	const struct admission_cb *cb = w->cb;
 	void *arg = w->arg;
 	wait_free(w);
-	done(sb, status, code, msg, arg);
+	cb->refused(sb, status, code, msg, why, arg);
 	schedule_pump(); /* the head may have changed */
 	return true;
 }
@@ -250,8 +216,8 @@ void admission_shutdown(struct corrald *d)
 		snprintf(msg, sizeof(msg),
 			 "corrald is shutting down; sandbox %s was still waiting for capacity: retry once it has restarted",
 			 sb->id);
-		admission_cancel(sb, 503, WIRE_CODE(SANDBOX_SHUTTING_DOWN), msg);
-		lifecycle_teardown(sb, "corrald is shutting down while it waited for capacity");
+		admission_cancel(sb, 503, WIRE_CODE(SANDBOX_SHUTTING_DOWN), msg,
+				 "corrald is shutting down while it waited for capacity");
 		sandbox_unref(sb);
 	}
 }

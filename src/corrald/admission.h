@@ -13,31 +13,39 @@
 #include "corrald/capacity.h"
 #include "corrald/corrald.h"
 
-struct create_args {
-	uint64_t cpu_limit, mem_limit, pids_max, cpu_req, mem_req;
-};
-
 int admission_init(struct corrald *d, const struct capacity *cap);
 enum admission_table {
 	ADMISSION_REQUESTS, /* resourceRequests (cpu, memory) */
 	ADMISSION_PIDS,     /* the host's pid table */
 	ADMISSION_FILES,    /* the host's open-file table */
 };
-/* Why a sandbox can never fit (msg set, *ret_table says which part of the capacity, true),
- * checked before the sandbox exists. pids_max 0: the default pids limit. */
-bool admission_never_fits(struct corrald *d, uint64_t cpu_req, uint64_t mem_req, uint64_t pids_max,
+/* Why a sandbox of these resources can never fit (msg set, *ret_table says which part of the
+ * capacity, true), checked before the sandbox exists. */
+bool admission_never_fits(struct corrald *d, const struct sandbox_resources *res,
 			  enum admission_table *ret_table, char *msg, size_t msglen);
-/* lifecycle_create() now, or once capacity frees. Same contract as lifecycle_create(). */
-int admission_create(struct sandbox *sb, const struct create_args *a, create_done_fn done,
-		     void *arg);
+/*
+ * What admission calls back, later, for a create it queued (never from inside
+ * admission_request()): admitted, capacity is held and the create goes on; or refused, it never
+ * will be (--capacity-wait passed, corrald is stopping, admission_cancel()): the create is to be
+ * answered with status/code/msg and the sandbox torn down (why: for the log).
+ */
+struct admission_cb {
+	void (*admitted)(struct sandbox *sb, void *arg);
+	void (*refused)(struct sandbox *sb, int status, const char *code, const char *msg,
+			const char *why, void *arg);
+};
+/* Hold sb->res of the capacity now (1), or queue sb until it fits (0: Pending
+ * "InsufficientCapacity", sb->waiting set, cb called later). -ENOMEM. */
+int admission_request(struct sandbox *sb, const struct admission_cb *cb, void *arg);
 /* sb no longer holds its requests (ended, deleted, create failed). Idempotent. */
 void admission_release(struct sandbox *sb);
 /* A live sandbox re-adopted after a restart holds its requests again. */
 void admission_adopt(struct sandbox *sb);
-/* sb is queued: take it out and answer its create with status/code/msg. False if not queued. */
-bool admission_cancel(struct sandbox *sb, int status, const char *code, const char *msg);
-/* corrald is stopping: answer every queued create with 503 SANDBOX::SHUTTING_DOWN and tear the
- * records down (a queued create has no runtime state yet). */
+/* sb is queued: take it out and refuse it (cb->refused) with status/code/msg. False if not queued. */
+bool admission_cancel(struct sandbox *sb, int status, const char *code, const char *msg,
+		      const char *why);
+/* corrald is stopping: refuse every queued create with 503 SANDBOX::SHUTTING_DOWN (a queued
+ * create has no runtime state yet). */
 void admission_shutdown(struct corrald *d);
 /* For logs and metrics: capacity and what is admitted now. */
 void admission_usage(const struct corrald *d, struct capacity *ret_cap, struct capacity *ret_used,

@@ -27,7 +27,6 @@
 #include "corrald/validate.h"
 #include "shared/httputil.h"
 #include "shared/log.h"
-#include "shared/quantity.h"
 #include "shared/timeutil.h"
 #include "shared/wire_error.h"
 
@@ -147,17 +146,8 @@ static void on_create_hangup(void *arg)
 	struct create_reply *cr = arg;
 	struct sandbox *sb = sandbox_ref(cr->sb);
 	cr->req = NULL;
-	if (sb->waiting) {
-		char msg[160];
-		snprintf(msg, sizeof(msg), "the client of sandbox %s hung up while it waited for capacity",
-			 sb->id);
-		admission_cancel(sb, 499, WIRE_CODE(SANDBOX_CLIENT_CLOSED), msg); /* frees cr */
-		lifecycle_teardown(sb, "its client hung up while it waited for capacity");
-	} else if (sb->creating && !sb->delete_requested) {
-		sb->delete_requested = true; /* rolled back once the runtime work ends */
-		log_info("sandbox %s: its client hung up while it was being created: rolling back",
-			 sb->id);
-	}
+	if (sb->phase == SB_PHASE_QUEUED || sb->phase == SB_PHASE_CREATING)
+		lifecycle_delete(sb, "its client hung up"); /* may free cr */
 	sandbox_unref(sb);
 }
 
@@ -212,8 +202,15 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	char rootfs[PATH_MAX], msg[1536];
 	bool host = false, registry = false;
 	enum admission_table table;
-	if (admission_never_fits(d, p.cpu_request_millis, p.memory_request_bytes, p.pids_max, &table,
-				 msg, sizeof(msg))) {
+	const struct sandbox_resources res = {
+	    .cpu_limit_millis = p.cpu_limit_millis,
+	    .memory_limit_bytes = p.memory_limit_bytes,
+	    .pids_max = p.pids_max,
+	    .cpu_request_millis = p.cpu_request_millis,
+	    .memory_request_bytes = p.memory_request_bytes,
+	    .disk_limit_bytes = p.disk_limit_bytes,
+	};
+	if (admission_never_fits(d, &res, &table, msg, sizeof(msg))) {
 		/* Name the field the client sent: without resourceRequests its limits are the requests. */
 		if (table == ADMISSION_PIDS)
 			verr_set(&e, 400, WIRE_CODE(SANDBOX_EXCEEDS_HOST_PID_TABLE),
@@ -267,16 +264,15 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	sb->platform = TAKE_PTR(p.platform);
 	sb->oom_group = p.oom_group;
 	sb->volumes = TAKE_PTR(p.volumes);
+	sb->res = res;
 	registry_add(d, sb);
-	struct create_args args = {p.cpu_limit_millis, p.memory_limit_bytes, p.pids_max,
-				   p.cpu_request_millis, p.memory_request_bytes};
 	struct create_reply *cr = sb->rootfs ? calloc(1, sizeof(*cr)) : NULL;
 	if (cr) {
 		cr->req = req;
 		cr->sb = sandbox_ref(sb);
 	}
-	/* admission_create() never answers before it returns: cr is still ours here. */
-	r = cr ? admission_create(sb, &args, on_created, cr) : -ENOMEM;
+	/* lifecycle_create() never answers before it returns: cr is still ours here. */
+	r = cr ? lifecycle_create(sb, on_created, cr) : -ENOMEM;
 	if (r == 0 && evhttp_request_get_connection(req))
 		hangup_watch(&cr->hup, evhttp_request_get_connection(req), on_create_hangup, cr);
 	if (r < 0 && cr) {
@@ -531,7 +527,7 @@ static void h_list(struct corrald *d, struct evhttp_request *req)
 	size_t total = 0;
 	struct sandbox *sb;
 	TAILQ_FOREACH(sb, &d->sandboxes, link)
-		if (!sb->deleting && !sb->delete_requested &&
+		if (sandbox_visible(sb) &&
 		    state_filter_match(states, nstates, sb_state_name(sb->state)) &&
 		    meta_filter_match(&mf, metadata_get, sb->metadata))
 			total++;
@@ -540,7 +536,7 @@ static void h_list(struct corrald *d, struct evhttp_request *req)
 	json_t *items = json_array();
 	size_t idx = 0;
 	TAILQ_FOREACH(sb, &d->sandboxes, link) {
-		if (sb->deleting || sb->delete_requested ||
+		if (!sandbox_visible(sb) ||
 		    !state_filter_match(states, nstates, sb_state_name(sb->state)) ||
 		    !meta_filter_match(&mf, metadata_get, sb->metadata))
 			continue;
@@ -564,40 +560,33 @@ static void h_get(struct corrald *d, struct evhttp_request *req, struct sandbox 
 }
 
 /* Extension: usage stats from the runtime's probe (works on ended sandboxes too, until deleted:
- * their cgroup stays, so the peak and the OOM kills of a dead sandbox can still be read). */
+ * the runtime keeps their numbers until destroy, so the peak and the OOM kills of a dead sandbox
+ * can still be read). */
 static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
 {
 	struct sandbox_probe pr = {0};
 	struct error err = {0};
-	if (sb->creating || sb->waiting) {
+	if (sb->phase == SB_PHASE_QUEUED || sb->phase == SB_PHASE_CREATING) {
 		http_send_error(req, 409, WIRE_CODE(SANDBOX_NOT_READY),
 				"sandbox %s is still %s; stats are available once it is Running",
-				sb->id, sb->waiting ? "waiting for capacity" : "being created");
+				sb->id,
+				sb->phase == SB_PHASE_QUEUED ? "waiting for capacity" : "being created");
 		return;
 	}
-	int r = d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err);
+	int r = d->rt->probe(&d->rt_cfg, sb->id, &sb->handle, &pr, &err);
 	if (r < 0) {
 		log_error("stats of sandbox %s: %s", sb->id, err.msg);
 		http_send_error(req, 500, WIRE_CODE(SANDBOX_STATS_FAILED), "stats of sandbox %s: %s",
 				sb->id, err.msg[0] ? err.msg : strerror(-r));
 		return;
 	}
-	uint64_t cpu_req = 0, mem_req = 0;
-	const char *v;
-	if ((v = json_string_value(json_object_get(sb->requests, "cpu"))))
-		(void)quantity_parse_cpu(v, &cpu_req);
-	if ((v = json_string_value(json_object_get(sb->requests, "memory"))))
-		(void)quantity_parse_bytes(v, &mem_req);
-	struct stats_disk disk = {0};
-	if ((v = json_string_value(json_object_get(sb->limits, "ephemeral-storage"))))
-		(void)quantity_parse_bytes(v, &disk.limit_bytes);
-	char upper[PATH_MAX + 16];
-	snprintf(upper, sizeof(upper), "%s/%s", sb->dir, disk.limit_bytes ? "disk/upper" : "upper");
-	uint64_t limit = disk.limit_bytes;
-	bool have_disk = stats_disk_usage(upper, &disk) == 0;
-	disk.limit_bytes = limit;
-	json_t *o = stats_to_json(sb->id, sb_state_name(sb->state), &pr, cpu_req, mem_req,
-				  have_disk ? &disk : NULL);
+	struct stats_disk disk = {.limit_bytes = sb->res.disk_limit_bytes};
+	struct sandbox_disk_usage du = {0};
+	bool have_disk = d->rt->disk_usage && d->rt->disk_usage(&d->rt_cfg, sb->id, &du, &err) == 0;
+	disk.used_bytes = du.used_bytes;
+	disk.exact = du.exact;
+	json_t *o = stats_to_json(sb->id, sb_state_name(sb->state), &pr, sb->res.cpu_request_millis,
+				  sb->res.memory_request_bytes, have_disk ? &disk : NULL);
 	if (!o) {
 		http_send_error(req, 500, WIRE_CODE(GENERAL_OUT_OF_MEMORY), "out of memory");
 		return;
@@ -621,21 +610,10 @@ static void send_state_write_failed(struct evhttp_request *req, const struct san
 
 static void h_delete(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
 {
-	if (sb->creating) {
-		sb->delete_requested = true;
-		log_info("sandbox %s: deleted while being created", sb->id);
-	} else if (sb->waiting) {
-		char msg[160];
-		snprintf(msg, sizeof(msg), "sandbox %s was deleted while waiting for capacity",
-			 sb->id);
-		admission_cancel(sb, 409, WIRE_CODE(SANDBOX_DELETED), msg);
-		lifecycle_teardown(sb, "deleted while waiting for capacity");
-	} else {
-		int r = lifecycle_delete(sb, "deleted");
-		if (r < 0) {
-			send_state_write_failed(req, sb, r, "deleted");
-			return;
-		}
+	int r = lifecycle_delete(sb, "deleted");
+	if (r < 0) {
+		send_state_write_failed(req, sb, r, "deleted");
+		return;
 	}
 	http_send_empty(req, 204);
 }
@@ -926,7 +904,7 @@ static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbo
 	while (evhttp_remove_header(evhttp_request_get_input_headers(req), TOKEN_HEADER) == 0)
 		;
 	upstream_set_broken_cb(on_proxy_broken, d);
-	upstream_proxy(d->base, sb->sock_path, sb->pid, req, target, on_proxy_fail, d);
+	upstream_proxy(d->base, sb->sock_path, sb->execd_pid, req, target, on_proxy_fail, d);
 }
 
 /* --- routing ------------------------------------------------------------------------------ */

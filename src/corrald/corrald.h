@@ -23,6 +23,15 @@
 #define CORRALD_BODY_BUDGET (512LL * 1024 * 1024)  /* request bodies held at once, all connections */
 #define EXECD_PORT 44772
 
+/* Where a sandbox is in corrald's hands (its API state is enum sb_state). */
+enum sb_phase {
+	SB_PHASE_QUEUED,   /* asking admission for capacity (sb->waiting while it waits); a new
+			    * record starts here. Nothing on disk yet. */
+	SB_PHASE_CREATING, /* image pull, runtime create, readiness pings (sb->creating) */
+	SB_PHASE_LIVE,     /* created or recovered: Running, Paused or ended, per sb->state */
+	SB_PHASE_DELETING, /* marked for teardown: invisible to the API, persisted as "deleting" */
+};
+
 enum sb_state {
 	SB_PENDING,
 	SB_RUNNING,
@@ -37,6 +46,17 @@ int sb_state_parse(const char *s, enum sb_state *ret);
 
 struct create_ctx;
 struct admit_wait;
+
+/* A sandbox's validated resources as numbers: parsed once (create_params_parse() and
+ * disk_limit_apply()), then carried and persisted with the sandbox ("resources" in sandbox.json). */
+struct sandbox_resources {
+	uint64_t cpu_limit_millis;     /* 0 = no quota */
+	uint64_t memory_limit_bytes;   /* 0 = no limit */
+	uint64_t pids_max;             /* 0 = RUNTIME_DEFAULT_PIDS_MAX */
+	uint64_t cpu_request_millis;   /* admission, stats; the limit when none was requested */
+	uint64_t memory_request_bytes;
+	uint64_t disk_limit_bytes;     /* ephemeral-storage; 0 = the state dir's, unlimited */
+};
 
 struct sandbox {
 	unsigned ref;
@@ -65,21 +85,20 @@ struct sandbox {
 	json_t *entrypoint, *env, *metadata, *limits, *requests, *extensions, *platform;
 	json_t *volumes; /* the create's normalized volumes (validate.h), or NULL; in memory only:
 			  * the runtime keeps what outlives the create (volume.h) */
+	struct sandbox_resources res; /* limits and requests as numbers */
 	int64_t timeout_s; /* 0 = none */
 	bool oom_group;
 
-	pid_t pid; /* sandbox PID 1 (corral-execd); 0 until created */
-	uint64_t starttime;
-	int watch_fd; /* the runtime's watch() fd on PID 1, or -1 */
+	struct runtime_handle handle; /* the runtime's name for it (persisted); empty until created */
+	pid_t execd_pid; /* the endpoint's peer_pid: execd's listener must be it; 0 = unknown */
+	struct runtime_watch *watch; /* the runtime's watch (death, and the oomGroup policy) */
+	int watch_fd;                /* its fd, or -1 */
 	struct event *death_ev;
 	struct event *ttl_ev;
-	struct event *oom_ev; /* oom_group on v1 (no kernel group kill): the OOM eventfd's event, or
-			       * a poll of the OOM-kill counter where the runtime has no watch */
-	int oom_fd;           /* the runtime's oom_watch() fd, or -1 */
-	bool oom_fired;       /* corrald killed the group for an OOM: the death is OOMKilled */
+	bool oom_fired; /* the runtime saw a group OOM (and killed the group): the death is OOMKilled */
 
-	bool deleting;         /* marked for teardown: invisible to the API, persisted */
-	bool delete_requested; /* DELETE arrived while Pending: roll back when the create ends */
+	enum sb_phase phase;
+	bool delete_requested; /* Creating only: a DELETE came; roll back when the create ends */
 	struct worker teardown;
 	struct event *retry_ev;
 	struct create_ctx *creating;
@@ -145,11 +164,15 @@ int sandbox_save(struct sandbox *sb);
 /* The status of a SANDBOX::STATE_WRITE_FAILED for sandbox_save()'s r: 507 when the file system is
  * full, else 500. */
 int sandbox_save_status(int r);
+/* The runtime's handle of sb (after create, or from its record), and the endpoint that goes with it. */
+void sandbox_set_handle(struct sandbox *sb, const struct runtime_handle *h);
 /* Load <dir>/sandbox.json into a new record. */
 int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *msg, size_t msglen);
 /* The API's Sandbox object; the create response omits image. */
 json_t *sandbox_to_api(const struct sandbox *sb, bool create_response);
 bool sandbox_ended(const struct sandbox *sb);
+/* Shown by the API: not being deleted (nor asked to be while it was created). */
+bool sandbox_visible(const struct sandbox *sb);
 
 void registry_add(struct corrald *d, struct sandbox *sb);
 void registry_remove(struct corrald *d, struct sandbox *sb);
@@ -160,12 +183,16 @@ struct sandbox *registry_find_any(struct corrald *d, const char *id);
 /* lifecycle.c: create, death watch, TTL, pause/resume, teardown, recovery. */
 typedef void (*create_done_fn)(struct sandbox *sb, int status, const char *code, const char *msg,
 			       void *arg);
-/* Takes ownership of sb's spec fields; done gets status 202 or an error status/code/message. */
-int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit, uint64_t pids_max,
-		     uint64_t cpu_req, uint64_t mem_req, create_done_fn done, void *arg);
+/* Creates sb as its record says (sb->res included); done gets status 202 or an error
+ * status/code/message. */
+int lifecycle_create(struct sandbox *sb, create_done_fn done, void *arg);
 void lifecycle_teardown(struct sandbox *sb, const char *why);
-/* DELETE: like lifecycle_teardown, but only once the delete mark is durable; else -errno, nothing
- * changed. */
+/*
+ * End sb whatever its phase (DELETE, a create's client gone): a queued create is taken out of
+ * the queue, answered 409 SANDBOX::DELETED and torn down; one being made is rolled back once its
+ * runtime work ends; a live one is torn down once the delete mark is durable (else -errno,
+ * nothing changed). why ("deleted", "its client hung up") goes to the log.
+ */
 int lifecycle_delete(struct sandbox *sb, const char *why);
 void lifecycle_arm_ttl(struct sandbox *sb);
 /* -EBUSY: wrong state; *write_err < 0 (and the change undone): the record could not be stored. */

@@ -695,7 +695,7 @@ static struct sandbox *image_user(struct corrald *d, const char *name)
 {
 	struct sandbox *sb;
 	TAILQ_FOREACH(sb, &d->sandboxes, link)
-		if (sb->registry_image && !sb->deleting && !sandbox_ended(sb) &&
+		if (sb->registry_image && sb->phase != SB_PHASE_DELETING && !sandbox_ended(sb) &&
 		    strcmp(sb->rootfs, name) == 0)
 			return sb;
 	return NULL;

@@ -27,7 +27,6 @@
 #define PING_TIMEOUT_MS 1000
 #define PING_BACKOFF_MAX_MS 20
 #define TEARDOWN_RETRY_S 5
-#define OOM_POLL_MS 250
 
 struct create_ctx {
 	struct sandbox *sb; /* reference */
@@ -52,6 +51,7 @@ struct create_ctx {
 
 static void watch_death(struct sandbox *sb);
 static void sandbox_died(struct sandbox *sb);
+static void teardown_begin(struct sandbox *sb, const char *why);
 
 /* --- create ------------------------------------------------------------------------------- */
 
@@ -85,11 +85,12 @@ static void create_finish(struct create_ctx *c, int status, const char *code, co
 		/* The one log line for this failure (a client's mistake is not an error); roll back. */
 		log_msg(status >= 500 ? LOG_LVL_ERROR : LOG_LVL_INFO, "create sandbox %s: %d %s: %s",
 			sb->id, status, code, msg);
-		lifecycle_teardown(sb, "create failed");
+		teardown_begin(sb, "create failed");
 	} else {
+		sb->phase = SB_PHASE_LIVE;
 		int64_t now = time_mono_ms();
 		log_info("sandbox %s: running (pid %d) after %lld ms: runtime %lld ms, execd ready %lld ms later (%u ping(s))",
-			 sb->id, (int)sb->pid, (long long)(now - c->start_mono_ms),
+			 sb->id, (int)sb->execd_pid, (long long)(now - c->start_mono_ms),
 			 (long long)(c->created_mono_ms - c->start_mono_ms),
 			 (long long)(now - c->created_mono_ms), c->pings);
 	}
@@ -163,7 +164,7 @@ static void ping_start(struct create_ctx *c)
 	int64_t left = c->deadline_mono_ms - time_mono_ms();
 	int timeout = (int)MAX(1, MIN(left, PING_TIMEOUT_MS));
 	c->ping_in_flight = true;
-	int r = upstream_ping(c->sb->d->base, c->sb->sock_path, c->sb->pid, timeout, on_ping, c);
+	int r = upstream_ping(c->sb->d->base, c->sb->sock_path, c->sb->execd_pid, timeout, on_ping, c);
 	if (r < 0)
 		on_ping(r, c);
 }
@@ -215,7 +216,7 @@ static void create_in_worker(void *arg, struct worker_result *res)
 			return;
 		}
 	}
-	res->rc = d->rt->create(&d->rt_cfg, &c->spec, &res->pid, &res->starttime, &err);
+	res->rc = d->rt->create(&d->rt_cfg, &c->spec, &res->handle, &err);
 	if (res->rc < 0)
 		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-res->rc));
 }
@@ -277,10 +278,9 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 			    res->msg);
 		return;
 	}
-	/* Not saved until Running: a restart tears a Pending sandbox down through its cgroup. */
+	/* Not saved until Running: a restart tears a Pending sandbox down by its id alone. */
 	c->created_mono_ms = time_mono_ms();
-	sb->pid = res->pid;
-	sb->starttime = res->starttime;
+	sandbox_set_handle(sb, &res->handle);
 	watch_death(sb);
 	if (c->finished) /* died already */
 		return;
@@ -393,8 +393,48 @@ static void on_image_pulled(int rc, const char *msg, void *arg)
 			    strerror(-r));
 }
 
-int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit, uint64_t pids_max,
-		     uint64_t cpu_req, uint64_t mem_req, create_done_fn done, void *arg)
+/* Admitted: pull the image if it must be, then the runtime's part. */
+static int create_begin(struct create_ctx *c)
+{
+	struct sandbox *sb = c->sb;
+	int r;
+	c->start_mono_ms = time_mono_ms();
+	sb->creating = c; /* before the worker forks: it sees the sandbox as it will be */
+	sb->phase = SB_PHASE_CREATING;
+	if (sb->registry_image && image_needs_pull(sb)) {
+		sandbox_set_status(sb, SB_PENDING, "ImagePulling", "pulling %s", sb->rootfs);
+		r = image_ensure(sb, on_image_pulled, c);
+	} else {
+		r = create_start(c);
+	}
+	if (r < 0) {
+		sb->creating = NULL;
+		sb->phase = SB_PHASE_QUEUED; /* nothing started: as before */
+	}
+	return r;
+}
+
+static void on_admitted(struct sandbox *sb, void *arg)
+{
+	struct create_ctx *c = arg;
+	int r = create_begin(c);
+	if (r < 0)
+		create_fail(c, 500, WIRE_CODE(SANDBOX_CREATE_FAILED), "create sandbox %s: %s", sb->id,
+			    strerror(-r));
+}
+
+/* A queued create that will never be admitted: answered, then torn down. */
+static void on_refused(struct sandbox *sb, int status, const char *code, const char *msg,
+		       const char *why, void *arg)
+{
+	struct create_ctx *c = arg;
+	c->finished = true;
+	c->done(sb, status, code, msg, c->arg);
+	teardown_begin(sb, why);
+	create_ctx_maybe_free(c);
+}
+
+int lifecycle_create(struct sandbox *sb, create_done_fn done, void *arg)
 {
 	struct corrald *d = sb->d;
 	struct create_ctx *c = calloc(1, sizeof(*c));
@@ -419,153 +459,74 @@ int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit,
 	c->spec.host_image = sb->host_image;
 	c->spec.entrypoint = c->argv;
 	c->spec.env = c->envp;
-	c->spec.cpu_limit_millis = cpu_limit;
-	c->spec.memory_limit_bytes = mem_limit;
-	c->spec.pids_max = pids_max;
-	c->spec.cpu_request_millis = cpu_req;
-	c->spec.memory_request_bytes = mem_req;
+	c->spec.cpu_limit_millis = sb->res.cpu_limit_millis;
+	c->spec.memory_limit_bytes = sb->res.memory_limit_bytes;
+	c->spec.pids_max = sb->res.pids_max;
+	c->spec.cpu_request_millis = sb->res.cpu_request_millis;
+	c->spec.memory_request_bytes = sb->res.memory_request_bytes;
+	c->spec.disk_limit_bytes = sb->res.disk_limit_bytes;
 	c->spec.oom_group = sb->oom_group;
-	const char *disk = json_string_value(json_object_get(sb->limits, "ephemeral-storage"));
-	if (disk)
-		(void)quantity_parse_bytes(disk, &c->spec.disk_limit_bytes); /* validated */
 	spec_volumes(c, sb->volumes);
 
 	c->w.fn = create_in_worker;
 	c->w.done = on_create_worker_done;
 	c->w.arg = c;
-	c->start_mono_ms = time_mono_ms();
-	if (sb->registry_image && image_needs_pull(sb)) {
-		sandbox_set_status(sb, SB_PENDING, "ImagePulling", "pulling %s", sb->rootfs);
-		int r = image_ensure(sb, on_image_pulled, c);
-		if (r < 0) {
-			c->finished = true;
-			create_ctx_maybe_free(c);
-			return r;
-		}
-		sb->creating = c;
-		return 0;
-	}
-	int r = create_start(c);
+	static const struct admission_cb admission_cb = {on_admitted, on_refused};
+	sb->phase = SB_PHASE_QUEUED;
+	int r = admission_request(sb, &admission_cb, c);
+	if (r == 0)
+		return 0; /* queued: on_admitted() or on_refused() */
+	if (r > 0)
+		r = create_begin(c);
 	if (r < 0) {
+		admission_release(sb);
 		c->finished = true;
 		create_ctx_maybe_free(c);
 		return r;
 	}
-	sb->creating = c;
 	return 0;
 }
 
 /* --- death watch -------------------------------------------------------------------------- */
 
 /*
- * extensions.oomGroup: the first OOM ends the whole sandbox, as Kubernetes does. cgroup v2 does
- * that itself (memory.oom.group). On v1 the runtime gives an eventfd that the kernel signals on
- * each OOM of the sandbox's memory cgroup (memory.oom_control + cgroup.event_control): corrald
- * kills the group through the runtime as soon as it fires. Without such a watch corrald polls the
- * OOM-kill counter instead. Only sandboxes that asked for it are watched.
+ * What the runtime's watch has seen: true when the sandbox ended (then sandbox_died() has run).
+ * extensions.oomGroup (the first OOM ends the whole sandbox, as Kubernetes does) is the
+ * runtime's to apply behind the same fd where its kernel does not.
  */
-static void oom_group_kill(struct sandbox *sb, const char *how)
+static bool watch_events(struct sandbox *sb)
 {
 	struct corrald *d = sb->d;
 	struct error err = {0};
-	log_info("sandbox %s: OOM with oomGroup set (%s): killing the whole sandbox", sb->id, how);
-	sb->oom_fired = true;
-	event_del(sb->oom_ev);
-	if (d->rt->kill(&d->rt_cfg, sb->id, &err) < 0)
-		log_error("sandbox %s: group OOM kill failed: %s", sb->id, err.msg);
-}
-
-static void on_oom_grace_over(evutil_socket_t fd, short what, void *arg)
-{
-	struct sandbox *sb = arg;
-	if (!sb->deleting && !sandbox_ended(sb) && sb->death_ev)
-		oom_group_kill(sb, "memory.oom_control event");
-	sandbox_unref(sb);
-}
-
-/* The kernel signals the eventfd just before its OOM killer picks a victim. Killing the group at
- * once would race that kill (a task already dying of our SIGKILL is not counted as OOM-killed),
- * and the stats would show no OOM kill: let the kernel's kill land first. */
-#define OOM_GROUP_GRACE_MS 50
-
-static void on_oom_event(evutil_socket_t fd, short what, void *arg)
-{
-	struct sandbox *sb = arg;
-	uint64_t n;
-	ssize_t _unused_ got = read(fd, &n, sizeof(n));
-	event_del(sb->oom_ev);
-	if (sb->deleting || sandbox_ended(sb) || !sb->death_ev)
-		return;
-	sb->oom_fired = true;
-	struct timeval tv = {0, OOM_GROUP_GRACE_MS * 1000};
-	if (event_base_once(sb->d->base, -1, EV_TIMEOUT, on_oom_grace_over, sandbox_ref(sb), &tv) <
-	    0) {
-		oom_group_kill(sb, "memory.oom_control event");
-		sandbox_unref(sb);
+	struct runtime_watch_report rep;
+	int r = d->rt->watch_check(sb->watch, &rep, &err);
+	if ((rep.events & RUNTIME_WATCH_OOM) && !sb->oom_fired) {
+		sb->oom_fired = true;
+		log_info("sandbox %s: OOM with oomGroup set (%s): killing the whole sandbox", sb->id,
+			 rep.oom_source ? rep.oom_source : "runtime");
 	}
-}
-
-static void on_oom_poll(evutil_socket_t fd, short what, void *arg)
-{
-	struct sandbox *sb = arg;
-	struct corrald *d = sb->d;
-	if (sb->deleting || sandbox_ended(sb) || !sb->death_ev) {
-		event_del(sb->oom_ev);
-		return;
-	}
-	struct sandbox_probe pr = {0};
-	struct error err = {0};
-	if (d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) < 0 || !pr.oom_kills)
-		return;
-	oom_group_kill(sb, "OOM-kill counter");
-}
-
-static void watch_oom(struct sandbox *sb)
-{
-	struct corrald *d = sb->d;
-	if (!sb->oom_group)
-		return;
-	if (!sb->oom_ev && d->rt->oom_watch) {
-		struct error err = {0};
-		int fd = d->rt->oom_watch(&d->rt_cfg, sb->id, &err);
-		if (fd >= 0) {
-			sb->oom_ev = event_new(d->base, fd, EV_READ | EV_PERSIST, on_oom_event, sb);
-			if (sb->oom_ev)
-				sb->oom_fd = fd;
-			else
-				close(fd);
-		} else if (fd != -ENOTSUP) {
-			log_warn("sandbox %s: cannot watch for OOM (%s); polling the OOM-kill counter",
-				 sb->id, err.msg);
-		}
-	}
-	if (sb->oom_fd >= 0) {
-		event_add(sb->oom_ev, NULL);
-		return;
-	}
-	if (!sb->oom_ev && !(sb->oom_ev = event_new(d->base, -1, EV_PERSIST, on_oom_poll, sb)))
-		return;
-	struct timeval tv = {0, OOM_POLL_MS * 1000};
-	event_add(sb->oom_ev, &tv);
+	if (r < 0)
+		log_error("sandbox %s: %s", sb->id, err.msg);
+	if (!(rep.events & RUNTIME_WATCH_ENDED))
+		return false;
+	sandbox_died(sb);
+	return true;
 }
 
 static void on_death_ev(evutil_socket_t fd, short what, void *arg)
 {
-	sandbox_died(arg);
+	watch_events(arg);
 }
 
 static void unwatch_death(struct sandbox *sb)
 {
-	if (sb->oom_ev)
-		event_del(sb->oom_ev);
 	if (sb->death_ev) {
 		event_free(sb->death_ev);
 		sb->death_ev = NULL;
 	}
-	if (sb->watch_fd >= 0) {
-		close(sb->watch_fd);
-		sb->watch_fd = -1;
-	}
+	sb->d->rt->unwatch(sb->watch);
+	sb->watch = NULL;
+	sb->watch_fd = -1;
 }
 
 static void on_died_later(evutil_socket_t fd, short what, void *arg)
@@ -582,8 +543,7 @@ static bool pid1_alive(const struct sandbox *sb)
 	struct corrald *d = sb->d;
 	struct sandbox_probe pr = {0};
 	struct error err = {0};
-	return sb->pid > 0 && d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) >= 0 &&
-	       pr.alive;
+	return d->rt->probe(&d->rt_cfg, sb->id, &sb->handle, &pr, &err) >= 0 && pr.alive;
 }
 
 /* Where the runtime has no watch fd, PID 1 is polled instead. */
@@ -599,12 +559,11 @@ static void watch_death(struct sandbox *sb)
 	struct corrald *d = sb->d;
 	struct error err = {0};
 	unwatch_death(sb);
-	int fd = d->rt->watch(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &err);
+	int fd = d->rt->watch(&d->rt_cfg, sb->id, &sb->handle, sb->oom_group, &sb->watch, &err);
 	if (fd == -ENOSYS && pid1_alive(sb)) {
 		sb->death_ev = event_new(d->base, -1, EV_PERSIST, on_death_poll, sb);
 		struct timeval tv = {0, 200 * 1000};
 		event_add(sb->death_ev, &tv);
-		watch_oom(sb);
 		return;
 	}
 	if (fd < 0) {
@@ -613,18 +572,27 @@ static void watch_death(struct sandbox *sb)
 		return;
 	}
 	sb->watch_fd = fd;
-	sb->death_ev = event_new(d->base, fd, EV_READ, on_death_ev, sb);
+	sb->death_ev = event_new(d->base, fd, EV_READ | EV_PERSIST, on_death_ev, sb);
 	event_add(sb->death_ev, NULL);
-	watch_oom(sb);
 }
 
 void lifecycle_check_alive_within(struct sandbox *sb, int wait_ms)
 {
 	if (!sb->death_ev || sandbox_ended(sb))
 		return;
-	struct pollfd p = {.fd = sb->watch_fd, .events = POLLIN};
-	if (sb->watch_fd >= 0 ? poll(&p, 1, wait_ms) > 0 : !pid1_alive(sb))
-		sandbox_died(sb);
+	if (sb->watch_fd < 0) {
+		if (!pid1_alive(sb))
+			sandbox_died(sb);
+		return;
+	}
+	/* The watch fd also turns readable on an OOM (the sandbox then still runs for a moment). */
+	int64_t deadline = time_mono_ms() + wait_ms;
+	for (;;) {
+		struct pollfd p = {.fd = sb->watch_fd, .events = POLLIN};
+		int64_t left = deadline - time_mono_ms();
+		if (poll(&p, 1, left > 0 ? (int)left : 0) <= 0 || watch_events(sb) || left <= 0)
+			return;
+	}
 }
 
 void lifecycle_check_alive(struct sandbox *sb)
@@ -644,7 +612,7 @@ static void describe_death(struct sandbox *sb, enum sb_state *state, char *reaso
 	struct corrald *d = sb->d;
 	struct sandbox_probe pr = {0};
 	struct error err = {0};
-	bool probed = d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) >= 0;
+	bool probed = d->rt->probe(&d->rt_cfg, sb->id, &sb->handle, &pr, &err) >= 0;
 
 	struct sandbox_exit ex;
 	struct error xerr = {0};
@@ -673,21 +641,21 @@ static void describe_death(struct sandbox *sb, enum sb_state *state, char *reaso
 	} else if (have_ex) {
 		snprintf(reason, rlen, "%s", ereason ? ereason : "ExecdExited");
 		*state = entry_exit && code == 0 ? SB_TERMINATED : SB_FAILED;
-		snprintf(msg, mlen, "sandbox PID 1 (pid %d) exited: %s (exit code %lld)", (int)sb->pid,
+		snprintf(msg, mlen, "sandbox PID 1 (pid %d) exited: %s (exit code %lld)", (int)sb->execd_pid,
 			 emsg ? emsg : reason, code);
 	} else {
 		*state = SB_FAILED;
 		snprintf(reason, rlen, "ExecdExited");
 		snprintf(msg, mlen,
 			 "sandbox PID 1 (corral-execd, pid %d) exited without an exit report (killed by a signal?)",
-			 (int)sb->pid);
+			 (int)sb->execd_pid);
 	}
 }
 
 static void sandbox_died(struct sandbox *sb)
 {
 	unwatch_death(sb);
-	if (sb->deleting || sandbox_ended(sb))
+	if (sb->phase == SB_PHASE_DELETING || sandbox_ended(sb))
 		return;
 	enum sb_state state;
 	char reason[64], msg[768];
@@ -722,7 +690,7 @@ static void sandbox_died(struct sandbox *sb)
 static void on_ttl(evutil_socket_t fd, short what, void *arg)
 {
 	struct sandbox *sb = arg;
-	if (!sb->has_expiry || sb->deleting)
+	if (!sb->has_expiry || sb->phase == SB_PHASE_DELETING)
 		return;
 	if (time_now_ms() < sb->expires_ms) {
 		lifecycle_arm_ttl(sb); /* renewed meanwhile, or the clock moved */
@@ -733,7 +701,7 @@ static void on_ttl(evutil_socket_t fd, short what, void *arg)
 
 void lifecycle_arm_ttl(struct sandbox *sb)
 {
-	if (!sb->has_expiry || sb->deleting) {
+	if (!sb->has_expiry || sb->phase == SB_PHASE_DELETING) {
 		if (sb->ttl_ev)
 			event_del(sb->ttl_ev);
 		return;
@@ -896,12 +864,12 @@ static void teardown_start(struct sandbox *sb)
 /*
  * The delete mark, durable: sandbox.json saying "deleting", or, when that cannot be written (a full
  * file system), no sandbox.json at all: recovery tears a directory without a record down. Sets
- * sb->deleting; -errno when neither could be made durable.
+ * the phase Deleting; -errno when neither could be made durable.
  */
 static int mark_deleting(struct sandbox *sb)
 {
 	struct stat st;
-	sb->deleting = true;
+	sb->phase = SB_PHASE_DELETING;
 	if (stat(sb->dir, &st) < 0)
 		return 0; /* nothing on disk yet */
 	int r = sandbox_save(sb);
@@ -921,24 +889,47 @@ static int mark_deleting(struct sandbox *sb)
 
 int lifecycle_delete(struct sandbox *sb, const char *why)
 {
-	if (!sb->creating && !sb->deleting) {
-		int r = mark_deleting(sb);
-		if (r < 0) {
-			sb->deleting = false;
+	char msg[160], why_queued[160];
+	int r;
+	switch (sb->phase) {
+	case SB_PHASE_QUEUED:
+		snprintf(msg, sizeof(msg), "sandbox %s was deleted while waiting for capacity",
+			 sb->id);
+		snprintf(why_queued, sizeof(why_queued), "%s while it waited for capacity", why);
+		admission_cancel(sb, 409, WIRE_CODE(SANDBOX_DELETED), msg, why_queued); /* on_refused() */
+		return 0;
+	case SB_PHASE_CREATING:
+		if (!sb->delete_requested)
+			log_info("sandbox %s: %s while it was being created: rolling back", sb->id,
+				 why);
+		sb->delete_requested = true; /* create_finish() tears it down */
+		return 0;
+	case SB_PHASE_LIVE:
+		if ((r = mark_deleting(sb)) < 0) {
+			sb->phase = SB_PHASE_LIVE;
 			return r;
 		}
 		log_info("sandbox %s: teardown (%s)", sb->id, why);
+		break;
+	case SB_PHASE_DELETING:
+		break;
 	}
-	lifecycle_teardown(sb, why);
+	teardown_begin(sb, why);
 	return 0;
 }
 
 void lifecycle_teardown(struct sandbox *sb, const char *why)
 {
-	if (sb->creating)
+	if (sb->phase == SB_PHASE_CREATING)
 		return; /* the create path rolls back itself */
+	teardown_begin(sb, why);
+}
+
+/* Release the requests, mark (durably, best effort), stop the timers and watches, remove. */
+static void teardown_begin(struct sandbox *sb, const char *why)
+{
 	admission_release(sb);
-	if (!sb->deleting) {
+	if (sb->phase != SB_PHASE_DELETING) {
 		log_info("sandbox %s: teardown (%s)", sb->id, why);
 		int r = mark_deleting(sb);
 		if (r < 0) /* the teardown goes on: it removes the directory, record and all */
@@ -956,7 +947,7 @@ void lifecycle_teardown(struct sandbox *sb, const char *why)
 static void on_adopt_ping(int result, void *arg)
 {
 	struct sandbox *sb = arg;
-	if (result < 0 && sb->in_registry && !sb->deleting && sb->state == SB_RUNNING)
+	if (result < 0 && sb->in_registry && sb->phase == SB_PHASE_LIVE && sb->state == SB_RUNNING)
 		log_warn("sandbox %s: re-adopted, but corral-execd does not answer ping yet: %s",
 			 sb->id, strerror(-result));
 	sandbox_unref(sb);
@@ -975,14 +966,14 @@ static void recover_one(struct corrald *d, const char *id)
 			return;
 		sb->image_uri = strdup("");
 		sb->entrypoint = json_array();
-		sb->deleting = true;
+		sb->phase = SB_PHASE_DELETING;
 		registry_add(d, sb);
 		teardown_start(sb);
 		sandbox_unref(sb);
 		return;
 	}
 	registry_add(d, sb);
-	if (sb->deleting) {
+	if (sb->phase == SB_PHASE_DELETING) {
 		log_info("sandbox %s: finishing an interrupted teardown", id);
 		teardown_start(sb);
 	} else if (sb->state == SB_PENDING) {
@@ -991,8 +982,7 @@ static void recover_one(struct corrald *d, const char *id)
 		/* Alive = same pid, same start time, not a zombie (the runtime's probe checks all). */
 		struct sandbox_probe pr = {0};
 		struct error err = {0};
-		bool probed = sb->pid > 0 &&
-			      d->rt->probe(&d->rt_cfg, sb->id, sb->pid, sb->starttime, &pr, &err) >= 0;
+		bool probed = d->rt->probe(&d->rt_cfg, sb->id, &sb->handle, &pr, &err) >= 0;
 		bool alive = probed && pr.alive;
 		if (alive) {
 			enum sb_state want = !probed ? sb->state : pr.frozen ? SB_PAUSED : SB_RUNNING;
@@ -1004,10 +994,10 @@ static void recover_one(struct corrald *d, const char *id)
 			admission_adopt(sb);
 			watch_death(sb);
 			if (sb->state == SB_RUNNING &&
-			    upstream_ping(d->base, sb->sock_path, sb->pid, 2000, on_adopt_ping, sandbox_ref(sb)) < 0)
+			    upstream_ping(d->base, sb->sock_path, sb->execd_pid, 2000, on_adopt_ping, sandbox_ref(sb)) < 0)
 				sandbox_unref(sb);
 			log_info("sandbox %s: re-adopted (%s, pid %d)", id, sb_state_name(sb->state),
-				 (int)sb->pid);
+				 (int)sb->execd_pid);
 		} else {
 			sandbox_died(sb);
 		}

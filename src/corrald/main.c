@@ -632,7 +632,7 @@ int main(int argc, char **argv)
 	if (d->default_disk_bytes && check_default_disk(d) < 0)
 		return 1;
 
-	/* One pidfd per live sandbox plus client and execd connections: 1024 is far too few. */
+	/* One runtime watch fd (or more) per live sandbox plus client and execd connections: 1024 is far too few. */
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
@@ -641,7 +641,7 @@ int main(int argc, char **argv)
 				 (unsigned long long)rl.rlim_max, strerror(errno));
 	}
 
-	/* Half the descriptors for clients at most: sandboxes (pidfds) and execd connections need theirs. */
+	/* Half the descriptors for clients at most: sandboxes (watch fds) and execd connections need theirs. */
 	if (!max_conn_given) {
 		d->max_connections = DEFAULT_MAX_CONNECTIONS;
 		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&

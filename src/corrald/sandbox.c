@@ -9,6 +9,7 @@
 #include "corrald/corrald.h"
 #include "shared/fsutil.h"
 #include "shared/log.h"
+#include "shared/quantity.h"
 #include "shared/timeutil.h"
 
 #define SANDBOX_JSON_VERSION 1
@@ -35,6 +36,11 @@ int sb_state_parse(const char *s, enum sb_state *ret)
 	return -EINVAL;
 }
 
+bool sandbox_visible(const struct sandbox *sb)
+{
+	return sb->phase != SB_PHASE_DELETING && !sb->delete_requested;
+}
+
 bool sandbox_ended(const struct sandbox *sb)
 {
 	return sb->state == SB_TERMINATED || sb->state == SB_FAILED;
@@ -48,14 +54,28 @@ struct sandbox *sandbox_new(struct corrald *d, const char *id)
 	sb->ref = 1;
 	sb->d = d;
 	sb->watch_fd = -1;
-	sb->oom_fd = -1;
 	sb->teardown = (struct worker)WORKER_INIT;
 	snprintf(sb->id, sizeof(sb->id), "%s", id);
 	snprintf(sb->dir, sizeof(sb->dir), "%s/%s", d->sandboxes_dir, id);
-	struct error err = {0};
-	if (d->rt->endpoint(&d->rt_cfg, id, sb->sock_path, sizeof(sb->sock_path), &err) < 0)
-		sb->sock_path[0] = '\0'; /* an invalid id: nothing to connect to */
+	sandbox_set_handle(sb, NULL);
 	return sb;
+}
+
+void sandbox_set_handle(struct sandbox *sb, const struct runtime_handle *h)
+{
+	struct corrald *d = sb->d;
+	struct runtime_endpoint ep;
+	struct error err = {0};
+	if (h)
+		sb->handle = *h;
+	sb->handle.s[sizeof(sb->handle.s) - 1] = '\0';
+	if (d->rt->endpoint(&d->rt_cfg, sb->id, h ? &sb->handle : NULL, &ep, &err) < 0) {
+		sb->sock_path[0] = '\0'; /* an invalid id: nothing to connect to */
+		sb->execd_pid = 0;
+		return;
+	}
+	snprintf(sb->sock_path, sizeof(sb->sock_path), "%s", ep.path);
+	sb->execd_pid = ep.peer_pid;
 }
 
 struct sandbox *sandbox_ref(struct sandbox *sb)
@@ -73,12 +93,8 @@ static void sandbox_free(struct sandbox *sb)
 		event_free(sb->ttl_ev);
 	if (sb->retry_ev)
 		event_free(sb->retry_ev);
-	if (sb->oom_ev)
-		event_free(sb->oom_ev);
-	if (sb->watch_fd >= 0)
-		close(sb->watch_fd);
-	if (sb->oom_fd >= 0)
-		close(sb->oom_fd);
+	if (sb->watch)
+		sb->d->rt->unwatch(sb->watch);
 	worker_clear(&sb->teardown);
 	free(sb->reason);
 	free(sb->message);
@@ -169,6 +185,53 @@ json_t *sandbox_to_api(const struct sandbox *sb, bool create_response)
 	return o;
 }
 
+/* The record's "resources": the numbers, exactly (JSON integers up to 2^63, as all of them are). */
+#define RESOURCE_FIELDS(X)                                                                         \
+	X(cpu_limit_millis, "cpuLimitMillis")                                                      \
+	X(memory_limit_bytes, "memoryLimitBytes")                                                  \
+	X(pids_max, "pidsMax")                                                                     \
+	X(cpu_request_millis, "cpuRequestMillis")                                                  \
+	X(memory_request_bytes, "memoryRequestBytes")                                              \
+	X(disk_limit_bytes, "diskLimitBytes")
+
+static json_t *resources_to_json(const struct sandbox_resources *r)
+{
+	json_t *o = json_object();
+#define X(field, key) json_object_set_new(o, key, json_integer((json_int_t)r->field));
+	RESOURCE_FIELDS(X)
+#undef X
+	return o;
+}
+
+static void resources_from_json(json_t *o, struct sandbox_resources *r)
+{
+#define X(field, key) r->field = (uint64_t)json_integer_value(json_object_get(o, key));
+	RESOURCE_FIELDS(X)
+#undef X
+}
+
+/* A record written before "resources": the numbers from the validated strings it kept. */
+static void resources_from_strings(json_t *limits, json_t *requests, struct sandbox_resources *r)
+{
+	const char *v;
+	*r = (struct sandbox_resources){0};
+	if ((v = json_string_value(json_object_get(limits, "cpu"))))
+		(void)quantity_parse_cpu(v, &r->cpu_limit_millis);
+	if ((v = json_string_value(json_object_get(limits, "memory"))))
+		(void)quantity_parse_bytes(v, &r->memory_limit_bytes);
+	if ((v = json_string_value(json_object_get(limits, "pids")))) {
+		char *end;
+		unsigned long long n = strtoull(v, &end, 10);
+		r->pids_max = *end ? 0 : n;
+	}
+	if ((v = json_string_value(json_object_get(limits, "ephemeral-storage"))))
+		(void)quantity_parse_bytes(v, &r->disk_limit_bytes);
+	if ((v = json_string_value(json_object_get(requests, "cpu"))))
+		(void)quantity_parse_cpu(v, &r->cpu_request_millis);
+	if ((v = json_string_value(json_object_get(requests, "memory"))))
+		(void)quantity_parse_bytes(v, &r->memory_request_bytes);
+}
+
 /*
  * sandbox.json: everything needed to rebuild the record after a restart. Times are unix ms (exact)
  * with RFC 3339 copies for humans; "status.state" is the API state name.
@@ -202,10 +265,10 @@ static json_t *sandbox_to_disk(const struct sandbox *sb)
 	json_t *st = status_json(sb);
 	json_object_set_new(st, "lastTransitionAtMs", json_integer(sb->transition_ms));
 	json_object_set_new(o, "status", st);
-	json_object_set_new(o, "pid", json_integer(sb->pid));
-	json_object_set_new(o, "starttime", json_integer((json_int_t)sb->starttime));
+	json_object_set_new(o, "handle", json_string(sb->handle.s));
+	json_object_set_new(o, "resources", resources_to_json(&sb->res));
 	json_object_set_new(o, "oomGroup", json_boolean(sb->oom_group));
-	json_object_set_new(o, "deleting", json_boolean(sb->deleting));
+	json_object_set_new(o, "deleting", json_boolean(sb->phase == SB_PHASE_DELETING));
 	return o;
 }
 
@@ -287,13 +350,23 @@ int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *
 	sb->limits = obj_or_empty(json_object_get(o, "resourceLimits"));
 	sb->requests = obj_or_empty(json_object_get(o, "resourceRequests"));
 	sb->extensions = obj_or_empty(json_object_get(o, "extensions"));
+	json_t *res = json_object_get(o, "resources");
+	if (json_is_object(res))
+		resources_from_json(res, &sb->res);
+	else
+		resources_from_strings(sb->limits, sb->requests, &sb->res);
 	json_t *pl = json_object_get(o, "platform");
 	sb->platform = json_is_object(pl) ? json_incref(pl) : NULL;
 	sb->timeout_s = json_integer_value(json_object_get(o, "timeoutSeconds"));
-	sb->pid = (pid_t)json_integer_value(json_object_get(o, "pid"));
-	sb->starttime = (uint64_t)json_integer_value(json_object_get(o, "starttime"));
+	/* Records before handles have "pid" and "starttime" instead: an empty handle, which the
+	 * runtime resolves by the sandbox's id (the native one from its own pid file). */
+	struct runtime_handle h = {{0}};
+	const char *hs = json_string_value(json_object_get(o, "handle"));
+	if (hs && strlen(hs) < sizeof(h.s))
+		memcpy(h.s, hs, strlen(hs));
+	sandbox_set_handle(sb, &h);
 	sb->oom_group = json_is_true(json_object_get(o, "oomGroup"));
-	sb->deleting = json_is_true(json_object_get(o, "deleting"));
+	sb->phase = json_is_true(json_object_get(o, "deleting")) ? SB_PHASE_DELETING : SB_PHASE_LIVE;
 	json_decref(o);
 	if (!sb->image_uri || !sb->rootfs) {
 		sandbox_unref(sb);
@@ -340,5 +413,5 @@ struct sandbox *registry_find_any(struct corrald *d, const char *id)
 struct sandbox *registry_find(struct corrald *d, const char *id)
 {
 	struct sandbox *sb = registry_find_any(d, id);
-	return sb && !sb->deleting && !sb->delete_requested ? sb : NULL;
+	return sb && sandbox_visible(sb) ? sb : NULL;
 }

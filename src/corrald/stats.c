@@ -1,65 +1,10 @@
 /*
- * Usage stats: JSON from a probe, and the disk usage of a writable layer.
+ * Usage stats: JSON from a probe and the runtime's disk usage.
  */
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/statfs.h>
-#include <unistd.h>
 
 #include "corrald/stats.h"
 #include "shared/macro.h"
-
-#define WALK_DEPTH_MAX 256
-
-static int walk(int dfd, dev_t dev, unsigned depth, uint64_t *sum, unsigned long *n)
-{
-	DIR *d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
-		return -errno;
-	}
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		if (++*n > STATS_DISK_WALK_MAX)
-			break;
-		struct stat st;
-		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_dev != dev)
-			continue;
-		/* A hard-linked file is counted once per link: cheap, and an overestimate. */
-		*sum += (uint64_t)st.st_blocks * 512;
-		if (S_ISDIR(st.st_mode) && depth < WALK_DEPTH_MAX) {
-			int sub = openat(dirfd(d), e->d_name,
-					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub >= 0)
-				walk(sub, dev, depth + 1, sum, n);
-		}
-	}
-	closedir(d);
-	return 0;
-}
-
-int stats_disk_usage(const char *dir, struct stats_disk *ret)
-{
-	ret->used_bytes = 0;
-	ret->exact = true;
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	struct stat st;
-	if (fstat(fd, &st) < 0) {
-		close(fd);
-		return -errno;
-	}
-	unsigned long n = 0;
-	int r = walk(fd, st.st_dev, 0, &ret->used_bytes, &n);
-	ret->exact = n <= STATS_DISK_WALK_MAX;
-	return r;
-}
 
 static json_t *u64(uint64_t v)
 {

@@ -725,6 +725,7 @@ int disk_limit_apply(struct create_params *p, uint64_t default_bytes, const char
 	if (given) {
 		uint64_t bytes = 0;
 		(void)quantity_parse_bytes(given, &bytes); /* checked by create_params_parse() */
+		p->disk_limit_bytes = bytes;
 		if (bytes > avail_bytes)
 			return verr_set(e, 422, CODE_INVALID_PARAMETER,
 					LOC("resourceLimits", "ephemeral-storage"),
@@ -740,5 +741,6 @@ int disk_limit_apply(struct create_params *p, uint64_t default_bytes, const char
 				avail, default_str);
 	if (json_object_set_new(p->limits, "ephemeral-storage", json_string(default_str)) < 0)
 		return -ENOMEM;
+	p->disk_limit_bytes = default_bytes;
 	return 0;
 }

@@ -49,6 +49,7 @@ struct create_params {
 	int64_t timeout_s;
 	uint64_t cpu_limit_millis, memory_limit_bytes, pids_max;
 	uint64_t cpu_request_millis, memory_request_bytes;
+	uint64_t disk_limit_bytes; /* set by disk_limit_apply() */
 	bool oom_group;
 	json_t *volumes;       /* normalized array (see volumes_apply), or NULL: none */
 };

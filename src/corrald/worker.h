@@ -16,12 +16,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "runtime/runtime.h"
 #include "shared/error.h"
 
 struct worker_result {
 	int rc; /* 0 or a negative errno */
 	pid_t pid;
-	uint64_t starttime;
+	struct runtime_handle handle; /* a create's */
 	bool state_write; /* rc is the failure to store the sandbox's record */
 	char msg[ERROR_MSG_MAX];
 };

@@ -6,8 +6,11 @@
  *    calls them on its event loop: it forks a worker process that calls them and reports the result
  *    over a pipe (see corrald/worker.c). Everything else returns quickly and may run inline.
  *  - The runtime never logs; every failure is returned with a message in struct error.
- *  - A sandbox outlives the process that created it: its PID 1 (corral-execd) is not a child of
- *    corrald, so corrald watches it with a pidfd and identifies it by (pid, start time).
+ *  - A sandbox outlives the process that created it. create() hands back an opaque handle
+ *    (struct runtime_handle) that corrald stores in its record and passes back, uninterpreted, to
+ *    probe(), watch() and endpoint(), also after a restart of corrald. corrald learns that the
+ *    sandbox ended from watch()'s fd, never from a pid of its own.
+ *  - docs/runtime.md ("Writing a runtime backend") lists every op with its contract.
  *
  * On-disk layout of one sandbox (everything below <id>/ is on the host side: the sandbox sees none
  * of these paths, and the directory itself is 0700 root):
@@ -40,7 +43,7 @@
  * stdin/stdout/stderr on /dev/null, all signals at their defaults, in its own session, as root of
  * the sandbox's user namespace (host ids base..base+65535, userns.h) unless cfg->no_userns.
  *
- * Native backend (runtime_native, src/runtime/native.c; cgroup managers in cgroup.h):
+ * Native backend (runtime_native, src/runtime/native*.c; cgroup managers in cgroup.h):
  *  - cgroups: <root>/<cgroup_name>/<id> (v2), <root>/<ctrl>/<cgroup_name>/<id> for ctrl in cpu,
  *    cpuacct, memory, pids, freezer, and the membership-only systemd, unified and cpuset (v1);
  *    <root> = /sys/fs/cgroup or $CORRAL_CGROUP_ROOT. The parent cgroup is created on first use and
@@ -48,12 +51,15 @@
  *    and gives it its own CPU view (sysview.h); a memory limit its own /proc/meminfo.
  *  - $CORRAL_CGROUP_FAVORDYNMODS=1: opt-in remount of the host's cgroup2 mount with favordynmods
  *    (see cgroup_favor_dynmods()).
- *  - On v1 there is no group OOM kill in the kernel: with spec->oom_group, corrald watches the fd
- *    from oom_watch() (an eventfd registered on memory.oom_control) and calls kill() when it fires.
+ *  - The handle is "<pid> <starttime>" of PID 1 (the pid file's line); watch() is a pidfd on it.
+ *  - On v1 there is no group OOM kill in the kernel: with oom_group, watch()'s fd also turns
+ *    readable on an OOM of the sandbox (an eventfd registered on memory.oom_control, or a timer
+ *    polling the OOM-kill counter), and watch_check() kills the group (native_live.c).
  */
 #pragma once
 
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -154,9 +160,45 @@ struct sandbox_spec {
 	size_t n_volumes;               /* at most RUNTIME_VOLUMES_MAX */
 };
 
+/* The backend's name for a created sandbox: NUL-terminated printable ASCII, at most
+ * RUNTIME_HANDLE_MAX - 1 bytes, meaningful only to the backend that made it. corrald persists it
+ * with the sandbox's record. An empty handle (a record written before handles existed) asks the
+ * backend to find the sandbox by its id alone; native: from its pid file. */
+#define RUNTIME_HANDLE_MAX 64
+struct runtime_handle {
+	char s[RUNTIME_HANDLE_MAX];
+};
+
+/* How to reach a sandbox's execd: a unix socket now (TCP or vsock would add fields). */
+struct runtime_endpoint {
+	char path[PATH_MAX]; /* host side; nothing the sandbox can replace */
+	pid_t peer_pid; /* > 0: the listener must be this host process (SO_PEERCRED): PID 1, also
+			 * named in messages; 0: not known (no handle yet) or not a host process */
+};
+
+/* Bytes the sandbox's writable layer holds. */
+struct sandbox_disk_usage {
+	uint64_t used_bytes;
+	bool exact; /* false: counted only up to a bound (a walk of a huge tree stops early) */
+};
+
+/* What a watch saw (watch_check()). */
+enum {
+	RUNTIME_WATCH_ENDED = 1 << 0, /* the sandbox has ended (PID 1 is gone) */
+	RUNTIME_WATCH_OOM = 1 << 1,   /* oom_group: an OOM of the sandbox; the backend is killing
+				       * (or has killed) all of it, so its end is an OOM kill */
+};
+struct runtime_watch_report {
+	unsigned events;        /* RUNTIME_WATCH_* */
+	const char *oom_source; /* with RUNTIME_WATCH_OOM: what told the backend (a static string
+				 * for the log, e.g. "memory.oom_control event") */
+};
+struct runtime_watch; /* the backend's */
+
 /* What the runtime knows about a live or dead sandbox, read without blocking. */
 struct sandbox_probe {
-	bool alive;              /* PID 1 still exists with the recorded start time */
+	bool alive;              /* the sandbox the handle names still runs (native: PID 1 exists
+				  * with the recorded start time and is not a zombie) */
 	bool frozen;
 	uint64_t oom_kills;      /* processes killed by the OOM killer in this sandbox's cgroup */
 	uint64_t oom_events;     /* times the cgroup hit OOM (v2 memory.events "oom"); v1: unknown */
@@ -176,42 +218,59 @@ struct sandbox_probe {
 
 struct runtime_ops {
 	const char *name;
-	/* Blocking. On success PID 1 has exec'd corral-execd; *ret_pid and *ret_starttime identify it. */
+	/* Blocking. On success the sandbox runs (native: PID 1 has exec'd corral-execd) and
+	 * *ret_handle names it for every later call. On failure nothing of it is left. */
 	int (*create)(const struct runtime_config *cfg, const struct sandbox_spec *spec,
-		      pid_t *ret_pid, uint64_t *ret_starttime, struct error *err);
+		      struct runtime_handle *ret_handle, struct error *err);
 	/* Blocking. Kill every process, unmount, remove the cgroup, then remove files (never crossing
-	 * a mount point). Idempotent: parts already gone are success. */
+	 * a mount point). Idempotent: parts already gone are success. Needs only the id (a create
+	 * interrupted before it returned a handle is destroyed too). */
 	int (*destroy)(const struct runtime_config *cfg, const char *id, struct error *err);
 	int (*pause)(const struct runtime_config *cfg, const char *id, struct error *err);
 	int (*resume)(const struct runtime_config *cfg, const char *id, struct error *err);
-	/* Kill every process of the sandbox now (group OOM policy, forced stop). Non-blocking. */
+	/* Kill every process of the sandbox now (forced stop). Non-blocking. */
 	int (*kill)(const struct runtime_config *cfg, const char *id, struct error *err);
-	int (*probe)(const struct runtime_config *cfg, const char *id, pid_t pid,
-		     uint64_t starttime, struct sandbox_probe *ret, struct error *err);
+	/* Usage numbers and whether the sandbox still runs. Quick; fine on the event loop. */
+	int (*probe)(const struct runtime_config *cfg, const char *id,
+		     const struct runtime_handle *h, struct sandbox_probe *ret, struct error *err);
 	/* Optional (may be NULL). Call once in the long-lived process that forks the create workers,
 	 * before the first fork: the per-process work of a create (compiling the seccomp filter,
 	 * finding the cgroup layout) is then done once and inherited by every worker instead of
 	 * being redone in each (~1 ms per create). Quick; fine on the event loop at start-up. */
 	int (*prepare)(const struct runtime_config *cfg, struct error *err);
-	/* Optional (may be NULL). An fd (close-on-exec, non-blocking) that turns readable each time
-	 * the sandbox's memory cgroup hits OOM; read 8 bytes to clear it. -ENOTSUP when the backend
-	 * needs no watch (cgroup v2: memory.oom.group makes the kernel kill the group itself).
-	 * Quick; fine on the event loop. The caller closes the fd. */
-	int (*oom_watch)(const struct runtime_config *cfg, const char *id, struct error *err);
-	/* An fd (close-on-exec) that turns readable once PID 1 (pid, starttime) has ended: a pidfd
-	 * for the native backend. -ESRCH when it has ended already (or pid is another process by
-	 * now), -ENOSYS when the backend cannot give one here (the caller polls probe()'s alive).
-	 * Quick; fine on the event loop. The caller closes the fd. */
-	int (*watch)(const struct runtime_config *cfg, const char *id, pid_t pid, uint64_t starttime,
-		     struct error *err);
-	/* Where to reach the sandbox's execd: the unix socket path (host side; nothing the sandbox
-	 * can replace). Quick, no I/O. */
-	int (*endpoint)(const struct runtime_config *cfg, const char *id, char *ret_path, size_t len,
+	/*
+	 * Watch the sandbox h names. *ret gets the watch; the return value is an fd (close-on-exec,
+	 * owned by the watch) that turns readable when there is something for watch_check(): the
+	 * sandbox ended, or, with oom_group, it hit OOM. oom_group is the sandbox's
+	 * extensions.oomGroup: the first OOM ends all of it, as Kubernetes does; a backend whose
+	 * kernel does not do that itself (cgroup v1) does it behind this fd, timers included.
+	 * -ESRCH when the sandbox has ended already (or h names nothing that runs), -ENOSYS when the
+	 * backend cannot watch here (the caller polls probe()'s alive, and gets no OOM policy).
+	 * Quick; fine on the event loop.
+	 */
+	int (*watch)(const struct runtime_config *cfg, const char *id, const struct runtime_handle *h,
+		     bool oom_group, struct runtime_watch **ret, struct error *err);
+	/* Call when the watch's fd is readable (calling it at other times is harmless): does what is
+	 * due and clears the fd. *ret is filled also when it returns -errno (a group kill that
+	 * failed; err says why). Never blocks. */
+	int (*watch_check)(struct runtime_watch *w, struct runtime_watch_report *ret,
+			   struct error *err);
+	/* Close the watch's fds and free it. NULL is fine. */
+	void (*unwatch)(struct runtime_watch *w);
+	/* How to reach the sandbox's execd. h may be NULL before create() returned (then the
+	 * endpoint has no peer_pid yet). Quick, no blocking I/O. */
+	int (*endpoint)(const struct runtime_config *cfg, const char *id,
+			const struct runtime_handle *h, struct runtime_endpoint *ret,
 			struct error *err);
 	/* PID 1's exit report: -ENOENT when there is none, -EBADMSG when it is not one execd writes.
 	 * Never blocks (no FIFO can stall it) and never follows a link. Quick; fine on the loop. */
 	int (*read_exit)(const struct runtime_config *cfg, const char *id, struct sandbox_exit *ret,
 			 struct error *err);
+	/* Optional (may be NULL). What the sandbox's writable layer holds (the stats extension;
+	 * ended sandboxes too, until destroyed). Reads the layer: quick for an agent's layer, at
+	 * most a bounded walk. */
+	int (*disk_usage)(const struct runtime_config *cfg, const char *id,
+			  struct sandbox_disk_usage *ret, struct error *err);
 	/* Optional (may be NULL). Get ready for creates with disk_limit_bytes of this size (the
 	 * native backend formats its template image now instead of in the first such create), and
 	 * fail if such a disk cannot be made at all. Blocking (tens of ms); for start-up. */
@@ -230,3 +289,7 @@ extern const struct runtime_ops runtime_native;
 
 /* Start time (field 22 of /proc/PID/stat) of pid, to tell a live PID 1 from a recycled pid. */
 int runtime_pid_starttime(pid_t pid, uint64_t *ret);
+/* The native backend's handle of PID 1 (pid, starttime), and back: -EINVAL when h is not one. */
+void runtime_native_handle(pid_t pid, uint64_t starttime, struct runtime_handle *ret);
+int runtime_native_handle_parse(const struct runtime_handle *h, pid_t *ret_pid,
+				uint64_t *ret_starttime);

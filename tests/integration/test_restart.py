@@ -3,6 +3,7 @@
 everything is re-adopted, commands finish and stay readable, TTLs are re-armed, a sandbox that died
 while corrald was down is reported Failed with a reason. Also a clean SIGTERM restart."""
 
+import json
 import os
 import secrets
 import signal
@@ -148,6 +149,57 @@ class Restart(CorralTestCase):
         st = self.client.wait_command(sid, cid, timeout=15)
         self.assertEqual(st.get("exit_code"), 0, st)
         self.assertEqual(self.sh(sid, "cat /tmp/fin"), "fin")
+
+    def test_records_from_before_handles_are_adopted(self):
+        """A state dir written by a corrald before runtime handles and typed resources ("pid" and
+        "starttime" in sandbox.json, no "handle", no "resources"): its sandboxes are re-adopted,
+        proxied and watched (a PID 1 that dies afterwards is reported), their resources read from
+        the strings, and they stay so across a change of the record and a restart."""
+        live = self.create(resourceLimits={"cpu": "500m", "memory": "256Mi", "pids": "200",
+                                           "ephemeral-storage": "64Mi"},
+                           resourceRequests={"cpu": "250m", "memory": "128Mi"})["id"]
+        dies = self.create()["id"]
+        stats = self.client.get("/v1/sandboxes/%s/stats" % live).json()
+        want = (stats["cpu"]["requestMillis"], stats["memory"]["requestBytes"],
+                stats["disk"]["limitBytes"])
+        self.assertEqual(want, (250, 128 << 20, 64 << 20), stats)
+        self.client.close()
+        self.corrald.kill9()
+        for sid in (live, dies):
+            path = os.path.join(self.corrald.sandbox_dir(sid), "sandbox.json")
+            with open(path) as f:
+                rec = json.load(f)
+            self.assertIn("handle", rec)
+            del rec["handle"]
+            if sid == live:
+                self.assertEqual(rec["resources"], {
+                    "cpuLimitMillis": 500, "memoryLimitBytes": 256 << 20, "pidsMax": 200,
+                    "cpuRequestMillis": 250, "memoryRequestBytes": 128 << 20,
+                    "diskLimitBytes": 64 << 20})
+            del rec["resources"]
+            with open(os.path.join(self.corrald.sandbox_dir(sid), "pid")) as f:
+                pid, start = f.read().split()
+            rec["pid"], rec["starttime"] = int(pid), int(start)
+            with open(path, "w") as f:
+                json.dump(rec, f, indent=1)
+        self.corrald.start()
+        self.assertEqual(self.state(live)["state"], "Running")
+        self.assertEqual(self.state(dies)["state"], "Running")
+        self.assertEqual(self.sh(live, "echo adopted"), "adopted")
+        stats = self.client.get("/v1/sandboxes/%s/stats" % live).json()
+        self.assertEqual((stats["cpu"]["requestMillis"], stats["memory"]["requestBytes"],
+                          stats["disk"]["limitBytes"]), want, "resources read from the old record")
+        os.kill(self.corrald.pid1(dies), signal.SIGKILL)
+        st = self.wait_until(lambda: self.state(dies)["state"] == "Failed" and self.state(dies), 10,
+                             msg="the death of an adopted old-format sandbox to be seen")
+        self.assertIn("pid %d" % int(pid), st.get("message", ""), st)
+        self.assertEqual(self.client.post("/v1/sandboxes/%s/pause" % live).status, 202)
+        self.client.close()
+        self.corrald.kill9()
+        self.corrald.start()
+        self.assertEqual(self.state(live)["state"], "Paused")
+        self.assertEqual(self.client.post("/v1/sandboxes/%s/resume" % live).status, 202)
+        self.assertEqual(self.sh(live, "echo again"), "again")
 
     def test_delete_while_down_then_restart(self):
         """A sandbox deleted just before a crash is torn down after the restart, not resurrected."""

@@ -1,4 +1,5 @@
-/* The stats extension's pure parts (corrald/stats.c): JSON from a probe, disk usage of a tree. */
+/* The stats extension's pure part (corrald/stats.c): JSON from a probe (disk usage is the
+ * runtime's: test_runtime_native.c). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,32 +54,8 @@ static void test_json(void)
 	json_decref(o);
 }
 
-static void test_disk(void)
-{
-	char dir[] = "/tmp/corral-stats-XXXXXX", p[256];
-	CHECK(mkdtemp(dir) != NULL);
-	snprintf(p, sizeof(p), "%s/a", dir);
-	CHECK_INT(mkdir(p, 0755), 0);
-	snprintf(p, sizeof(p), "%s/a/f", dir);
-	char *buf = calloc(1, 1 << 20);
-	memset(buf, 'x', 1 << 20);
-	int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-	CHECK(write(fd, buf, 1 << 20) == 1 << 20);
-	close(fd);
-	free(buf);
-	snprintf(p, sizeof(p), "%s/link", dir);
-	CHECK_INT(symlink("/usr", p), 0); /* never followed */
-	struct stats_disk d;
-	CHECK_INT(stats_disk_usage(dir, &d), 0);
-	CHECK(d.exact);
-	CHECK(d.used_bytes >= (1 << 20) && d.used_bytes < (2 << 20));
-	CHECK_INT(stats_disk_usage("/nonexistent-corral", &d), -ENOENT);
-	CHECK_INT(fs_remove_tree(dir), 0);
-}
-
 int main(void)
 {
 	test_json();
-	test_disk();
 	return check_summary("corrald_stats");
 }

@@ -364,6 +364,7 @@ static void test_disk_limit(void)
 	CHECK_INT(parse_disk("{\"ephemeral-storage\":\"1Gi\"}", &p), 0);
 	CHECK_INT(disk_limit_apply(&p, 10 * gi, "10Gi", 80 * gi, &e), 0);
 	CHECK(!strcmp(json_string_value(json_object_get(p.limits, "ephemeral-storage")), "1Gi"));
+	CHECK_U64(p.disk_limit_bytes, gi); /* the number travels with the string */
 	create_params_clear(&p);
 	/* Above the free space: 422 naming the field and what is free. */
 	CHECK_INT(parse_disk("{\"ephemeral-storage\":\"1Ti\"}", &p), 0);
@@ -379,11 +380,13 @@ static void test_disk_limit(void)
 	CHECK_INT(disk_limit_apply(&p, 10 * gi, "10Gi", 80 * gi, &e), 0);
 	CHECK(!strcmp(json_string_value(json_object_get(p.limits, "ephemeral-storage")), "10Gi"));
 	CHECK(!json_object_get(p.requests, "ephemeral-storage"));
+	CHECK_U64(p.disk_limit_bytes, 10 * gi);
 	create_params_clear(&p);
 	/* No limit and no default: nothing added. */
 	CHECK_INT(parse_disk("{}", &p), 0);
 	CHECK_INT(disk_limit_apply(&p, 0, NULL, 80 * gi, &e), 0);
 	CHECK(!json_object_get(p.limits, "ephemeral-storage"));
+	CHECK_U64(p.disk_limit_bytes, 0);
 	create_params_clear(&p);
 	/* The default above the free space: 503, the server's condition, naming the flag. */
 	CHECK_INT(parse_disk("{}", &p), 0);

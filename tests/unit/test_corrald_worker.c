@@ -29,7 +29,7 @@ static void job_fn(void *arg, struct worker_result *ret)
 	case 0: /* success */
 		ret->rc = 0;
 		ret->pid = getpid();
-		ret->starttime = 42;
+		snprintf(ret->handle.s, sizeof(ret->handle.s), "42");
 		snprintf(ret->msg, sizeof(ret->msg), "ok");
 		break;
 	case 1: /* failure with a message */

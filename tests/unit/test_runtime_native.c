@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -126,6 +127,56 @@ static bool slot_held_by(const char *id)
 	return found;
 }
 
+/* create() and probe() in terms of PID 1 (pid, starttime): the native handle, parsed. */
+static int create_pid(const struct runtime_config *c, const struct sandbox_spec *spec, pid_t *pid,
+		      uint64_t *start, struct error *err)
+{
+	struct runtime_handle h = {{0}};
+	int r = runtime_native.create(c, spec, &h, err);
+	*pid = 0;
+	*start = 0;
+	if (r == 0)
+		CHECK_INT(runtime_native_handle_parse(&h, pid, start), 0);
+	return r;
+}
+
+static int probe_pid(const struct runtime_config *c, const char *id, pid_t pid, uint64_t start,
+		     struct sandbox_probe *pr, struct error *err)
+{
+	struct runtime_handle h;
+	runtime_native_handle(pid, start, &h);
+	return runtime_native.probe(c, id, &h, pr, err);
+}
+
+/* disk_usage() walks the writable layer (disk/upper, else upper) without following links or
+ * crossing mounts; no sandbox needed. */
+static void test_disk_usage(void)
+{
+	char id[UUID_STR_LEN], p[PATH_MAX];
+	CHECK_INT(id_uuid4(id), 0);
+	CHECK_INT(fs_mkdir_p(S(id, "upper/a"), 0755), 0);
+	char *buf = calloc(1, 1 << 20);
+	memset(buf, 'x', 1 << 20);
+	snprintf(p, sizeof(p), "%s", S(id, "upper/a/f"));
+	int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	CHECK(write(fd, buf, 1 << 20) == 1 << 20);
+	close(fd);
+	free(buf);
+	CHECK_INT(symlink("/usr", S(id, "upper/link")), 0); /* never followed */
+	struct sandbox_disk_usage du;
+	struct error err = {0};
+	CHECK_INT(runtime_native.disk_usage(&cfg, id, &du, &err), 0);
+	CHECK(du.exact);
+	CHECK(du.used_bytes >= (1 << 20) && du.used_bytes < (2 << 20));
+	/* A layer on its own file system is disk/upper. */
+	CHECK_INT(fs_mkdir_p(S(id, "disk/upper"), 0755), 0);
+	CHECK_INT(runtime_native.disk_usage(&cfg, id, &du, &err), 0);
+	CHECK(du.used_bytes < (1 << 20));
+	CHECK_INT(fs_remove_tree(S(id, "")), 0);
+	CHECK_INT(runtime_native.disk_usage(&cfg, id, &du, &err), -ENOENT);
+	CHECK_INT(runtime_native.disk_usage(&cfg, "../x", &du, &err), -EINVAL);
+}
+
 static void test_host_image(void)
 {
 	struct sandbox_spec spec = {
@@ -154,7 +205,7 @@ static void test_host_image(void)
 	pid_t pid = 0;
 	uint64_t start = 0;
 	struct error err = {0};
-	CHECK_INT(runtime_native.create(&cfg, &spec, &pid, &start, &err), 0);
+	CHECK_INT(create_pid(&cfg, &spec, &pid, &start, &err), 0);
 	if (err.code) {
 		fprintf(stderr, "create: %s\n", err.msg);
 		return;
@@ -355,7 +406,7 @@ static void test_host_image(void)
 		CHECK_STR(v, "512");
 	}
 	struct sandbox_probe pr;
-	CHECK_INT(runtime_native.probe(&cfg, spec.id, pid, start, &pr, &err), 0);
+	CHECK_INT(probe_pid(&cfg, spec.id, pid, start, &pr, &err), 0);
 	CHECK(pr.alive);
 	CHECK(!pr.frozen);
 	if (limits) {
@@ -366,20 +417,36 @@ static void test_host_image(void)
 		CHECK(pr.cpu_usage_ns > 0);
 	}
 	CHECK_U64(pr.oom_kills, 0);
-	CHECK_INT(runtime_native.probe(&cfg, spec.id, pid, start + 1, &pr, &err), 0);
+	CHECK_INT(probe_pid(&cfg, spec.id, pid, start + 1, &pr, &err), 0);
 	CHECK(!pr.alive); /* a recycled pid does not pass for PID 1 */
+	/* An empty handle (a record from before handles) finds PID 1 through the pid file. */
+	struct runtime_handle none = {{0}}, bad = {"1 2 3"};
+	CHECK_INT(runtime_native.probe(&cfg, spec.id, &none, &pr, &err), 0);
+	CHECK(pr.alive);
+	CHECK_INT(runtime_native.probe(&cfg, spec.id, &bad, &pr, &err), 0);
+	CHECK(!pr.alive);
+	struct runtime_endpoint ep;
+	CHECK_INT(runtime_native.endpoint(&cfg, spec.id, &none, &ep, &err), 0);
+	CHECK_INT(ep.peer_pid, pid);
+	CHECK_STR(ep.path, S(spec.id, "execd.sock"));
+	CHECK_INT(runtime_native.endpoint(&cfg, spec.id, NULL, &ep, &err), 0);
+	CHECK_INT(ep.peer_pid, 0);
+	struct sandbox_disk_usage du;
+	CHECK_INT(runtime_native.disk_usage(&cfg, spec.id, &du, &err), 0);
+	CHECK(du.exact);
+	CHECK(du.used_bytes > 0); /* upper/etc/hostname at least */
 
 	CHECK_INT(runtime_native.pause(&cfg, spec.id, &err), 0);
 	bool frozen = false;
 	for (int i = 0; i < 1000 && !frozen; i++) {
-		runtime_native.probe(&cfg, spec.id, pid, start, &pr, &err);
+		probe_pid(&cfg, spec.id, pid, start, &pr, &err);
 		frozen = pr.frozen;
 		if (!frozen)
 			usleep(1000);
 	}
 	CHECK(frozen);
 	CHECK_INT(runtime_native.resume(&cfg, spec.id, &err), 0);
-	CHECK_INT(runtime_native.probe(&cfg, spec.id, pid, start, &pr, &err), 0);
+	CHECK_INT(probe_pid(&cfg, spec.id, pid, start, &pr, &err), 0);
 	CHECK(!pr.frozen);
 	CHECK(pr.alive);
 
@@ -397,7 +464,7 @@ static void test_host_image(void)
 	CHECK(!exists(S(spec.id, "pid")));
 	CHECK(!cgroup_exists(spec.id));
 	CHECK_INT(count_mounts(), mounts_before);
-	CHECK_INT(runtime_native.probe(&cfg, spec.id, pid, start, &pr, &err), 0);
+	CHECK_INT(probe_pid(&cfg, spec.id, pid, start, &pr, &err), 0);
 	CHECK(!pr.alive);
 	CHECK_INT(runtime_native.destroy(&cfg, spec.id, &err), 0); /* idempotent */
 	CHECK_INT(rmdir(S(spec.id, "")), 0);			   /* corrald's part */
@@ -414,7 +481,7 @@ static void test_image_dir(void)
 	pid_t pid;
 	uint64_t start;
 	struct error err = {0};
-	CHECK_INT(runtime_native.create(&cfg, &spec, &pid, &start, &err), 0);
+	CHECK_INT(create_pid(&cfg, &spec, &pid, &start, &err), 0);
 	if (err.code) {
 		fprintf(stderr, "create: %s\n", err.msg);
 		rmdir(S(spec.id, ""));
@@ -441,11 +508,32 @@ static void test_image_dir(void)
 		closedir(d);
 	CHECK_INT(n, 0);
 
+	/* The watch (an epoll set with the OOM policy where oom_group needs one) stays quiet while
+	 * PID 1 runs and turns readable when it ends. */
+	struct runtime_handle h;
+	runtime_native_handle(pid, start, &h);
+	struct runtime_watch *w = NULL;
+	int wfd = runtime_native.watch(&cfg, spec.id, &h, spec.oom_group, &w, &err);
+	CHECK(wfd >= 0);
+	struct runtime_watch_report rep;
+	struct pollfd pfd = {.fd = wfd, .events = POLLIN};
+	CHECK_INT(poll(&pfd, 1, 0), 0);
+	CHECK_INT(runtime_native.watch_check(w, &rep, &err), 0);
+	CHECK_INT(rep.events, 0);
+	struct runtime_handle stale;
+	runtime_native_handle(pid, start + 1, &stale);
+	struct runtime_watch *w2 = NULL;
+	CHECK_INT(runtime_native.watch(&cfg, spec.id, &stale, false, &w2, &err), -ESRCH);
+
 	/* kill() empties the sandbox without removing anything. */
 	CHECK_INT(runtime_native.kill(&cfg, spec.id, &err), 0);
+	CHECK_INT(poll(&pfd, 1, 5000), 1);
+	CHECK_INT(runtime_native.watch_check(w, &rep, &err), 0);
+	CHECK_INT(rep.events, RUNTIME_WATCH_ENDED);
+	runtime_native.unwatch(w);
 	struct sandbox_probe pr = {.alive = true};
 	for (int i = 0; i < 2000 && pr.alive; i++) {
-		runtime_native.probe(&cfg, spec.id, pid, start, &pr, &err);
+		probe_pid(&cfg, spec.id, pid, start, &pr, &err);
 		if (pr.alive)
 			usleep(1000);
 	}
@@ -480,7 +568,7 @@ static void test_image_etc_symlink(void)
 	pid_t pid;
 	uint64_t start;
 	struct error err = {0};
-	CHECK_INT(runtime_native.create(&cfg, &spec, &pid, &start, &err), 0);
+	CHECK_INT(create_pid(&cfg, &spec, &pid, &start, &err), 0);
 	if (err.code == 0) {
 		CHECK_INT(wait_report(spec.id), 0);
 		CHECK_STR(R("etc_marker"), "image");
@@ -519,7 +607,7 @@ static void test_symlinked_state_dir(bool no_userns)
 	pid_t pid;
 	uint64_t start;
 	struct error err = {0};
-	CHECK_INT(runtime_native.create(&lcfg, &spec, &pid, &start, &err), 0);
+	CHECK_INT(create_pid(&lcfg, &spec, &pid, &start, &err), 0);
 	if (err.code == 0) {
 		CHECK_INT(wait_report(spec.id), 0);
 		CHECK_STR(R("hidden_entries"), no_userns ? "0" : "-13");
@@ -541,7 +629,7 @@ static void test_failed_create(void)
 	pid_t pid;
 	uint64_t start;
 	struct error err = {0};
-	int r = runtime_native.create(&cfg, &spec, &pid, &start, &err);
+	int r = create_pid(&cfg, &spec, &pid, &start, &err);
 	CHECK_INT(r, -ENOENT);
 	CHECK(strstr(err.msg, "/nonexistent-corral-image") != NULL);
 	printf("failed create says: %s\n", err.msg);
@@ -563,7 +651,7 @@ static void test_failed_create(void)
 	struct sandbox_spec bs = {.rootfs = image};
 	CHECK_INT(id_uuid4(bs.id), 0);
 	error_clear(&err);
-	CHECK_INT(runtime_native.create(&cfg, &bs, &pid, &start, &err), -ENOTDIR);
+	CHECK_INT(create_pid(&cfg, &bs, &pid, &start, &err), -ENOTDIR);
 	CHECK_STR(err.msg, "image path '/proc' is not a directory");
 	CHECK(!exists(S(bs.id, "upper")));
 	CHECK(!exists(S(bs.id, "run")));
@@ -576,10 +664,10 @@ static void test_failed_create(void)
 	struct runtime_config bad = cfg;
 	bad.execd_path = "/nonexistent/corral-execd";
 	error_clear(&err);
-	CHECK_INT(runtime_native.create(&bad, &spec, &pid, &start, &err), -ENOENT);
+	CHECK_INT(create_pid(&bad, &spec, &pid, &start, &err), -ENOENT);
 	CHECK(strstr(err.msg, "/nonexistent/corral-execd") != NULL);
 	snprintf(spec.id, sizeof(spec.id), "../evil");
-	CHECK_INT(runtime_native.create(&cfg, &spec, &pid, &start, &err), -EINVAL);
+	CHECK_INT(create_pid(&cfg, &spec, &pid, &start, &err), -EINVAL);
 	CHECK_INT(runtime_native.destroy(&cfg, "../evil", &err), -EINVAL);
 }
 
@@ -635,7 +723,7 @@ static void test_disk(void)
 	pid_t pid = 0;
 	uint64_t start = 0;
 	struct error err = {0};
-	CHECK_INT(runtime_native.create(&cfg, &spec, &pid, &start, &err), 0);
+	CHECK_INT(create_pid(&cfg, &spec, &pid, &start, &err), 0);
 	if (err.code) {
 		fprintf(stderr, "create with a disk: %s\n", err.msg);
 		return;
@@ -697,7 +785,7 @@ static void test_disk(void)
 	CHECK_INT(truncate(tmpl, (off_t)size / 2), 0);
 	CHECK_INT(id_uuid4(spec.id), 0);
 	error_clear(&err);
-	CHECK_INT(runtime_native.create(&cfg, &spec, &pid, &start, &err), 0);
+	CHECK_INT(create_pid(&cfg, &spec, &pid, &start, &err), 0);
 	CHECK(stat(tmpl, &st) == 0 && (uint64_t)st.st_size == size);
 	CHECK_INT(runtime_native.destroy(&cfg, spec.id, &err), 0);
 	CHECK_INT(rmdir(S(spec.id, "")), 0);
@@ -771,6 +859,7 @@ int main(int argc, char **argv)
 	test_image_etc_symlink();
 	test_failed_create();
 	test_disk();
+	test_disk_usage();
 
 	remove_parent_cgroups();
 	rmdir(S("", "")); /* <state>/sandboxes */
