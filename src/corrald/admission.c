@@ -46,6 +46,7 @@ static struct capacity charge(const struct sandbox_resources *res)
 	    .memory_bytes = res->memory_request_bytes,
 	    .pids = res->pids_max ? res->pids_max : RUNTIME_DEFAULT_PIDS_MAX,
 	    .files = nofile,
+	    .disk = res->disk_limit_bytes ? res->disk_limit_bytes : CAPACITY_DISK_UNBOUNDED,
 	};
 }
 
@@ -57,8 +58,9 @@ bool admission_never_fits(struct corrald *d, const struct sandbox_resources *res
 		return false;
 	*ret_table = req.cpu_millis > A.cap.cpu_millis || req.memory_bytes > A.cap.memory_bytes
 			 ? ADMISSION_REQUESTS
-		     : req.pids > A.cap.pids ? ADMISSION_PIDS
-					     : ADMISSION_FILES;
+		     : req.pids > A.cap.pids   ? ADMISSION_PIDS
+		     : req.files > A.cap.files ? ADMISSION_FILES
+					       : ADMISSION_DISK;
 	return true;
 }
 
@@ -68,11 +70,13 @@ static void hold(struct sandbox *sb, const struct capacity *c)
 	sb->adm_mem = c->memory_bytes;
 	sb->adm_pids = c->pids;
 	sb->adm_files = c->files;
+	sb->adm_disk = A.cap.disk == UINT64_MAX ? 0 : c->disk;
 	sb->admitted = true;
 	A.used.cpu_millis += c->cpu_millis;
 	A.used.memory_bytes += c->memory_bytes;
 	A.used.pids += c->pids;
 	A.used.files += c->files;
+	A.used.disk += sb->adm_disk;
 }
 
 static void wait_free(struct admit_wait *w)
@@ -180,6 +184,7 @@ void admission_release(struct sandbox *sb)
 	    sb->adm_mem < A.used.memory_bytes ? sb->adm_mem : A.used.memory_bytes;
 	A.used.pids -= sb->adm_pids < A.used.pids ? sb->adm_pids : A.used.pids;
 	A.used.files -= sb->adm_files < A.used.files ? sb->adm_files : A.used.files;
+	A.used.disk -= sb->adm_disk < A.used.disk ? sb->adm_disk : A.used.disk;
 	schedule_pump();
 }
 

@@ -18,6 +18,7 @@ enum admission_table {
 	ADMISSION_REQUESTS, /* resourceRequests (cpu, memory) */
 	ADMISSION_PIDS,     /* the host's pid table */
 	ADMISSION_FILES,    /* the host's open-file table */
+	ADMISSION_DISK,     /* the state file system (--capacity disk=) */
 };
 /* Why a sandbox of these resources can never fit (msg set, *ret_table says which part of the
  * capacity, true), checked before the sandbox exists. */

@@ -217,6 +217,10 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 				 ((const char *const[]){"resourceLimits", "pids", NULL}), "%s", msg);
 		else if (table == ADMISSION_FILES)
 			verr_set(&e, 400, WIRE_CODE(SANDBOX_EXCEEDS_HOST_FILE_TABLE), NULL, "%s", msg);
+		else if (table == ADMISSION_DISK)
+			verr_set(&e, 400, WIRE_CODE(SANDBOX_EXCEEDS_DISK_CAPACITY),
+				 ((const char *const[]){"resourceLimits", "ephemeral-storage", NULL}),
+				 "%s", msg);
 		else if (p.requests_given)
 			verr_set(&e, 400, WIRE_CODE(SANDBOX_REQUESTS_EXCEED_CAPACITY),
 				 ((const char *const[]){"resourceRequests", NULL}), "%s", msg);

@@ -11,6 +11,7 @@
 #define RESERVE_MIN (512ULL << 20)
 #define PID_RESERVE_MIN 2048
 #define FILE_RESERVE_MIN 65536
+#define DISK_RESERVE_MIN (1ULL << 30)
 
 static int parse_count(const char *v, uint64_t *ret)
 {
@@ -27,7 +28,7 @@ int capacity_parse(const char *s, struct capacity *cap, char *msg, size_t msglen
 {
 	char buf[256];
 	if (!s || !*s || strlen(s) >= sizeof(buf)) {
-		snprintf(msg, msglen, "expected cpu=N,memory=SIZE,pids=N,files=N (e.g. cpu=8,memory=30Gi)");
+		snprintf(msg, msglen, "expected cpu=N,memory=SIZE,pids=N,files=N,disk=SIZE|auto (e.g. cpu=8,memory=30Gi)");
 		return -EINVAL;
 	}
 	snprintf(buf, sizeof(buf), "%s", s);
@@ -36,7 +37,7 @@ int capacity_parse(const char *s, struct capacity *cap, char *msg, size_t msglen
 	for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
 		char *eq = strchr(kv, '=');
 		if (!eq) {
-			snprintf(msg, msglen, "'%s' is not KEY=VALUE (keys: cpu, memory, pids, files)", kv);
+			snprintf(msg, msglen, "'%s' is not KEY=VALUE (keys: cpu, memory, pids, files, disk)", kv);
 			return -EINVAL;
 		}
 		*eq = '\0';
@@ -56,8 +57,16 @@ int capacity_parse(const char *s, struct capacity *cap, char *msg, size_t msglen
 				snprintf(msg, msglen, "%s: '%s' is not a positive count (e.g. 100000)", kv, v);
 				return -EINVAL;
 			}
+		} else if (strcmp(kv, "disk") == 0) {
+			if (strcmp(v, "auto") == 0) {
+				c.disk = CAPACITY_DISK_AUTO;
+			} else if (quantity_parse_bytes(v, &c.disk) < 0 || c.disk == 0 ||
+				   c.disk >= CAPACITY_DISK_AUTO) {
+				snprintf(msg, msglen, "disk: '%s' is not a positive size (e.g. 500Gi) or auto", v);
+				return -EINVAL;
+			}
 		} else {
-			snprintf(msg, msglen, "unknown key '%s' (keys: cpu, memory, pids, files)", kv);
+			snprintf(msg, msglen, "unknown key '%s' (keys: cpu, memory, pids, files, disk)", kv);
 			return -EINVAL;
 		}
 	}
@@ -73,6 +82,13 @@ void capacity_default(unsigned host_cpus, uint64_t host_memory, struct capacity 
 	ret->cpu_millis = (uint64_t)(host_cpus ? host_cpus : 1) * 1000;
 	ret->memory_bytes = host_memory > reserve ? host_memory - reserve : host_memory;
 	ret->pids = ret->files = UINT64_MAX; /* capacity_default_tables() */
+	ret->disk = UINT64_MAX;
+}
+
+uint64_t capacity_disk_auto(uint64_t fs_bytes)
+{
+	uint64_t r = fs_bytes / 20 > DISK_RESERVE_MIN ? fs_bytes / 20 : DISK_RESERVE_MIN;
+	return fs_bytes > r ? fs_bytes - r : 1;
 }
 
 void capacity_default_tables(uint64_t pid_table, uint64_t file_table, struct capacity *ret)
@@ -94,7 +110,8 @@ bool capacity_fits(const struct capacity *cap, const struct capacity *used,
 {
 	return fits(cap->cpu_millis, used->cpu_millis, req->cpu_millis) &&
 	       fits(cap->memory_bytes, used->memory_bytes, req->memory_bytes) &&
-	       fits(cap->pids, used->pids, req->pids) && fits(cap->files, used->files, req->files);
+	       fits(cap->pids, used->pids, req->pids) && fits(cap->files, used->files, req->files) &&
+	       (cap->disk == UINT64_MAX || fits(cap->disk, used->disk, req->disk));
 }
 
 bool capacity_never_fits(const struct capacity *cap, const struct capacity *req, char *msg,
@@ -119,6 +136,19 @@ bool capacity_never_fits(const struct capacity *cap, const struct capacity *req,
 		snprintf(msg, msglen,
 			 "resourceLimits.pids: %" PRIu64 " is more than this host's whole pid table gives sandboxes (%" PRIu64 ": kernel.pid_max less a reserve for the host); ask for fewer, or raise kernel.pid_max",
 			 req->pids, cap->pids);
+		return true;
+	}
+	if (cap->disk != UINT64_MAX && req->disk == CAPACITY_DISK_UNBOUNDED) {
+		snprintf(msg, msglen,
+			 "resourceLimits.ephemeral-storage: a sandbox without a disk limit could fill the state file system, and this host counts the sandboxes' disks against it (--capacity disk=); give one");
+		return true;
+	}
+	if (cap->disk != UINT64_MAX && req->disk > cap->disk) {
+		quantity_format_bytes(req->disk, a, sizeof(a));
+		quantity_format_bytes(cap->disk, b, sizeof(b));
+		snprintf(msg, msglen,
+			 "resourceLimits.ephemeral-storage: %s is more than the state file system gives all sandboxes' disks together (%s, --capacity disk=); ask for less",
+			 a, b);
 		return true;
 	}
 	if (req->files > cap->files) {
@@ -164,6 +194,18 @@ void capacity_shortfall(const struct capacity *cap, const struct capacity *used,
 						"%s%s: needs %" PRIu64 ", %" PRIu64 " of %" PRIu64 " free in the host's %s table",
 						off ? "; " : "", tables[i].name, tables[i].req, tfree,
 						tables[i].cap, i == 0 ? "pid" : "open-file");
+	}
+	if (cap->disk != UINT64_MAX && off < msglen) {
+		uint64_t dfree = used->disk < cap->disk ? cap->disk - used->disk : 0;
+		if (req->disk > dfree) {
+			char a[32], b[32], c[32];
+			quantity_format_bytes(req->disk, a, sizeof(a));
+			quantity_format_bytes(dfree, b, sizeof(b));
+			quantity_format_bytes(cap->disk, c, sizeof(c));
+			off += (size_t)snprintf(msg + off, msglen - off,
+						"%sdisk: needs %s, %s of %s free on the state file system",
+						off ? "; " : "", a, b, c);
+		}
 	}
 	if (off == 0)
 		snprintf(msg, msglen, "queued behind earlier creates (first in, first out)");

@@ -21,15 +21,26 @@ struct capacity {
 	uint64_t memory_bytes;
 	uint64_t pids;  /* entries of the host's pid table */
 	uint64_t files; /* entries of the host's open-file table */
+	uint64_t disk;  /* bytes of the state file system the sandboxes' disks may add up to;
+			 * UINT64_MAX: not counted (the default: disks overcommit) */
 };
 
-/* "cpu=N,memory=SIZE,pids=N,files=N" (any key may be left out: it keeps its value in *cap;
- * quantities as in resourceLimits). -EINVAL with msg saying what is wrong. */
+/* A sandbox without a disk limit, charged under a disk capacity: never admitted. */
+#define CAPACITY_DISK_UNBOUNDED UINT64_MAX
+
+/* "cpu=N,memory=SIZE,pids=N,files=N,disk=SIZE|auto" (any key may be left out: it keeps its value
+ * in *cap; quantities as in resourceLimits). disk=auto sets cap->disk to CAPACITY_DISK_AUTO, which
+ * the caller replaces with capacity_disk_auto() of its state file system. -EINVAL with msg saying
+ * what is wrong. */
+#define CAPACITY_DISK_AUTO (UINT64_MAX - 1)
 int capacity_parse(const char *s, struct capacity *cap, char *msg, size_t msglen);
 
+/* disk=auto: a file system of fs_bytes less max(1 GiB, 5%) for corrald's own records and images. */
+uint64_t capacity_disk_auto(uint64_t fs_bytes);
+
 /* The default: every CPU this process may run on, and the host's memory less a reserve for the
- * host itself (max(512 MiB, 5%)). host_cpus/host_memory are what the host has. The tables are
- * left unlimited. */
+ * host itself (max(512 MiB, 5%)). host_cpus/host_memory are what the host has. The tables and
+ * the disk are left unlimited. */
 void capacity_default(unsigned host_cpus, uint64_t host_memory, struct capacity *ret);
 
 /* The default shares of the host's tables: pid_table (min(kernel.pid_max, kernel.threads-max))

@@ -107,6 +107,7 @@ struct sandbox {
 	bool admitted;              /* holds adm_* of the capacity */
 	uint64_t adm_cpu, adm_mem;  /* its requests: millicores, bytes */
 	uint64_t adm_pids, adm_files; /* its shares of the host's pid and open-file tables */
+	uint64_t adm_disk;            /* its disk, held of --capacity disk= (0: not counted) */
 	struct admit_wait *waiting; /* queued for capacity (state Pending) */
 };
 

@@ -93,7 +93,7 @@ static void usage(FILE *f)
 		"                         open-file limit)\n"
 		"  --create-timeout SECS  deadline for a create once admitted: runtime work plus execd\n"
 		"                         readiness (default %d)\n"
-		"  --capacity cpu=N,memory=SIZE,pids=N,files=N\n"
+		"  --capacity cpu=N,memory=SIZE,pids=N,files=N,disk=SIZE|auto\n"
 		"                         what sandboxes may request in total (resourceRequests; absent =\n"
 		"                         their limits); a create that does not fit waits as Pending until\n"
 		"                         capacity frees or --capacity-wait passes (then 503\n"
@@ -102,7 +102,11 @@ static void usage(FILE *f)
 		"                         the host's pid and open-file tables: each sandbox holds its pids\n"
 		"                         limit (default 4096) and its RLIMIT_NOFILE of them. Default: the\n"
 		"                         smaller of kernel.pid_max and kernel.threads-max less\n"
-		"                         max(2048, 1/16), and fs.file-max less max(65536, 5%%)\n"
+		"                         max(2048, 1/16), and fs.file-max less max(65536, 5%%). disk: what\n"
+		"                         the sandboxes' disk limits (ephemeral-storage, --default-disk)\n"
+		"                         may add up to on the state file system, so that sandboxes within\n"
+		"                         their limits cannot fill it together; auto = its size less\n"
+		"                         max(1Gi, 5%%). Default: not counted (disks overcommit)\n"
 		"  --sandbox-nofile N     RLIMIT_NOFILE (soft and hard) of every sandbox process (default\n"
 		"                         %d; at most corrald's own hard limit without CAP_SYS_RESOURCE)\n"
 		"  --capacity-wait SECS   longest wait of a create for capacity (default %d: below the\n"
@@ -598,6 +602,16 @@ int main(int argc, char **argv)
 	if (ftruncate(lock_fd, 0) < 0 || pwrite(lock_fd, pidbuf, (size_t)pidlen, 0) < 0)
 		log_warn("write %s: %s", lock_path, strerror(errno));
 
+	if (cap.disk == CAPACITY_DISK_AUTO) {
+		struct statvfs sv;
+		if (statvfs(d->state_dir, &sv) < 0) {
+			fprintf(stderr, "corrald: --capacity disk=auto: statvfs %s: %s\n", d->state_dir,
+				strerror(errno));
+			return 1;
+		}
+		cap.disk = capacity_disk_auto((uint64_t)sv.f_blocks * sv.f_frsize);
+	}
+
 	snprintf(d->sandboxes_dir, sizeof(d->sandboxes_dir), "%s/sandboxes", d->state_dir);
 	int r = fs_mkdir_p(d->sandboxes_dir, 0700);
 	if (r < 0) {
@@ -711,6 +725,14 @@ int main(int argc, char **argv)
 		 (unsigned long long)cap.files,
 		 (unsigned long long)(d->rt_cfg.nofile ? d->rt_cfg.nofile : CONFINE_DEFAULT_NOFILE),
 		 d->max_connections);
+	if (cap.disk != UINT64_MAX) {
+		char capdisk[32];
+		quantity_format_bytes(cap.disk, capdisk, sizeof(capdisk));
+		log_info("the sandboxes' disks may add up to %s of the state file system (--capacity disk=); a create without a disk limit is refused",
+			 capdisk);
+	} else {
+		log_info("the sandboxes' disks are not counted against the state file system (overcommit; --capacity disk=auto counts them)");
+	}
 	if (cap.pids / RUNTIME_DEFAULT_PIDS_MAX < 16)
 		log_warn("the host's pid table admits only %llu sandboxes at the default pids limit %d: raise kernel.pid_max (e.g. sysctl kernel.pid_max=4194304) or create sandboxes with a lower resourceLimits.pids",
 			 (unsigned long long)(cap.pids / RUNTIME_DEFAULT_PIDS_MAX),

@@ -56,6 +56,8 @@
 	  false, "a pids limit above the host's whole pid table")                                   \
 	X(CORRALD, SANDBOX_EXCEEDS_HOST_FILE_TABLE, "SANDBOX::EXCEEDS_HOST_FILE_TABLE", 400, "",    \
 	  false, "a sandbox RLIMIT_NOFILE above the host's whole open-file table")                  \
+	X(CORRALD, SANDBOX_EXCEEDS_DISK_CAPACITY, "SANDBOX::EXCEEDS_DISK_CAPACITY", 400, "", false,  \
+	  "a disk limit above --capacity disk=, or none while it is set")                          \
 	X(CORRALD, SANDBOX_INVALID_EXPIRATION, "SANDBOX::INVALID_EXPIRATION", 400, "409", false,    \
 	  "a renew to a bad time (400), or of a sandbox without a timeout (409)")                   \
 	X(CORRALD, SANDBOX_INVALID_PORT, "SANDBOX::INVALID_PORT", 400, "", false,                   \

@@ -164,6 +164,49 @@ class DiskFill(SmallStateCase):
         self.assert_platform_alive()
 
 
+class DiskCapacity(SmallStateCase):
+    """corrald on a 192 MiB state fs with --capacity disk=150Mi: the sandboxes' 64 MiB disks may
+    add up to 150 MiB, so two are admitted at a time."""
+
+    corrald_kwargs = {"extra_args": SmallStateCase.corrald_kwargs["extra_args"] +
+                      ["--capacity", "disk=150Mi", "--capacity-wait", "2"]}
+
+    def test_sandboxes_within_their_limits_cannot_fill_the_state_fs_together(self):
+        # Attack: five sandboxes, each filling its own 64Mi disk, try to fill the state fs together.
+        # A disk the state fs has room for but above the whole capacity is refused at once.
+        r = self.client.create_sandbox_raw(**dict(SPEC, resourceLimits={"cpu": "1",
+                                                                        "ephemeral-storage": "160Mi"}))
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual(r.json()["code"], "SANDBOX::EXCEEDS_DISK_CAPACITY", r.json())
+        sids, refused = [], []
+        for _ in range(5):
+            r = self.client.create_sandbox_raw(**SPEC)
+            if r.status == 202:
+                sids.append(r.json()["id"])
+                self.addCleanup(self._cleanup_sandbox, sids[-1])
+            else:
+                refused.append(r)
+        self.assertEqual(len(sids), 2, "two 64 MiB disks fit 150 MiB: %r" % refused)
+        for r in refused:
+            self.assertEqual(r.status, 503, r)
+            self.assertEqual(r.json()["code"], "SANDBOX::CAPACITY_TIMEOUT", r.json())
+            self.assertIn("disk: needs 64Mi", r.json()["message"])
+        outs = [self.client.run(sid, "dd if=/dev/urandom of=/var/tmp/fill bs=1M count=50 "
+                                     "conv=fsync status=none 2>&1; echo rc=$?", read_timeout=120).stdout
+                for sid in sids]
+        for out in outs:
+            self.assertIn("rc=0", out, "a write within the sandbox's own limit failed: %r" % outs)
+        free = free_bytes(self.corrald.state_dir)
+        self.assertGreater(free, 8 * MIB, "%.1f MiB left of the %d MiB state fs" % (free / MIB, STATE_MIB))
+        self.assert_platform_alive(*sids)
+        # The capacity comes back with a deleted sandbox: another can now be made.
+        self.assertEqual(self.client.delete_sandbox(sids[0]).status, 204)
+        self.wait_gone(sids[0])
+        r = self.client.create_sandbox_raw(**SPEC)
+        self.assertEqual(r.status, 202, r)
+        self.addCleanup(self._cleanup_sandbox, r.json()["id"])
+
+
 class ImageBombTest(SmallStateRegistryCase):
     """corrald on a 192 MiB state fs of its own with --image-unpacked-max 64Mi, pulling from a
     registry on loopback."""

@@ -81,7 +81,8 @@ class SessionForgeryTest(AttackCase):
 
 
 class DiskOvercommitTest(SmallStateCase):
-    """corrald on a 192 MiB state file system of its own, every sandbox with a 64Mi default disk."""
+    """corrald on a 192 MiB state file system of its own, every sandbox with a 64Mi default disk,
+    disks overcommitted (the default; --capacity disk= bounds their sum: test_disk.DiskCapacity)."""
 
     def test_sandboxes_within_their_limits_cannot_fill_the_state_fs(self):
         # Attack: five sandboxes, each writing 50 MiB (within its 64Mi disk), fill the host's state fs.

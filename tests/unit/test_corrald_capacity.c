@@ -127,11 +127,55 @@ static void test_tables(void)
 	CHECK(!capacity_fits(&cap, &used, &big));
 }
 
+/* --capacity disk=: the sandboxes' disk limits against the state file system. */
+static void test_disk(void)
+{
+	char msg[256];
+	struct capacity c;
+	capacity_default(2, 24ULL << 30, &c);
+	CHECK(c.disk == UINT64_MAX); /* not counted unless asked */
+	CHECK_INT(capacity_parse("disk=100Gi", &c, msg, sizeof(msg)), 0);
+	CHECK(c.disk == 100ULL << 30);
+	CHECK_INT(capacity_parse("disk=auto", &c, msg, sizeof(msg)), 0);
+	CHECK(c.disk == CAPACITY_DISK_AUTO);
+	CHECK_INT(capacity_parse("disk=0", &c, msg, sizeof(msg)), -EINVAL);
+	CHECK(strstr(msg, "disk: '0'") != NULL);
+	CHECK_INT(capacity_parse("disk=lots", &c, msg, sizeof(msg)), -EINVAL);
+	/* auto: less max(1 GiB, 5%) */
+	CHECK(capacity_disk_auto(100ULL << 30) == 95ULL << 30);
+	CHECK(capacity_disk_auto(10ULL << 30) == 9ULL << 30);
+	CHECK(capacity_disk_auto(512ULL << 20) == 1);
+
+	/* 192 MiB for disks of 64 MiB: three fit, the fourth waits, naming the disk */
+	struct capacity cap = {100000, 1ULL << 40, UINT64_MAX, UINT64_MAX, 192ULL << 20};
+	struct capacity used = {0}, one = {0, 0, 1, 1, 64ULL << 20};
+	for (int i = 0; i < 3; i++) {
+		CHECK(capacity_fits(&cap, &used, &one));
+		used.disk += one.disk;
+	}
+	CHECK(!capacity_fits(&cap, &used, &one));
+	capacity_shortfall(&cap, &used, &one, msg, sizeof(msg));
+	CHECK(strstr(msg, "disk: needs 64Mi, 0") != NULL);
+	CHECK(!capacity_never_fits(&cap, &one, msg, sizeof(msg)));
+	/* a disk larger than the whole capacity, or none at all, never fits */
+	struct capacity big = {0, 0, 1, 1, 1ULL << 30};
+	CHECK(capacity_never_fits(&cap, &big, msg, sizeof(msg)));
+	CHECK(strstr(msg, "ephemeral-storage: 1Gi") != NULL);
+	big.disk = CAPACITY_DISK_UNBOUNDED;
+	CHECK(capacity_never_fits(&cap, &big, msg, sizeof(msg)));
+	CHECK(strstr(msg, "without a disk limit") != NULL);
+	/* not counted: anything fits, an unbounded disk too */
+	cap.disk = UINT64_MAX;
+	CHECK(capacity_fits(&cap, &used, &big));
+	CHECK(!capacity_never_fits(&cap, &big, msg, sizeof(msg)));
+}
+
 int main(void)
 {
 	test_parse();
 	test_default();
 	test_fits();
 	test_tables();
+	test_disk();
 	return check_summary("corrald_capacity");
 }
