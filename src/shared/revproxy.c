@@ -284,19 +284,10 @@ static void exchange_finish(struct exchange *ex)
 
 /* ---- sending the request ---- */
 
+/* What the proxy forwards: every method but CONNECT (a tunnel to wherever the client names). */
 static const char *method_name(enum evhttp_cmd_type cmd)
 {
-	switch (cmd) {
-	case EVHTTP_REQ_GET: return "GET";
-	case EVHTTP_REQ_POST: return "POST";
-	case EVHTTP_REQ_HEAD: return "HEAD";
-	case EVHTTP_REQ_PUT: return "PUT";
-	case EVHTTP_REQ_DELETE: return "DELETE";
-	case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-	case EVHTTP_REQ_TRACE: return "TRACE";
-	case EVHTTP_REQ_PATCH: return "PATCH";
-	default: return NULL;
-	}
+	return cmd == EVHTTP_REQ_CONNECT ? NULL : http_method_name(cmd);
 }
 
 /* The client's IP address, or NULL (a unix-socket client, or none known). */
