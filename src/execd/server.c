@@ -102,16 +102,8 @@ void server_set_ending(const char *why)
 
 static const char *method_name(enum evhttp_cmd_type m)
 {
-	switch (m) {
-	case EVHTTP_REQ_GET: return "GET";
-	case EVHTTP_REQ_POST: return "POST";
-	case EVHTTP_REQ_DELETE: return "DELETE";
-	case EVHTTP_REQ_PUT: return "PUT";
-	case EVHTTP_REQ_HEAD: return "HEAD";
-	case EVHTTP_REQ_PATCH: return "PATCH";
-	case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-	default: return "?";
-	}
+	const char *s = http_method_name(m);
+	return s ? s : "?";
 }
 
 static void not_found(struct evhttp_request *req, const char *path)
