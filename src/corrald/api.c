@@ -21,6 +21,7 @@
 #include "corrald/filter.h"
 #include "corrald/front.h"
 #include "corrald/hangup.h"
+#include "corrald/idempotency.h"
 #include "corrald/stats.h"
 #include "corrald/token.h"
 #include "corrald/upstream.h"
@@ -125,23 +126,70 @@ struct create_reply {
 	struct evhttp_request *req; /* NULL once the client hung up: evhttp freed it */
 	struct sandbox *sb;         /* reference */
 	struct hangup hup;
+	bool joiner; /* a repeat of the create (same Idempotency-Key) waiting for its answer */
+	LIST_ENTRY(create_reply) link;
 };
+
+/* Every create still to be answered: the request that started it and the repeats that wait. */
+static LIST_HEAD(, create_reply) create_replies = LIST_HEAD_INITIALIZER(create_replies);
+
+static bool create_has_listener(const struct sandbox *sb)
+{
+	struct create_reply *it;
+	LIST_FOREACH(it, &create_replies, link)
+		if (it->sb == sb && it->req)
+			return true;
+	return false;
+}
+
+static void create_reply_free(struct create_reply *cr)
+{
+	LIST_REMOVE(cr, link);
+	sandbox_unref(cr->sb);
+	free(cr);
+}
+
+static void send_create_answer(struct evhttp_request *req, struct sandbox *sb, int status,
+			       const char *code, const char *msg, bool replayed)
+{
+	if (replayed)
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Idempotent-Replayed",
+				  "true");
+	if (status == 202) {
+		http_send_json(req, 202, sandbox_to_api(sb, true));
+		return;
+	}
+	if (status == 503) /* a transient host limit: retryable */
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "5");
+	http_send_error(req, status, code, "%s", msg);
+}
 
 static void on_created(struct sandbox *sb, int status, const char *code, const char *msg, void *arg)
 {
-	struct create_reply *cr = arg;
-	hangup_unwatch(&cr->hup);
-	if (cr->req && status == 202)
-		http_send_json(cr->req, 202, sandbox_to_api(sb, true));
-	else if (cr->req && status == 503) { /* a transient host limit: retryable */
-		evhttp_add_header(evhttp_request_get_output_headers(cr->req), "Retry-After", "5");
-		http_send_error(cr->req, status, code, "%s", msg);
-	} else if (cr->req)
-		http_send_error(cr->req, status, code, "%s", msg);
-	else if (status == 202)
+	struct create_reply *it, *next;
+	bool heard = false;
+	(void)arg; /* the first of sb's create_replies; the repeats that joined it are answered too */
+	if (sb->idem_key && status >= 400 && status < 500 && status != 499) {
+		/* Nothing is left of it, and a repeat would fail the same way: answer it alike. */
+		struct idem_answer a = {.status = status};
+		snprintf(a.fp, sizeof(a.fp), "%s", sb->idem_fp);
+		snprintf(a.code, sizeof(a.code), "%s", code);
+		snprintf(a.message, sizeof(a.message), "%s", msg);
+		idem_cache_put(sb->idem_key, &a, sb->created_ms, time_now_ms());
+	}
+	for (it = LIST_FIRST(&create_replies); it; it = next) {
+		next = LIST_NEXT(it, link);
+		if (it->sb != sb)
+			continue;
+		hangup_unwatch(&it->hup);
+		if (it->req) {
+			send_create_answer(it->req, sb, status, code, msg, it->joiner);
+			heard = true;
+		}
+		create_reply_free(it);
+	}
+	if (status == 202 && !heard)
 		lifecycle_teardown(sb, "created, but its client hung up before the answer");
-	sandbox_unref(cr->sb);
-	free(cr);
 }
 
 static void on_create_hangup(void *arg)
@@ -149,6 +197,13 @@ static void on_create_hangup(void *arg)
 	struct create_reply *cr = arg;
 	struct sandbox *sb = sandbox_ref(cr->sb);
 	cr->req = NULL;
+	if (cr->joiner)
+		create_reply_free(cr);
+	if (create_has_listener(sb)) {
+		/* A repeat of the create (same Idempotency-Key) still waits for it. */
+		sandbox_unref(sb);
+		return;
+	}
 	if (sb->waiting) {
 		char msg[160];
 		snprintf(msg, sizeof(msg), "the client of sandbox %s hung up while it waited for capacity",
@@ -157,10 +212,92 @@ static void on_create_hangup(void *arg)
 		lifecycle_teardown(sb, "its client hung up while it waited for capacity");
 	} else if (sb->creating && !sb->delete_requested) {
 		sb->delete_requested = true; /* rolled back once the runtime work ends */
+		sb->orphaned = true;
 		log_info("sandbox %s: its client hung up while it was being created: rolling back",
 			 sb->id);
 	}
 	sandbox_unref(sb);
+}
+
+/* The newest sandbox made by a create with this Idempotency-Key within the window, deleted or
+ * not, or NULL. */
+static struct sandbox *idem_find(struct corrald *d, const char *key, int64_t now_ms)
+{
+	struct sandbox *it;
+	TAILQ_FOREACH(it, &d->sandboxes, link)
+		if (it->idem_key && strcmp(it->idem_key, key) == 0 &&
+		    now_ms - it->created_ms < idem_window_ms())
+			return it;
+	return NULL;
+}
+
+static void send_key_reused(struct evhttp_request *req, const char *key)
+{
+	http_send_error(req, 422, CODE_IDEM_KEY_REUSED,
+			"Idempotency-Key '%s' was already used for a create with a different request body; use a new key for a different request",
+			key);
+}
+
+/*
+ * A repeat of a create with the same Idempotency-Key: answered (true) with what the first one got
+ * or will get, or false: no create of that key is known (none yet, or it left nothing behind and
+ * no answer worth repeating), so this one goes ahead.
+ */
+static bool idem_repeat(struct corrald *d, struct evhttp_request *req, const char *key,
+			const char *fp)
+{
+	int64_t now = time_now_ms();
+	struct sandbox *sb = idem_find(d, key, now);
+	/* A create rolled back (failed, or interrupted by a restart) left no sandbox: not a match. */
+	if (sb && sb->deleting && sb->state == SB_PENDING)
+		sb = NULL;
+	if (sb && strcmp(sb->idem_fp, fp) != 0) {
+		send_key_reused(req, key);
+		return true;
+	}
+	if (sb && (sb->creating || sb->waiting)) {
+		struct create_reply *cr = calloc(1, sizeof(*cr));
+		if (!cr) {
+			http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+			return true;
+		}
+		cr->req = req;
+		cr->sb = sandbox_ref(sb);
+		cr->joiner = true;
+		LIST_INSERT_HEAD(&create_replies, cr, link);
+		if (sb->orphaned && sb->delete_requested) {
+			sb->orphaned = false;
+			sb->delete_requested = false;
+			log_info("sandbox %s: a repeat of its create (same Idempotency-Key) claims it: no longer rolled back",
+				 sb->id);
+		}
+		if (evhttp_request_get_connection(req))
+			hangup_watch(&cr->hup, evhttp_request_get_connection(req), on_create_hangup,
+				     cr);
+		log_debug("sandbox %s: a repeat of its create waits for it", sb->id);
+		return true;
+	}
+	if (sb && sb->deleting) {
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Idempotent-Replayed",
+				  "true");
+		http_send_error(req, 409, "SANDBOX::DELETED",
+				"sandbox %s, made by the create with this Idempotency-Key, has been deleted",
+				sb->id);
+		return true;
+	}
+	if (sb) {
+		send_create_answer(req, sb, 202, NULL, NULL, true);
+		return true;
+	}
+	struct idem_answer a;
+	if (!idem_cache_get(key, now, &a))
+		return false;
+	if (strcmp(a.fp, fp) != 0) {
+		send_key_reused(req, key);
+		return true;
+	}
+	send_create_answer(req, NULL, a.status, a.code, a.message, true);
+	return true;
 }
 
 /* A POST that starts new work: refused with 503 while corrald shuts down, else its JSON body in
@@ -180,6 +317,25 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	json_t *body = NULL;
 	if (!accepting_body(d, req, &body))
 		return;
+	char key[IDEM_KEY_MAX + 1] = "", fp[IDEM_FP_LEN + 1] = "";
+	const char *hkey = evhttp_find_header(evhttp_request_get_input_headers(req),
+					      "Idempotency-Key");
+	if (hkey && idem_key_parse(hkey, key) < 0) {
+		json_decref(body);
+		http_send_error(req, 400, CODE_IDEM_KEY_INVALID,
+				"Idempotency-Key must be 1 to %d printable ASCII characters, optionally in double quotes",
+				IDEM_KEY_MAX);
+		return;
+	}
+	if (key[0] && idem_fingerprint(body, fp) < 0) {
+		json_decref(body);
+		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "out of memory");
+		return;
+	}
+	if (key[0] && idem_repeat(d, req, key, fp)) {
+		json_decref(body);
+		return;
+	}
 	struct create_params p;
 	struct verr e;
 	int r = create_params_parse(body, &p, &e);
@@ -261,22 +417,26 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	sb->extensions = TAKE_PTR(p.extensions);
 	sb->platform = TAKE_PTR(p.platform);
 	sb->oom_group = p.oom_group;
+	if (key[0]) {
+		sb->idem_key = strdup(key);
+		memcpy(sb->idem_fp, fp, sizeof(sb->idem_fp));
+	}
 	registry_add(d, sb);
 	struct create_args args = {p.cpu_limit_millis, p.memory_limit_bytes, p.pids_max,
 				   p.cpu_request_millis, p.memory_request_bytes};
-	struct create_reply *cr = sb->rootfs ? calloc(1, sizeof(*cr)) : NULL;
+	struct create_reply *cr =
+	    sb->rootfs && (!key[0] || sb->idem_key) ? calloc(1, sizeof(*cr)) : NULL;
 	if (cr) {
 		cr->req = req;
 		cr->sb = sandbox_ref(sb);
+		LIST_INSERT_HEAD(&create_replies, cr, link);
 	}
 	/* admission_create() never answers before it returns: cr is still ours here. */
 	r = cr ? admission_create(sb, &args, on_created, cr) : -ENOMEM;
 	if (r == 0 && evhttp_request_get_connection(req))
 		hangup_watch(&cr->hup, evhttp_request_get_connection(req), on_create_hangup, cr);
-	if (r < 0 && cr) {
-		sandbox_unref(cr->sb);
-		free(cr);
-	}
+	if (r < 0 && cr)
+		create_reply_free(cr);
 	if (r < 0) {
 		log_error("create sandbox %s: %s", id, strerror(-r));
 		http_send_error(req, 500, "SANDBOX::CREATE_FAILED", "create sandbox %s: %s", id,
@@ -549,6 +709,7 @@ static void h_delete(struct corrald *d, struct evhttp_request *req, struct sandb
 {
 	if (sb->creating) {
 		sb->delete_requested = true;
+		sb->orphaned = false; /* deleted: a repeat of its create no longer claims it */
 		log_info("sandbox %s: deleted while being created", sb->id);
 	} else if (sb->waiting) {
 		char msg[160];

@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -43,6 +46,7 @@ struct create_ctx {
 	bool ping_in_flight;
 	bool finished;
 	char last_ping_error[128];
+	pid_t corrald_pid; /* the worker dies with it (create_in_worker) */
 	create_done_fn done;
 	void *arg;
 };
@@ -190,10 +194,25 @@ static void create_in_worker(void *arg, struct worker_result *res)
 	struct create_ctx *c = arg;
 	struct corrald *d = c->sb->d;
 	struct error err = {0};
+	/* A create outliving a killed corrald would make a sandbox that the next corrald has
+	 * already recovered past (its record Pending, or not there yet): nobody would know it. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != c->corrald_pid) {
+		res->rc = -ECANCELED;
+		snprintf(res->msg, sizeof(res->msg), "corrald ended");
+		return;
+	}
 	/* The Pending record, durable before the runtime makes anything (a restart then tears the
 	 * half-made sandbox down). Written here, not in the event loop: its create, two fsyncs and
-	 * rename stall every other request, and a burst of creates queued behind them. */
+	 * rename stall every other request, and a burst of creates queued behind them. The
+	 * directory's lock is held until the worker ends: a teardown (of the next corrald's
+	 * recovery) waits for it (dir_lock_wait). */
+	_cleanup_close_ int dir_lock = -1;
 	int r = fs_mkdir_p(c->sb->dir, 0700);
+	if (r >= 0) {
+		dir_lock = open(c->sb->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dir_lock < 0 || flock(dir_lock, LOCK_EX) < 0)
+			r = -errno;
+	}
 	if (r >= 0)
 		r = sandbox_save(c->sb);
 	if (r < 0) {
@@ -363,6 +382,7 @@ int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit,
 	c->done = done;
 	c->arg = arg;
 	c->backoff_ms = 1;
+	c->corrald_pid = getpid();
 	c->argv = strv_from_json_array(sb->entrypoint);
 	c->envp = envp_from_json_object(sb->env);
 	c->deadline_ev = evtimer_new(d->base, on_create_deadline, c);
@@ -786,11 +806,27 @@ int lifecycle_resume(struct sandbox *sb, char *msg, size_t msglen, int *write_er
 
 /* --- teardown ----------------------------------------------------------------------------- */
 
+/* Wait (bounded) until no create worker holds sandbox dir's lock: one left running by a corrald
+ * killed mid-create finishes, or dies with it, before its sandbox is destroyed. */
+#define DIR_LOCK_WAIT_MS 30000
+static void dir_lock_wait(const char *dir)
+{
+	_cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	for (int waited = 0; waited < DIR_LOCK_WAIT_MS; waited += 10) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0 || errno != EWOULDBLOCK)
+			return;
+		usleep(10 * 1000);
+	}
+}
+
 static void teardown_in_worker(void *arg, struct worker_result *res)
 {
 	struct sandbox *sb = arg;
 	struct corrald *d = sb->d;
 	struct error err = {0};
+	dir_lock_wait(sb->dir);
 	int r = d->rt->destroy(&d->rt_cfg, sb->id, &err);
 	if (r < 0) {
 		res->rc = r;
