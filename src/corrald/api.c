@@ -169,6 +169,12 @@ static void on_created(struct sandbox *sb, int status, const char *code, const c
 	struct create_reply *it, *next;
 	bool heard = false;
 	(void)arg; /* the first of sb's create_replies; the repeats that joined it are answered too */
+	if (sb->orphaned) {
+		/* Rolled back because every client hung up, not for anything a repeat should hear
+		 * again: the key is free for the next attempt. */
+		free(sb->idem_key);
+		sb->idem_key = NULL;
+	}
 	if (sb->idem_key && status >= 400 && status < 500 && status != 499) {
 		/* Nothing is left of it, and a repeat would fail the same way: answer it alike. */
 		struct idem_answer a = {.status = status};
@@ -188,8 +194,13 @@ static void on_created(struct sandbox *sb, int status, const char *code, const c
 		}
 		create_reply_free(it);
 	}
-	if (status == 202 && !heard)
+	if (status == 202 && !heard) {
+		/* Acknowledged to nobody: gone as if never made, so a repeat of its create (the key
+		 * freed before the delete mark is stored) makes it anew rather than hearing 409. */
+		free(sb->idem_key);
+		sb->idem_key = NULL;
 		lifecycle_teardown(sb, "created, but its client hung up before the answer");
+	}
 }
 
 static void on_create_hangup(void *arg)
