@@ -544,6 +544,11 @@ void command_logs(struct evhttp_request *req, const char *id, struct http_query 
 		snprintf(v, sizeof(v), "cap=%" PRIu64 "; dropped=%" PRIu64, ex->out_cap, ex->out_dropped);
 		evhttp_add_header(evhttp_request_get_output_headers(req), "EXECD-COMMANDS-OUTPUT-TRUNCATED", v);
 	}
+	if (ex->store_errno) { /* issue 12: the output could not be stored in full */
+		char v[160];
+		exec_store_error(ex, v, sizeof(v));
+		evhttp_add_header(evhttp_request_get_output_headers(req), "EXECD-COMMANDS-OUTPUT-ERROR", v);
+	}
 	struct evbuffer *out = evbuffer_new();
 	if (!out) {
 		exec_unref(ex);
