@@ -925,8 +925,12 @@ static void on_proxy_fail(struct evhttp_request *req, enum upstream_failure why,
 	struct corrald *d = arg;
 	char id[UUID_STR_LEN] = "";
 	struct sandbox *sb = proxy_id_of(req, id) ? registry_find(d, id) : NULL;
+	/* execd closed the connection without answering: PID 1 may be dying, and closes its
+	 * sockets a moment before it is reported dead. A long-poll waiting on it (status ?wait=)
+	 * must hear SANDBOX::ENDED, not a 502: wait for the death watch a little (rare: a live
+	 * execd does not close a request unanswered). */
 	if (sb)
-		lifecycle_check_alive(sb);
+		lifecycle_check_alive_within(sb, why == UPSTREAM_PROTOCOL_ERROR ? 200 : 0);
 	if (sb && sandbox_ended(sb)) {
 		http_send_json(req, 410,
 			       json_pack("{s:s, s:s, s:s}", "code", "SANDBOX::ENDED", "message",
