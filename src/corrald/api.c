@@ -938,6 +938,16 @@ static void on_proxy_fail(struct evhttp_request *req, enum upstream_failure why,
 					 sb->reason ? sb->reason : "Unknown"));
 		return;
 	}
+	if (why == UPSTREAM_NO_FDS) {
+		/* corrald's own limit, not the sandbox's: transient, retry. */
+		log_warn("proxy to sandbox %s: corrald is out of file descriptors: %s", id,
+			 detail ? detail : "?");
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+		http_send_error(req, 503, CODE_HOST_FD_LIMIT,
+				"corrald has no file descriptor free to reach sandbox %s (%s); retry shortly",
+				id, detail ? detail : "EMFILE");
+		return;
+	}
 	log_warn("proxy to sandbox %s failed: %s", id, detail ? detail : "unknown error");
 	http_send_error(req, 502, "SANDBOX::BACKEND_UNREACHABLE",
 			"cannot reach corral-execd in sandbox %s: %s", id,

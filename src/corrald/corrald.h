@@ -142,6 +142,10 @@ int sandbox_save(struct sandbox *sb);
 #define CODE_STATE_WRITE_FAILED "SANDBOX::STATE_WRITE_FAILED"
 /* A create that hit the host's process limit (fork/clone EAGAIN): 503, retryable. */
 #define CODE_HOST_PID_LIMIT "SANDBOX::HOST_PID_LIMIT"
+/* corrald out of file descriptors (EMFILE/ENFILE), or the host out of memory (ENOMEM) starting a
+ * sandbox: 503 + Retry-After, retryable. */
+#define CODE_HOST_FD_LIMIT "SANDBOX::HOST_FD_LIMIT"
+#define CODE_HOST_MEMORY "SANDBOX::HOST_MEMORY_EXHAUSTED"
 int sandbox_save_status(int r);
 /* Load <dir>/sandbox.json into a new record. */
 int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *msg, size_t msglen);

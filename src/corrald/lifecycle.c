@@ -277,6 +277,18 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 			    sb->id, res->msg);
 		return;
 	}
+	if (res->rc == -EMFILE || res->rc == -ENFILE) {
+		create_fail(c, 503, CODE_HOST_FD_LIMIT,
+			    "the host could not open the files to start sandbox %s (%s): an open-file limit was reached; retry later",
+			    sb->id, res->msg);
+		return;
+	}
+	if (res->rc == -ENOMEM) {
+		create_fail(c, 503, CODE_HOST_MEMORY,
+			    "the host had no memory to start sandbox %s (%s); retry later", sb->id,
+			    res->msg);
+		return;
+	}
 	if (res->rc == -ENOMEDIUM) {
 		create_fail(c, 422, "SANDBOX::IMAGE_PULL_FAILED", "image %s: %s", sb->rootfs,
 			    res->msg);

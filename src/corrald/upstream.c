@@ -708,7 +708,10 @@ static int exchange_connect(struct exchange *ex)
 			return 0;
 		}
 		if (r < 0) {
-			exchange_fail(ex, UPSTREAM_CONNECT_FAILED, r, "connect to execd: %s",
+			exchange_fail(ex,
+				      r == -EMFILE || r == -ENFILE ? UPSTREAM_NO_FDS
+								   : UPSTREAM_CONNECT_FAILED,
+				      r, "connect to execd: %s",
 				      r == -EPERM ? "the socket is not served by the sandbox's PID 1"
 						  : strerror(-r));
 			return r;

@@ -15,6 +15,7 @@ enum upstream_failure {
 	UPSTREAM_CONNECT_FAILED, /* socket missing, refused, or connect timed out */
 	UPSTREAM_PROTOCOL_ERROR, /* execd answered with something that is not HTTP/1.1 */
 	UPSTREAM_TIMEOUT,
+	UPSTREAM_NO_FDS,         /* corrald itself is out of file descriptors (EMFILE/ENFILE) */
 };
 
 /*

@@ -388,6 +388,10 @@ void command_run(struct evhttp_request *req)
 	} else if (rc == -EAGAIN) {
 		http_send_error(req, 429, "RUNTIME_ERROR", "%s", err.msg);
 		return;
+	} else if (rc == -EXEC_E_NO_PROCESS) { /* issue 12: typed, retryable, id not consumed */
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+		http_send_error(req, 503, "PROCESS_LIMIT", "%s", err.msg);
+		return;
 	} else if (rc == -EBUSY) {
 		http_send_error(req, 409, "RUNTIME_ERROR", "%s", err.msg);
 		return;

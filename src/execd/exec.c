@@ -1341,6 +1341,19 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 		close(err_w);
 	strv_free(envp);
 	envp = NULL;
+	if (rc == -EAGAIN || rc == -ENOMEM) {
+		/* Out of processes (the sandbox's pids limit or the host's) or memory: transient, and
+		 * not the command's doing. Nothing is recorded: a retry with the same id runs it. */
+		log_warn("execution %s: %s", id, err ? err->msg : "fork failed");
+		error_set(err, EXEC_E_NO_PROCESS,
+			  "the command could not be started: %s: the sandbox is at its process limit (resourceLimits.pids) or the host's, or out of memory; retry once processes have exited",
+			  strerror(-rc));
+		closefd(&ex->pipe_out);
+		closefd(&ex->pipe_err);
+		hash_del(ex);
+		exec_unref(ex);
+		return -EXEC_E_NO_PROCESS;
+	}
 	if (rc < 0) {
 		error_prefix(err, "start command");
 		goto fail;

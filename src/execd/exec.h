@@ -142,12 +142,17 @@ void exec_store_error(const struct execution *ex, char *buf, size_t len);
  * running executions as killed (exit code 137). */
 void exec_shutdown(void);
 
+/* exec_start(): the process could not be forked for lack of a process slot or memory (the
+ * sandbox's pids limit, the host's, or memory): nothing was recorded, the id is still free. */
+#define EXEC_E_NO_PROCESS ENOBUFS
+
 /*
  * Start an execution. Returns 0 with a new reference in *ret, or:
  *  -EEXIST  the id exists (running, finished, or only on disk): *ret is a reference to it;
  *  -EAGAIN  EXEC_MAX_RUNNING executions are running;
  *  -EBUSY   the id's directory exists but its status cannot be read (never run again);
  *  -EINVAL  bad input (err says which field);
+ *  -EXEC_E_NO_PROCESS  fork failed with EAGAIN or ENOMEM: no record, the id may be used again;
  *  other    the process could not be started: the record exists, finished with exit code 255,
  *           and *ret is set when it could be created.
  */
