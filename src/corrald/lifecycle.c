@@ -107,6 +107,28 @@ static void create_finish(struct create_ctx *c, int status, const char *code, co
 
 static void create_fail(struct create_ctx *c, int status, const char *code, const char *fmt, ...)
 	_printf_(4, 5);
+/* Every occurrence of the state dir in msg becomes "<state-dir>": no reply names a host path
+ * (the log line of create_finish() has the message as it was). */
+static void scrub_state_dir(const struct corrald *d, char *msg, size_t len)
+{
+	size_t sl = strlen(d->state_dir);
+	if (sl < 2 || !strstr(msg, d->state_dir))
+		return;
+	char out[1024];
+	size_t o = 0;
+	for (const char *p = msg; *p && o + 1 < sizeof(out);) {
+		if (strncmp(p, d->state_dir, sl) == 0) {
+			o += (size_t)snprintf(out + o, sizeof(out) - o, "<state-dir>");
+			o = MIN(o, sizeof(out) - 1);
+			p += sl;
+		} else {
+			out[o++] = *p++;
+		}
+	}
+	out[o] = '\0';
+	snprintf(msg, len, "%s", out);
+}
+
 static void create_fail(struct create_ctx *c, int status, const char *code, const char *fmt, ...)
 {
 	char msg[1024];
@@ -114,6 +136,9 @@ static void create_fail(struct create_ctx *c, int status, const char *code, cons
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	if (status >= 500)
+		log_debug("create sandbox %s: %s", c->sb->id, msg);
+	scrub_state_dir(c->sb->d, msg, sizeof(msg));
 	create_finish(c, status, code, msg);
 }
 
@@ -274,6 +299,13 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 		/* fork/clone hit a process limit of the host (or of corrald's cgroup): transient. */
 		create_fail(c, 503, CODE_HOST_PID_LIMIT,
 			    "the host could not start sandbox %s's processes (%s): a host process limit was reached; retry later",
+			    sb->id, res->msg);
+		return;
+	}
+	if (res->rc == -ENOSPC || res->rc == -EDQUOT) {
+		/* The runtime could not write the sandbox's files: the state fs is full. */
+		create_fail(c, 507, CODE_STATE_WRITE_FAILED,
+			    "the files of sandbox %s could not be stored (%s); nothing was created",
 			    sb->id, res->msg);
 		return;
 	}

@@ -7,57 +7,15 @@ has no hole; and it all still holds after corrald is killed -9 and restarted."""
 import os
 import re
 import secrets
-import subprocess
 import sys
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from harness import CommandStream, Corrald, CorralTestCase, main, mounts_under  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from faults import SmallTmpfsCorrald, fill  # noqa: E402
+from harness import CommandStream, CorralTestCase, main  # noqa: E402
 
-TMPFS = "48m"
 SMALL = {"cpu": "1", "memory": "256Mi", "pids": "64"}
 PAD = "x" * 100
-
-
-def fill(path):
-    """Write path until the file system is full (1 MiB, then 4 KiB, then 512 B writes)."""
-    with open(path, "wb", buffering=0) as f:
-        for chunk in (1 << 20, 4096, 512):
-            buf = b"\0" * chunk
-            try:
-                while True:
-                    f.write(buf)
-            except OSError as e:
-                if e.errno != 28:  # ENOSPC
-                    raise
-
-
-class SmallTmpfsCorrald(Corrald):
-    """corrald whose state dir is a tmpfs of TMPFS the test fills."""
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        subprocess.check_call(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0700" % TMPFS,
-                               "corral-faults-disk", self.state_dir])
-        self.state_mount = os.path.realpath(self.state_dir)
-        self.closing = False
-
-    def leaks(self):
-        problems = [p for p in super().leaks() if not p.startswith("still mounted under ")]
-        m = [x for x in mounts_under(self.tmp) if x != self.state_mount]
-        if m:
-            problems.append("still mounted under %s: %s" % (self.tmp, m))
-        return problems
-
-    def stop(self, timeout=15.0):
-        rc = super().stop(timeout)
-        if self.closing and mounts_under(self.state_mount) == [self.state_mount]:
-            subprocess.call(["umount", self.state_mount])
-        return rc
-
-    def shutdown_and_check(self):
-        self.closing = True
-        return super().shutdown_and_check()
 
 
 BG_BYTES = sum(len("b-%d\n" % i) for i in range(1, 4001))
