@@ -161,6 +161,8 @@ static void send_create_answer(struct evhttp_request *req, struct sandbox *sb, i
 	}
 	if (status == 503) /* a transient host limit: retryable */
 		evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "5");
+	else if (status == 507) /* a full state fs: retryable once space is freed */
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "30");
 	http_send_error(req, status, code, "%s", msg);
 }
 

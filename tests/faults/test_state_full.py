@@ -106,6 +106,8 @@ class StateFull(CorralTestCase):
                     continue
                 self.assertIn(r.status, (500, 503, 507), (kind, r))
                 self.assertIn(r.json()["code"], allowed, (kind, r))
+                if r.status in (503, 507):
+                    self.assertIsNotNone(r.header("Retry-After"), (kind, r))
                 self.assertNotIn(self.corrald.tmp, r.text)
         refused = {k: sum(1 for e in log[k] if status(e[-1]) // 100 != 2) for k in log}
         self.assertGreater(refused["patch"], 0, "the disk never filled: %r" % refused)
