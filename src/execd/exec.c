@@ -214,14 +214,29 @@ json_t *exec_status_json(const struct execution *ex)
 		return NULL;
 	if (ex->has_exit_code)
 		json_object_set_new(j, "exit_code", json_integer(ex->exit_code));
-	if (ex->error)
+	if (ex->error) {
 		json_object_set_new(j, "error", json_string(ex->error));
+	} else if (ex->store_errno && !ex->running) {
+		/* Its files failed it (also after the end: files are written late): the exit code is
+		 * the process's, the error says what is not all there. */
+		char m[160], e[320];
+		exec_store_error(ex, m, sizeof(m));
+		if (ex->out_dropped)
+			snprintf(e, sizeof(e),
+				 "the output could not be stored in full (%s): %" PRIu64 " bytes of it are missing; the exit code is the command's own",
+				 m, ex->out_dropped);
+		else
+			snprintf(e, sizeof(e),
+				 "the output could not be stored (%s): it is held in memory only, until corral-execd restarts; the exit code is the command's own",
+				 m);
+		json_object_set_new(j, "error", json_string(e));
+	}
 	if (!ex->running && ex->finished_ms) {
 		time_format_rfc3339(ex->finished_ms, ts);
 		json_object_set_new(j, "finished_at", json_string(ts));
 	}
 	/* Extension: cut output is never passed off as complete. */
-	if (ex->out_truncated) {
+	if (ex->out_truncated || ex->out_dropped) {
 		json_object_set_new(j, "output_truncated", json_true());
 		json_object_set_new(j, "output_cap", json_integer((json_int_t)ex->out_cap));
 		json_object_set_new(j, "output_dropped", json_integer((json_int_t)ex->out_dropped));
@@ -894,14 +909,6 @@ static void exec_finish(struct execution *ex, int code, const char *error)
 	ex->exit_code = code;
 	if (error && !ex->error)
 		ex->error = strdup(error);
-	if (ex->store_errno && !ex->error) {
-		/* The exit code is the process's; the error says its output is not all there. */
-		char m[160], *e = NULL;
-		exec_store_error(ex, m, sizeof(m));
-		if (asprintf(&e, "the output could not be stored in full (%s): %" PRIu64 " bytes of it are missing; the exit code is the command's own",
-			     m, ex->out_dropped) >= 0)
-			ex->error = e;
-	}
 	tr_end(ex, code, ex->finished_ms);
 	freeev(&ex->ev_timeout);
 	freeev(&ex->ev_kill);

@@ -83,7 +83,16 @@ class StateFull(CorralTestCase):
                 record("cmd", sid, cid, n, r)
             c.close()
 
+        def foreground(sid):
+            c = self.corrald.client(timeout=30)
+            while not stop.is_set():
+                r = c.run(sid, "seq 1 3000; exit 3")
+                record("fg", sid, r)
+            c.close()
+        log["fg"] = []
+
         ths = ([threading.Thread(target=patcher, args=(s,)) for s in sbs] +
+               [threading.Thread(target=foreground, args=(sbs[1],))] +
                [threading.Thread(target=renewer, args=(s,)) for s in sbs] +
                [threading.Thread(target=creator), threading.Thread(target=commander, args=(sbs[0],))])
         for t in ths:
@@ -145,7 +154,23 @@ class StateFull(CorralTestCase):
         self.assertEqual(sorted(it["id"] for it in items), sorted(made.values()),
                          "one sandbox per key, none unknown")
 
+        # foreground commands: the process's exit code; all of the output, or a prefix of it and
+        # the markers that say it was cut for the disk
+        cut = 0
+        for sid, r in log["fg"]:
+            self.assertEqual((r.http_status, r.exit_code), (200, 3), r)
+            n = len(r.stdout_lines)
+            self.assertEqual(r.stdout_lines, [str(i) for i in range(1, n + 1)], "a hole")
+            if n < 3000:
+                cut += 1
+                self.assertEqual(len(r.stderr_lines), 2, r.stderr_lines)
+                self.assertIn("could not be stored", r.stderr_lines[0])
+                self.assertIn("bytes of output dropped", r.stderr_lines[1])
+            else:
+                self.assertEqual(r.stderr_lines, [])
+
         # acknowledged background commands: a status that is true (output there, or said lost)
+        lost = 0
         for sid, cid, n, r in log["cmd"]:
             if r.http_status != 200:
                 continue
@@ -154,10 +179,15 @@ class StateFull(CorralTestCase):
             logs = self.client.command_logs(sid, cid, 0)
             self.assertEqual(logs.status, 200, logs)
             if logs.text != "c-%d\n" % n:
+                lost += 1
                 self.assertIn("output_error", st, "output missing without a word: %r %r" % (
                     logs.text, st))
-        print("\n  refused on the full disk: %r of %r" % (
-            refused, {k: len(v) for k, v in log.items()}), file=sys.stderr)
+                self.assertIn("could not be stored", st.get("error") or "", st)
+                self.assertEqual(len(logs.text) + st.get("output_dropped", 0),
+                                 len("c-%d\n" % n), (logs.text, st))
+        print("\n  refused on the full disk: %r of %r; foreground commands cut: %d; background "
+              "commands whose output was lost (and said so): %d" % (
+                  refused, {k: len(v) for k, v in log.items()}, cut, lost), file=sys.stderr)
 
     def delete_all(self):
         if self.corrald.proc is None or self.corrald.proc.poll() is not None:
