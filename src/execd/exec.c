@@ -439,7 +439,7 @@ static void ensure_files_ex(struct execution *ex, bool notify)
 	char dir[PATH_MAX];
 	snprintf(dir, sizeof(dir), "%s/%s", X.state_dir, ex->id);
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-		log_warn("execution %s: create %s: %m", ex->id, dir);
+		store_failed(ex, "directory", errno); /* the files' own errors would say ENOENT */
 	for (int i = F_TR; i <= F_OUTPUT; i++) {
 		int *fd = file_fd(ex, i);
 		struct sbuf *early = file_early(ex, i);

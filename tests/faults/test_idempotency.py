@@ -87,7 +87,7 @@ class Idempotency(CorralTestCase):
         # (and makes nothing), not a second try that might behave differently.
         tag = secrets.token_hex(4)
         key = "k-" + tag
-        body = spec(entrypoint=["/bin/false"], metadata={"t": tag})
+        body = spec(entrypoint=["/nonexistent/entrypoint"], metadata={"t": tag})
         r1 = self.post(key, body)
         self.assertEqual(r1.status, 422, r1)
         self.assertEqual(r1.json()["code"], "SANDBOX::ENTRYPOINT_EXITED", r1)
