@@ -63,6 +63,32 @@ class Idempotency(CorralTestCase):
         self.addCleanup(self._cleanup_sandbox, r.json()["id"])
         self.assertNotEqual(r.json()["id"], sid)
 
+    def test_lost_answer_then_retry(self):
+        # Fault: the create succeeds but its answer never reaches the client (a connection
+        # dropped on the way back, corrald saw nothing wrong); the client retries with its key.
+        tag = secrets.token_hex(4)
+        key = "k-" + tag
+        body = json.dumps(spec(metadata={"t": tag})).encode()
+        s = socket.create_connection(("127.0.0.1", self.corrald.port), timeout=30)
+        s.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Idempotency-Key: " + key.encode() + b"\r\nConnection: close\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        lost = b""
+        while True:  # what a proxy on the way read and then dropped
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            lost += chunk
+        s.close()
+        self.assertTrue(lost.startswith(b"HTTP/1.1 202"), lost[:200])
+        made = json.loads(lost.split(b"\r\n\r\n", 1)[1])["id"]
+        self.addCleanup(self._cleanup_sandbox, made)
+        r = self.post(key, json.loads(body))
+        self.assertEqual(r.status, 202, r)
+        self.addCleanup(self._cleanup_sandbox, r.json()["id"])
+        self.assertEqual(r.json()["id"], made, "the retry made a second sandbox")
+        self.assertEqual(self.ids_with(tag), [made])
+
     def test_same_key_other_body_is_422(self):
         # Fault: a client bug reuses a key for another request: refused (IETF draft: 422).
         tag = secrets.token_hex(4)
