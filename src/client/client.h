@@ -75,6 +75,11 @@ int policy_cpu_cap_value(double cpu, char buf[32]);
 /* Create: is this failure worth another attempt? (transport failures, retryable statuses, a
  * ready timeout; never a 4xx validation error). */
 bool policy_create_retryable(const corral_error *e);
+/* Whether the next create attempt repeats this one's Idempotency-Key (and so its body, attempt
+ * label included): exactly when this one's answer was lost, so the server may have made a sandbox
+ * that the repeat then gets back instead of a second one. An answer spends the key (a repeat would
+ * get the same answer again, e.g. 409 for a sandbox the client deleted after a failed ping). */
+bool policy_create_reuse_key(bool answer_lost);
 
 /* Maps a status + server code to the typed error. */
 corral_error_code policy_classify(long status, const char *server_code);
@@ -123,6 +128,7 @@ struct http_req {
 	long stall_s;          /* streams: abort when nothing arrives for this long (0 = never) */
 	bool fresh;            /* on a new connection (no silent resend by libcurl possible) */
 	struct corral_cancel *cancel; /* triggering it aborts the transfer (cc ABORTED_BY_CALLBACK) */
+	const char *idempotency_key;  /* sent as Idempotency-Key when set (creates) */
 };
 
 struct http_resp {

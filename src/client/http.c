@@ -151,6 +151,10 @@ static struct xfer *xfer_new(struct corral_client *c, const struct http_req *rq)
 		snprintf(h, sizeof(h), "OPEN-SANDBOX-API-KEY: %s", c->api_key);
 		x->headers = curl_slist_append(x->headers, h);
 	}
+	if (rq->idempotency_key && *rq->idempotency_key) {
+		snprintf(h, sizeof(h), "Idempotency-Key: %s", rq->idempotency_key);
+		x->headers = curl_slist_append(x->headers, h);
+	}
 	if (x->body)
 		x->headers = curl_slist_append(x->headers, "Content-Type: application/json");
 	x->headers = curl_slist_append(x->headers, "Expect:");

@@ -243,3 +243,8 @@ bool policy_create_retryable(const corral_error *e)
 		return e->http_status == 409 || policy_status_retryable(e->http_status);
 	}
 }
+
+bool policy_create_reuse_key(bool answer_lost)
+{
+	return answer_lost;
+}

@@ -200,7 +200,8 @@ static void sweep_attempt(struct corral_client *c, const char *token, const char
 
 /* One attempt: POST, then the ping through the proxy. On failure after the POST succeeded,
  * *ret_id holds the id to delete. */
-static int create_once(struct corral_client *c, const char *body, int64_t deadline_ms,
+static int create_once(struct corral_client *c, const char *body, const char *key,
+		       int64_t deadline_ms,
 		       struct corral_cancel *cancel, char ret_id[CORRAL_ID_MAX], bool *ret_unknown,
 		       bool *ret_resent, char **ret_json, corral_error *err)
 {
@@ -209,7 +210,7 @@ static int create_once(struct corral_client *c, const char *body, int64_t deadli
 	*ret_resent = false;
 	int64_t left = deadline_ms - client_now_ms();
 	struct http_req rq = {.method = "POST", .path = "/v1/sandboxes", .body = body,
-			      .api_key = true, .timeout_ms = MAX(1, left)};
+			      .api_key = true, .timeout_ms = MAX(1, left), .idempotency_key = key};
 	struct http_resp rs;
 	int r = http_do(c, &rq, &rs);
 	*ret_resent = rs.resent;
@@ -264,6 +265,27 @@ CORRAL_API int corral_sandbox_create(corral_client *c, const corral_sandbox_spec
 	return corral_sandbox_create_json(c, spec, ret, NULL, err);
 }
 
+/* The attempt tokens whose answer was lost (or resent): their sandboxes may exist unknown. */
+struct lost_tokens {
+	char t[64][13];
+	int n;
+};
+
+static void lost_add(struct lost_tokens *l, const char *token)
+{
+	for (int i = 0; i < l->n; i++)
+		if (strcmp(l->t[i], token) == 0)
+			return;
+	if (l->n < (int)ARRAY_SIZE(l->t))
+		snprintf(l->t[l->n++], sizeof(l->t[0]), "%s", token);
+}
+
+static void lost_sweep(struct corral_client *c, const struct lost_tokens *l, const char *keep_id)
+{
+	for (int i = 0; i < l->n; i++)
+		sweep_attempt(c, l->t[i], keep_id);
+}
+
 CORRAL_API int corral_sandbox_create_json(corral_client *c, const corral_sandbox_spec *spec,
 					  corral_sandbox **ret, char **ret_json, corral_error *err)
 {
@@ -278,14 +300,22 @@ CORRAL_API int corral_sandbox_create_json(corral_client *c, const corral_sandbox
 	int64_t deadline = client_now_ms() + (int64_t)(c->o.create_timeout_s * 1000);
 	corral_error last = {0};
 	int attempts = 0;
+	/*
+	 * Every attempt sends an Idempotency-Key; an attempt whose answer was lost repeats the last
+	 * one exactly (key, body and attempt label), so a server that honours the key (corrald) gives
+	 * back the sandbox the lost answer was about instead of making a second. For servers that do
+	 * not, the attempt labels of lost answers are swept at the end, keeping the one returned.
+	 */
+	char key[HEXID_LEN] = "";
+	struct lost_tokens lost = {.n = 0};
 	for (int attempt = 1; attempt <= c->o.create_retries + 1; attempt++) {
 		if (client_now_ms() >= deadline)
 			break;
 		attempts++;
-		char token[HEXID_LEN], id[CORRAL_ID_MAX];
-		if (id_hex32(token) < 0)
-			snprintf(token, sizeof(token), "%032llx", (unsigned long long)client_now_ms());
-		token[12] = '\0';
+		char token[13], id[CORRAL_ID_MAX];
+		if (!key[0] && id_hex32(key) < 0)
+			snprintf(key, sizeof(key), "%032llx", (unsigned long long)client_now_ms());
+		snprintf(token, sizeof(token), "%.12s", key);
 		_cleanup_free_ char *body = NULL;
 		r = create_body(c, spec, c->o.label_attempts ? token : NULL, &body, err);
 		if (r < 0) {
@@ -293,21 +323,21 @@ CORRAL_API int corral_sandbox_create_json(corral_client *c, const corral_sandbox
 			return r;
 		}
 		bool unknown, resent;
-		r = create_once(c, body, deadline, spec->cancel, id, &unknown, &resent,
+		r = create_once(c, body, key, deadline, spec->cancel, id, &unknown, &resent,
 				ret_json ? &answer : NULL, &last);
-		/* libcurl resent the create on its own: the first copy may have made a sandbox. */
-		if (resent && c->o.label_attempts)
-			sweep_attempt(c, token, id[0] ? id : NULL);
+		bool answer_lost = !id[0] && unknown;
+		if ((answer_lost || resent) && c->o.label_attempts)
+			lost_add(&lost, token);
 		if (corral_cancel_triggered(spec->cancel)) {
 			if (id[0] && corral_sandbox_delete_id(c, id, NULL) < 0)
 				corral_sandbox_release(sandbox_new(c, id));
-			else if (!id[0] && unknown && !resent && c->o.label_attempts)
-				sweep_attempt(c, token, NULL);
+			lost_sweep(c, &lost, NULL);
 			client_op_end(c);
 			return cerr_set(err, CORRAL_E_CANCELLED, "create sandbox: cancelled%s%s",
 					id[0] ? "; deleted sandbox " : "", id);
 		}
 		if (r == 0) {
+			lost_sweep(c, &lost, id);
 			client_op_end(c);
 			struct corral_sandbox *sb = sandbox_new(c, id);
 			if (!sb) {
@@ -319,10 +349,8 @@ CORRAL_API int corral_sandbox_create_json(corral_client *c, const corral_sandbox
 				*ret_json = TAKE_PTR(answer);
 			return 0;
 		}
-		if (!id[0] && unknown && !resent && c->o.label_attempts)
-			sweep_attempt(c, token, NULL);
-		/* Without the attempt label a lost answer's sandbox cannot be found: retrying
-		 * could leave it behind. */
+		/* Without the attempt label a lost answer's sandbox cannot be found on a server that
+		 * ignores the key: retrying could leave it behind. */
 		if (!id[0] && (unknown || resent) && !c->o.label_attempts)
 			break;
 		if (id[0]) {
@@ -333,6 +361,8 @@ CORRAL_API int corral_sandbox_create_json(corral_client *c, const corral_sandbox
 				corral_sandbox_release(tmp);
 			}
 		}
+		if (!policy_create_reuse_key(answer_lost))
+			key[0] = '\0';
 		if (!policy_create_retryable(&last))
 			break;
 		if (attempt > c->o.create_retries)
@@ -342,14 +372,17 @@ CORRAL_API int corral_sandbox_create_json(corral_client *c, const corral_sandbox
 		double left_s = (double)(deadline - client_now_ms()) / 1000.0;
 		if (left_s <= 0)
 			break;
-		client_log(c, 2, "create attempt %d failed (%s); retrying in %.2f s", attempt,
-			   last.message, MIN(d, left_s));
+		client_log(c, 2, "create attempt %d failed (%s); retrying in %.2f s%s", attempt,
+			   last.message, MIN(d, left_s),
+			   key[0] ? " with the same Idempotency-Key" : "");
 		client_sleep_cancel(spec->cancel, MIN(d, left_s));
 		if (corral_cancel_triggered(spec->cancel)) {
+			lost_sweep(c, &lost, NULL);
 			client_op_end(c);
 			return cerr_set(err, CORRAL_E_CANCELLED, "create sandbox: cancelled");
 		}
 	}
+	lost_sweep(c, &lost, NULL);
 	client_op_end(c);
 	if (attempts == 0)
 		last.code = CORRAL_E_CREATE_TIMEOUT;

@@ -21,6 +21,7 @@
 #include "corrald/filter.h"
 #include "corrald/front.h"
 #include "corrald/hangup.h"
+#include "corrald/idempotency.h"
 #include "corrald/stats.h"
 #include "corrald/token.h"
 #include "corrald/upstream.h"
@@ -122,23 +123,83 @@ struct create_reply {
 	struct evhttp_request *req; /* NULL once the client hung up: evhttp freed it */
 	struct sandbox *sb;         /* reference */
 	struct hangup hup;
+	bool joiner; /* a repeat of the create (same Idempotency-Key) waiting for its answer */
+	LIST_ENTRY(create_reply) link;
 };
+
+/* Every create still to be answered: the request that started it and the repeats that wait. */
+static LIST_HEAD(, create_reply) create_replies = LIST_HEAD_INITIALIZER(create_replies);
+
+static bool create_has_listener(const struct sandbox *sb)
+{
+	struct create_reply *it;
+	LIST_FOREACH(it, &create_replies, link)
+		if (it->sb == sb && it->req)
+			return true;
+	return false;
+}
+
+static void create_reply_free(struct create_reply *cr)
+{
+	LIST_REMOVE(cr, link);
+	sandbox_unref(cr->sb);
+	free(cr);
+}
+
+static void send_create_answer(struct evhttp_request *req, struct sandbox *sb, int status,
+			       const char *code, const char *msg, bool replayed)
+{
+	if (replayed)
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Idempotent-Replayed",
+				  "true");
+	if (status == 202) {
+		http_send_json(req, 202, sandbox_to_api(sb, true));
+		return;
+	}
+	if (status == 503) /* a transient host limit: retryable */
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "5");
+	else if (status == 507) /* a full state fs: retryable once space is freed */
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "30");
+	http_send_error(req, status, code, "%s", msg);
+}
 
 static void on_created(struct sandbox *sb, int status, const char *code, const char *msg, void *arg)
 {
-	struct create_reply *cr = arg;
-	hangup_unwatch(&cr->hup);
-	if (cr->req && status == 202)
-		http_send_json(cr->req, 202, sandbox_to_api(sb, true));
-	else if (cr->req && status == 503) { /* a transient host limit: retryable */
-		evhttp_add_header(evhttp_request_get_output_headers(cr->req), "Retry-After", "5");
-		http_send_error(cr->req, status, code, "%s", msg);
-	} else if (cr->req)
-		http_send_error(cr->req, status, code, "%s", msg);
-	else if (status == 202)
+	struct create_reply *it, *next;
+	bool heard = false;
+	(void)arg; /* the first of sb's create_replies; the repeats that joined it are answered too */
+	if (sb->orphaned) {
+		/* Rolled back because every client hung up, not for anything a repeat should hear
+		 * again: the key is free for the next attempt. */
+		free(sb->idem_key);
+		sb->idem_key = NULL;
+	}
+	if (sb->idem_key && status >= 400 && status < 500 && status != 499) {
+		/* Nothing is left of it, and a repeat would fail the same way: answer it alike. */
+		struct idem_answer a = {.status = status};
+		snprintf(a.fp, sizeof(a.fp), "%s", sb->idem_fp);
+		snprintf(a.code, sizeof(a.code), "%s", code);
+		snprintf(a.message, sizeof(a.message), "%s", msg);
+		idem_cache_put(sb->idem_key, &a, sb->created_ms, time_now_ms());
+	}
+	for (it = LIST_FIRST(&create_replies); it; it = next) {
+		next = LIST_NEXT(it, link);
+		if (it->sb != sb)
+			continue;
+		hangup_unwatch(&it->hup);
+		if (it->req) {
+			send_create_answer(it->req, sb, status, code, msg, it->joiner);
+			heard = true;
+		}
+		create_reply_free(it);
+	}
+	if (status == 202 && !heard) {
+		/* Acknowledged to nobody: gone as if never made, so a repeat of its create (the key
+		 * freed before the delete mark is stored) makes it anew rather than hearing 409. */
+		free(sb->idem_key);
+		sb->idem_key = NULL;
 		lifecycle_teardown(sb, "created, but its client hung up before the answer");
-	sandbox_unref(cr->sb);
-	free(cr);
+	}
 }
 
 static void on_create_hangup(void *arg)
@@ -146,9 +207,101 @@ static void on_create_hangup(void *arg)
 	struct create_reply *cr = arg;
 	struct sandbox *sb = sandbox_ref(cr->sb);
 	cr->req = NULL;
-	if (sb->phase == SB_PHASE_QUEUED || sb->phase == SB_PHASE_CREATING)
+	if (cr->joiner)
+		create_reply_free(cr);
+	if (create_has_listener(sb)) {
+		/* A repeat of the create (same Idempotency-Key) still waits for it. */
+		sandbox_unref(sb);
+		return;
+	}
+	if (sb->phase == SB_PHASE_QUEUED || sb->phase == SB_PHASE_CREATING) {
+		/* Rolled back for nobody: a repeat of its create may still claim it (Creating), and
+		 * its answer is not one a repeat should hear again (on_created frees the key). */
+		sb->orphaned = true;
 		lifecycle_delete(sb, "its client hung up"); /* may free cr */
+	}
 	sandbox_unref(sb);
+}
+
+/* The newest sandbox made by a create with this Idempotency-Key within the window, deleted or
+ * not, or NULL. */
+static struct sandbox *idem_find(struct corrald *d, const char *key, int64_t now_ms)
+{
+	struct sandbox *it;
+	TAILQ_FOREACH(it, &d->sandboxes, link)
+		if (it->idem_key && strcmp(it->idem_key, key) == 0 &&
+		    now_ms - it->created_ms < idem_window_ms())
+			return it;
+	return NULL;
+}
+
+static void send_key_reused(struct evhttp_request *req, const char *key)
+{
+	http_send_error(req, 422, WIRE_CODE(SANDBOX_IDEMPOTENCY_KEY_REUSED),
+			"Idempotency-Key '%s' was already used for a create with a different request body; use a new key for a different request",
+			key);
+}
+
+/*
+ * A repeat of a create with the same Idempotency-Key: answered (true) with what the first one got
+ * or will get, or false: no create of that key is known (none yet, or it left nothing behind and
+ * no answer worth repeating), so this one goes ahead.
+ */
+static bool idem_repeat(struct corrald *d, struct evhttp_request *req, const char *key,
+			const char *fp)
+{
+	int64_t now = time_now_ms();
+	struct sandbox *sb = idem_find(d, key, now);
+	/* A create rolled back (failed, or interrupted by a restart) left no sandbox: not a match. */
+	if (sb && sb->phase == SB_PHASE_DELETING && sb->state == SB_PENDING)
+		sb = NULL;
+	if (sb && strcmp(sb->idem_fp, fp) != 0) {
+		send_key_reused(req, key);
+		return true;
+	}
+	if (sb && (sb->phase == SB_PHASE_QUEUED || sb->phase == SB_PHASE_CREATING)) {
+		struct create_reply *cr = calloc(1, sizeof(*cr));
+		if (!cr) {
+			http_send_error(req, 500, WIRE_CODE(GENERAL_OUT_OF_MEMORY), "out of memory");
+			return true;
+		}
+		cr->req = req;
+		cr->sb = sandbox_ref(sb);
+		cr->joiner = true;
+		LIST_INSERT_HEAD(&create_replies, cr, link);
+		if (sb->orphaned && sb->delete_requested) {
+			sb->orphaned = false;
+			sb->delete_requested = false;
+			log_info("sandbox %s: a repeat of its create (same Idempotency-Key) claims it: no longer rolled back",
+				 sb->id);
+		}
+		if (evhttp_request_get_connection(req))
+			hangup_watch(&cr->hup, evhttp_request_get_connection(req), on_create_hangup,
+				     cr);
+		log_debug("sandbox %s: a repeat of its create waits for it", sb->id);
+		return true;
+	}
+	if (sb && sb->phase == SB_PHASE_DELETING) {
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Idempotent-Replayed",
+				  "true");
+		http_send_error(req, 409, WIRE_CODE(SANDBOX_DELETED),
+				"sandbox %s, made by the create with this Idempotency-Key, has been deleted",
+				sb->id);
+		return true;
+	}
+	if (sb) {
+		send_create_answer(req, sb, 202, NULL, NULL, true);
+		return true;
+	}
+	struct idem_answer a;
+	if (!idem_cache_get(key, now, &a))
+		return false;
+	if (strcmp(a.fp, fp) != 0) {
+		send_key_reused(req, key);
+		return true;
+	}
+	send_create_answer(req, NULL, a.status, a.code, a.message, true);
+	return true;
 }
 
 /* A POST that starts new work: refused with 503 while corrald shuts down, else its JSON body in
@@ -168,6 +321,25 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	json_t *body = NULL;
 	if (!accepting_body(d, req, &body))
 		return;
+	char key[IDEM_KEY_MAX + 1] = "", fp[IDEM_FP_LEN + 1] = "";
+	const char *hkey = evhttp_find_header(evhttp_request_get_input_headers(req),
+					      "Idempotency-Key");
+	if (hkey && idem_key_parse(hkey, key) < 0) {
+		json_decref(body);
+		http_send_error(req, 400, WIRE_CODE(SANDBOX_INVALID_IDEMPOTENCY_KEY),
+				"Idempotency-Key must be 1 to %d printable ASCII characters, optionally in double quotes",
+				IDEM_KEY_MAX);
+		return;
+	}
+	if (key[0] && idem_fingerprint(body, fp) < 0) {
+		json_decref(body);
+		http_send_error(req, 500, WIRE_CODE(GENERAL_OUT_OF_MEMORY), "out of memory");
+		return;
+	}
+	if (key[0] && idem_repeat(d, req, key, fp)) {
+		json_decref(body);
+		return;
+	}
 	struct create_params p;
 	struct verr e;
 	int r = create_params_parse(body, &p, &e);
@@ -269,20 +441,24 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	sb->oom_group = p.oom_group;
 	sb->volumes = TAKE_PTR(p.volumes);
 	sb->res = res;
+	if (key[0]) {
+		sb->idem_key = strdup(key);
+		memcpy(sb->idem_fp, fp, sizeof(sb->idem_fp));
+	}
 	registry_add(d, sb);
-	struct create_reply *cr = sb->rootfs ? calloc(1, sizeof(*cr)) : NULL;
+	struct create_reply *cr =
+	    sb->rootfs && (!key[0] || sb->idem_key) ? calloc(1, sizeof(*cr)) : NULL;
 	if (cr) {
 		cr->req = req;
 		cr->sb = sandbox_ref(sb);
+		LIST_INSERT_HEAD(&create_replies, cr, link);
 	}
 	/* lifecycle_create() never answers before it returns: cr is still ours here. */
 	r = cr ? lifecycle_create(sb, on_created, cr) : -ENOMEM;
 	if (r == 0 && evhttp_request_get_connection(req))
 		hangup_watch(&cr->hup, evhttp_request_get_connection(req), on_create_hangup, cr);
-	if (r < 0 && cr) {
-		sandbox_unref(cr->sb);
-		free(cr);
-	}
+	if (r < 0 && cr)
+		create_reply_free(cr);
 	if (r < 0) {
 		log_error("create sandbox %s: %s", id, strerror(-r));
 		http_send_error(req, 500, WIRE_CODE(SANDBOX_CREATE_FAILED), "create sandbox %s: %s", id,
@@ -614,6 +790,8 @@ static void send_state_write_failed(struct evhttp_request *req, const struct san
 
 static void h_delete(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
 {
+	if (sb->phase == SB_PHASE_CREATING)
+		sb->orphaned = false; /* deleted: a repeat of its create no longer claims it */
 	int r = lifecycle_delete(sb, "deleted");
 	if (r < 0) {
 		send_state_write_failed(req, sb, r, "deleted");
@@ -811,13 +989,27 @@ static void on_proxy_fail(struct evhttp_request *req, enum revproxy_failure why,
 	struct corrald *d = arg;
 	char id[UUID_STR_LEN] = "";
 	struct sandbox *sb = proxy_id_of(req, id) ? registry_find(d, id) : NULL;
+	/* execd closed the connection without answering: PID 1 may be dying, and closes its
+	 * sockets a moment before it is reported dead. A long-poll waiting on it (status ?wait=)
+	 * must hear SANDBOX::ENDED, not a 502: wait for the death watch a little (rare: a live
+	 * execd does not close a request unanswered). */
 	if (sb)
-		lifecycle_check_alive(sb);
+		lifecycle_check_alive_within(sb, why == REVPROXY_PROTOCOL_ERROR ? 200 : 0);
 	if (sb && sandbox_ended(sb)) {
 		http_send_json(req, 410,
 			       json_pack("{s:s, s:s, s:s}", "code", WIRE_CODE(SANDBOX_ENDED), "message",
 					 sb->message ? sb->message : "the sandbox has ended", "reason",
 					 sb->reason ? sb->reason : "Unknown"));
+		return;
+	}
+	if (why == REVPROXY_NO_FDS) {
+		/* corrald's own limit, not the sandbox's: transient, retry. */
+		log_warn("proxy to sandbox %s: corrald is out of file descriptors: %s", id,
+			 detail ? detail : "?");
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+		http_send_error(req, 503, WIRE_CODE(SANDBOX_HOST_FD_LIMIT),
+				"corrald has no file descriptor free to reach sandbox %s (%s); retry shortly",
+				id, detail ? detail : "EMFILE");
 		return;
 	}
 	log_warn("proxy to sandbox %s failed: %s", id, detail ? detail : "unknown error");

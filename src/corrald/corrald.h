@@ -102,6 +102,10 @@ struct sandbox {
 	struct worker teardown;
 	struct event *retry_ev;
 	struct create_ctx *creating;
+	char *idem_key;  /* the Idempotency-Key of its create, or NULL (idempotency.h); persisted */
+	char idem_fp[65]; /* that create's request fingerprint */
+	bool orphaned;    /* every client of its create hung up: rolled back unless a repeat of the
+			   * create (same key) claims it first */
 
 	/* admission.c */
 	bool admitted;              /* holds adm_* of the capacity */

@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -45,6 +48,7 @@ struct create_ctx {
 	bool ping_in_flight;
 	bool finished;
 	char last_ping_error[128];
+	pid_t corrald_pid; /* the worker dies with it (create_in_worker) */
 	create_done_fn done;
 	void *arg;
 };
@@ -100,6 +104,28 @@ static void create_finish(struct create_ctx *c, int status, const char *code, co
 
 static void create_fail(struct create_ctx *c, int status, const char *code, const char *fmt, ...)
 	_printf_(4, 5);
+/* Every occurrence of the state dir in msg becomes "<state-dir>": no reply names a host path
+ * (the log line of create_finish() has the message as it was). */
+static void scrub_state_dir(const struct corrald *d, char *msg, size_t len)
+{
+	size_t sl = strlen(d->state_dir);
+	if (sl < 2 || !strstr(msg, d->state_dir))
+		return;
+	char out[1024];
+	size_t o = 0;
+	for (const char *p = msg; *p && o + 1 < sizeof(out);) {
+		if (strncmp(p, d->state_dir, sl) == 0) {
+			o += (size_t)snprintf(out + o, sizeof(out) - o, "<state-dir>");
+			o = MIN(o, sizeof(out) - 1);
+			p += sl;
+		} else {
+			out[o++] = *p++;
+		}
+	}
+	out[o] = '\0';
+	snprintf(msg, len, "%s", out);
+}
+
 static void create_fail(struct create_ctx *c, int status, const char *code, const char *fmt, ...)
 {
 	char msg[1024];
@@ -107,6 +133,9 @@ static void create_fail(struct create_ctx *c, int status, const char *code, cons
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	if (status >= 500)
+		log_debug("create sandbox %s: %s", c->sb->id, msg);
+	scrub_state_dir(c->sb->d, msg, sizeof(msg));
 	create_finish(c, status, code, msg);
 }
 
@@ -187,10 +216,25 @@ static void create_in_worker(void *arg, struct worker_result *res)
 	struct create_ctx *c = arg;
 	struct corrald *d = c->sb->d;
 	struct error err = {0};
+	/* A create outliving a killed corrald would make a sandbox that the next corrald has
+	 * already recovered past (its record Pending, or not there yet): nobody would know it. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != c->corrald_pid) {
+		res->rc = -ECANCELED;
+		snprintf(res->msg, sizeof(res->msg), "corrald ended");
+		return;
+	}
 	/* The Pending record, durable before the runtime makes anything (a restart then tears the
 	 * half-made sandbox down). Written here, not in the event loop: its create, two fsyncs and
-	 * rename stall every other request, and a burst of creates queued behind them. */
+	 * rename stall every other request, and a burst of creates queued behind them. The
+	 * directory's lock is held until the worker ends: a teardown (of the next corrald's
+	 * recovery) waits for it (dir_lock_wait). */
+	_cleanup_close_ int dir_lock = -1;
 	int r = fs_mkdir_p(c->sb->dir, 0700);
+	if (r >= 0) {
+		dir_lock = open(c->sb->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dir_lock < 0 || flock(dir_lock, LOCK_EX) < 0)
+			r = -errno;
+	}
 	if (r >= 0)
 		r = sandbox_save(c->sb);
 	if (r < 0) {
@@ -266,6 +310,25 @@ static void on_create_worker_done(struct worker *w, const struct worker_result *
 			    : res->rc == -RUNTIME_EVOL_SUBPATH  ? WIRE_CODE(VOLUME_INVALID_SUB_PATH)
 								: WIRE_CODE(VOLUME_INVALID_MOUNT_PATH),
 			    "volumes: %s", res->msg);
+		return;
+	}
+	if (res->rc == -ENOSPC || res->rc == -EDQUOT) {
+		/* The runtime could not write the sandbox's files: the state fs is full. */
+		create_fail(c, 507, WIRE_CODE(SANDBOX_STATE_WRITE_FAILED),
+			    "the files of sandbox %s could not be stored (%s); nothing was created",
+			    sb->id, res->msg);
+		return;
+	}
+	if (res->rc == -EMFILE || res->rc == -ENFILE) {
+		create_fail(c, 503, WIRE_CODE(SANDBOX_HOST_FD_LIMIT),
+			    "the host could not open the files to start sandbox %s (%s): an open-file limit was reached; retry later",
+			    sb->id, res->msg);
+		return;
+	}
+	if (res->rc == -ENOMEM) {
+		create_fail(c, 503, WIRE_CODE(SANDBOX_HOST_MEMORY_EXHAUSTED),
+			    "the host had no memory to start sandbox %s (%s); retry later", sb->id,
+			    res->msg);
 		return;
 	}
 	if (res->rc == -ENOMEDIUM) {
@@ -445,6 +508,7 @@ int lifecycle_create(struct sandbox *sb, create_done_fn done, void *arg)
 	c->done = done;
 	c->arg = arg;
 	c->backoff_ms = 1;
+	c->corrald_pid = getpid();
 	c->argv = strv_from_json_array(sb->entrypoint);
 	c->envp = envp_from_json_object(sb->env);
 	c->deadline_ev = evtimer_new(d->base, on_create_deadline, c);
@@ -797,11 +861,27 @@ int lifecycle_resume(struct sandbox *sb, char *msg, size_t msglen, int *write_er
 
 /* --- teardown ----------------------------------------------------------------------------- */
 
+/* Wait (bounded) until no create worker holds sandbox dir's lock: one left running by a corrald
+ * killed mid-create finishes, or dies with it, before its sandbox is destroyed. */
+#define DIR_LOCK_WAIT_MS 30000
+static void dir_lock_wait(const char *dir)
+{
+	_cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	for (int waited = 0; waited < DIR_LOCK_WAIT_MS; waited += 10) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0 || errno != EWOULDBLOCK)
+			return;
+		usleep(10 * 1000);
+	}
+}
+
 static void teardown_in_worker(void *arg, struct worker_result *res)
 {
 	struct sandbox *sb = arg;
 	struct corrald *d = sb->d;
 	struct error err = {0};
+	dir_lock_wait(sb->dir);
 	int r = d->rt->destroy(&d->rt_cfg, sb->id, &err);
 	if (r < 0) {
 		res->rc = r;

@@ -24,6 +24,7 @@
 #include "corrald/admission.h"
 #include "corrald/corrald.h"
 #include "corrald/front.h"
+#include "corrald/idempotency.h"
 #include "corrald/token.h"
 #include "corrald/upstream.h"
 #include "runtime/confine.h"
@@ -111,6 +112,9 @@ static void usage(FILE *f)
 		"                         %d; at most corrald's own hard limit without CAP_SYS_RESOURCE)\n"
 		"  --capacity-wait SECS   longest wait of a create for capacity (default %d: below the\n"
 		"                         SDKs' 30 s request timeout, so clients get the 503)\n"
+		"  --idempotency-window SECS\n"
+		"                         a create repeated with the same Idempotency-Key within SECS of\n"
+		"                         the first gets the first one's sandbox or answer (default %d)\n"
 		"  --no-userns            run sandboxes without a user namespace: sandbox root is then host\n"
 		"                         root (only for kernels without idmapped mounts; see\n"
 		"                         docs/security.md). Default: every sandbox gets its own range of\n"
@@ -133,7 +137,7 @@ static void usage(FILE *f)
 		"       \"entrypoint\":[\"sleep\",\"infinity\"],\"timeout\":600}'\n",
 		DEFAULT_PULL_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_HEADER_TIMEOUT,
 		DEFAULT_MAX_CONNECTIONS, DEFAULT_CREATE_TIMEOUT, CONFINE_DEFAULT_NOFILE,
-		DEFAULT_CAPACITY_WAIT);
+		DEFAULT_CAPACITY_WAIT, IDEM_DEFAULT_WINDOW_S);
 }
 
 static int parse_listen(const char *s, char *host, size_t hostlen, unsigned short *port)
@@ -325,7 +329,8 @@ int main(int argc, char **argv)
 	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS,
 	       OPT_NOFILE, OPT_DEFAULT_DISK, OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT, OPT_MIRROR,
 	       OPT_IMPORT_DIR, OPT_HEADER_TIMEOUT, OPT_MAX_CONNECTIONS, OPT_ALLOW_HOST_PATH,
-	       OPT_VOLUME_SIZE, OPT_IMAGE_UNPACKED_MAX, OPT_IMAGE_STORE_MAX, OPT_VERSION };
+	       OPT_VOLUME_SIZE, OPT_IMAGE_UNPACKED_MAX, OPT_IMAGE_STORE_MAX, OPT_VERSION,
+	       OPT_IDEM_WINDOW };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -352,6 +357,7 @@ int main(int argc, char **argv)
 		{"volume-size", required_argument, NULL, OPT_VOLUME_SIZE},
 		{"image-unpacked-max", required_argument, NULL, OPT_IMAGE_UNPACKED_MAX},
 		{"image-store-max", required_argument, NULL, OPT_IMAGE_STORE_MAX},
+		{"idempotency-window", required_argument, NULL, OPT_IDEM_WINDOW},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, OPT_VERSION},
 		{0},
@@ -461,6 +467,13 @@ int main(int argc, char **argv)
 			if (parse_seconds("--capacity-wait", optarg, &d->capacity_wait_s) < 0)
 				return 2;
 			break;
+		case OPT_IDEM_WINDOW: {
+			int w;
+			if (parse_seconds("--idempotency-window", optarg, &w) < 0)
+				return 2;
+			idem_set_window(w);
+			break;
+		}
 		case OPT_CAPACITY: {
 			char msg[256];
 			if (capacity_parse(optarg, &cap, msg, sizeof(msg)) < 0) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "corrald/corrald.h"
+#include "corrald/idempotency.h"
 #include "shared/fsutil.h"
 #include "shared/log.h"
 #include "shared/quantity.h"
@@ -112,6 +113,7 @@ static void sandbox_free(struct sandbox *sb)
 	json_decref(sb->extensions);
 	json_decref(sb->platform);
 	json_decref(sb->volumes);
+	free(sb->idem_key);
 	free(sb);
 }
 
@@ -269,6 +271,10 @@ static json_t *sandbox_to_disk(const struct sandbox *sb)
 	json_object_set_new(o, "resources", resources_to_json(&sb->res));
 	json_object_set_new(o, "oomGroup", json_boolean(sb->oom_group));
 	json_object_set_new(o, "deleting", json_boolean(sb->phase == SB_PHASE_DELETING));
+	if (sb->idem_key)
+		json_object_set_new(o, "idempotency",
+				    json_pack("{s:s, s:s}", "key", sb->idem_key, "fingerprint",
+					      sb->idem_fp));
 	return o;
 }
 
@@ -367,6 +373,13 @@ int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *
 	sandbox_set_handle(sb, &h);
 	sb->oom_group = json_is_true(json_object_get(o, "oomGroup"));
 	sb->phase = json_is_true(json_object_get(o, "deleting")) ? SB_PHASE_DELETING : SB_PHASE_LIVE;
+	json_t *idem = json_object_get(o, "idempotency");
+	const char *ikey = json_string_value(json_object_get(idem, "key"));
+	const char *ifp = json_string_value(json_object_get(idem, "fingerprint"));
+	if (ikey && ifp && strlen(ifp) < sizeof(sb->idem_fp)) {
+		sb->idem_key = strdup(ikey);
+		snprintf(sb->idem_fp, sizeof(sb->idem_fp), "%s", ifp);
+	}
 	json_decref(o);
 	if (!sb->image_uri || !sb->rootfs) {
 		sandbox_unref(sb);
@@ -395,6 +408,15 @@ void registry_remove(struct corrald *d, struct sandbox *sb)
 {
 	if (!sb->in_registry)
 		return;
+	if (sb->idem_key && sb->state != SB_PENDING) {
+		/* It was made: a repeat of its create learns that it is gone, not makes another. */
+		struct idem_answer a = {.status = 409, .code = "SANDBOX::DELETED"};
+		snprintf(a.fp, sizeof(a.fp), "%s", sb->idem_fp);
+		snprintf(a.message, sizeof(a.message),
+			 "sandbox %s, made by the create with this Idempotency-Key, has been deleted",
+			 sb->id);
+		idem_cache_put(sb->idem_key, &a, sb->created_ms, time_now_ms());
+	}
 	TAILQ_REMOVE(&d->sandboxes, sb, link);
 	sb->in_registry = false;
 	d->n_sandboxes--;

@@ -204,7 +204,7 @@ void command_stream(struct evhttp_request *req, struct execution *ex)
 {
 	struct stream_client *sc = calloc(1, sizeof(*sc));
 	if (!sc) {
-		http_send_error(req, 500, "RUNTIME_ERROR", "out of memory");
+		http_send_error(req, 500, WIRE_CODE(RUNTIME_ERROR), "out of memory");
 		return;
 	}
 	sc->req = req;
@@ -390,6 +390,10 @@ void command_run(struct evhttp_request *req)
 	} else if (rc == -EAGAIN) {
 		http_send_error(req, 429, WIRE_CODE(RUNTIME_ERROR), "%s", err.msg);
 		return;
+	} else if (rc == -EXEC_E_NO_PROCESS) { /* issue 12: typed, retryable, id not consumed */
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+		http_send_error(req, 503, WIRE_CODE(PROCESS_LIMIT), "%s", err.msg);
+		return;
 	} else if (rc == -EBUSY) {
 		http_send_error(req, 409, WIRE_CODE(RUNTIME_ERROR), "%s", err.msg);
 		return;
@@ -545,6 +549,11 @@ void command_logs(struct evhttp_request *req, const char *id, struct http_query 
 		char v[64];
 		snprintf(v, sizeof(v), "cap=%" PRIu64 "; dropped=%" PRIu64, ex->out_cap, ex->out_dropped);
 		evhttp_add_header(evhttp_request_get_output_headers(req), "EXECD-COMMANDS-OUTPUT-TRUNCATED", v);
+	}
+	if (ex->store_errno) { /* issue 12: the output could not be stored in full */
+		char v[160];
+		exec_store_error(ex, v, sizeof(v));
+		evhttp_add_header(evhttp_request_get_output_headers(req), "EXECD-COMMANDS-OUTPUT-ERROR", v);
 	}
 	struct evbuffer *out = evbuffer_new();
 	if (!out) {

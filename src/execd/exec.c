@@ -158,6 +158,7 @@ static void exec_free(struct execution *ex)
 	sbuf_clear(&ex->tail);
 	sbuf_clear(&ex->early_tr);
 	sbuf_clear(&ex->early_out);
+	sbuf_clear(&ex->tr_mem);
 	free(ex->command);
 	free(ex->error);
 	free(ex);
@@ -212,17 +213,37 @@ json_t *exec_status_json(const struct execution *ex)
 		return NULL;
 	if (ex->has_exit_code)
 		json_object_set_new(j, "exit_code", json_integer(ex->exit_code));
-	if (ex->error)
+	if (ex->error) {
 		json_object_set_new(j, "error", json_string(ex->error));
+	} else if (ex->store_errno && !ex->running) {
+		/* Its files failed it (also after the end: files are written late): the exit code is
+		 * the process's, the error says what is not all there. */
+		char m[160], e[320];
+		exec_store_error(ex, m, sizeof(m));
+		if (ex->out_dropped)
+			snprintf(e, sizeof(e),
+				 "the output could not be stored in full (%s): %" PRIu64 " bytes of it are missing; the exit code is the command's own",
+				 m, ex->out_dropped);
+		else
+			snprintf(e, sizeof(e),
+				 "the output could not be stored (%s): it is held in memory only, until corral-execd restarts; the exit code is the command's own",
+				 m);
+		json_object_set_new(j, "error", json_string(e));
+	}
 	if (!ex->running && ex->finished_ms) {
 		time_format_rfc3339(ex->finished_ms, ts);
 		json_object_set_new(j, "finished_at", json_string(ts));
 	}
 	/* Extension: cut output is never passed off as complete. */
-	if (ex->out_truncated) {
+	if (ex->out_truncated || ex->out_dropped) {
 		json_object_set_new(j, "output_truncated", json_true());
 		json_object_set_new(j, "output_cap", json_integer((json_int_t)ex->out_cap));
 		json_object_set_new(j, "output_dropped", json_integer((json_int_t)ex->out_dropped));
+	}
+	if (ex->store_errno) {
+		char m[160];
+		exec_store_error(ex, m, sizeof(m));
+		json_object_set_new(j, "output_error", json_string(m));
 	}
 	return j;
 }
@@ -295,11 +316,17 @@ static struct execution *load_from_disk(const char *id)
 		ex->out_cap = (uint64_t)json_integer_value(json_object_get(j, "output_cap"));
 		ex->out_dropped = (uint64_t)json_integer_value(json_object_get(j, "output_dropped"));
 	}
+	if (json_string_value(json_object_get(j, "output_error"))) {
+		/* The errno is not kept: the message is what the status and logs show. */
+		ex->store_errno = EIO;
+		ex->store_what = "output";
+		ex->out_broken = ex->tr_broken = true;
+	}
 	json_decref(j);
 	struct stat st;
 	snprintf(path, sizeof(path), "%s/%s/transcript", X.state_dir, id);
 	if (stat(path, &st) == 0)
-		ex->tr_len = (uint64_t)st.st_size;
+		ex->tr_len = ex->tr_file_len = (uint64_t)st.st_size;
 	hash_put(ex);
 	add_finished(ex);
 	return ex;
@@ -348,24 +375,41 @@ static void notify_all(struct execution *ex)
 	exec_unref(ex);
 }
 
-static void write_all(int fd, const void *p, size_t n, const struct execution *ex, const char *what)
+/* Write all of p; 0, or -errno with *ret_done the bytes that were written. */
+static int write_full(int fd, const void *p, size_t n, size_t *ret_done)
 {
-	if (fd < 0)
-		return;
 	const char *c = p;
+	*ret_done = 0;
 	while (n > 0) {
 		ssize_t k = write(fd, c, n);
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			log_warn("execution %s: write %s: %m", ex->id, what);
-			return;
-		}
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 ? -errno : -EIO;
 		c += k;
 		n -= (size_t)k;
+		*ret_done += (size_t)k;
 	}
+	return 0;
 }
 
+void exec_store_error(const struct execution *ex, char *buf, size_t len)
+{
+	snprintf(buf, len, "write %s: %s", ex->store_what ? ex->store_what : "output",
+		 strerror(ex->store_errno ? ex->store_errno : EIO));
+}
+
+/* A write of the execution's files failed: remembered (the first one), logged once. The output
+ * is cut at the next chance (store_cut()). */
+static void store_failed(struct execution *ex, const char *what, int err)
+{
+	if (ex->store_errno)
+		return;
+	ex->store_errno = err > 0 ? err : EIO;
+	ex->store_what = what;
+	log_warn("execution %s: write %s: %s; its output is cut here", ex->id, what,
+		 strerror(ex->store_errno));
+}
 
 static int open_out(struct execution *ex, const char *name, int flags);
 
@@ -394,21 +438,37 @@ static void ensure_files_ex(struct execution *ex, bool notify)
 	char dir[PATH_MAX];
 	snprintf(dir, sizeof(dir), "%s/%s", X.state_dir, ex->id);
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-		log_warn("execution %s: create %s: %m", ex->id, dir);
+		store_failed(ex, "directory", errno); /* the files' own errors would say ENOENT */
 	for (int i = F_TR; i <= F_OUTPUT; i++) {
 		int *fd = file_fd(ex, i);
 		struct sbuf *early = file_early(ex, i);
 		if (i == F_OUTPUT && !ex->background)
 			continue;
-		if (*fd < 0) {
+		if (*fd < 0)
 			*fd = open_out(ex, file_names[i], O_WRONLY);
-			if (*fd < 0)
-				log_warn("execution %s: create %s/%s: %m", ex->id, dir, file_names[i]);
+		int r = *fd < 0 ? -errno : 0;
+		size_t done = 0;
+		if (r == 0)
+			r = write_full(*fd, early->data, early->len, &done);
+		if (r < 0 && i == F_TR) {
+			/* Whole records only: the file is cut back to empty, the records stay in
+			 * memory, where readers find them. */
+			if (*fd >= 0 && ftruncate(*fd, 0) < 0)
+				closefd(fd);
+			ex->tr_broken = true;
+			ex->tr_mem = *early;
+			*early = (struct sbuf){0};
+		} else if (i == F_TR) {
+			ex->tr_file_len = early->len;
+		} else if (r < 0) {
+			ex->out_broken = true;
+			ex->out_dropped += early->len - done;
 		}
-		write_all(*fd, early->data, early->len, ex, file_names[i]);
+		if (r < 0)
+			store_failed(ex, file_names[i], -r);
 		sbuf_clear(early);
 	}
-	/* Readers now find the transcript in the file. */
+	/* Readers now find the transcript in the file (and in tr_mem after a failed write). */
 	ex->files_ready = true;
 	/* The transcript fd is reopened for the final records; a running background execution
 	 * writes nothing else to it. */
@@ -428,19 +488,68 @@ static void ensure_files(struct execution *ex)
 	ensure_files_ex(ex, true);
 }
 
-/* Append to one of the execution's files, or hold the bytes until the files exist. */
-static void file_append(struct execution *ex, int which, const void *p, size_t n)
+/*
+ * Append to one of the execution's files, or hold the bytes until the files exist. The transcript
+ * gets whole records (h and p, one record): one that cannot be written is cut off the file again
+ * and kept in memory with every record after it. Output that cannot be written is counted as
+ * dropped; nothing is written after a failure, so a stored file never has a hole.
+ */
+static void file_append2(struct execution *ex, int which, const void *h, size_t hl, const void *p,
+			 size_t n)
 {
 	int *fd = file_fd(ex, which);
+	if (which == F_TR && ex->tr_broken) {
+		if (sbuf_add(&ex->tr_mem, h, hl) < 0 || sbuf_add(&ex->tr_mem, p, n) < 0)
+			log_error("execution %s: out of memory holding its transcript", ex->id);
+		return;
+	}
+	if (which == F_OUTPUT && ex->out_broken) {
+		ex->out_dropped += n;
+		return;
+	}
 	if (!ex->files_ready && *fd < 0) {
-		if (ex->early_tr.len + ex->early_out.len + n <= EARLY_MAX &&
-		    sbuf_add(file_early(ex, which), p, n) == 0)
+		struct sbuf *early = file_early(ex, which);
+		size_t before = early->len;
+		if (ex->early_tr.len + ex->early_out.len + hl + n <= EARLY_MAX &&
+		    sbuf_add(early, h, hl) == 0 && sbuf_add(early, p, n) == 0)
 			return;
+		early->len = before;
 		ensure_files_ex(ex, false);
+		if ((which == F_TR && ex->tr_broken) || (which == F_OUTPUT && ex->out_broken)) {
+			file_append2(ex, which, h, hl, p, n);
+			return;
+		}
 	}
 	if (*fd < 0)
 		*fd = open_out(ex, file_names[which], O_WRONLY);
-	write_all(*fd, p, n, ex, file_names[which]);
+	int r = *fd < 0 ? -errno : 0;
+	size_t done = 0, done2 = 0;
+	if (r == 0 && hl)
+		r = write_full(*fd, h, hl, &done);
+	if (r == 0)
+		r = write_full(*fd, p, n, &done2);
+	if (r == 0) {
+		if (which == F_TR)
+			ex->tr_file_len += hl + n;
+		return;
+	}
+	store_failed(ex, file_names[which], -r);
+	if (which == F_OUTPUT) {
+		ex->out_broken = true;
+		ex->out_dropped += n - done2;
+		return;
+	}
+	/* A record cut short would make the rest of the file unreadable: cut it off again. */
+	if (*fd >= 0 && ftruncate(*fd, (off_t)ex->tr_file_len) < 0)
+		log_warn("execution %s: cut its transcript back to %" PRIu64 " bytes: %m", ex->id,
+			 ex->tr_file_len);
+	ex->tr_broken = true;
+	file_append2(ex, which, h, hl, p, n);
+}
+
+static void file_append(struct execution *ex, int which, const void *p, size_t n)
+{
+	file_append2(ex, which, NULL, 0, p, n);
 }
 
 ssize_t exec_transcript_read(struct execution *ex, int *fd, uint64_t off, void *buf, size_t n)
@@ -452,6 +561,16 @@ ssize_t exec_transcript_read(struct execution *ex, int *fd, uint64_t off, void *
 		memcpy(buf, ex->early_tr.data + off, n);
 		return (ssize_t)n;
 	}
+	if (off >= ex->tr_file_len) {
+		/* The records a failed write left in memory. */
+		uint64_t m = off - ex->tr_file_len;
+		if (m >= ex->tr_mem.len)
+			return 0;
+		n = (size_t)MIN((uint64_t)n, ex->tr_mem.len - m);
+		memcpy(buf, ex->tr_mem.data + m, n);
+		return (ssize_t)n;
+	}
+	n = (size_t)MIN((uint64_t)n, ex->tr_file_len - off);
 	if (*fd < 0) {
 		char path[PATH_MAX];
 		exec_path(ex, "transcript", path, sizeof(path));
@@ -523,8 +642,7 @@ static void tr_append(struct execution *ex, enum tr_kind kind, int64_t ts, const
 {
 	char h[TR_HEADER_MAX];
 	size_t hl = tr_header(h, kind, ts, ex->tr_ts, len);
-	file_append(ex, F_TR, h, hl);
-	file_append(ex, F_TR, payload, len);
+	file_append2(ex, F_TR, h, hl, payload, len);
 	ex->tr_len += hl + len;
 	ex->tr_ts = ts;
 }
@@ -667,12 +785,12 @@ static void tr_marker_record(struct execution *ex, enum tr_kind kind, uint64_t v
 	tr_varint_add(&p, v);
 	tr_record(ex, kind, ts, p.data, p.len);
 	sbuf_clear(&p);
-	if (ex->background) {
-		char m[160];
+	if (ex->background && !ex->out_broken) {
+		char m[192];
 		m[0] = '\n';
 		int k = tr_marker(kind, v, m + 1, sizeof(m) - 2);
 		m[k + 1] = '\n';
-		if (kind == TR_CUT)
+		if (kind == TR_CUT || kind == TR_UNSTORED)
 			file_append(ex, F_OUTPUT, m, (size_t)k + 2);
 		else
 			file_append(ex, F_OUTPUT, m + 1, (size_t)k + 1);
@@ -691,9 +809,22 @@ static void output_cut(struct execution *ex)
 	tr_marker_record(ex, TR_CUT, ex->out_cap, now);
 }
 
+/* Its files could not be written: the output is cut as at the cap, with a marker naming the
+ * error; what the process writes from now on is dropped and counted. */
+static void store_cut(struct execution *ex)
+{
+	int64_t now = time_now_ms();
+	ex->out_truncated = true;
+	split_flush(ex, false, now);
+	split_flush(ex, true, now);
+	tr_marker_record(ex, TR_UNSTORED, (uint64_t)ex->store_errno, now);
+}
+
 /* Output the process produced: kept up to the cap, then dropped and counted. */
 static void exec_output(struct execution *ex, bool is_err, const char *buf, size_t n)
 {
+	if (ex->store_errno && !ex->out_truncated)
+		store_cut(ex);
 	if (ex->out_truncated) {
 		ex->out_dropped += n;
 		return;
@@ -712,6 +843,8 @@ static void exec_output(struct execution *ex, bool is_err, const char *buf, size
 		ex->out_dropped += n - keep;
 		output_cut(ex);
 	}
+	if (ex->store_errno && !ex->out_truncated)
+		store_cut(ex);
 }
 
 /* Read what the pipe has; returns bytes read, 0 at EOF, -1 when it would block. */
@@ -764,6 +897,9 @@ static void exec_finish(struct execution *ex, int code, const char *error)
 			total += (size_t)n;
 		pipe_close(ex, is_err);
 	}
+	tail_flush(ex); /* a write failing here is known before the end is recorded */
+	if (ex->store_errno && !ex->out_truncated)
+		store_cut(ex);
 	ex->running = false;
 	ex->finished_ms = time_now_ms();
 	if (ex->out_truncated)
@@ -1202,6 +1338,19 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 		close(err_w);
 	strv_free(envp);
 	envp = NULL;
+	if (rc == -EAGAIN || rc == -ENOMEM) {
+		/* Out of processes (the sandbox's pids limit or the host's) or memory: transient, and
+		 * not the command's doing. Nothing is recorded: a retry with the same id runs it. */
+		log_warn("execution %s: %s", id, err ? err->msg : "fork failed");
+		error_set(err, EXEC_E_NO_PROCESS,
+			  "the command could not be started: %s: the sandbox is at its process limit (resourceLimits.pids) or the host's, or out of memory; retry once processes have exited",
+			  strerror(-rc));
+		closefd(&ex->pipe_out);
+		closefd(&ex->pipe_err);
+		hash_del(ex);
+		exec_unref(ex);
+		return -EXEC_E_NO_PROCESS;
+	}
 	if (rc < 0) {
 		error_prefix(err, "start command");
 		goto fail;

@@ -95,6 +95,16 @@ struct execution {
 	uint64_t out_cap, out_kept, out_dropped;
 	bool out_truncated;
 
+	/* Storing the files (a full state disk): the transcript's first tr_file_len bytes are in its
+	 * file; the records after a failed write are held in tr_mem instead (a few: the output is cut
+	 * then, TR_UNSTORED). store_errno is the first failed write's, on the file named by
+	 * store_what; the status and logs say so. */
+	uint64_t tr_file_len;
+	struct sbuf tr_mem;
+	bool tr_broken, out_broken;
+	int store_errno;
+	const char *store_what;
+
 	pid_t pid;
 	bool timed_out, interrupted;
 	int pipe_out, pipe_err; /* background: one pipe for both */
@@ -126,9 +136,15 @@ struct exec_request {
 #define EXEC_OUTPUT_CAP_DEFAULT (256ull << 20)
 
 int exec_init(struct event_base *base, const char *state_dir, uint64_t output_cap, struct error *err);
+/* "write output: No space left on device": the failed write of ex's files (store_errno != 0). */
+void exec_store_error(const struct execution *ex, char *buf, size_t len);
 /* execd is exiting: SIGKILL what runs, write every file still held in memory, and record the
  * running executions as killed (exit code 137). */
 void exec_shutdown(void);
+
+/* exec_start(): the process could not be forked for lack of a process slot or memory (the
+ * sandbox's pids limit, the host's, or memory): nothing was recorded, the id is still free. */
+#define EXEC_E_NO_PROCESS ENOBUFS
 
 /*
  * Start an execution. Returns 0 with a new reference in *ret, or:
@@ -136,6 +152,7 @@ void exec_shutdown(void);
  *  -EAGAIN  EXEC_MAX_RUNNING executions are running;
  *  -EBUSY   the id's directory exists but its status cannot be read (never run again);
  *  -EINVAL  bad input (err says which field);
+ *  -EXEC_E_NO_PROCESS  fork failed with EAGAIN or ENOMEM: no record, the id may be used again;
  *  other    the process could not be started: the record exists, finished with exit code 255,
  *           and *ret is set when it could be created.
  */

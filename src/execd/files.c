@@ -128,6 +128,17 @@ static void reply_errno(struct evhttp_request *req, int err, const char *code4xx
 	case EXDEV:
 		http_send_error(req, 400, code4xx, "%s: %s", what, strerror(err));
 		return;
+	case ENOSPC:
+	case EDQUOT:
+		/* The sandbox's disk (resourceLimits.ephemeral-storage) is full: nothing was kept. */
+		http_send_error(req, 507, WIRE_CODE(DISK_FULL), "%s: %s", what, strerror(err));
+		return;
+	case EMFILE:
+	case ENFILE:
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+		http_send_error(req, 503, WIRE_CODE(FILE_LIMIT), "%s: %s; retry once files are closed", what,
+				strerror(err));
+		return;
 	default:
 		log_error("files: %s: %s", what, strerror(err));
 		http_send_error(req, 500, CODE_RUNTIME, "%s: %s", what, strerror(err));

@@ -318,7 +318,7 @@ ssize_t tr_record_parse(const char *buf, size_t n, int64_t ts_base, struct tr_re
 	if (n == 0)
 		return 0;
 	unsigned char kind = *p++;
-	if (kind < TR_INIT || kind > TR_DROPPED)
+	if (kind < TR_INIT || kind > TR_UNSTORED)
 		return -EINVAL;
 	if (!varint_get(&p, end, &zz) || !varint_get(&p, end, &len))
 		return p == end && n < TR_HEADER_MAX ? 0 : -EINVAL;
@@ -340,6 +340,10 @@ int tr_marker(enum tr_kind kind, uint64_t v, char *buf, size_t len)
 		return snprintf(buf, len,
 				"[corral-execd: output cap of %" PRIu64 " bytes reached; the rest of the output is dropped]",
 				v);
+	if (kind == TR_UNSTORED)
+		return snprintf(buf, len,
+				"[corral-execd: the output could not be stored (%s); the rest of the output is dropped]",
+				v > 0 && v < 4096 ? strerror((int)v) : "write error");
 	return snprintf(buf, len, "[corral-execd: %" PRIu64 " bytes of output dropped]", v);
 }
 
@@ -347,7 +351,7 @@ int tr_record_events(const struct tr_record *r, struct sbuf *out)
 {
 	const unsigned char *p = (const unsigned char *)r->payload, *end = p + r->len;
 	uint64_t v;
-	char msg[128];
+	char msg[192];
 	switch (r->kind) {
 	case TR_INIT:
 		return stream_event_text(out, "init", r->payload, r->len, r->ts);
@@ -378,7 +382,8 @@ int tr_record_events(const struct tr_record *r, struct sbuf *out)
 		return stream_event_error(out, "CommandExecError", code, r->ts);
 	}
 	case TR_CUT:
-	case TR_DROPPED: {
+	case TR_DROPPED:
+	case TR_UNSTORED: {
 		if (!varint_get(&p, end, &v))
 			return -EINVAL;
 		int k = tr_marker(r->kind, v, msg, sizeof(msg));

@@ -73,6 +73,7 @@ enum tr_kind {
 	TR_ERROR = 5,
 	TR_CUT = 6,
 	TR_DROPPED = 7,
+	TR_UNSTORED = 8, /* a varint errno: the output could not be stored, the rest is dropped */
 };
 
 #define TR_PAYLOAD_MAX (STREAM_LINE_MAX + 1)
@@ -101,5 +102,6 @@ int tr_varint_add(struct sbuf *b, uint64_t v);
 ssize_t tr_record_parse(const char *buf, size_t n, int64_t ts_base, struct tr_record *ret);
 /* Append the stream events of a record (what went out live). */
 int tr_record_events(const struct tr_record *r, struct sbuf *out);
-/* The text of a TR_CUT or TR_DROPPED marker (also written into a background command's output). */
+/* The text of a TR_CUT, TR_DROPPED or TR_UNSTORED marker (also written into a background
+ * command's output). */
 int tr_marker(enum tr_kind kind, uint64_t v, char *buf, size_t len);

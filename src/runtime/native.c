@@ -521,6 +521,28 @@ static int open_execd_fds(struct child_ctx *c, const char *dir, struct error *er
 	return 0;
 }
 
+
+/*
+ * PID 1 ended as soon as it started: its exit report (read before the rollback removes it) says
+ * why. -ESRCH: the entrypoint exited or could not run (the client's to fix); -EAGAIN: the host ran
+ * out of processes or memory starting it (ResourceExhausted: transient, never the entrypoint's
+ * fault); -ECHILD: corral-execd died without a report.
+ */
+static int pid1_died_early(const struct runtime_config *cfg, const char *id, struct error *err)
+{
+	struct sandbox_exit ex;
+	struct error xerr = {0};
+	if (native_read_exit(cfg, id, &ex, &xerr) < 0)
+		return error_set(err, ECHILD,
+				 "sandbox PID 1 (corral-execd) died right after it started, without an exit report");
+	if (strcmp(ex.reason, "ResourceExhausted") == 0)
+		return error_set(err, EAGAIN, "%s", ex.message);
+	if (strcmp(ex.reason, "EntrypointExited") == 0)
+		return error_set(err, ESRCH, "%s (exit code %d)", ex.message, ex.exit_code);
+	return error_set(err, ECHILD, "sandbox PID 1 (corral-execd) died right after it started: %s",
+			 ex.message);
+}
+
 static int native_create(const struct runtime_config *cfg, const struct sandbox_spec *spec,
 			 struct runtime_handle *ret_handle, struct error *err)
 {
@@ -629,7 +651,7 @@ static int native_create(const struct runtime_config *cfg, const struct sandbox_
 	uint64_t start = 0;
 	char state = 0;
 	if (r == 0 && (pid_stat(pid, &state, &start) < 0 || state == 'Z' || state == 'X'))
-		r = error_set(err, ESRCH, "sandbox PID 1 died right after starting corral-execd");
+		r = pid1_died_early(cfg, spec->id, err);
 	if (r == 0) {
 		runtime_native_handle(pid, start, ret_handle);
 		r = write_pid_file(cfg, spec->id, ret_handle, err);

@@ -403,7 +403,8 @@ int native_read_exit(const struct runtime_config *cfg, const char *id, struct sa
 	const char *msg = json_string_value(json_object_get(j, "message"));
 	bool ok = reason && msg && json_is_integer(code) && json_integer_value(code) >= -1 &&
 		  json_integer_value(code) <= 255 &&
-		  (strcmp(reason, "EntrypointExited") == 0 || strcmp(reason, "ExecdExited") == 0);
+		  (strcmp(reason, "EntrypointExited") == 0 || strcmp(reason, "ExecdExited") == 0 ||
+		   strcmp(reason, "ResourceExhausted") == 0);
 	if (ok) {
 		snprintf(ret->reason, sizeof(ret->reason), "%s", reason);
 		ret->exit_code = (int)json_integer_value(code);

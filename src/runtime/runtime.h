@@ -127,7 +127,9 @@ struct sandbox_volume {
 /* What PID 1 reported as it ended, as read by the backend from where the sandbox cannot write,
  * checked: reason is one execd writes, message printable ASCII only. */
 struct sandbox_exit {
-	char reason[SANDBOX_EXIT_REASON_MAX]; /* "EntrypointExited" or "ExecdExited" */
+	char reason[SANDBOX_EXIT_REASON_MAX]; /* "EntrypointExited", "ExecdExited" or
+					       * "ResourceExhausted" (execd could not start the
+					       * entrypoint: fork EAGAIN/ENOMEM) */
 	int exit_code;                        /* -1..255 */
 	char message[SANDBOX_EXIT_MESSAGE_MAX];
 };

@@ -341,7 +341,8 @@ static void connect_retry_cb(evutil_socket_t fd, short what, void *arg)
 
 static void connect_failed(struct exchange *ex, int r)
 {
-	exchange_fail(ex, REVPROXY_CONNECT_FAILED, r, "connect to %s: %s", ex->rp->opts.peer_name,
+	exchange_fail(ex, r == -EMFILE || r == -ENFILE ? REVPROXY_NO_FDS : REVPROXY_CONNECT_FAILED, r,
+		      "connect to %s: %s", ex->rp->opts.peer_name,
 		      r == -EPERM ? "the socket is not served by the sandbox's PID 1" : strerror(-r));
 }
 
@@ -542,8 +543,9 @@ static bool maybe_retry(struct exchange *ex)
 	ex->connect_tries = 1; /* from here on exchange_connect never consults the pool */
 	int r = new_connection(ex);
 	if (r < 0) {
-		exchange_fail(ex, REVPROXY_CONNECT_FAILED, r, "reconnect to %s: %s",
-			      ex->rp->opts.peer_name, strerror(-r));
+		exchange_fail(ex,
+			      r == -EMFILE || r == -ENFILE ? REVPROXY_NO_FDS : REVPROXY_CONNECT_FAILED,
+			      r, "reconnect to %s: %s", ex->rp->opts.peer_name, strerror(-r));
 		return true;
 	}
 	exchange_send(ex);

@@ -49,6 +49,7 @@ enum revproxy_failure {
 	REVPROXY_CONNECT_FAILED, /* socket missing, refused, wrong listener, or connect timed out */
 	REVPROXY_PROTOCOL_ERROR, /* upstream answered with something that is not HTTP/1.1 */
 	REVPROXY_TIMEOUT,
+	REVPROXY_NO_FDS,         /* this process is out of file descriptors (EMFILE/ENFILE) */
 };
 
 /* Where a request goes: a unix socket path, or a numeric IPv4/IPv6 address and a port. */

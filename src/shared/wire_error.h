@@ -112,6 +112,14 @@
 	  "execd of a live sandbox cannot be reached")                                              \
 	X(CORRALD, SANDBOX_CAPACITY_TIMEOUT, "SANDBOX::CAPACITY_TIMEOUT", 503, "", true,            \
 	  "not admitted within --capacity-wait")                                                    \
+	X(CORRALD, SANDBOX_HOST_FD_LIMIT, "SANDBOX::HOST_FD_LIMIT", 503, "", true,                  \
+	  "corrald or the host out of file descriptors starting a sandbox or reaching one")        \
+	X(CORRALD, SANDBOX_HOST_MEMORY_EXHAUSTED, "SANDBOX::HOST_MEMORY_EXHAUSTED", 503, "", true,  \
+	  "no host memory to start a sandbox's processes")                                         \
+	X(CORRALD, SANDBOX_INVALID_IDEMPOTENCY_KEY, "SANDBOX::INVALID_IDEMPOTENCY_KEY", 400, "",    \
+	  false, "a malformed Idempotency-Key header")                                              \
+	X(CORRALD, SANDBOX_IDEMPOTENCY_KEY_REUSED, "SANDBOX::IDEMPOTENCY_KEY_REUSED", 422, "",      \
+	  false, "an Idempotency-Key reused for a create with another body")                        \
 	X(CORRALD, SANDBOX_HOST_PID_LIMIT, "SANDBOX::HOST_PID_LIMIT", 503, "", true,                \
 	  "a create hit a host process limit")                                                      \
 	X(CORRALD, GENERAL_BODY_BUDGET_EXHAUSTED, "GENERAL::BODY_BUDGET_EXHAUSTED", 503, "", true,  \
@@ -142,6 +150,10 @@
 	X(EXECD, NOT_SUPPORTED, "NOT_SUPPORTED", 405, "", false,                                    \
 	  "a wrong method on /files* and /directories*")                                            \
 	X(EXECD, UNKNOWN, "UNKNOWN", 416, "", false, "an unsatisfiable or unparseable Range")       \
+	X(EXECD, PROCESS_LIMIT, "PROCESS_LIMIT", 503, "", true,                                      \
+	  "a command that could not be forked (the sandbox's or the host's process limit, memory)")\
+	X(EXECD, FILE_LIMIT, "FILE_LIMIT", 503, "", true, "execd out of file descriptors")          \
+	X(EXECD, DISK_FULL, "DISK_FULL", 507, "", true,  "the sandbox's disk is full (files API)")   \
 	X(EXECD, RUNTIME_ERROR, "RUNTIME_ERROR", 500, "409 429 503", true,                          \
 	  "what the kernel refused; 409 busy or unreadable record, 429 a limit, 503 no quiet")
 

@@ -84,6 +84,7 @@ class FaultProxy:
         self.stats = {k: 0 for k in FAULTS}
         self.stats.update(requests=0, idle_closes=0, stale_reuses=0, connections=0, status_polls=0)
         self.stats_lock = threading.Lock()
+        self.create_keys = []  # (Idempotency-Key or None, fault or None) of each POST /v1/sandboxes
         self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.lsock.bind(("127.0.0.1", 0))
@@ -151,6 +152,9 @@ class FaultProxy:
                 fault = self._pick(rl)
                 if fault:
                     self.count(fault)
+                if rl.startswith("POST /v1/sandboxes "):
+                    with self.stats_lock:
+                        self.create_keys.append((hdrs.get("idempotency-key"), fault))
                 if fault == "drop_before":
                     return
                 if fault == "bad_gateway":

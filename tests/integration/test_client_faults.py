@@ -116,6 +116,14 @@ class ClientFaultTests(harness.CorralTestCase):
         finally:
             proxy.stop()
         harness.log("create: proxy %s" % json.dumps(proxy.stats))
+        # Every create carries an Idempotency-Key; one whose answer was swallowed after it
+        # reached corrald is repeated with the same key (corrald then gives back its sandbox).
+        keys = [k for k, _ in proxy.create_keys]
+        self.assertNotIn(None, keys, "a create without an Idempotency-Key")
+        lost = [k for k, f in proxy.create_keys if f == "drop_after"]
+        self.assertTrue(lost, "no create answer was swallowed: raise the fault rate")
+        for k in lost:
+            self.assertGreaterEqual(keys.count(k), 2, "the lost create %s was not repeated" % k)
         self.assertEqual(res["unready"], 0, res)
         self.assertEqual(res["failed"], 0, res)
         self.assertEqual(res["ok"], 40, res)

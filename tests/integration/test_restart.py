@@ -295,16 +295,19 @@ class Restart(CorralTestCase):
         (Running, or Failed with a reason) or fully rolled back; nothing half-made is left."""
         import threading
         from harness import cgroup_children, mounts_under, suite_cgroup_dirs
-        n = 10
+        # 100 at once (issue 12), small: pids 32 each of this VM's 32768, tiny requests
+        n = 100
         got = [None] * n
         started = threading.Event()
+        small = {"cpu": "100m", "memory": "64Mi", "pids": "32"}
 
         def worker(i):
-            c = self.corrald.client(timeout=30)
+            c = self.corrald.client(timeout=60)
             try:
                 started.set()
-                time.sleep(i * 0.03)  # staggered: some done, some in flight, some too late
-                got[i] = c.create_sandbox_raw(metadata={"inflight": "yes"})
+                time.sleep(i * 0.004)  # staggered: some done, some in flight, some too late
+                got[i] = c.create_sandbox_raw(metadata={"inflight": "yes"}, resourceLimits=small,
+                                              resourceRequests={"cpu": "1m", "memory": "1Mi"})
             except Exception as e:  # noqa: BLE001
                 got[i] = e
             finally:
@@ -317,7 +320,7 @@ class Restart(CorralTestCase):
         self.client.close()
         self.corrald.kill9()
         for t in ths:
-            t.join(35)
+            t.join(65)
         acknowledged = [g.json()["id"] for g in got if not isinstance(g, Exception) and g.status == 202]
         self.corrald.start()
 
@@ -326,7 +329,7 @@ class Restart(CorralTestCase):
             if all(it["status"]["state"] in ("Running", "Failed") for it in items):
                 return (items,)
             return None
-        items = self.wait_until(settled, 40, msg="no sandbox left Pending")[0]
+        items = self.wait_until(settled, 60, msg="no sandbox left Pending")[0]
         ids = [it["id"] for it in items]
         for sid in acknowledged:
             self.assertIn(sid, ids, "a create acknowledged with 202 before the crash was lost")

@@ -44,6 +44,10 @@ static void test_retry_classes(void)
 	e = (corral_error){.code = CORRAL_E_SANDBOX_ENDED, .http_status = 410};
 	CHECK(!policy_create_retryable(&e));
 
+	/* Idempotency-Key: repeated only after a lost answer; any answer spends it. */
+	CHECK(policy_create_reuse_key(true));
+	CHECK(!policy_create_reuse_key(false));
+
 	/* Typed errors from status + server code. */
 	CHECK_INT(policy_classify(410, "SANDBOX::ENDED"), CORRAL_E_SANDBOX_ENDED);
 	CHECK_INT(policy_classify(502, "SANDBOX::BACKEND_UNREACHABLE"), CORRAL_E_BACKEND_UNREACHABLE);

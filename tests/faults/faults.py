@@ -1,0 +1,62 @@
+"""Helpers shared by the fault suites: the integration harness, a corrald on a small tmpfs of its
+own, filling a file system, small sandbox specs."""
+
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from harness import Corrald, mounts_under  # noqa: E402,F401
+
+# Small sandboxes: this VM's pid table (kernel.pid_max 32768) holds hundreds of them.
+SMALL = {"cpu": "250m", "memory": "128Mi", "pids": "32"}
+TINY_REQ = {"cpu": "10m", "memory": "8Mi"}
+
+
+def spec(**kw):
+    s = {"image": {"uri": "host"}, "entrypoint": ["sleep", "infinity"],
+         "resourceLimits": SMALL, "resourceRequests": TINY_REQ, "timeout": 900}
+    s.update(kw)
+    return s
+
+
+def fill(path):
+    """Write path until its file system is full (1 MiB, then 4 KiB, then 512 B writes)."""
+    with open(path, "wb", buffering=0) as f:
+        for chunk in (1 << 20, 4096, 512):
+            buf = b"\0" * chunk
+            try:
+                while True:
+                    f.write(buf)
+            except OSError as e:
+                if e.errno != 28:  # ENOSPC
+                    raise
+
+
+class SmallTmpfsCorrald(Corrald):
+    """corrald whose state dir is a tmpfs of TMPFS of its own, which a test may fill."""
+    TMPFS = "48m"
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        subprocess.check_call(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0700" % self.TMPFS,
+                               "corral-faults-state", self.state_dir])
+        self.state_mount = os.path.realpath(self.state_dir)
+        self.closing = False
+
+    def leaks(self):
+        problems = [p for p in super().leaks() if not p.startswith("still mounted under ")]
+        m = [x for x in mounts_under(self.tmp) if x != self.state_mount]
+        if m:
+            problems.append("still mounted under %s: %s" % (self.tmp, m))
+        return problems
+
+    def stop(self, timeout=15.0):
+        rc = super().stop(timeout)
+        if self.closing and mounts_under(self.state_mount) == [self.state_mount]:
+            subprocess.call(["umount", self.state_mount])
+        return rc
+
+    def shutdown_and_check(self):
+        self.closing = True
+        return super().shutdown_and_check()
