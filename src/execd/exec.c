@@ -461,9 +461,12 @@ static void ensure_files_ex(struct execution *ex, bool notify)
 		} else if (i == F_TR) {
 			ex->tr_file_len = early->len;
 		} else if (r < 0) {
+			size_t lost = early->len - done;
 			ex->out_broken = true;
-			ex->out_dropped += early->len - done;
+			ex->out_dropped += lost - MIN(lost, ex->marker_early); /* the marker comes last */
 		}
+		if (i == F_OUTPUT)
+			ex->marker_early = 0;
 		if (r < 0)
 			store_failed(ex, file_names[i], -r);
 		sbuf_clear(early);
@@ -504,15 +507,19 @@ static void file_append2(struct execution *ex, int which, const void *h, size_t 
 		return;
 	}
 	if (which == F_OUTPUT && ex->out_broken) {
-		ex->out_dropped += n;
+		if (!ex->in_marker)
+			ex->out_dropped += n;
 		return;
 	}
 	if (!ex->files_ready && *fd < 0) {
 		struct sbuf *early = file_early(ex, which);
 		size_t before = early->len;
 		if (ex->early_tr.len + ex->early_out.len + hl + n <= EARLY_MAX &&
-		    sbuf_add(early, h, hl) == 0 && sbuf_add(early, p, n) == 0)
+		    sbuf_add(early, h, hl) == 0 && sbuf_add(early, p, n) == 0) {
+			if (which == F_OUTPUT && ex->in_marker)
+				ex->marker_early += n;
 			return;
+		}
 		early->len = before;
 		ensure_files_ex(ex, false);
 		if ((which == F_TR && ex->tr_broken) || (which == F_OUTPUT && ex->out_broken)) {
@@ -536,7 +543,8 @@ static void file_append2(struct execution *ex, int which, const void *h, size_t 
 	store_failed(ex, file_names[which], -r);
 	if (which == F_OUTPUT) {
 		ex->out_broken = true;
-		ex->out_dropped += n - done2;
+		if (!ex->in_marker)
+			ex->out_dropped += n - done2;
 		return;
 	}
 	/* A record cut short would make the rest of the file unreadable: cut it off again. */
@@ -790,10 +798,12 @@ static void tr_marker_record(struct execution *ex, enum tr_kind kind, uint64_t v
 		m[0] = '\n';
 		int k = tr_marker(kind, v, m + 1, sizeof(m) - 2);
 		m[k + 1] = '\n';
+		ex->in_marker = true;
 		if (kind == TR_CUT || kind == TR_UNSTORED)
 			file_append(ex, F_OUTPUT, m, (size_t)k + 2);
 		else
 			file_append(ex, F_OUTPUT, m + 1, (size_t)k + 1);
+		ex->in_marker = false;
 	}
 }
 

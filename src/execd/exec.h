@@ -102,6 +102,10 @@ struct execution {
 	uint64_t tr_file_len;
 	struct sbuf tr_mem;
 	bool tr_broken, out_broken;
+	/* execd's own marker lines in the output file (background) are not the command's output:
+	 * lost ones are not counted in out_dropped. marker_early: bytes of them held in early_out. */
+	bool in_marker;
+	size_t marker_early;
 	int store_errno;
 	const char *store_what;
 
