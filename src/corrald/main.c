@@ -3,6 +3,7 @@
  * forked workers (worker.c). Serves the OpenSandbox lifecycle API and the server proxy.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -32,6 +33,7 @@
 #include "shared/fsutil.h"
 #include "shared/log.h"
 #include "shared/quantity.h"
+#include "shared/timeutil.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:8080"
 #define DEFAULT_STATE_DIR "/var/lib/corral"
@@ -250,6 +252,78 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	image_pulls_cancel();
 	shutdown_ev = evtimer_new(d->base, on_shutdown_tick, d);
 	on_shutdown_tick(-1, 0, d);
+}
+
+/* The processes other than us that have path open (for a message: best effort). */
+static void open_by(const char *path, char *buf, size_t len)
+{
+	size_t off = 0;
+	buf[0] = '\0';
+	DIR *proc = opendir("/proc");
+	struct dirent *p;
+	while (proc && (p = readdir(proc)) && off + 16 < len) {
+		char *end;
+		long pid = strtol(p->d_name, &end, 10);
+		if (*end || pid <= 0 || pid == (long)getpid())
+			continue;
+		char fddir[64], link[PATH_MAX + 64], target[PATH_MAX];
+		snprintf(fddir, sizeof(fddir), "/proc/%ld/fd", pid);
+		DIR *fds = opendir(fddir);
+		struct dirent *f;
+		while (fds && (f = readdir(fds))) {
+			snprintf(link, sizeof(link), "%s/%s", fddir, f->d_name);
+			ssize_t n = readlink(link, target, sizeof(target) - 1);
+			if (n <= 0)
+				continue;
+			target[n] = '\0';
+			if (strcmp(target, path) == 0) {
+				off += (size_t)snprintf(buf + off, len - off, "%s%ld", off ? ", " : "", pid);
+				break;
+			}
+		}
+		if (fds)
+			closedir(fds);
+	}
+	if (proc)
+		closedir(proc);
+}
+
+/*
+ * One control plane per state dir. The corrald that wrote its pid into the lock file may be gone
+ * while a process it forked still holds the lock for a moment (a worker between its fork and
+ * closing what it inherited): then wait for it, up to STATE_LOCK_WAIT_MS. A live holder is
+ * refused at once.
+ */
+#define STATE_LOCK_WAIT_MS 5000
+static int state_dir_lock(int fd, const char *lock_path, const char *state_dir)
+{
+	int64_t deadline = time_now_ms() + STATE_LOCK_WAIT_MS;
+	bool said = false;
+	for (;;) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return 0;
+		char holder[32] = "";
+		ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+		holder[n > 0 ? n : 0] = '\0';
+		holder[strcspn(holder, "\n")] = '\0';
+		long pid = strtol(holder, NULL, 10);
+		bool gone = pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+		if (!gone || time_now_ms() >= deadline) {
+			char by[256];
+			open_by(lock_path, by, sizeof(by));
+			fprintf(stderr,
+				"corrald: state dir %s is in use by another corrald%s%s%s%s%s%s: stop it first, or use another --state-dir\n",
+				state_dir, holder[0] ? " (pid " : "", holder, holder[0] ? ")" : "",
+				gone ? "; the lock is still held by process(es) " : "", gone ? by : "",
+				gone && !by[0] ? "unknown" : "");
+			return -EBUSY;
+		}
+		if (!said)
+			log_warn("the corrald that held state dir %s (pid %ld) is gone, but a process it left holds the lock: waiting up to %d ms",
+				 state_dir, pid, STATE_LOCK_WAIT_MS);
+		said = true;
+		usleep(20 * 1000);
+	}
 }
 
 /*
@@ -591,7 +665,7 @@ int main(int argc, char **argv)
 	/*
 	 * One control plane per state dir: two would both own every sandbox (two TTL timers, two
 	 * teardowns, interleaved sandbox.json writes). The lock dies with the process, kill -9
-	 * included; workers close their copy of the descriptor.
+	 * included; workers close their copy of the descriptor (state_dir_lock()).
 	 */
 	char lock_path[PATH_MAX + 16];
 	snprintf(lock_path, sizeof(lock_path), "%s/corrald.lock", d->state_dir);
@@ -600,16 +674,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "corrald: open %s: %s\n", lock_path, strerror(errno));
 		return 1;
 	}
-	if (flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		char holder[32] = "";
-		ssize_t n = pread(lock_fd, holder, sizeof(holder) - 1, 0);
-		holder[n > 0 ? n : 0] = '\0';
-		holder[strcspn(holder, "\n")] = '\0';
-		fprintf(stderr,
-			"corrald: state dir %s is in use by another corrald%s%s%s: stop it first, or use another --state-dir\n",
-			d->state_dir, holder[0] ? " (pid " : "", holder, holder[0] ? ")" : "");
+	if (state_dir_lock(lock_fd, lock_path, d->state_dir) < 0)
 		return 1;
-	}
 	char pidbuf[32];
 	int pidlen = snprintf(pidbuf, sizeof(pidbuf), "%d\n", (int)getpid());
 	if (ftruncate(lock_fd, 0) < 0 || pwrite(lock_fd, pidbuf, (size_t)pidlen, 0) < 0)

@@ -269,6 +269,24 @@ class Restart(CorralTestCase):
         page = self.client.list_sandboxes(metadata={"order": "x"}, page=2, page_size=4).json()
         self.assertEqual([it["id"] for it in page["items"]], list(reversed(made))[4:])
 
+    def test_lock_left_by_a_dead_corralds_process_delays_the_start(self):
+        """A process the killed corrald left behind may hold the state dir's lock a moment (a
+        worker between its fork and closing what it inherited): the next corrald waits for it
+        instead of refusing to start (the CI flake 'in use by another corrald (pid <dead>)')."""
+        import subprocess
+        sid = self.create()["id"]
+        self.client.close()
+        self.corrald.kill9()
+        lock = os.path.join(self.corrald.state_dir, "corrald.lock")
+        holder = subprocess.Popen(["flock", "--exclusive", lock, "sleep", "1.5"])
+        try:
+            time.sleep(0.3)  # it holds the lock now
+            self.corrald.start()
+        finally:
+            holder.wait(10)
+        self.assertEqual(self.sh(sid, "echo ok"), "ok")
+        self.assertIn("is gone, but a process it left holds the lock", self.corrald.log_tail(80))
+
     def test_second_corrald_on_same_state_dir_refuses(self):
         """Two control planes on one state dir would both own every sandbox (two TTL timers, two
         teardowns, interleaved sandbox.json writes): the second one must refuse to start."""
