@@ -426,6 +426,13 @@ int volume_tree(int src, const struct sandbox_volume *v, int userns_fd, struct e
 	struct mount_attr attr = {
 	    .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (v->read_only ? MOUNT_ATTR_RDONLY : 0),
 	    .attr_clr = MOUNT_ATTR_NOEXEC, /* the host's mount of a named volume is noexec */
+	    /*
+	     * A clone joins its source's peer group when the source is shared (systemd makes
+	     * every mount shared): PID 1's later mounts on it (a volume inside this one) would
+	     * then propagate to the host and into every other sandbox holding a clone of the
+	     * same source, and the host's mounts below it into this sandbox. Private: neither.
+	     */
+	    .propagation = MS_PRIVATE,
 	};
 	if (userns_fd >= 0) {
 		attr.attr_set |= MOUNT_ATTR_IDMAP;

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""
+Red-team pass on volumes (docs/volumes.md): what one sandbox's volumes can do to another sandbox
+and to the host, on a host where mounts propagate (systemd makes every mount `shared`, so a mount
+made under the state dir or an allowed directory joins a peer group).
+"""
+import os
+import subprocess
+import tempfile
+
+from sec import AttackCase, Corrald, main, mounts_under, safe_rmtree
+
+
+def make_shared(path):
+    """Bind path on itself and make it shared, as systemd's shared / would have it."""
+    subprocess.check_call(["mount", "--bind", path, path])
+    subprocess.check_call(["mount", "--make-shared", path])
+
+
+def unmount(path):
+    subprocess.call(["umount", path], stderr=subprocess.DEVNULL)
+
+
+class SharedStateCorrald(Corrald):
+    """A corrald whose state dir is a shared mount (a systemd host)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        make_shared(self.state_dir)
+
+    def leaks(self):
+        problems = super().leaks()
+        return [p.replace("'%s', " % self.state_dir, "").replace(", '%s'" % self.state_dir, "")
+                for p in problems if p != "still mounted under %s: ['%s']"
+                % (self.tmp, os.path.realpath(self.state_dir))]
+
+    def stop(self, *a, **kw):
+        rc = super().stop(*a, **kw)
+        unmount(self.state_dir)
+        return rc
+
+    def emergency_cleanup(self):
+        try:
+            super().emergency_cleanup()
+        finally:
+            unmount(self.state_dir)
+
+
+def pvc(name, claim, mount, **kw):
+    v = {"name": name, "pvc": {"claimName": claim}, "mountPath": mount}
+    v.update(kw)
+    return v
+
+
+def host(name, path, mount, **kw):
+    v = {"name": name, "host": {"path": path}, "mountPath": mount}
+    v.update(kw)
+    return v
+
+
+class PropagationAttacks(AttackCase):
+    corrald_class = SharedStateCorrald
+    class_sandboxes = ("neighbour",)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.allowed = tempfile.mkdtemp(prefix="corral-test-allowed-")
+        make_shared(cls.allowed)
+        os.makedirs(os.path.join(cls.allowed, "data"))
+        cls.corrald_kwargs = {"extra_args": ["--allow-host-path", cls.allowed,
+                                             "--volume-size", "64Mi"]}
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            for m in mounts_under(cls.allowed):
+                subprocess.call(["umount", "-l", m], stderr=subprocess.DEVNULL)
+            safe_rmtree(cls.allowed)
+
+    def mounted_in(self, sid, path):
+        text = self.sh(sid, "cat /proc/self/mountinfo")
+        return any(line.split()[4] == path for line in text.splitlines() if len(line.split()) > 4)
+
+    def test_named_volume_mount_does_not_reach_other_sharers(self):
+        # attack: B mounts its own volume inside a named volume it shares with A, so the mount
+        # propagates through the shared volume's peer group into A (and onto the host)
+        a = self.create(volumes=[pvc("c", "common", "/v")])["id"]
+        self.run_ok(a, "mkdir /v/own")
+        b = self.create(volumes=[pvc("c", "common", "/v"), pvc("p", "b-private", "/v/own")])["id"]
+        self.run_ok(b, "echo b-secret > /v/own/secret")
+        self.assertTrue(self.mounted_in(b, "/v/own"))
+        self.assertFalse(self.mounted_in(a, "/v/own"), "B's volume appeared in A's mounts")
+        res = self.client.run(a, "cat /v/own/secret")
+        self.assertNotIn("b-secret", res.stdout, "A read B's private volume")
+        host_mnt = os.path.join(self.corrald.state_dir, "volumes", "common", "mnt")
+        self.assertEqual(mounts_under(host_mnt), [os.path.realpath(host_mnt)],
+                         "a sandbox's mount propagated onto the host")
+        self.assert_platform_alive(self.neighbour, a, b)
+
+    def test_host_volume_mount_does_not_reach_the_host(self):
+        # attack: B mounts a named volume inside an allowed host directory it has read-write, so
+        # the mount propagates to the host's allowed directory and to A, which mounts it too
+        data = os.path.join(self.allowed, "data")
+        a = self.create(volumes=[host("h", data, "/h")])["id"]
+        self.run_ok(a, "mkdir /h/own")
+        b = self.create(volumes=[host("h", data, "/h"), pvc("p", "b-private2", "/h/own")])["id"]
+        self.run_ok(b, "echo b-secret > /h/own/secret")
+        self.assertEqual(mounts_under(self.allowed), [os.path.realpath(self.allowed)],
+                         "a sandbox's mount propagated into the host's allowed directory")
+        self.assertFalse(self.mounted_in(a, "/h/own"), "B's volume appeared in A's mounts")
+        res = self.client.run(a, "cat /h/own/secret")
+        self.assertNotIn("b-secret", res.stdout, "A read B's private volume")
+        self.assertFalse(os.path.exists(os.path.join(data, "own", "secret")),
+                         "the host sees B's private volume in its allowed directory")
+        self.assert_platform_alive(self.neighbour, a, b)
+
+
+if __name__ == "__main__":
+    main()
