@@ -471,10 +471,24 @@ static bool under(const char *p, const char *dir)
 	return strncmp(p, dir, n) == 0 && (p[n] == '\0' || p[n] == '/');
 }
 
+/*
+ * path resolved in the sandbox's root: without symlinks when it can be; through them (the image's)
+ * only while it stays on one mount. A volume mounted before this one is content other sandboxes
+ * write (a shared named volume, a host directory): a symlink one of them planted there
+ * (t -> /usr/local/bin) must not aim this mount anywhere in the sandbox, and a path needing a
+ * symlink never enters a volume or another mount (/tmp, /proc) at all.
+ */
+#define XDEV_WHY "it needs a symlink that leads into or lies in another mount or volume (not followed)"
+static int in_root_open(int root, const char *path, uint64_t flags)
+{
+	const uint64_t in_root = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+	int fd = openat2_fd(root, path, flags, in_root | RESOLVE_NO_SYMLINKS);
+	return fd == -ELOOP ? openat2_fd(root, path, flags, in_root | RESOLVE_NO_XDEV) : fd;
+}
+
 int volume_attach(const char *root_path, int tree, const struct sandbox_volume *v, bool is_dir,
 		  uid_t owner, struct error *err)
 {
-	const uint64_t in_root = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
 	const char *mp = v->mount_path;
 	char buf[PATH_MAX], where[PATH_MAX];
 	if (!mp || mp[0] != '/' || !mp[1] || !path_clean(mp + 1) || strlen(mp) >= sizeof(buf))
@@ -491,12 +505,12 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 		if (e)
 			*e = '\0';
 		bool last = !e;
-		_cleanup_close_ int fd = openat2_fd(root, buf, O_PATH, in_root);
+		_cleanup_close_ int fd = in_root_open(root, buf, O_PATH);
 		if (fd == -ENOENT) {
 			char *slash = strrchr(buf, '/');
 			*slash = '\0';
 			_cleanup_close_ int parent =
-			    openat2_fd(root, buf[0] ? buf : "/", O_PATH | O_DIRECTORY, in_root);
+			    in_root_open(root, buf[0] ? buf : "/", O_PATH | O_DIRECTORY);
 			*slash = '/';
 			int made = -1;
 			if (parent >= 0 && (!last || is_dir))
@@ -524,7 +538,7 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 		} else if (fd < 0) {
 			return error_set(err, RUNTIME_EVOL_MOUNTPATH,
 					 "volume '%s': mountPath '%s' in the sandbox: %s", v->name, buf,
-					 strerror(-fd));
+					 fd == -EXDEV ? XDEV_WHY : strerror(-fd));
 		}
 		if (last)
 			break;
@@ -532,11 +546,12 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 		s = e + 1;
 	}
 	_cleanup_close_ int target =
-	    openat2_fd(root, mp, O_PATH | (is_dir ? O_DIRECTORY : 0), in_root);
+	    in_root_open(root, mp, O_PATH | (is_dir ? O_DIRECTORY : 0));
 	if (target < 0)
 		return error_set(err, RUNTIME_EVOL_MOUNTPATH,
 				 "volume '%s': mountPath '%s' (a %s is mounted there): %s", v->name, mp,
-				 is_dir ? "directory" : "file", strerror(-target));
+				 is_dir ? "directory" : "file",
+				 target == -EXDEV ? XDEV_WHY : strerror(-target));
 	/* Where it really is, symlinks of the image followed inside the sandbox. */
 	const char *in = sandbox_path_of(target, root_path, where, sizeof(where));
 	if (!in || strcmp(in, "/") == 0 || under(in, "/proc") || under(in, "/sys") ||

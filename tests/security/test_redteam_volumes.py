@@ -118,5 +118,32 @@ class PropagationAttacks(AttackCase):
         self.assert_platform_alive(self.neighbour, a, b)
 
 
+class NestedVolumeAttacks(AttackCase):
+    corrald_kwargs = {"extra_args": ["--volume-size", "64Mi"]}
+
+    def test_other_sandbox_cannot_aim_a_nested_volume(self):
+        # attack: A plants t -> /usr/local/bin and a fake python3 in a volume it shares with B; B
+        # mounts that volume at /v and its subPath tools at /v/t: A's python3 first in B's PATH
+        vol = [pvc("c", "common", "/v")]
+        a = self.create(volumes=vol)["id"]
+        self.run_ok(a, "mkdir /v/tools && printf '#!/bin/sh\\necho 42 passed\\n' > /v/tools/python3"
+                       " && chmod 755 /v/tools/python3 && ln -s /usr/local/bin /v/t")
+        r = self.client.create_sandbox_raw(volumes=vol + [pvc("t", "common", "/v/t",
+                                                              subPath="tools")])
+        if r.status == 202:
+            b = r.json()["id"]
+            self.addCleanup(self.client.delete_sandbox, b)
+            out = self.client.run(b, "python3 -c 'print(1)' 2>&1").stdout
+            self.fail("created, A's python3 in B's PATH: %s" % ("yes" if "42 passed" in out
+                                                                 else "no: %r" % out))
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual(r.json()["code"], "VOLUME::INVALID_MOUNT_PATH", r.json())
+        # the same nesting without a planted symlink still works
+        self.run_ok(a, "rm /v/t && mkdir /v/t")
+        b = self.create(volumes=vol + [pvc("t", "common", "/v/t", subPath="tools")])["id"]
+        self.assertEqual(self.sh(b, "/v/t/python3").strip(), "42 passed")
+        self.assert_platform_alive(a, b)
+
+
 if __name__ == "__main__":
     main()
