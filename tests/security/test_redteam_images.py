@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""
+Red-team pass on image limits (docs/images.md "Bounded unpacking"): what a layer makes the host
+store beyond its file data.
+"""
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sec import main  # noqa: E402
+from test_disk import MIB, SPEC, STATE_MIB, SmallStateRegistryCase, free_bytes  # noqa: E402
+import oci  # noqa: E402
+
+LIMIT_MIB = 32
+
+
+class MetadataBombTest(SmallStateRegistryCase):
+    """corrald on a 192 MiB state fs of its own with --image-unpacked-max 32Mi."""
+
+    more_args = ["--image-unpacked-max", "%dMi" % LIMIT_MIB]
+
+    def pull_watching(self, ref):
+        """Pull ref ahead of time; (reply, the least free space seen on the state fs meanwhile)."""
+        lowest, stop = [free_bytes(self.corrald.state_dir)], threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                lowest[0] = min(lowest[0], free_bytes(self.corrald.state_dir))
+                time.sleep(0.005)
+        t = threading.Thread(target=sample, daemon=True)
+        t.start()
+        try:
+            r = self.client.post("/v1/images", {"image": {"uri": ref}})
+        finally:
+            stop.set()
+            t.join()
+        return r, lowest[0]
+
+    def test_symlink_bomb_is_counted(self):
+        # attack: a layer of 24,000 symlinks with 4000-byte targets and no file data at all: each
+        # takes a block of the state fs (94 MiB), none counted against --image-unpacked-max 32Mi
+        target = "t" * 4000
+        layer = oci.layer_tar([oci.L("l%05d" % i, target) for i in range(24000)])
+        d = os.path.join(self.tmp, "symlinks")
+        info = oci.write_layout(d, [layer])
+        del layer
+        ref = self.reg.push(d, "evil/symlinks")
+        neighbour = self.create(**SPEC)["id"]
+        before = free_bytes(self.corrald.state_dir)
+        r, lowest = self.pull_watching(ref)
+        self.assertGreater(lowest, before - (LIMIT_MIB + 8) * MIB,
+                           "the pull took %.1f MiB of the %d MiB state fs"
+                           % ((before - lowest) / MIB, STATE_MIB))
+        self.assertEqual(r.status, 422, "%r\n%s" % (r, self.corrald.log_tail(10)))
+        self.assertEqual(r.json()["code"], "SANDBOX::IMAGE_TOO_LARGE")
+        self.assertIn("--image-unpacked-max", r.json()["message"])
+        self.assertNotIn(info["layers"][-1][7:], oci.store_layers(self.corrald.state_dir))
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [], "no half layer left")
+        self.assert_platform_alive(neighbour)
+
+
+if __name__ == "__main__":
+    main()
