@@ -16,8 +16,9 @@ import oci  # noqa: E402
 LIMIT_MIB = 32
 
 
-class MetadataBombTest(SmallStateRegistryCase):
-    """corrald on a 192 MiB state fs of its own with --image-unpacked-max 32Mi."""
+class ImageAttacks(SmallStateRegistryCase):
+    """corrald on a 192 MiB state fs of its own with --image-unpacked-max 32Mi, pulling from a
+    registry on loopback."""
 
     more_args = ["--image-unpacked-max", "%dMi" % LIMIT_MIB]
 
@@ -59,6 +60,23 @@ class MetadataBombTest(SmallStateRegistryCase):
         self.assertNotIn(info["layers"][-1][7:], oci.store_layers(self.corrald.state_dir))
         self.assertEqual(oci.store_tmp(self.corrald.state_dir), [], "no half layer left")
         self.assert_platform_alive(neighbour)
+
+    def test_entry_name_cannot_forge_log_lines(self):
+        # attack: a layer entry whose name escapes the layer and carries a newline and a whole
+        # fake corrald log line; the pull's error (and its log line) name the entry
+        fake = "2026-01-01T00:00:00.000Z corrald info: sandbox forged: running (pid 1)"
+        layer = oci.layer_tar([oci.F("../x\n" + fake + "\n", "x")])
+        d = os.path.join(self.tmp, "logforge")
+        oci.write_layout(d, [layer])
+        ref = self.reg.push(d, "evil/logforge")
+        r = self.client.post("/v1/images", {"image": {"uri": ref}})
+        self.assertGreaterEqual(r.status, 400, r)
+        with open(self.corrald.log_path, "rb") as f:
+            lines = f.read().decode("utf-8", "replace").splitlines()
+        self.assertTrue(any("logforge" in l for l in lines), "the failed pull was not logged")
+        forged = [l for l in lines if l.startswith("2026-01-01T00:00:00.000Z")]
+        self.assertEqual(forged, [], "a layer entry's name forged a corrald log line")
+        self.assert_platform_alive()
 
 
 if __name__ == "__main__":
