@@ -4,6 +4,7 @@ Red-team pass on volumes (docs/volumes.md): what one sandbox's volumes can do to
 and to the host, on a host where mounts propagate (systemd makes every mount `shared`, so a mount
 made under the state dir or an allowed directory joins a peer group).
 """
+import fcntl
 import os
 import subprocess
 import tempfile
@@ -118,7 +119,7 @@ class PropagationAttacks(AttackCase):
         self.assert_platform_alive(self.neighbour, a, b)
 
 
-class NestedVolumeAttacks(AttackCase):
+class VolumeAttacks(AttackCase):
     corrald_kwargs = {"extra_args": ["--volume-size", "64Mi"]}
 
     def test_other_sandbox_cannot_aim_a_nested_volume(self):
@@ -143,6 +144,29 @@ class NestedVolumeAttacks(AttackCase):
         b = self.create(volumes=vol + [pvc("t", "common", "/v/t", subPath="tools")])["id"]
         self.assertEqual(self.sh(b, "/v/t/python3").strip(), "42 passed")
         self.assert_platform_alive(a, b)
+
+    def test_listing_does_not_wait_for_the_volume_lock(self):
+        # attack: a sandbox leaves 1.5 GB dirty in its volume and ends; its teardown held the
+        # volumes' lock through the unmount (0.3-1.5 s), and GET /v1/volumes waited for that
+        # lock in corrald's event loop: every request stalled. The test holds the lock itself.
+        sid = self.create(volumes=[pvc("l", "locked", "/v")])["id"]
+        self.run_ok(sid, "echo x > /v/x")
+        path = os.path.join(self.corrald.state_dir, "volumes", "lock")
+        with open(path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                c = self.corrald.client(timeout=10)
+                try:
+                    r = c.get("/v1/volumes")
+                    self.assertEqual(r.status, 200, r)
+                    items = {i["name"]: i for i in r.json()["items"]}
+                    self.assertEqual(items["locked"]["sandboxes"], 1)
+                    self.assertEqual(c.get("/health").status, 200)
+                finally:
+                    c.close()
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        self.assert_platform_alive(sid)
 
 
 if __name__ == "__main__":
