@@ -74,6 +74,11 @@ static int open_beneath(int dirfd, const char *path, const struct sandbox_volume
 								  : RUNTIME_EVOL_DENIED,
 				 "volume '%s': %s '%s' goes through a symlink or out of its directory: refused (symlinks are never followed there)",
 				 v->name, what, shown);
+	if (fd == -ENAMETOOLONG)
+		return error_set(err, strcmp(what, "subPath") == 0 ? RUNTIME_EVOL_SUBPATH
+								  : RUNTIME_EVOL_DENIED,
+				 "volume '%s': %s '%.300s' has a name longer than %d bytes", v->name,
+				 what, shown, NAME_MAX);
 	if (fd == -ENOENT || fd == -ENOTDIR)
 		return error_set(err, RUNTIME_EVOL_NOTFOUND, "volume '%s': %s '%s' does not exist",
 				 v->name, what, shown);
@@ -289,8 +294,12 @@ static int mkdir_beneath(int dirfd, const char *path, const struct sandbox_volum
 			*e = '\0';
 		/* A single name: mkdirat never follows it (a symlink there is EEXIST). */
 		if (mkdirat(cur, s, 0755) < 0 && errno != EEXIST) {
-			int r = error_set_errno(err, errno, "volume '%s': make subPath '%s'", v->name,
-						path);
+			int r = errno == ENAMETOOLONG
+				    ? error_set(err, RUNTIME_EVOL_SUBPATH,
+						"volume '%s': subPath '%.300s' has a name longer than %d bytes",
+						v->name, path, NAME_MAX)
+				    : error_set_errno(err, errno, "volume '%s': make subPath '%s'",
+						      v->name, path);
 			close(cur);
 			return r;
 		}

@@ -168,6 +168,15 @@ class VolumeAttacks(AttackCase):
                 fcntl.flock(lock, fcntl.LOCK_UN)
         self.assert_platform_alive(sid)
 
+    def test_overlong_sub_path_is_the_request_s_error(self):
+        # attack: a subPath whose one component is 300 bytes long, made by the host in a named
+        # volume: a 500 (the host's failure) where the request is wrong
+        for sub in ("a" * 300, "ok/" + "b" * 256):
+            r = self.client.create_sandbox_raw(volumes=[pvc("v", "long", "/v", subPath=sub)])
+            self.assertEqual(r.status, 400, r)
+            self.assertEqual(r.json()["code"], "VOLUME::INVALID_SUB_PATH", r.json())
+        self.assert_platform_alive()
+
 
 if __name__ == "__main__":
     main()
