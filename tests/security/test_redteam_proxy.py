@@ -8,7 +8,7 @@ hold its memory.
 """
 import http.client
 import secrets
-import threading
+import socket
 import time
 
 from sec import AttackCase, main
@@ -68,6 +68,14 @@ while True:
     c, _ = s.accept()
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 '''
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
 
 
 class HostileServerCase(AttackCase):
@@ -177,6 +185,31 @@ class ProxyAttacks(HostileServerCase):
                 self.assertIsNotNone(e)
         finally:
             c.close()
+        self.assert_platform_alive(self.neighbour, self.sid)
+
+    def test_endless_body_to_clients_that_do_not_read(self):
+        # attack: 8 clients ask for an endless chunked body and never read it, so corrald buffers
+        # what the sandbox's server sends (revproxy.h: at most a read plus 4 MiB per exchange)
+        pid = self.corrald.proc.pid
+        before = rss_kib(pid)
+        socks = []
+        try:
+            for _ in range(8):
+                s = socket.create_connection(("127.0.0.1", self.corrald.port))
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n"
+                           % self.path("/endless-chunk")).encode())
+                socks.append(s)
+            peak = before
+            for _ in range(30):
+                time.sleep(0.2)
+                peak = max(peak, rss_kib(pid))
+            self.assertLess(peak - before, 8 * (4096 + 64) + 16 * 1024,
+                            "corrald grew by %d KiB for 8 clients that do not read" % (peak - before))
+            self.assert_platform_alive(self.neighbour)
+        finally:
+            for s in socks:
+                s.close()
         self.assert_platform_alive(self.neighbour, self.sid)
 
 
