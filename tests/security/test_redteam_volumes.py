@@ -177,6 +177,27 @@ class VolumeAttacks(AttackCase):
             self.assertEqual(r.json()["code"], "VOLUME::INVALID_SUB_PATH", r.json())
         self.assert_platform_alive()
 
+    def test_setuid_and_devices_planted_in_a_shared_volume(self):
+        # attack: A plants a setuid-root shell helper and tries device nodes in a named volume;
+        # B, running as an unprivileged uid, runs the helper to become root
+        a = self.create(volumes=[pvc("s", "planted-suid", "/v")])["id"]
+        self.run_ok(a, "cp /usr/bin/id /v/id && chmod 4755 /v/id && ls -ln /v/id")
+        res = self.client.run(a, "mknod /v/mem c 1 1; mknod /v/sda b 8 0; ls /v")
+        self.assertNotIn("mem", res.stdout.split(), res)
+        self.assertNotIn("sda", res.stdout.split(), res)
+        b = self.create(volumes=[pvc("s", "planted-suid", "/w")])["id"]
+        self.assertIn("4755", self.sh(b, "stat -c %a /w/id"))
+        res = self.client.run(b, "/w/id -u", uid=65534, gid=65534)
+        self.assertEqual(res.exit_code, 0, res)
+        self.assertEqual(res.stdout.strip(), "65534", "a setuid file planted by A ran as root in B")
+        for sid, mp in ((a, "/v"), (b, "/w")):
+            opts = [l.split()[5] for l in self.sh(sid, "cat /proc/self/mountinfo").splitlines()
+                    if l.split()[4] == mp]
+            self.assertEqual(len(opts), 1, opts)
+            self.assertIn("nosuid", opts[0].split(","))
+            self.assertIn("nodev", opts[0].split(","))
+        self.assert_platform_alive(a, b)
+
 
 if __name__ == "__main__":
     main()
