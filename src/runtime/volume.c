@@ -26,7 +26,7 @@
 #define VOLUME_MNT "mnt"
 #define VOLUME_USERS "users"
 #define VOLUME_DELETE_MARK "delete-on-end"
-#define VOLUME_LOCK "lock"
+#define VOLUME_LOCK ".lock" /* no volume name starts with a dot: "lock" is a valid claim */
 #define VOLUME_NEW_PREFIX ".new-"
 /* Resolving beneath a trusted directory: no symlink, no magic link, no '..' out of it. */
 #define BENEATH (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)

@@ -16,7 +16,7 @@
  * devices would corrupt it). users/<sandbox-id> records each sandbox using it; when the last one
  * is destroyed the host mount goes away, and the whole volume with it if it was made with
  * deleteOnSandboxTermination. A sandbox whose directory is gone no longer counts as a user.
- * <state>/volumes/lock (flock) orders all of this between concurrent creates and destroys.
+ * <state>/volumes/.lock (flock) orders all of this between concurrent creates and destroys.
  *
  * In the sandbox: a detached clone of the source (open_tree(OPEN_TREE_CLONE), only that mount, no
  * submounts), idmapped through the sandbox's user namespace (on-disk id N shows as sandbox id N:

@@ -151,7 +151,7 @@ class VolumeAttacks(AttackCase):
         # lock in corrald's event loop: every request stalled. The test holds the lock itself.
         sid = self.create(volumes=[pvc("l", "locked", "/v")])["id"]
         self.run_ok(sid, "echo x > /v/x")
-        path = os.path.join(self.corrald.state_dir, "volumes", "lock")
+        path = os.path.join(self.corrald.state_dir, "volumes", ".lock")
         with open(path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
@@ -197,6 +197,19 @@ class VolumeAttacks(AttackCase):
             self.assertIn("nosuid", opts[0].split(","))
             self.assertIn("nodev", opts[0].split(","))
         self.assert_platform_alive(a, b)
+
+    def test_claim_named_like_the_lock_file(self):
+        # attack: claimName "lock", a valid DNS label that was the volumes' own lock file: the
+        # create and DELETE /v1/volumes/lock failed with 500 (Not a directory)
+        sid = self.create(volumes=[pvc("l", "lock", "/v")])["id"]
+        self.run_ok(sid, "echo kept > /v/f")
+        self.assertEqual(self.client.delete("/v1/volumes/lock").status, 409)
+        self.client.delete_sandbox(sid)
+        self.wait_gone(sid)
+        self.wait_until(lambda: self.client.delete("/v1/volumes/lock").status == 204, 20,
+                        msg="volume 'lock' to be deleted")
+        self.assertEqual(self.client.delete("/v1/volumes/lock").status, 404)
+        self.assert_platform_alive()
 
 
 if __name__ == "__main__":
