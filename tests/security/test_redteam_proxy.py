@@ -49,6 +49,9 @@ def serve(c):
             elif path == "/endless-chunk":
                 endless(c, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
                         b"10000\r\n" + b"z" * 65536 + b"\r\n")
+            elif path == "/ws-endless" and b"upgrade" in head.lower():
+                endless(c, b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                        b"Connection: Upgrade\r\n\r\n", b"w" * 65536)
             elif path == "/endless-ext":
                 endless(c, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;", b"e" * 65536)
             elif path in A:
@@ -187,9 +190,9 @@ class ProxyAttacks(HostileServerCase):
             c.close()
         self.assert_platform_alive(self.neighbour, self.sid)
 
-    def test_endless_body_to_clients_that_do_not_read(self):
-        # attack: 8 clients ask for an endless chunked body and never read it, so corrald buffers
-        # what the sandbox's server sends (revproxy.h: at most a read plus 4 MiB per exchange)
+    def hold_unread(self, path, expect, headers=""):
+        """8 clients that ask for path and never read (but the first 12 bytes of the first, which
+        must be expect); corrald's RSS growth meanwhile (KiB)."""
         pid = self.corrald.proc.pid
         before = rss_kib(pid)
         socks = []
@@ -197,19 +200,38 @@ class ProxyAttacks(HostileServerCase):
             for _ in range(8):
                 s = socket.create_connection(("127.0.0.1", self.corrald.port))
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-                s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n"
-                           % self.path("/endless-chunk")).encode())
+                s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n"
+                           % (self.path(path), headers)).encode())
                 socks.append(s)
+            first = b""
+            while len(first) < 12:
+                first += socks[0].recv(12 - len(first))
+            self.assertEqual(first, expect)
             peak = before
             for _ in range(30):
                 time.sleep(0.2)
                 peak = max(peak, rss_kib(pid))
-            self.assertLess(peak - before, 8 * (4096 + 64) + 16 * 1024,
-                            "corrald grew by %d KiB for 8 clients that do not read" % (peak - before))
             self.assert_platform_alive(self.neighbour)
+            return peak - before
         finally:
             for s in socks:
                 s.close()
+
+    def test_endless_upgraded_stream_to_clients_that_do_not_read(self):
+        # attack: 8 clients upgrade to a WebSocket whose server sends without end, and never read,
+        # so corrald's splice buffers it (SPLICE_BUFFER_MAX: 1 MiB each way)
+        grew = self.hold_unread("/ws-endless", b"HTTP/1.1 101",
+                                "Connection: Upgrade\r\nUpgrade: websocket\r\n")
+        self.assertLess(grew, 8 * (1024 + 64) + 16 * 1024,
+                        "corrald grew by %d KiB for 8 upgraded clients that do not read" % grew)
+        self.assert_platform_alive(self.neighbour, self.sid)
+
+    def test_endless_body_to_clients_that_do_not_read(self):
+        # attack: 8 clients ask for an endless chunked body and never read it, so corrald buffers
+        # what the sandbox's server sends (revproxy.h: at most a read plus 4 MiB per exchange)
+        grew = self.hold_unread("/endless-chunk", b"HTTP/1.1 200")
+        self.assertLess(grew, 8 * (4096 + 64) + 16 * 1024,
+                        "corrald grew by %d KiB for 8 clients that do not read" % grew)
         self.assert_platform_alive(self.neighbour, self.sid)
 
 
