@@ -498,6 +498,29 @@ static int in_root_open(int root, const char *path, uint64_t flags)
 	return fd == -ELOOP ? openat2_fd(root, path, flags, in_root | RESOLVE_NO_XDEV) : fd;
 }
 
+/*
+ * Make name in parent: a directory, or an empty file. Host root has no id on another volume's
+ * idmapped mount (EOVERFLOW: a mountPath inside a volume mounted before this one), so there it
+ * is made as owner, sandbox root, whose id the mapping has. Raw syscalls, as in the rest of PID 1.
+ */
+static int make_entry(int parent, const char *name, bool dir, uid_t owner)
+{
+	int r = dir ? mkdirat(parent, name, 0755)
+		    : openat(parent, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+			     0644);
+	if (r >= 0 || errno != EOVERFLOW || !owner)
+		return r;
+	(void)syscall(SYS_setfsgid, owner);
+	(void)syscall(SYS_setfsuid, owner);
+	r = dir ? mkdirat(parent, name, 0755)
+		: openat(parent, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	int e = errno;
+	(void)syscall(SYS_setfsuid, 0);
+	(void)syscall(SYS_setfsgid, 0);
+	errno = e;
+	return r;
+}
+
 int volume_attach(const char *root_path, int tree, const struct sandbox_volume *v, bool is_dir,
 		  uid_t owner, struct error *err)
 {
@@ -524,13 +547,8 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 			_cleanup_close_ int parent =
 			    in_root_open(root, buf[0] ? buf : "/", O_PATH | O_DIRECTORY);
 			*slash = '/';
-			int made = -1;
-			if (parent >= 0 && (!last || is_dir))
-				made = mkdirat(parent, slash + 1, 0755);
-			else if (parent >= 0)
-				made = openat(parent, slash + 1,
-					      O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-					      0644);
+			int made = parent >= 0 ? make_entry(parent, slash + 1, !last || is_dir, owner)
+					       : -1;
 			/* A dangling symlink of the image there (EEXIST), a file on the way, a
 			 * read-only volume above it: the request's to change. */
 			if (parent < 0 || made < 0) {

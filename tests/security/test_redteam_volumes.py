@@ -211,6 +211,21 @@ class VolumeAttacks(AttackCase):
         self.assertEqual(self.client.delete("/v1/volumes/lock").status, 404)
         self.assert_platform_alive()
 
+    def test_nested_mount_path_is_made_in_the_outer_volume(self):
+        # attack (and function): a mountPath missing inside a volume mounted before it; host root
+        # has no id on that idmapped mount, so it was a 400 EOVERFLOW ("Value too large")
+        a = self.create(volumes=[pvc("c", "outer", "/v")])["id"]
+        self.run_ok(a, "echo cfg > /v/cfg")
+        b = self.create(volumes=[pvc("c", "outer", "/v"), pvc("p", "inner", "/v/new/deeper"),
+                                 pvc("f", "outer", "/v/new/cfgfile", subPath="cfg")])["id"]
+        self.run_ok(b, "echo inner > /v/new/deeper/f")
+        self.assertEqual(self.sh(b, "cat /v/new/cfgfile").strip(), "cfg")
+        self.assertEqual(self.sh(a, "stat -c '%u %s' /v/new/cfgfile").strip(), "0 0")
+        self.assertEqual(self.sh(a, "stat -c '%u %g %a' /v/new /v/new/deeper").split("\n")[:2],
+                         ["0 0 755", "0 0 755"])
+        self.assertEqual(self.sh(a, "ls -A /v/new/deeper"), "", "A sees B's inner volume")
+        self.assert_platform_alive(a, b)
+
 
 if __name__ == "__main__":
     main()
