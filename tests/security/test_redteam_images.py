@@ -78,6 +78,27 @@ class ImageAttacks(SmallStateRegistryCase):
         self.assertEqual(forged, [], "a layer entry's name forged a corrald log line")
         self.assert_platform_alive()
 
+    def test_blob_larger_than_the_limit_is_not_downloaded(self):
+        # attack: a registry serves an uncompressed 100 MiB layer of random bytes: the blob itself
+        # lands on the state fs in full before unpacking counts a byte against the 32Mi limit
+        layer = oci.layer_tar([oci.F("noise", os.urandom(100 * MIB))])
+        d = os.path.join(self.tmp, "bigblob")
+        info = oci.write_layout(d, [(layer, "tar")])
+        del layer
+        ref = self.reg.push(d, "evil/bigblob")
+        neighbour = self.create(**SPEC)["id"]
+        before = free_bytes(self.corrald.state_dir)
+        r, lowest = self.pull_watching(ref)
+        self.assertGreater(lowest, before - (LIMIT_MIB + 8) * MIB,
+                           "the pull took %.1f MiB of the %d MiB state fs"
+                           % ((before - lowest) / MIB, STATE_MIB))
+        self.assertEqual(r.status, 422, "%r\n%s" % (r, self.corrald.log_tail(10)))
+        self.assertEqual(r.json()["code"], "SANDBOX::IMAGE_TOO_LARGE")
+        self.assertIn("--image-unpacked-max", r.json()["message"])
+        self.assertNotIn(info["layers"][-1][7:], oci.store_layers(self.corrald.state_dir))
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [], "no blob or half layer left")
+        self.assert_platform_alive(neighbour)
+
 
 if __name__ == "__main__":
     main()
