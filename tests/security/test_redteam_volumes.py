@@ -47,6 +47,15 @@ class SharedStateCorrald(Corrald):
             unmount(self.state_dir)
 
 
+def mountinfo_root(text, mount_point):
+    """The root field of the mount at mount_point in a mountinfo text, or None."""
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) > 4 and f[4] == mount_point:
+            return f[3]
+    return None
+
+
 def pvc(name, claim, mount, **kw):
     v = {"name": name, "pvc": {"claimName": claim}, "mountPath": mount}
     v.update(kw)
@@ -225,6 +234,41 @@ class VolumeAttacks(AttackCase):
                          ["0 0 755", "0 0 755"])
         self.assertEqual(self.sh(a, "ls -A /v/new/deeper"), "", "A sees B's inner volume")
         self.assert_platform_alive(a, b)
+
+    def test_sub_path_race_with_a_swapping_sandbox(self):
+        # attack: A swaps a directory of a shared volume for a symlink to /etc (and back) in a
+        # tight loop while B's creates make subPath x/redteam-pwned through it
+        a = self.create(volumes=[pvc("r", "racy", "/v")])["id"]
+        self.run_ok(a, "mkdir -p /v/x && ln -sfn /etc /v/x.l")
+        swapper = ("import ctypes, os\n"
+                   "libc = ctypes.CDLL(None, use_errno=True)\n"
+                   "os.chdir('/v')\n"
+                   "while True:\n"
+                   "    libc.renameat2(-100, b'x', -100, b'x.l', 2)  # RENAME_EXCHANGE\n")
+        self.client.run(a, "cat > /tmp/swap.py <<'EOF'\n%sEOF\nexec python3 /tmp/swap.py"
+                        % swapper, background=True)
+        self.wait_until(lambda: "->" in self.sh(a, "ls -l /v/x"), 10, msg="the swap to run")
+        volume_dev = self.sh(a, "stat -c %d /v").strip()
+        for _ in range(20):
+            r = self.client.create_sandbox_raw(volumes=[pvc("r", "racy", "/w",
+                                                            subPath="x/redteam-pwned")])
+            if r.status == 202:
+                b = r.json()["id"]
+                try:
+                    # In the volume (A may have renamed the directory since: x <-> x.l).
+                    self.assertEqual(self.sh(b, "stat -c %d /w").strip(), volume_dev,
+                                     "B's subPath left the volume")
+                    self.assertIn(mountinfo_root(self.sh(b, "cat /proc/self/mountinfo"), "/w"),
+                                  ("/x/redteam-pwned", "/x.l/redteam-pwned"))
+                finally:
+                    self.client.delete_sandbox(b)
+            else:
+                self.assertEqual(r.status, 400, r)
+                self.assertEqual(r.json()["code"], "VOLUME::INVALID_SUB_PATH", r.json())
+        self.assertFalse(os.path.lexists("/etc/redteam-pwned"), "made in the host's /etc")
+        self.assertEqual(self.sh(a, "ls -d /etc/redteam-pwned 2>/dev/null; true"), "",
+                         "made in A's /etc")
+        self.assert_platform_alive(a)
 
 
 if __name__ == "__main__":
