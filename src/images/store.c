@@ -641,7 +641,8 @@ static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref
 	 * unpacks (a 100 MiB layer took 132 MiB of the state fs under a 32Mi limit). The download
 	 * stops at the declared size.
 	 */
-	uint64_t missing = 0, limit = o->unpacked_max ? o->unpacked_max : IMAGE_UNPACKED_MAX_DEFAULT;
+	uint64_t missing = 0;
+	uint64_t limit = o->unpacked_max ? o->unpacked_max : IMAGE_UNPACKED_MAX_DEFAULT;
 	json_array_foreach(layers, i, l) {
 		char lp[PATH_MAX];
 		path_in(lp, sizeof(lp), o->store, "layers/%s",

@@ -483,6 +483,9 @@ static bool under(const char *p, const char *dir)
 	return strncmp(p, dir, n) == 0 && (p[n] == '\0' || p[n] == '/');
 }
 
+#define XDEV_WHY \
+	"it needs a symlink that leads into or lies in another mount or volume (not followed)"
+
 /*
  * path resolved in the sandbox's root: without symlinks when it can be; through them (the image's)
  * only while it stays on one mount. A volume mounted before this one is content other sandboxes
@@ -490,7 +493,6 @@ static bool under(const char *p, const char *dir)
  * (t -> /usr/local/bin) must not aim this mount anywhere in the sandbox, and a path needing a
  * symlink never enters a volume or another mount (/tmp, /proc) at all.
  */
-#define XDEV_WHY "it needs a symlink that leads into or lies in another mount or volume (not followed)"
 static int in_root_open(int root, const char *path, uint64_t flags)
 {
 	const uint64_t in_root = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
@@ -547,8 +549,8 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 			_cleanup_close_ int parent =
 			    in_root_open(root, buf[0] ? buf : "/", O_PATH | O_DIRECTORY);
 			*slash = '/';
-			int made = parent >= 0 ? make_entry(parent, slash + 1, !last || is_dir, owner)
-					       : -1;
+			int made = parent < 0 ? -1
+					      : make_entry(parent, slash + 1, !last || is_dir, owner);
 			/* A dangling symlink of the image there (EEXIST), a file on the way, a
 			 * read-only volume above it: the request's to change. */
 			if (parent < 0 || made < 0) {
