@@ -636,10 +636,10 @@ static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref
 		}
 	}
 	/*
-	 * A blob is stored whole before it is unpacked (and counted): the layers still missing may
-	 * not declare more than the limit, so what a pull downloads is bounded like what it
-	 * unpacks (a 100 MiB layer took 132 MiB of the state fs under a 32Mi limit). The download
-	 * stops at the declared size.
+	 * A blob is stored whole before it is unpacked (and counted): the layers still missing (of a
+	 * pull or an import) may not declare more than the limit, so what a pull downloads is
+	 * bounded like what it unpacks (a 100 MiB layer took 132 MiB of the state fs under a 32Mi
+	 * limit). The download stops at the declared size.
 	 */
 	uint64_t missing = 0;
 	uint64_t limit = o->unpacked_max ? o->unpacked_max : IMAGE_UNPACKED_MAX_DEFAULT;
