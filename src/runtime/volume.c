@@ -483,6 +483,8 @@ static bool under(const char *p, const char *dir)
 	return strncmp(p, dir, n) == 0 && (p[n] == '\0' || p[n] == '/');
 }
 
+#define NESTED_WHY \
+	"volume '%s': mountPath '%s' lies in another volume of the sandbox: refused (a sandbox sharing that volume could remove the mount point and put its own files in its place)"
 #define XDEV_WHY \
 	"it needs a symlink that leads into or lies in another mount or volume (not followed)"
 
@@ -500,31 +502,37 @@ static int in_root_open(int root, const char *path, uint64_t flags)
 	return fd == -ELOOP ? openat2_fd(root, path, flags, in_root | RESOLVE_NO_XDEV) : fd;
 }
 
-/*
- * Make name in parent: a directory, or an empty file. Host root has no id on another volume's
- * idmapped mount (EOVERFLOW: a mountPath inside a volume mounted before this one), so there it
- * is made as owner, sandbox root, whose id the mapping has. Raw syscalls, as in the rest of PID 1.
- */
-static int make_entry(int parent, const char *name, bool dir, uid_t owner)
+#ifndef STATX_MNT_ID
+#define STATX_MNT_ID 0x00001000U
+#endif
+
+/* The mount id of what fd refers to, or 0. */
+static uint64_t mount_id(int fd)
 {
-	int r = dir ? mkdirat(parent, name, 0755)
-		    : openat(parent, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-			     0644);
-	if (r >= 0 || errno != EOVERFLOW || !owner)
-		return r;
-	(void)syscall(SYS_setfsgid, owner);
-	(void)syscall(SYS_setfsuid, owner);
-	r = dir ? mkdirat(parent, name, 0755)
-		: openat(parent, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-	int e = errno;
-	(void)syscall(SYS_setfsuid, 0);
-	(void)syscall(SYS_setfsgid, 0);
-	errno = e;
-	return r;
+	struct statx stx;
+	if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) < 0 ||
+	    !(stx.stx_mask & STATX_MNT_ID))
+		return 0;
+	return stx.stx_mnt_id;
+}
+
+/*
+ * Whether fd lies on one of the volume mounts earlier. A volume's content is other sandboxes' to
+ * change: one of them may rmdir a mount point made there (the kernel then detaches our mount,
+ * which lives in another namespace) and put its own files in its place, so nothing is made or
+ * mounted on a volume.
+ */
+static bool on_volume(int fd, const int *earlier, size_t n_earlier)
+{
+	uint64_t id = mount_id(fd);
+	for (size_t i = 0; id && i < n_earlier; i++)
+		if (mount_id(earlier[i]) == id)
+			return true;
+	return false;
 }
 
 int volume_attach(const char *root_path, int tree, const struct sandbox_volume *v, bool is_dir,
-		  uid_t owner, struct error *err)
+		  uid_t owner, const int *earlier, size_t n_earlier, struct error *err)
 {
 	const char *mp = v->mount_path;
 	char buf[PATH_MAX], where[PATH_MAX];
@@ -549,8 +557,15 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 			_cleanup_close_ int parent =
 			    in_root_open(root, buf[0] ? buf : "/", O_PATH | O_DIRECTORY);
 			*slash = '/';
-			int made = parent < 0 ? -1
-					      : make_entry(parent, slash + 1, !last || is_dir, owner);
+			if (parent >= 0 && on_volume(parent, earlier, n_earlier))
+				return error_set(err, RUNTIME_EVOL_MOUNTPATH, NESTED_WHY, v->name, mp);
+			int made = -1;
+			if (parent >= 0 && (!last || is_dir))
+				made = mkdirat(parent, slash + 1, 0755);
+			else if (parent >= 0)
+				made = openat(parent, slash + 1,
+					      O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+					      0644);
 			/* A dangling symlink of the image there (EEXIST), a file on the way, a
 			 * read-only volume above it: the request's to change. */
 			if (parent < 0 || made < 0) {
@@ -584,6 +599,8 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 				 "volume '%s': mountPath '%s' (a %s is mounted there): %s", v->name, mp,
 				 is_dir ? "directory" : "file",
 				 target == -EXDEV ? XDEV_WHY : strerror(-target));
+	if (on_volume(target, earlier, n_earlier))
+		return error_set(err, RUNTIME_EVOL_MOUNTPATH, NESTED_WHY, v->name, mp);
 	/* Where it really is, symlinks of the image followed inside the sandbox. */
 	const char *in = sandbox_path_of(target, root_path, where, sizeof(where));
 	if (!in || strcmp(in, "/") == 0 || under(in, "/proc") || under(in, "/sys") ||

@@ -6,10 +6,17 @@ made under the state dir or an allowed directory joins a peer group).
 """
 import fcntl
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
+import unittest
 
 from sec import AttackCase, Corrald, main, mounts_under, safe_rmtree
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "integration"))
+from test_isolation import make_busybox_image  # noqa: E402
 
 
 def make_shared(path):
@@ -94,38 +101,44 @@ class PropagationAttacks(AttackCase):
         text = self.sh(sid, "cat /proc/self/mountinfo")
         return any(line.split()[4] == path for line in text.splitlines() if len(line.split()) > 4)
 
-    def test_named_volume_mount_does_not_reach_other_sharers(self):
-        # attack: B mounts its own volume inside a named volume it shares with A, so the mount
-        # propagates through the shared volume's peer group into A (and onto the host)
-        a = self.create(volumes=[pvc("c", "common", "/v")])["id"]
-        self.run_ok(a, "mkdir /v/own")
-        b = self.create(volumes=[pvc("c", "common", "/v"), pvc("p", "b-private", "/v/own")])["id"]
-        self.run_ok(b, "echo b-secret > /v/own/secret")
-        self.assertTrue(self.mounted_in(b, "/v/own"))
-        self.assertFalse(self.mounted_in(a, "/v/own"), "B's volume appeared in A's mounts")
-        res = self.client.run(a, "cat /v/own/secret")
-        self.assertNotIn("b-secret", res.stdout, "A read B's private volume")
+    def test_nested_volume_refused_on_a_shared_host(self):
+        # attack: B mounts its own volume inside a named volume (or allowed host directory) it
+        # shares with A; the mount propagated through the shared source's peer group into A and
+        # onto the host (before: B's private volume showed up in A's /v/own and in the host's
+        # state dir). Nesting is refused now, and the clones are private as well.
+        data = os.path.join(self.allowed, "data")
+        a = self.create(volumes=[pvc("c", "common", "/v"), host("h", data, "/h")])["id"]
+        self.run_ok(a, "mkdir /v/own /h/own")
+        for vols in ([pvc("c", "common", "/v"), pvc("p", "b-private", "/v/own")],
+                     [host("h", data, "/h"), pvc("p", "b-private2", "/h/own")]):
+            r = self.client.create_sandbox_raw(volumes=vols)
+            if r.status == 202:
+                self.addCleanup(self.client.delete_sandbox, r.json()["id"])
+            self.assertEqual(r.status, 400, r)
+            self.assertEqual(r.json()["code"], "VOLUME::INVALID_MOUNT_PATH", r.json())
+        self.assertFalse(self.mounted_in(a, "/v/own") or self.mounted_in(a, "/h/own"))
         host_mnt = os.path.join(self.corrald.state_dir, "volumes", "common", "mnt")
-        self.assertEqual(mounts_under(host_mnt), [os.path.realpath(host_mnt)],
-                         "a sandbox's mount propagated onto the host")
-        self.assert_platform_alive(self.neighbour, a, b)
+        self.assertEqual(mounts_under(host_mnt), [os.path.realpath(host_mnt)])
+        self.assertEqual(mounts_under(self.allowed), [os.path.realpath(self.allowed)])
+        self.assert_platform_alive(self.neighbour, a)
 
-    def test_host_volume_mount_does_not_reach_the_host(self):
-        # attack: B mounts a named volume inside an allowed host directory it has read-write, so
-        # the mount propagates to the host's allowed directory and to A, which mounts it too
+    def test_host_mounts_do_not_reach_a_sandbox(self):
+        # attack (the other direction): something the host mounts below an allowed directory
+        # (another tenant's data, a credentials tmpfs) after A started appeared in A's volume,
+        # whose clone was a peer of the host's shared mount
         data = os.path.join(self.allowed, "data")
         a = self.create(volumes=[host("h", data, "/h")])["id"]
-        self.run_ok(a, "mkdir /h/own")
-        b = self.create(volumes=[host("h", data, "/h"), pvc("p", "b-private2", "/h/own")])["id"]
-        self.run_ok(b, "echo b-secret > /h/own/secret")
-        self.assertEqual(mounts_under(self.allowed), [os.path.realpath(self.allowed)],
-                         "a sandbox's mount propagated into the host's allowed directory")
-        self.assertFalse(self.mounted_in(a, "/h/own"), "B's volume appeared in A's mounts")
-        res = self.client.run(a, "cat /h/own/secret")
-        self.assertNotIn("b-secret", res.stdout, "A read B's private volume")
-        self.assertFalse(os.path.exists(os.path.join(data, "own", "secret")),
-                         "the host sees B's private volume in its allowed directory")
-        self.assert_platform_alive(self.neighbour, a, b)
+        self.run_ok(a, "mkdir -p /h/late")
+        late = os.path.join(data, "late")
+        subprocess.check_call(["mount", "-t", "tmpfs", "-o", "size=1m", "corral-test-late", late])
+        try:
+            with open(os.path.join(late, "secret"), "w") as f:
+                f.write("host-secret\n")
+            self.assertFalse(self.mounted_in(a, "/h/late"), "a host mount appeared in A")
+            self.assertNotIn("host-secret", self.client.run(a, "cat /h/late/secret").stdout)
+        finally:
+            subprocess.call(["umount", late])
+        self.assert_platform_alive(self.neighbour, a)
 
 
 class VolumeAttacks(AttackCase):
@@ -148,11 +161,28 @@ class VolumeAttacks(AttackCase):
                                                                  else "no: %r" % out))
         self.assertEqual(r.status, 400, r)
         self.assertEqual(r.json()["code"], "VOLUME::INVALID_MOUNT_PATH", r.json())
-        # the same nesting without a planted symlink still works
-        self.run_ok(a, "rm /v/t && mkdir /v/t")
-        b = self.create(volumes=vol + [pvc("t", "common", "/v/t", subPath="tools")])["id"]
-        self.assertEqual(self.sh(b, "/v/t/python3").strip(), "42 passed")
-        self.assert_platform_alive(a, b)
+        self.assert_platform_alive(a)
+
+    def test_other_sandbox_cannot_swap_a_nested_mount_point(self):
+        # attack: A rmdirs the mount point of B's read-only tools volume nested in their shared
+        # volume (the kernel detaches B's mount, which lives in another namespace) and puts its
+        # own "run" there: B ran A's "42 passed" (before nesting was refused)
+        a = self.create(volumes=[pvc("c", "common-rm", "/v")])["id"]
+        t = self.create(volumes=[pvc("t", "tools", "/t")])["id"]
+        self.run_ok(t, "printf '#!/bin/sh\\necho genuine\\n' > /t/run && chmod 755 /t/run")
+        self.run_ok(a, "mkdir /v/tools")
+        r = self.client.create_sandbox_raw(volumes=[pvc("c", "common-rm", "/v"),
+                                                    pvc("t", "tools", "/v/tools", readOnly=True)])
+        if r.status == 202:
+            b = r.json()["id"]
+            self.addCleanup(self.client.delete_sandbox, b)
+            self.run_ok(a, "rmdir /v/tools && mkdir /v/tools && "
+                           "printf '#!/bin/sh\\necho 42 passed\\n' > /v/tools/run && "
+                           "chmod 755 /v/tools/run")
+            self.fail("created; B now runs: %r" % self.client.run(b, "/v/tools/run").stdout)
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual(r.json()["code"], "VOLUME::INVALID_MOUNT_PATH", r.json())
+        self.assert_platform_alive(a, t)
 
     def test_listing_does_not_wait_for_the_volume_lock(self):
         # attack: a sandbox leaves 1.5 GB dirty in its volume and ends; its teardown held the
@@ -220,20 +250,18 @@ class VolumeAttacks(AttackCase):
         self.assertEqual(self.client.delete("/v1/volumes/lock").status, 404)
         self.assert_platform_alive()
 
-    def test_nested_mount_path_is_made_in_the_outer_volume(self):
-        # attack (and function): a mountPath missing inside a volume mounted before it; host root
-        # has no id on that idmapped mount, so it was a 400 EOVERFLOW ("Value too large")
+    def test_nested_mount_path_makes_nothing_in_the_outer_volume(self):
+        # attack: a mountPath inside another volume, missing there: refused before the host makes
+        # any directory in the shared volume (another sandbox's content)
         a = self.create(volumes=[pvc("c", "outer", "/v")])["id"]
-        self.run_ok(a, "echo cfg > /v/cfg")
-        b = self.create(volumes=[pvc("c", "outer", "/v"), pvc("p", "inner", "/v/new/deeper"),
-                                 pvc("f", "outer", "/v/new/cfgfile", subPath="cfg")])["id"]
-        self.run_ok(b, "echo inner > /v/new/deeper/f")
-        self.assertEqual(self.sh(b, "cat /v/new/cfgfile").strip(), "cfg")
-        self.assertEqual(self.sh(a, "stat -c '%u %s' /v/new/cfgfile").strip(), "0 0")
-        self.assertEqual(self.sh(a, "stat -c '%u %g %a' /v/new /v/new/deeper").split("\n")[:2],
-                         ["0 0 755", "0 0 755"])
-        self.assertEqual(self.sh(a, "ls -A /v/new/deeper"), "", "A sees B's inner volume")
-        self.assert_platform_alive(a, b)
+        r = self.client.create_sandbox_raw(volumes=[pvc("c", "outer", "/v"),
+                                                    pvc("p", "inner", "/v/new/deeper")])
+        if r.status == 202:
+            self.addCleanup(self.client.delete_sandbox, r.json()["id"])
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual(r.json()["code"], "VOLUME::INVALID_MOUNT_PATH", r.json())
+        self.assertEqual(self.sh(a, "ls -A /v"), "")
+        self.assert_platform_alive(a)
 
     def test_sub_path_race_with_a_swapping_sandbox(self):
         # attack: A swaps a directory of a shared volume for a symlink to /etc (and back) in a
@@ -269,6 +297,59 @@ class VolumeAttacks(AttackCase):
         self.assertEqual(self.sh(a, "ls -d /etc/redteam-pwned 2>/dev/null; true"), "",
                          "made in A's /etc")
         self.assert_platform_alive(a)
+
+
+class ImageRouteNesting(AttackCase):
+    """An image whose symlinks lead mountPaths into a volume without naming it."""
+
+    @classmethod
+    def setUpClass(cls):
+        from harness import binary, elf_is_static
+        if not (shutil.which("busybox") or os.path.exists("/bin/busybox")):
+            raise unittest.SkipTest("busybox is not installed (apt-get install busybox-static)")
+        execd = os.path.realpath(binary("corral-execd"))
+        if os.path.exists(execd) and not elf_is_static(execd):
+            raise unittest.SkipTest("%s is dynamically linked (a sanitizer build)" % execd)
+        cls.images = tempfile.mkdtemp(prefix="corral-test-images-")
+        root = os.path.join(cls.images, "nest")
+        make_busybox_image(root)
+        os.makedirs(os.path.join(root, "srv", "data"))
+        os.symlink("/srv/data", os.path.join(root, "data"))
+        os.symlink("/a", os.path.join(root, "into"))  # "/a" sorts (and is mounted) first
+        cls.corrald_kwargs = {"image_dir": cls.images, "extra_args": ["--volume-size", "64Mi"]}
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            safe_rmtree(cls.images)
+
+    def refused(self, vols):
+        r = self.client.create_sandbox_raw(image={"uri": "nest"}, entrypoint=["sleep", "100000"],
+                                           volumes=vols)
+        if r.status == 202:
+            self.addCleanup(self.client.delete_sandbox, r.json()["id"])
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual(r.json()["code"], "VOLUME::INVALID_MOUNT_PATH", r.json())
+
+    def test_nesting_through_the_image_s_symlinks(self):
+        # attack: the outer volume at /data (an image symlink to /srv/data), the inner at
+        # /srv/data/x: no two mountPaths nest by name, but the inner lands in the outer volume;
+        # and /into/t (into -> /a, the volume) through A's planted t -> /bin in the volume
+        a = self.create(volumes=[pvc("c", "route", "/v")])["id"]
+        self.run_ok(a, "mkdir -p /v/x /v/tools && ln -s /bin /v/t")
+        self.refused([pvc("c", "route", "/data"), pvc("i", "route-inner", "/srv/data/x")])
+        self.refused([pvc("c", "route", "/data"), pvc("i", "route-inner", "/srv/data/made")])
+        self.refused([pvc("c", "route", "/a"), pvc("t", "route", "/into/t", subPath="tools")])
+        self.assertEqual(sorted(self.sh(a, "ls -A /v").split()), ["t", "tools", "x"],
+                         "the host made something in the shared volume")
+        # an image symlink to a plain directory is still followed
+        b = self.create(image={"uri": "nest"}, entrypoint=["sleep", "100000"],
+                        volumes=[pvc("c", "route", "/data")])["id"]
+        self.assertIn("tools", self.sh(b, "ls /srv/data"))
+        self.assert_platform_alive(a, b)
 
 
 if __name__ == "__main__":
