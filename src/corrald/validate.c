@@ -347,10 +347,19 @@ static int volumes_parse(json_t *vs, struct create_params *p, struct verr *e)
 			if (strcmp(na, json_string_value(json_object_get(vb, "name"))) == 0)
 				return verr_set(e, 400, CODE_INVALID_PARAMETER, LOC("volumes", idx, "name"),
 						"volumes[%zu].name '%s' is used twice", a, na);
-			if (strcmp(ma, json_string_value(json_object_get(vb, "mountPath"))) == 0)
+			const char *mb = json_string_value(json_object_get(vb, "mountPath"));
+			if (strcmp(ma, mb) == 0)
 				return verr_set(e, 400, WIRE_CODE(VOLUME_INVALID_MOUNT_PATH),
 						LOC("volumes", idx, "mountPath"),
 						"volumes[%zu].mountPath '%s' is used twice", a, ma);
+			/* A volume's content is every sandbox's that mounts it: one of them can rmdir
+			 * a mount point made in it (the kernel detaches mounts of other namespaces
+			 * there) and put its own files in its place. */
+			if (path_under(ma, mb) || path_under(mb, ma))
+				return verr_set(e, 400, WIRE_CODE(VOLUME_INVALID_MOUNT_PATH),
+						LOC("volumes", idx, "mountPath"),
+						"volumes[%zu].mountPath '%s' and '%s' lie one in the other: a volume cannot be mounted inside another (a sandbox sharing the outer one could remove the mount point and put its own files there)",
+						a, ma, mb);
 		}
 	return 0;
 }

@@ -636,6 +636,27 @@ static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref
 			goto out;
 		}
 	}
+	/*
+	 * A blob is stored whole before it is unpacked (and counted): the layers still missing (of a
+	 * pull or an import) may not declare more than the limit, so what a pull downloads is
+	 * bounded like what it unpacks (a 100 MiB layer took 132 MiB of the state fs under a 32Mi
+	 * limit). The download stops at the declared size.
+	 */
+	uint64_t missing = 0;
+	uint64_t limit = o->unpacked_max ? o->unpacked_max : IMAGE_UNPACKED_MAX_DEFAULT;
+	json_array_foreach(layers, i, l) {
+		char lp[PATH_MAX];
+		path_in(lp, sizeof(lp), o->store, "layers/%s",
+			json_string_value(json_object_get(l, "digest")) + 7);
+		if (access(lp, F_OK) < 0)
+			missing += (uint64_t)json_integer_value(json_object_get(l, "size"));
+	}
+	if (missing > limit) {
+		r = error_set(err, EFBIG,
+			      "the image's layers to download are %.1f MiB, more than %.1f MiB, the limit of --image-unpacked-max",
+			      (double)missing / (1 << 20), (double)limit / (1 << 20));
+		goto out;
+	}
 	if (o->progress_total) { /* what is left to download: the config and missing layers */
 		char lp[PATH_MAX];
 		uint64_t total = (uint64_t)cs;

@@ -416,11 +416,13 @@ static int child_setup(struct child_ctx *c, struct error *err)
 	/* The volumes last, over every mount and mask of the sandbox's own (a mask of the host
 	 * image must not hide one, nor /etc files land in one); each mountPath is resolved in the
 	 * sandbox's root (volume_attach), as everything is from here on. */
+	int earlier[RUNTIME_VOLUMES_MAX];
 	for (size_t i = 0; i < c->n_vol; i++) {
 		size_t k = c->vol_order[i];
 		if ((r = volume_attach("/", c->vol_tree[k], &c->spec->volumes[k], c->vol_dir[k],
-				       c->base, err)) < 0)
+				       c->base, earlier, i, err)) < 0)
 			return r;
+		earlier[i] = c->vol_tree[k];
 	}
 	TRACE(11);
 	if (sethostname(c->hostname, strlen(c->hostname)) < 0)

@@ -26,7 +26,7 @@
 #define VOLUME_MNT "mnt"
 #define VOLUME_USERS "users"
 #define VOLUME_DELETE_MARK "delete-on-end"
-#define VOLUME_LOCK "lock"
+#define VOLUME_LOCK ".lock" /* no volume name starts with a dot: "lock" is a valid claim */
 #define VOLUME_NEW_PREFIX ".new-"
 /* Resolving beneath a trusted directory: no symlink, no magic link, no '..' out of it. */
 #define BENEATH (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
@@ -74,6 +74,11 @@ static int open_beneath(int dirfd, const char *path, const struct sandbox_volume
 								  : RUNTIME_EVOL_DENIED,
 				 "volume '%s': %s '%s' goes through a symlink or out of its directory: refused (symlinks are never followed there)",
 				 v->name, what, shown);
+	if (fd == -ENAMETOOLONG)
+		return error_set(err, strcmp(what, "subPath") == 0 ? RUNTIME_EVOL_SUBPATH
+								  : RUNTIME_EVOL_DENIED,
+				 "volume '%s': %s '%.300s' has a name longer than %d bytes", v->name,
+				 what, shown, NAME_MAX);
 	if (fd == -ENOENT || fd == -ENOTDIR)
 		return error_set(err, RUNTIME_EVOL_NOTFOUND, "volume '%s': %s '%s' does not exist",
 				 v->name, what, shown);
@@ -136,7 +141,7 @@ static int host_open(const struct runtime_config *cfg, const struct sandbox_volu
 
 /* ---- named volumes ----------------------------------------------------------------------- */
 
-/* <state>/volumes, made if missing, and its lock taken (exclusive). */
+/* <state>/volumes, made if missing, and its lock taken (exclusive) unless ret_lock is NULL. */
 static int volumes_open(const struct runtime_config *cfg, bool make, int *ret_lock,
 			struct error *err)
 {
@@ -148,6 +153,8 @@ static int volumes_open(const struct runtime_config *cfg, bool make, int *ret_lo
 	_cleanup_close_ int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0)
 		return errno == ENOENT ? -ENOENT : error_set_errno(err, errno, "open '%s'", path);
+	if (!ret_lock)
+		return TAKE_FD(dfd);
 	int lock = openat(dfd, VOLUME_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (lock < 0)
 		return error_set_errno(err, errno, "open '%s/" VOLUME_LOCK "'", path);
@@ -287,8 +294,12 @@ static int mkdir_beneath(int dirfd, const char *path, const struct sandbox_volum
 			*e = '\0';
 		/* A single name: mkdirat never follows it (a symlink there is EEXIST). */
 		if (mkdirat(cur, s, 0755) < 0 && errno != EEXIST) {
-			int r = error_set_errno(err, errno, "volume '%s': make subPath '%s'", v->name,
-						path);
+			int r = errno == ENAMETOOLONG
+				    ? error_set(err, RUNTIME_EVOL_SUBPATH,
+						"volume '%s': subPath '%.300s' has a name longer than %d bytes",
+						v->name, path, NAME_MAX)
+				    : error_set_errno(err, errno, "volume '%s': make subPath '%s'",
+						      v->name, path);
 			close(cur);
 			return r;
 		}
@@ -311,8 +322,9 @@ static bool sandbox_exists(const struct runtime_config *cfg, const char *id)
 	return lstat(path, &st) == 0;
 }
 
-/* Live users of the volume open at vfd; entries of sandboxes that are gone are dropped. */
-static unsigned users_live(const struct runtime_config *cfg, int vfd)
+/* Live users of the volume open at vfd; entries of sandboxes that are gone are dropped when
+ * prune (under the lock). */
+static unsigned users_live(const struct runtime_config *cfg, int vfd, bool prune)
 {
 	int ufd = openat(vfd, VOLUME_USERS, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (ufd < 0)
@@ -329,7 +341,7 @@ static unsigned users_live(const struct runtime_config *cfg, int vfd)
 			continue;
 		if (sandbox_exists(cfg, e->d_name))
 			n++;
-		else
+		else if (prune)
 			(void)unlinkat(dirfd(d), e->d_name, 0);
 	}
 	closedir(d);
@@ -426,6 +438,13 @@ int volume_tree(int src, const struct sandbox_volume *v, int userns_fd, struct e
 	struct mount_attr attr = {
 	    .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (v->read_only ? MOUNT_ATTR_RDONLY : 0),
 	    .attr_clr = MOUNT_ATTR_NOEXEC, /* the host's mount of a named volume is noexec */
+	    /*
+	     * A clone joins its source's peer group when the source is shared (systemd makes
+	     * every mount shared): PID 1's later mounts on it (a volume inside this one) would
+	     * then propagate to the host and into every other sandbox holding a clone of the
+	     * same source, and the host's mounts below it into this sandbox. Private: neither.
+	     */
+	    .propagation = MS_PRIVATE,
 	};
 	if (userns_fd >= 0) {
 		attr.attr_set |= MOUNT_ATTR_IDMAP;
@@ -464,10 +483,57 @@ static bool under(const char *p, const char *dir)
 	return strncmp(p, dir, n) == 0 && (p[n] == '\0' || p[n] == '/');
 }
 
-int volume_attach(const char *root_path, int tree, const struct sandbox_volume *v, bool is_dir,
-		  uid_t owner, struct error *err)
+#define NESTED_WHY \
+	"volume '%s': mountPath '%s' lies in another volume of the sandbox: refused (a sandbox sharing that volume could remove the mount point and put its own files in its place)"
+#define XDEV_WHY \
+	"it needs a symlink that leads into or lies in another mount or volume (not followed)"
+
+/*
+ * path resolved in the sandbox's root: without symlinks when it can be; through them (the image's)
+ * only while it stays on one mount. A volume mounted before this one is content other sandboxes
+ * write (a shared named volume, a host directory): a symlink one of them planted there
+ * (t -> /usr/local/bin) must not aim this mount anywhere in the sandbox, and a path needing a
+ * symlink never enters a volume or another mount (/tmp, /proc) at all.
+ */
+static int in_root_open(int root, const char *path, uint64_t flags)
 {
 	const uint64_t in_root = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+	int fd = openat2_fd(root, path, flags, in_root | RESOLVE_NO_SYMLINKS);
+	return fd == -ELOOP ? openat2_fd(root, path, flags, in_root | RESOLVE_NO_XDEV) : fd;
+}
+
+#ifndef STATX_MNT_ID
+#define STATX_MNT_ID 0x00001000U
+#endif
+
+/* The mount id of what fd refers to, or 0. */
+static uint64_t mount_id(int fd)
+{
+	struct statx stx;
+	if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) < 0 ||
+	    !(stx.stx_mask & STATX_MNT_ID))
+		return 0;
+	return stx.stx_mnt_id;
+}
+
+/*
+ * Whether fd lies on one of the volume mounts earlier. A volume's content is other sandboxes' to
+ * change: one of them may rmdir a mount point made there (the kernel then detaches our mount,
+ * which lives in another namespace) and put its own files in its place, so nothing is made or
+ * mounted on a volume.
+ */
+static bool on_volume(int fd, const int *earlier, size_t n_earlier)
+{
+	uint64_t id = mount_id(fd);
+	for (size_t i = 0; id && i < n_earlier; i++)
+		if (mount_id(earlier[i]) == id)
+			return true;
+	return false;
+}
+
+int volume_attach(const char *root_path, int tree, const struct sandbox_volume *v, bool is_dir,
+		  uid_t owner, const int *earlier, size_t n_earlier, struct error *err)
+{
 	const char *mp = v->mount_path;
 	char buf[PATH_MAX], where[PATH_MAX];
 	if (!mp || mp[0] != '/' || !mp[1] || !path_clean(mp + 1) || strlen(mp) >= sizeof(buf))
@@ -484,13 +550,15 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 		if (e)
 			*e = '\0';
 		bool last = !e;
-		_cleanup_close_ int fd = openat2_fd(root, buf, O_PATH, in_root);
+		_cleanup_close_ int fd = in_root_open(root, buf, O_PATH);
 		if (fd == -ENOENT) {
 			char *slash = strrchr(buf, '/');
 			*slash = '\0';
 			_cleanup_close_ int parent =
-			    openat2_fd(root, buf[0] ? buf : "/", O_PATH | O_DIRECTORY, in_root);
+			    in_root_open(root, buf[0] ? buf : "/", O_PATH | O_DIRECTORY);
 			*slash = '/';
+			if (parent >= 0 && on_volume(parent, earlier, n_earlier))
+				return error_set(err, RUNTIME_EVOL_MOUNTPATH, NESTED_WHY, v->name, mp);
 			int made = -1;
 			if (parent >= 0 && (!last || is_dir))
 				made = mkdirat(parent, slash + 1, 0755);
@@ -517,7 +585,7 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 		} else if (fd < 0) {
 			return error_set(err, RUNTIME_EVOL_MOUNTPATH,
 					 "volume '%s': mountPath '%s' in the sandbox: %s", v->name, buf,
-					 strerror(-fd));
+					 fd == -EXDEV ? XDEV_WHY : strerror(-fd));
 		}
 		if (last)
 			break;
@@ -525,11 +593,14 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 		s = e + 1;
 	}
 	_cleanup_close_ int target =
-	    openat2_fd(root, mp, O_PATH | (is_dir ? O_DIRECTORY : 0), in_root);
+	    in_root_open(root, mp, O_PATH | (is_dir ? O_DIRECTORY : 0));
 	if (target < 0)
 		return error_set(err, RUNTIME_EVOL_MOUNTPATH,
 				 "volume '%s': mountPath '%s' (a %s is mounted there): %s", v->name, mp,
-				 is_dir ? "directory" : "file", strerror(-target));
+				 is_dir ? "directory" : "file",
+				 target == -EXDEV ? XDEV_WHY : strerror(-target));
+	if (on_volume(target, earlier, n_earlier))
+		return error_set(err, RUNTIME_EVOL_MOUNTPATH, NESTED_WHY, v->name, mp);
 	/* Where it really is, symlinks of the image followed inside the sandbox. */
 	const char *in = sandbox_path_of(target, root_path, where, sizeof(where));
 	if (!in || strcmp(in, "/") == 0 || under(in, "/proc") || under(in, "/sys") ||
@@ -549,30 +620,45 @@ int volume_attach(const char *root_path, int tree, const struct sandbox_volume *
 	return 0;
 }
 
-/* No live user left: unmount it from the host; remove it when it was made to go with them. */
-static void volume_idle(const struct runtime_config *cfg, int dfd, int vfd, const char *name)
+/*
+ * No live user left: unmount it from the host; remove it when it was made to go with them.
+ * Returns a reference to the mount taken before the unmount (or -1): the caller closes it once
+ * the volumes' lock is released, since the last reference is what pays for the file system's
+ * end (writing back what the sandboxes left dirty, the loop device's release: 0.3 to 1.3 s for a
+ * volume just written with 1.5 GB), and corrald's GET and DELETE /v1/volumes wait for that lock
+ * in its event loop.
+ */
+static int volume_idle(const struct runtime_config *cfg, int dfd, int vfd, const char *name)
 {
 	char mnt[PATH_MAX];
+	int hold = -1;
 	mnt_path(cfg, name, mnt, sizeof(mnt));
-	if (is_mounted(vfd))
+	if (is_mounted(vfd)) {
+		hold = openat(vfd, VOLUME_MNT, O_PATH | O_DIRECTORY | O_CLOEXEC);
 		(void)umount2(mnt, MNT_DETACH);
+	}
 	struct stat st;
 	if (fstatat(vfd, VOLUME_DELETE_MARK, &st, AT_SYMLINK_NOFOLLOW) == 0 && !is_mounted(vfd))
 		(void)fs_remove_tree_at(dfd, name);
+	return hold;
 }
 
-void volume_release(const struct runtime_config *cfg, const char *id)
+/* Drop id from every volume's users under the lock; the mounts of volumes left idle are put in
+ * held (at most max) for the caller to release after the lock. */
+static size_t volume_release_locked(const struct runtime_config *cfg, const char *id, int *held,
+				    size_t max)
 {
+	size_t n = 0;
 	_cleanup_close_ int lock = -1;
 	_cleanup_close_ int dfd = volumes_open(cfg, false, &lock, NULL);
 	if (dfd < 0)
-		return;
+		return 0;
 	int d2 = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
 	DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
 	if (!d) {
 		if (d2 >= 0)
 			close(d2);
-		return;
+		return 0;
 	}
 	struct dirent *e;
 	char user[PATH_MAX];
@@ -584,10 +670,24 @@ void volume_release(const struct runtime_config *cfg, const char *id)
 			continue; /* not one of its users */
 		_cleanup_close_ int vfd =
 		    openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (vfd >= 0 && users_live(cfg, vfd) == 0)
-			volume_idle(cfg, dfd, vfd, e->d_name);
+		if (vfd < 0 || users_live(cfg, vfd, true) != 0)
+			continue;
+		int hold = volume_idle(cfg, dfd, vfd, e->d_name);
+		if (hold >= 0 && n < max)
+			held[n++] = hold;
+		else if (hold >= 0)
+			close(hold); /* past max: paid for here */
 	}
 	closedir(d);
+	return n;
+}
+
+void volume_release(const struct runtime_config *cfg, const char *id)
+{
+	int held[RUNTIME_VOLUMES_MAX];
+	size_t n = volume_release_locked(cfg, id, held, ARRAY_SIZE(held));
+	for (size_t i = 0; i < n; i++)
+		close(held[i]);
 }
 
 int volume_list(const struct runtime_config *cfg, struct volume_info **ret, size_t *ret_n,
@@ -595,8 +695,12 @@ int volume_list(const struct runtime_config *cfg, struct volume_info **ret, size
 {
 	*ret = NULL;
 	*ret_n = 0;
-	_cleanup_close_ int lock = -1;
-	_cleanup_close_ int dfd = volumes_open(cfg, false, &lock, err);
+	/*
+	 * Without the volumes' lock: corrald lists in its event loop, and a create or teardown
+	 * may hold the lock a while (mkfs, an unmount). Volumes appear by rename and go whole, so a
+	 * listing never sees half of one; its user counts are a moment's.
+	 */
+	_cleanup_close_ int dfd = volumes_open(cfg, false, NULL, err);
 	if (dfd == -ENOENT)
 		return 0;
 	if (dfd < 0)
@@ -634,7 +738,7 @@ int volume_list(const struct runtime_config *cfg, struct volume_info **ret, size
 		snprintf(i->name, sizeof(i->name), "%s", e->d_name);
 		i->size_bytes = (uint64_t)st.st_size;
 		i->used_bytes = (uint64_t)st.st_blocks * 512;
-		i->users = users_live(cfg, vfd);
+		i->users = users_live(cfg, vfd, false);
 		i->delete_on_end = fstatat(vfd, VOLUME_DELETE_MARK, &st, AT_SYMLINK_NOFOLLOW) == 0;
 	}
 	closedir(d);
@@ -661,7 +765,7 @@ int volume_delete(const struct runtime_config *cfg, const char *name, struct err
 	if (vfd < 0)
 		return errno == ENOENT ? error_set(err, ENOENT, "no volume '%s'", name)
 				       : error_set_errno(err, errno, "open volume '%s'", name);
-	unsigned users = users_live(cfg, vfd);
+	unsigned users = users_live(cfg, vfd, true);
 	if (users)
 		return error_set(err, EBUSY, "volume '%s' is in use by %u sandbox(es)", name,
 				 users);

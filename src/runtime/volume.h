@@ -16,7 +16,7 @@
  * devices would corrupt it). users/<sandbox-id> records each sandbox using it; when the last one
  * is destroyed the host mount goes away, and the whole volume with it if it was made with
  * deleteOnSandboxTermination. A sandbox whose directory is gone no longer counts as a user.
- * <state>/volumes/lock (flock) orders all of this between concurrent creates and destroys.
+ * <state>/volumes/.lock (flock) orders all of this between concurrent creates and destroys.
  *
  * In the sandbox: a detached clone of the source (open_tree(OPEN_TREE_CLONE), only that mount, no
  * submounts), idmapped through the sandbox's user namespace (on-disk id N shows as sandbox id N:
@@ -57,11 +57,12 @@ int volume_tree(int src, const struct sandbox_volume *v, int userns_fd, struct e
 /*
  * Move tree onto v->mount_path inside the root at root_path ("/" once the sandbox's root is the
  * process's own), resolved there with RESOLVE_IN_ROOT; missing directories (and, for a file, the
- * file) are made, owned by owner. Refuses "/" and anything in /proc, /sys, /dev
- * (RUNTIME_EVOL_MOUNTPATH). In the sandbox's mount namespace, as host root.
+ * file) are made, owned by owner. Refuses "/" and anything in /proc, /sys, /dev, and a place
+ * on one of the volumes attached before (earlier: their trees), whose content other sandboxes
+ * write (RUNTIME_EVOL_MOUNTPATH). In the sandbox's mount namespace, as host root.
  */
 int volume_attach(const char *root_path, int tree, const struct sandbox_volume *v, bool is_dir,
-		  uid_t owner, struct error *err);
+		  uid_t owner, const int *earlier, size_t n_earlier, struct error *err);
 
 /* Sandbox id is gone: it no longer uses any named volume (see above). Idempotent, best effort. */
 void volume_release(const struct runtime_config *cfg, const char *id);

@@ -40,17 +40,28 @@ void log_msg(enum log_level level, const char *fmt, ...)
 	struct tm tm;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
-	char line[2048];
+	char msg[2048], line[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
 	int n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ",
 			 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
 			 ts.tv_nsec / 1000000, ident, tags[level]);
-	va_list ap;
-	va_start(ap, fmt);
-	if (n > 0 && (size_t)n < sizeof(line))
-		n += vsnprintf(line + n, sizeof(line) - n, fmt, ap);
-	va_end(ap);
-	if (n >= (int)sizeof(line) - 1)
-		n = sizeof(line) - 2;
+	if (n < 0 || n >= (int)sizeof(line) - 1)
+		n = 0;
+	/*
+	 * One event, one line: a control character in what the message quotes (a layer entry's
+	 * name from a registry, a client's path) is escaped, so none can end this line and forge
+	 * the next one.
+	 */
+	for (const unsigned char *c = (const unsigned char *)msg; *c && n < (int)sizeof(line) - 6;
+	     c++) {
+		if (*c < 0x20 || *c == 0x7f)
+			n += snprintf(line + n, 5, "\\x%02x", *c);
+		else
+			line[n++] = (char)*c;
+	}
 	line[n++] = '\n';
 	/* One write per line so concurrent writers never interleave within a line. */
 	(void)!write(STDERR_FILENO, line, n);
