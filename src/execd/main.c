@@ -113,11 +113,13 @@ static void on_end_tick(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * The sandbox ends (its entrypoint exited), but results already made must not go down with it:
- * every other process is stopped where it is, no new command is taken, and PID 1 exits once the
- * replies it has queued (a command that finished just before, its stream's last events) are in
- * their sockets, or after EXECD_END_DRAIN_MS when a client does not read. Commands still running
- * end with the sandbox: corrald reports them as SANDBOX::ENDED.
+ * The sandbox ends (its entrypoint exited), but results already made must not go down with it.
+ * Called once every zombie there was has been reaped (their results are queued): every other
+ * process is killed now (a stop would not hold: a process can resume itself with a SIGCONT timer)
+ * and what that kills is not reported, no new command is taken, and PID 1 exits once
+ * the replies it has queued (a command that finished just before, its stream's last events) are
+ * in their sockets, or after EXECD_END_DRAIN_MS when a client does not read. Commands still
+ * running end with the sandbox: corrald reports them as SANDBOX::ENDED, not as killed.
  */
 static void execd_end(const char *reason, int code, const char *message)
 {
@@ -129,7 +131,7 @@ static void execd_end(const char *reason, int code, const char *message)
 	snprintf(M.end_message, sizeof(M.end_message), "%s", message);
 	log_info("ending (%s, %d): %s", reason, code, message);
 	if (M.pid1)
-		kill(-1, SIGSTOP); /* every process of the namespace but PID 1 */
+		kill(-1, SIGKILL); /* every process of the namespace but PID 1 */
 	server_set_ending(M.end_message);
 	M.end_deadline_ms = time_now_ms() + EXECD_END_DRAIN_MS;
 	static const struct timeval tick = {0, 2000};
@@ -228,25 +230,35 @@ static void crash_handler_install(void)
 
 static void on_sigchld(evutil_socket_t fd, short what, void *arg)
 {
+	int entry_status = -1;
 	for (;;) {
 		int status;
 		pid_t pid = waitpid(-1, &status, WNOHANG);
 		if (pid <= 0)
 			break;
+		/* Killed with the sandbox: corrald reports SANDBOX::ENDED. One that was already
+		 * exiting when the sandbox ended (its exit code is its own) is still reported. */
+		if (M.ending && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+			continue;
 		if (exec_child_exited(pid, status) || session_child_exited(pid, status))
 			continue;
 		if (pid == M.entry_pid) {
-			int code = exec_status_to_code(status);
-			char msg[160];
-			if (WIFSIGNALED(status))
-				snprintf(msg, sizeof(msg), "entrypoint killed by signal %d (%s)",
-					 WTERMSIG(status), strsignal(WTERMSIG(status)));
-			else
-				snprintf(msg, sizeof(msg), "entrypoint exited with status %d", code);
+			entry_status = status;
 			M.entry_pid = 0;
-			execd_end("EntrypointExited", code, msg);
 		}
 		/* Anything else is an orphan we inherited as PID 1 (or subreaper): discarded. */
+	}
+	/* After the loop: the commands that ended before the entrypoint (or with it) are reaped
+	 * and reported, whatever order waitpid() gave. */
+	if (entry_status != -1) {
+		int code = exec_status_to_code(entry_status);
+		char msg[160];
+		if (WIFSIGNALED(entry_status))
+			snprintf(msg, sizeof(msg), "entrypoint killed by signal %d (%s)",
+				 WTERMSIG(entry_status), strsignal(WTERMSIG(entry_status)));
+		else
+			snprintf(msg, sizeof(msg), "entrypoint exited with status %d", code);
+		execd_end("EntrypointExited", code, msg);
 	}
 }
 
