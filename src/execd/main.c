@@ -101,13 +101,23 @@ static _noreturn_ void execd_exit(const char *reason, int code, const char *mess
 	exit(code);
 }
 
+/* Whether a child of ours still lives or waits to be reaped (on_sigchld reaps it). */
+static bool children_left(void)
+{
+	siginfo_t si = {0};
+	return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == 0;
+}
+
 static void on_end_tick(evutil_socket_t fd, short what, void *arg)
 {
+	/* As PID 1 every other process was killed: wait for the last of them, so a command that
+	 * was already exiting (its zombie not there yet when the entrypoint was reaped) reports. */
+	bool dying = M.pid1 && children_left();
 	size_t unsent = server_unsent();
-	if (unsent == 0 || time_now_ms() >= M.end_deadline_ms) {
-		if (unsent)
-			log_warn("%zu bytes of replies not sent after %d ms: ending anyway", unsent,
-				 EXECD_END_DRAIN_MS);
+	if ((!dying && unsent == 0) || time_now_ms() >= M.end_deadline_ms) {
+		if (unsent || dying)
+			log_warn("after %d ms: %zu bytes of replies not sent%s; ending anyway",
+				 EXECD_END_DRAIN_MS, unsent, dying ? ", processes not yet gone" : "");
 		execd_exit(M.end_reason, M.end_code, M.end_message);
 	}
 }
