@@ -623,6 +623,10 @@ class Images(CorralTestCase):
             # a's sandbox gone: a was used before c was pulled, so a is the one to go for b
             self.assertEqual(cl.delete_sandbox(a_sid).status, 204)
             self.wait_until(lambda: cl.get_sandbox(a_sid).status == 404, 20)
+            # 404 comes once it is marked for teardown; its layers are kept until its directory
+            # (and the layer list in it) is gone
+            sbdir = os.path.join(c.state_dir, "sandboxes", a_sid)
+            self.wait_until(lambda: not os.path.exists(sbdir), 20, msg="a's teardown to end")
             self.assertEqual(cl.post("/v1/images", {"image": {"uri": refs["b"][0]}}).status, 200)
             self.assertEqual(names(), {refs["b"][0], refs["c"][0]})
             self.assertNotIn(refs["a"][1], layers())
