@@ -1040,13 +1040,16 @@ class CorralTestCase(unittest.TestCase):
             time.sleep(interval)
 
     def wait_gone(self, sid, timeout=20.0):
-        """Wait until GET returns 404 and the sandbox's cgroups and mounts are gone."""
+        """Wait until GET returns 404 and the sandbox's cgroups, mounts and directory are gone."""
         self.wait_until(lambda: self.client.get_sandbox(sid).status == 404, timeout,
                         msg="sandbox %s to 404" % sid)
         self.wait_until(lambda: not self.corrald.sandbox_cgroups(sid), timeout,
                         msg="cgroups of %s to be removed (%s)" % (sid, self.corrald.sandbox_cgroups(sid)))
         self.wait_until(lambda: not mounts_under(self.corrald.sandbox_dir(sid)), timeout,
                         msg="mounts of %s to be removed" % sid)
+        # the teardown's last step (what it held, named volumes' users included, goes with it)
+        self.wait_until(lambda: not os.path.exists(self.corrald.sandbox_dir(sid)), timeout,
+                        msg="the directory of %s to be removed" % sid)
 
 
 def main():
