@@ -175,6 +175,31 @@ static bool accepting_body(struct corrald *d, struct evhttp_request *req, json_t
 	return body_json(req, false, ret);
 }
 
+/*
+ * The egress policy of a new sandbox with a network: its networkPolicy (validated already) or the
+ * server's default. Without sandbox networking a networkPolicy is refused (nothing could enforce
+ * it; such a sandbox reaches nothing beyond its loopback anyway). False when it answered req.
+ */
+static bool sandbox_egress_init(struct corrald *d, struct sandbox *sb, json_t *network_policy,
+				struct evhttp_request *req)
+{
+	struct error err = {0};
+	if (!d->egress.net) {
+		if (!network_policy)
+			return true;
+		struct verr e;
+		verr_set(&e, 400, "SANDBOX::API_NOT_SUPPORTED", ((const char *const[]){"networkPolicy", NULL}),
+			 "networkPolicy needs sandbox networking, which this corrald runs without");
+		send_verr(req, &e, "body");
+		return false;
+	}
+	if (egress_from_create(&d->egress, network_policy, &sb->egress, &err) < 0) {
+		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "%s", err.msg);
+		return false;
+	}
+	return true;
+}
+
 static void h_create(struct corrald *d, struct evhttp_request *req)
 {
 	json_t *body = NULL;
@@ -261,6 +286,11 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	sb->extensions = TAKE_PTR(p.extensions);
 	sb->platform = TAKE_PTR(p.platform);
 	sb->oom_group = p.oom_group;
+	if (!sandbox_egress_init(d, sb, p.network_policy, req)) {
+		create_params_clear(&p);
+		sandbox_unref(sb);
+		return;
+	}
 	registry_add(d, sb);
 	struct create_args args = {p.cpu_limit_millis, p.memory_limit_bytes, p.pids_max,
 				   p.cpu_request_millis, p.memory_request_bytes};
@@ -530,6 +560,9 @@ static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbo
 	}
 	if (sb->reason)
 		json_object_set_new(o, "reason", json_string(sb->reason));
+	json_t *net = egress_stats_json(d, sb);
+	if (net)
+		json_object_set_new(o, "network", net);
 	http_send_json(req, 200, o);
 }
 
@@ -717,15 +750,25 @@ static void h_endpoint(struct corrald *d, struct evhttp_request *req, struct san
 	char ep[1024];
 	snprintf(ep, sizeof(ep), "%s/sandboxes/%s/proxy/%d", host && *host ? host : "localhost",
 		 sb->id, port);
-	if (!d->api_key) {
+	json_t *headers = json_object();
+	/* The SDKs send an endpoint's headers on every call to it: the proxy route's credential. */
+	if (d->api_key) {
+		char token[TOKEN_HEX_LEN + 1];
+		token_for(d->proxy_secret, sb->id, token);
+		json_object_set_new(headers, TOKEN_HEADER, json_string(token));
+	}
+	/* Port 18080 is corrald's own policy API for the sandbox (egress.c): its token too. */
+	if (port == EGRESS_PORT) {
+		char et[65];
+		egress_token_for(d, sb->id, et);
+		json_object_set_new(headers, EGRESS_TOKEN_HEADER, json_string(et));
+	}
+	if (json_object_size(headers) == 0) {
+		json_decref(headers);
 		http_send_json(req, 200, json_pack("{s:s}", "endpoint", ep));
 		return;
 	}
-	/* The SDKs send an endpoint's headers on every call to it: the proxy route's credential. */
-	char token[TOKEN_HEX_LEN + 1];
-	token_for(d->proxy_secret, sb->id, token);
-	http_send_json(req, 200,
-		       json_pack("{s:s, s:{s:s}}", "endpoint", ep, "headers", TOKEN_HEADER, token));
+	http_send_json(req, 200, json_pack("{s:s, s:o}", "endpoint", ep, "headers", headers));
 }
 
 /* --- the proxy route ---------------------------------------------------------------------- */
@@ -824,6 +867,9 @@ static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbo
 					 sb->reason ? sb->reason : "Unknown"));
 		return;
 	}
+	/* corrald's own policy API: never forwarded into the sandbox, which must not change it. */
+	if (port == EGRESS_PORT)
+		return egress_api(d, req, sb, rest);
 	if (sb->state == SB_PAUSED) {
 		/* Its processes are frozen: a call would only wait for the upstream timeout. */
 		http_send_error(req, 409, "SANDBOX::PAUSED",
@@ -975,6 +1021,8 @@ static void judge_head(struct evhttp_request *req, struct front_verdict *v, void
 	if (!auth_ok(d, req, &rt, v))
 		return;
 	v->body_max = rt.health ? 0 : rt.proxy ? CORRALD_HTTP_BODY_MAX : CORRALD_LIFECYCLE_BODY_MAX;
+	if (rt.proxy && strcmp(rt.segs[3], STR(EGRESS_PORT)) == 0)
+		v->body_max = CORRALD_LIFECYCLE_BODY_MAX; /* the policy API's bodies (egress.c) */
 }
 
 static void dispatch(struct evhttp_request *req, void *arg)

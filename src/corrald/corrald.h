@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+#include "corrald/egress.h"
 #include "corrald/worker.h"
 #include "runtime/runtime.h"
 
@@ -87,6 +88,8 @@ struct sandbox {
 	uint64_t adm_cpu, adm_mem;  /* its requests: millicores, bytes */
 	uint64_t adm_pids, adm_files; /* its shares of the host's pid and open-file tables */
 	struct admit_wait *waiting; /* queued for capacity (state Pending) */
+
+	struct sb_egress *egress; /* egress.c: its policy and mode; NULL without a network */
 };
 
 TAILQ_HEAD(sandbox_list, sandbox);
@@ -119,6 +122,7 @@ struct corrald {
 	uint64_t default_disk_bytes; /* --default-disk: ephemeral-storage of a sandbox without one */
 	const char *default_disk;    /* as the operator spelled it; NULL when off */
 	bool shutting_down;
+	struct corrald_egress egress; /* egress.c: resolver, --egress-* defaults */
 	struct sandbox_list sandboxes; /* newest first */
 	size_t n_sandboxes;
 };

@@ -560,7 +560,8 @@ int main(int argc, char **argv)
 		log_warn("--max-connections %u is above the open-file limit %llu: past it, accepting pauses with a backoff",
 			 d->max_connections, (unsigned long long)rl.rlim_cur);
 	}
-	if (d->api_key) {
+	/* Keys the proxy tokens (with an API key) and the egress policy API's tokens (always). */
+	{
 		char key_path[PATH_MAX + 32], msg[PATH_MAX + 256];
 		snprintf(key_path, sizeof(key_path), "%s/proxy-token.key", d->state_dir);
 		r = token_secret_load(key_path, d->proxy_secret, msg, sizeof(msg));
@@ -624,6 +625,7 @@ int main(int argc, char **argv)
 			 (unsigned long long)(cap.pids / RUNTIME_DEFAULT_PIDS_MAX),
 			 RUNTIME_DEFAULT_PIDS_MAX);
 	event_base_dispatch(d->base);
+	egress_stop(d);
 	upstream_shutdown();
 	log_info("stopped");
 	return 0;

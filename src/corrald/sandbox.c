@@ -95,6 +95,7 @@ static void sandbox_free(struct sandbox *sb)
 	json_decref(sb->requests);
 	json_decref(sb->extensions);
 	json_decref(sb->platform);
+	sb_egress_free(sb->egress);
 	free(sb);
 }
 
@@ -165,6 +166,7 @@ json_t *sandbox_to_api(const struct sandbox *sb, bool create_response)
 	if (sb->has_expiry)
 		json_object_set_new(o, "expiresAt", json_time(sb->expires_ms));
 	json_object_set_new(o, "createdAt", json_time(sb->created_ms));
+	egress_to_api(sb->egress, o);
 	return o;
 }
 
@@ -205,6 +207,8 @@ static json_t *sandbox_to_disk(const struct sandbox *sb)
 	json_object_set_new(o, "starttime", json_integer((json_int_t)sb->starttime));
 	json_object_set_new(o, "oomGroup", json_boolean(sb->oom_group));
 	json_object_set_new(o, "deleting", json_boolean(sb->deleting));
+	if (sb->egress)
+		json_object_set_new(o, "egress", egress_to_record(sb->egress));
 	return o;
 }
 
@@ -293,7 +297,14 @@ int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *
 	sb->starttime = (uint64_t)json_integer_value(json_object_get(o, "starttime"));
 	sb->oom_group = json_is_true(json_object_get(o, "oomGroup"));
 	sb->deleting = json_is_true(json_object_get(o, "deleting"));
+	struct error eerr = {0};
+	r = egress_from_record(json_object_get(o, "egress"), &sb->egress, &eerr);
 	json_decref(o);
+	if (r < 0) {
+		snprintf(msg, msglen, "%s: %s", path, eerr.msg);
+		sandbox_unref(sb);
+		return r;
+	}
 	if (!sb->image_uri || !sb->rootfs) {
 		sandbox_unref(sb);
 		return -ENOMEM;

@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "corrald/validate.h"
+#include "network/policy.h"
 #include "shared/quantity.h"
 #include "shared/timeutil.h"
 
@@ -222,6 +223,7 @@ void create_params_clear(struct create_params *p)
 	json_decref(p->requests);
 	json_decref(p->extensions);
 	json_decref(p->platform);
+	json_decref(p->network_policy);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -235,7 +237,6 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	/* Features this runtime does not have are refused rather than silently ignored. */
 	static const char *const unsupported[][2] = {
 		{"snapshotId", "snapshot_id"},
-		{"networkPolicy", "network_policy"},
 		{"volumes", NULL},
 		{"credentialProxy", "credential_proxy"},
 	};
@@ -404,6 +405,21 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 				return r;
 			json_object_set(p->metadata, k, x);
 		}
+	}
+
+	/* networkPolicy: OpenSandbox's egress policy plus IP/CIDR targets (network/policy.h). */
+	json_t *np = field_get(body, "networkPolicy", "network_policy");
+	if (np && !json_is_null(np)) {
+		struct egress_policy pol;
+		struct error pe = {0};
+		r = egress_policy_from_json(np, &pol, &pe);
+		egress_policy_clear(&pol);
+		if (r == -ENOMEM)
+			return r;
+		if (r < 0)
+			return verr_set(e, 400, CODE_INVALID_PARAMETER, LOC("networkPolicy"),
+					"networkPolicy: %s", pe.msg);
+		p->network_policy = json_incref(np);
 	}
 
 	/* extensions: string map; "oomGroup": "true"|"false" is ours. */
