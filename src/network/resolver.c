@@ -135,6 +135,26 @@ static int name_text(const ldns_rdf *dname, char *out, size_t outlen)
 	return 0;
 }
 
+int resolver_parse_query(const uint8_t *msg, size_t len, struct resolver_query *ret)
+{
+	ldns_pkt *p = NULL;
+	const ldns_rr *q = NULL;
+	int r = -EINVAL;
+	if (len >= 12 && len <= RESOLVER_QUERY_MAX && ldns_wire2pkt(&p, msg, len) == LDNS_STATUS_OK &&
+	    !ldns_pkt_qr(p) && ldns_pkt_get_opcode(p) == LDNS_PACKET_QUERY &&
+	    ldns_pkt_qdcount(p) == 1 && !ldns_pkt_ancount(p) && !ldns_pkt_nscount(p) &&
+	    (q = ldns_rr_list_rr(ldns_pkt_question(p), 0)) &&
+	    name_text(ldns_rr_owner(q), ret->name, sizeof(ret->name)) == 0) {
+		ret->id = ldns_pkt_id(p);
+		ret->rd = ldns_pkt_rd(p);
+		ret->qtype = (uint16_t)ldns_rr_get_type(q);
+		ret->qclass = (uint16_t)ldns_rr_get_class(q);
+		r = 0;
+	}
+	ldns_pkt_free(p);
+	return r;
+}
+
 /* --- replies -------------------------------------------------------------------------------- */
 
 static void send_wire(struct resolver *r, bool tcp, struct tcp_conn *conn,
@@ -359,22 +379,21 @@ static void handle_query(struct resolver *r, const uint8_t *msg, size_t len,
 		r->stats.dropped_unknown++;
 		return;
 	}
+	struct resolver_query rq;
 	ldns_pkt *p = NULL;
-	char name[NAME_TEXT_MAX];
 	const ldns_rr *question = NULL;
-	if (len < 12 || len > RESOLVER_QUERY_MAX || ldns_wire2pkt(&p, msg, len) != LDNS_STATUS_OK ||
-	    ldns_pkt_qr(p) || ldns_pkt_get_opcode(p) != LDNS_PACKET_QUERY ||
-	    ldns_pkt_qdcount(p) != 1 || ldns_pkt_ancount(p) || ldns_pkt_nscount(p) ||
-	    !(question = ldns_rr_list_rr(ldns_pkt_question(p), 0)) ||
-	    name_text(ldns_rr_owner(question), name, sizeof(name)) < 0) {
+	if (resolver_parse_query(msg, len, &rq) < 0 ||
+	    ldns_wire2pkt(&p, msg, len) != LDNS_STATUS_OK ||
+	    !(question = ldns_rr_list_rr(ldns_pkt_question(p), 0))) {
 		r->stats.dropped_malformed++;
 		ldns_pkt_free(p);
 		return;
 	}
+	const char *name = rq.name;
 	enum egress_action act;
 	egress_policy_match_name(c.policy, name, &act);
 	bool allowed = act == EGRESS_ALLOW;
-	r->ops->judged(r->arg, &c, name, ldns_rr_get_type(question), allowed);
+	r->ops->judged(r->arg, &c, name, rq.qtype, allowed);
 	bool tcp = conn != NULL;
 	if (!allowed) {
 		r->stats.denied++;

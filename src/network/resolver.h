@@ -72,6 +72,19 @@ int resolver_new(struct event_base *base, const struct resolver_config *cfg,
 		 const struct resolver_ops *ops, void *arg, struct resolver **ret, struct error *err);
 void resolver_free(struct resolver *r);
 
+/*
+ * A client's query as the resolver reads it (pure; fuzzed by tests/fuzz/fuzz_dns_query.c): a
+ * standard query with one question and nothing in the answer and authority sections. name is the
+ * question's name as the policy judges it (lowercased, no trailing dot, '?' for a byte no rule can
+ * hold). -EINVAL for anything else (the resolver drops it).
+ */
+struct resolver_query {
+	uint16_t id, qtype, qclass;
+	bool rd;
+	char name[256];
+};
+int resolver_parse_query(const uint8_t *msg, size_t len, struct resolver_query *ret);
+
 /* Counters since resolver_new(), for tests and the log. */
 struct resolver_stats {
 	uint64_t received, dropped_malformed, dropped_unknown, dropped_busy, denied, allowed,
