@@ -24,7 +24,7 @@
 #include "shared/macro.h"
 
 #ifndef PIDFD_GET_NET_NAMESPACE
-#define PIDFD_GET_NET_NAMESPACE _IO(0xFF, 10)
+#define PIDFD_GET_NET_NAMESPACE _IO(0xFF, 4)
 #endif
 
 #define ALIAS_PREFIX "corral:"
@@ -152,18 +152,18 @@ static int nft_base(struct net *n, struct error *err)
 	    "add rule inet %1$s input iifname \"%1$s\" jump in_sb\n"
 	    "add rule inet %1$s input iifname \"%1$s\" drop\n"
 	    /* through the host: the always-blocked, then the sandbox's own chain */
-	    "add chain inet %1$s fwd_sb\n"
-	    "flush chain inet %1$s fwd_sb\n"
-	    "add rule inet %1$s fwd_sb meta nfproto ipv6 drop\n"
-	    "add rule inet %1$s fwd_sb ip daddr @blocked4 goto drop_sb\n"
-	    "add rule inet %1$s fwd_sb meta l4proto { tcp, udp } th dport { 53, 853 } goto drop_sb\n"
-	    "add rule inet %1$s fwd_sb %4$s\n"
-	    "add rule inet %1$s fwd_sb ct state established,related accept\n"
-	    "add rule inet %1$s fwd_sb ip saddr vmap @src4\n"
-	    "add rule inet %1$s fwd_sb drop\n"
+	    "add chain inet %1$s out_sb\n"
+	    "flush chain inet %1$s out_sb\n"
+	    "add rule inet %1$s out_sb meta nfproto ipv6 drop\n"
+	    "add rule inet %1$s out_sb ip daddr @blocked4 goto drop_sb\n"
+	    "add rule inet %1$s out_sb meta l4proto { tcp, udp } th dport { 53, 853 } goto drop_sb\n"
+	    "add rule inet %1$s out_sb %4$s\n"
+	    "add rule inet %1$s out_sb ct state established,related accept\n"
+	    "add rule inet %1$s out_sb ip saddr vmap @src4\n"
+	    "add rule inet %1$s out_sb drop\n"
 	    "add chain inet %1$s forward { type filter hook forward priority filter - 5; policy accept; }\n"
 	    "flush chain inet %1$s forward\n"
-	    "add rule inet %1$s forward iifname \"%1$s\" jump fwd_sb\n"
+	    "add rule inet %1$s forward iifname \"%1$s\" jump out_sb\n"
 	    "add rule inet %1$s forward iifname \"%1$s\" drop\n"
 	    "add rule inet %1$s forward oifname \"%1$s\" ct state established,related accept\n"
 	    "add rule inet %1$s forward oifname \"%1$s\" drop\n"
@@ -172,6 +172,7 @@ static int nft_base(struct net *n, struct error *err)
 	    /* the bridge: a port speaks IPv4 and ARP from its own address only */
 	    "add table bridge %1$s\n"
 	    "add set bridge %1$s ports { type ifname . ipv4_addr; }\n"
+	    "add set bridge %1$s port_names { type ifname; }\n"
 	    "add chain bridge %1$s port_in\n"
 	    "flush chain bridge %1$s port_in\n"
 	    "add rule bridge %1$s port_in ether type ip iifname . ip saddr @ports accept\n"
@@ -179,7 +180,7 @@ static int nft_base(struct net *n, struct error *err)
 	    "add rule bridge %1$s port_in drop\n"
 	    "add chain bridge %1$s pre { type filter hook prerouting priority -200; policy accept; }\n"
 	    "flush chain bridge %1$s pre\n"
-	    "add rule bridge %1$s pre meta ibrname \"%1$s\" jump port_in\n",
+	    "add rule bridge %1$s pre iifname @port_names jump port_in\n",
 	    N, sub, gw, uplink_rule);
 }
 
@@ -465,7 +466,8 @@ int net_sandbox_add(struct net *n, const char *sandbox_id, enum net_mode mode,
 		     "%3$s"
 		     "add element inet %1$s drops { %4$s : \"d_%2$s\" }\n"
 		     "add element inet %1$s src4 { %4$s : goto sb_%2$s }\n"
-		     "add element bridge %1$s ports { \"%5$s\" . %4$s }\n",
+		     "add element bridge %1$s ports { \"%5$s\" . %4$s }\n"
+		     "add element bridge %1$s port_names { \"%5$s\" }\n",
 		     N, cid, rules ? rules : "", as, veth);
 	if (r < 0)
 		return error_prefix(err, "sandbox %s", sandbox_id);
@@ -520,6 +522,7 @@ int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
 			     "delete element inet %1$s src4 { %2$s }\n"
 			     "delete element inet %1$s drops { %2$s }\n"
 			     "delete element bridge %1$s ports { \"%3$s\" . %2$s }\n"
+			     "delete element bridge %1$s port_names { \"%3$s\" }\n"
 			     "delete chain inet %1$s sb_%4$s\n"
 			     "delete set inet %1$s l_%4$s\n"
 			     "delete counter inet %1$s d_%4$s\n",
@@ -528,6 +531,7 @@ int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
 			nft_runf(n, NULL, "delete element inet %s drops { %s }\n", N, as);
 			nft_runf(n, NULL, "delete element bridge %s ports { \"%s\" . %s }\n", N, veth,
 				 as);
+			nft_runf(n, NULL, "delete element bridge %s port_names { \"%s\" }\n", N, veth);
 			nft_remove_objects(n, cid);
 		}
 		*sb = n->sb[--n->n_sb];
@@ -621,7 +625,8 @@ int net_gc(struct net *n, struct error *err)
 		return error_set(err, ENOMEM, "nftables script");
 	}
 	const char *N = n->name;
-	fprintf(f, "flush map inet %1$s src4\nflush map inet %1$s drops\nflush set bridge %1$s ports\n", N);
+	fprintf(f, "flush map inet %1$s src4\nflush map inet %1$s drops\nflush set bridge %1$s ports\n"
+		   "flush set bridge %1$s port_names\n", N);
 	for (size_t i = 0; i < n->n_sb; i++) {
 		char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
 		nft_id(n->sb[i].id, cid);
@@ -630,7 +635,8 @@ int net_gc(struct net *n, struct error *err)
 		fprintf(f,
 			"add element inet %1$s drops { %2$s : \"d_%3$s\" }\n"
 			"add element inet %1$s src4 { %2$s : goto sb_%3$s }\n"
-			"add element bridge %1$s ports { \"%4$s\" . %2$s }\n",
+			"add element bridge %1$s ports { \"%4$s\" . %2$s }\n"
+			"add element bridge %1$s port_names { \"%4$s\" }\n",
 			N, as, cid, veth);
 	}
 	json_t *items = json_object_get(j, "nftables"), *it;
@@ -677,7 +683,8 @@ int net_attach(const struct net *n, const char *sandbox_id, int netns_fd, struct
 		return error_set_errno(err, -r, "netlink socket");
 	r = nl_veth_add(&host, veth, alias, n->bridge_ifindex, "eth0", netns_fd);
 	if (r < 0) {
-		error_set_errno(err, -r, "create veth %s", veth);
+		error_set_errno(err, -r, "create veth %s%s%s", veth, host.ext[0] ? ": " : "",
+				host.ext);
 		goto out;
 	}
 	/* A netlink socket made in the sandbox's namespace stays there: configure eth0 through it. */
@@ -702,7 +709,8 @@ int net_attach(const struct net *n, const char *sandbox_id, int netns_fd, struct
 	    (step = "address eth0", r = nl_addr4_add(&in, eth0, addr, n->prefix)) < 0 ||
 	    (step = "eth0 up", r = nl_link_up(&in, eth0, NULL)) < 0 ||
 	    (step = "default route", r = nl_route4_default(&in, eth0, n->gateway)) < 0) {
-		error_set_errno(err, -r, "sandbox network: %s", step);
+		error_set_errno(err, -r, "sandbox network: %s%s%s", step, in.ext[0] ? ": " : "",
+				in.ext);
 		goto fail;
 	}
 	r = 0;

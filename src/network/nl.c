@@ -8,6 +8,8 @@
 #include <linux/veth.h>
 #include <libmnl/libmnl.h>
 #include <net/if.h>
+#include <linux/netlink.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,6 +28,9 @@ int nl_open(struct nl *nl)
 		nl->sock = NULL;
 		return -e;
 	}
+	int one = 1;
+	mnl_socket_setsockopt(nl->sock, NETLINK_EXT_ACK, &one, sizeof(one)); /* best effort */
+	mnl_socket_setsockopt(nl->sock, NETLINK_CAP_ACK, &one, sizeof(one));
 	nl->portid = mnl_socket_get_portid(nl->sock);
 	nl->seq = (unsigned)time(NULL);
 	return 0;
@@ -48,9 +53,63 @@ struct nlmsghdr *nl_msg(struct nl *nl, uint16_t type, uint16_t flags)
 	return h;
 }
 
+static int ext_attr_cb(const struct nlattr *a, void *data)
+{
+	const struct nlattr **tb = data;
+	if (mnl_attr_get_type(a) <= NLMSGERR_ATTR_MAX)
+		tb[mnl_attr_get_type(a)] = a;
+	return MNL_CB_OK;
+}
+
+/* NLMSG_ERROR: the ack (0) or -errno, with the kernel's extended-ack text kept in nl->ext. */
+struct talk {
+	struct nl *nl;
+	mnl_cb_t cb;
+	void *data;
+};
+
+static int data_cb(const struct nlmsghdr *h, void *data)
+{
+	struct talk *t = data;
+	return t->cb ? t->cb(h, t->data) : MNL_CB_OK;
+}
+
+static int error_cb(const struct nlmsghdr *h, void *data)
+{
+	struct nl *nl = ((struct talk *)data)->nl;
+	const struct nlmsgerr *e = mnl_nlmsg_get_payload(h);
+	if (h->nlmsg_len < mnl_nlmsg_size(sizeof(*e))) {
+		errno = EBADMSG;
+		return MNL_CB_ERROR;
+	}
+	if (e->error == 0)
+		return MNL_CB_STOP;
+	if (h->nlmsg_flags & NLM_F_ACK_TLVS) {
+		/* with NETLINK_CAP_ACK the request is not echoed: attributes follow nlmsgerr */
+		const struct nlattr *tb[NLMSGERR_ATTR_MAX + 1] = {0};
+		mnl_attr_parse(h, sizeof(*e), ext_attr_cb, tb);
+		if (tb[NLMSGERR_ATTR_MSG])
+			snprintf(nl->ext, sizeof(nl->ext), "%s", mnl_attr_get_str(tb[NLMSGERR_ATTR_MSG]));
+	}
+	errno = -e->error;
+	return MNL_CB_ERROR;
+}
+
+static int done_cb(const struct nlmsghdr *h, void *data)
+{
+	return MNL_CB_STOP;
+}
+
+static int overrun_cb(const struct nlmsghdr *h, void *data)
+{
+	errno = ENOSPC;
+	return MNL_CB_ERROR;
+}
+
 /* Send h, run cb over each reply message (dumps) and wait for the ack or NLMSG_DONE. */
 int nl_talk(struct nl *nl, struct nlmsghdr *h, mnl_cb_t cb, void *data)
 {
+	nl->ext[0] = '\0';
 	if (mnl_socket_sendto(nl->sock, h, h->nlmsg_len) < 0)
 		return -errno;
 	char buf[32768]; /* MNL_SOCKET_DUMP_SIZE of newer libmnl */
@@ -58,7 +117,11 @@ int nl_talk(struct nl *nl, struct nlmsghdr *h, mnl_cb_t cb, void *data)
 		ssize_t n = mnl_socket_recvfrom(nl->sock, buf, sizeof(buf));
 		if (n < 0)
 			return errno == EINTR ? -EINTR : -errno;
-		int r = mnl_cb_run(buf, (size_t)n, h->nlmsg_seq, nl->portid, cb, data);
+		mnl_cb_t ctl[NLMSG_MIN_TYPE] = {[NLMSG_ERROR] = error_cb, [NLMSG_DONE] = done_cb,
+						[NLMSG_OVERRUN] = overrun_cb};
+		struct talk t = {nl, cb, data};
+		int r = mnl_cb_run2(buf, (size_t)n, h->nlmsg_seq, nl->portid, data_cb, &t, ctl,
+				    NLMSG_MIN_TYPE);
 		if (r < 0)
 			return -errno;
 		if (r == MNL_CB_STOP)

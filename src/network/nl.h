@@ -9,6 +9,7 @@ struct nl {
 	struct mnl_socket *sock;
 	unsigned portid, seq;
 	char buf[8192]; /* one request */
+	char ext[256];  /* the kernel's extended-ack message of the last error, or "" */
 };
 
 int nl_open(struct nl *nl);
