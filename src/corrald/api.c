@@ -261,6 +261,9 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	sb->extensions = TAKE_PTR(p.extensions);
 	sb->platform = TAKE_PTR(p.platform);
 	sb->oom_group = p.oom_group;
+	sb->net.on = d->net && !p.network_none;
+	sb->net.mode = d->egress_mode;
+	sb->net.default_action = d->egress_default;
 	registry_add(d, sb);
 	struct create_args args = {p.cpu_limit_millis, p.memory_limit_bytes, p.pids_max,
 				   p.cpu_request_millis, p.memory_request_bytes};
@@ -489,6 +492,17 @@ static void h_get(struct corrald *d, struct evhttp_request *req, struct sandbox 
 	http_send_json(req, 200, sandbox_to_api(sb, false));
 }
 
+/* The network part of a sandbox's stats (docs/network.md): what the host dropped of its packets. */
+static void stats_add_network(struct corrald *d, struct sandbox *sb, json_t *o)
+{
+	json_t *n = sandbox_net_to_api(sb);
+	uint64_t drops = 0;
+	struct error err = {0};
+	if (sb->net.on && d->net && net_sandbox_drops(d->net, sb->id, &drops, &err) == 0)
+		json_object_set_new(n, "droppedPackets", json_integer((json_int_t)drops));
+	json_object_set_new(o, "network", n);
+}
+
 /* Extension: usage stats from the runtime's probe (works on ended sandboxes too, until deleted:
  * their cgroup stays, so the peak and the OOM kills of a dead sandbox can still be read). */
 static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
@@ -530,6 +544,7 @@ static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbo
 	}
 	if (sb->reason)
 		json_object_set_new(o, "reason", json_string(sb->reason));
+	stats_add_network(d, sb, o);
 	http_send_json(req, 200, o);
 }
 

@@ -49,6 +49,7 @@ struct create_params {
 	uint64_t cpu_limit_millis, memory_limit_bytes, pids_max;
 	uint64_t cpu_request_millis, memory_request_bytes;
 	bool oom_group;
+	bool network_none; /* extensions.network "none": loopback only (docs/network.md) */
 };
 
 /*
