@@ -637,8 +637,9 @@ int net_gc(struct net *n, struct error *err)
 	static const struct {
 		const char *kind, *prefix, *cmd;
 	} kinds[] = {{"chain", "sb_", "chain"}, {"set", "l_", "set"}, {"counter", "d_", "counter"}};
-	json_array_foreach(items, idx, it) {
-		for (size_t k = 0; k < ARRAY_SIZE(kinds); k++) {
+	/* Chains before the sets and counters their rules name, or those are busy. */
+	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++) {
+		json_array_foreach(items, idx, it) {
 			json_t *o = json_object_get(it, kinds[k].kind);
 			const char *name = json_string_value(json_object_get(o, "name"));
 			char id[UUID_STR_LEN];
