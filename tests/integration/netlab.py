@@ -129,11 +129,37 @@ class TestInternet:
         self._wait_listening(addr, port)
         return p
 
-    def _wait_listening(self, addr, port, timeout=10.0):
+    def listen_udp(self, addr, port):
+        """A UDP service in the lab that echoes every datagram (a stand-in foreign resolver)."""
+        code = ("import socket,sys\n"
+                "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                "s.bind((sys.argv[1], int(sys.argv[2])))\n"
+                "while True:\n"
+                "    d,a=s.recvfrom(2048); s.sendto(d,a)\n")
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns, sys.executable, "-c", code, addr,
+                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        self.procs.append(p)
+        self._wait_listening(addr, port, udp=True)
+        return p
+
+    def host_udp_echo(self, addr, port, timeout=2.0):
+        import socket
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(timeout)
+        try:
+            s.sendto(b"ping", (addr, port))
+            return s.recv(64) == b"ping"
+        except OSError:
+            return False
+        finally:
+            s.close()
+
+    def _wait_listening(self, addr, port, timeout=10.0, udp=False):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            r = self.run_in("ss", "-Hltn", "src", "%s:%d" % (addr, port), capture_output=True,
-                            text=True)
+            r = self.run_in("ss", "-Hlun" if udp else "-Hltn", "src", "%s:%d" % (addr, port),
+                            capture_output=True, text=True)
             if r.stdout.strip():
                 return
             time.sleep(0.05)
