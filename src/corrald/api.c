@@ -492,13 +492,16 @@ static void h_get(struct corrald *d, struct evhttp_request *req, struct sandbox 
 	http_send_json(req, 200, sandbox_to_api(sb, false));
 }
 
-/* The network part of a sandbox's stats (docs/network.md): what the host dropped of its packets. */
+/* The network part of a sandbox's stats (docs/network.md): its mode and what the host dropped of
+ * its packets (policy or always blocked). Absent for a sandbox without a network. */
 static void stats_add_network(struct corrald *d, struct sandbox *sb, json_t *o)
 {
-	json_t *n = sandbox_net_to_api(sb);
+	if (!sb->net.on)
+		return;
+	json_t *n = json_pack("{s:s}", "egressMode", net_mode_name(sb->net.mode));
 	uint64_t drops = 0;
 	struct error err = {0};
-	if (sb->net.on && d->net && net_sandbox_drops(d->net, sb->id, &drops, &err) == 0)
+	if (d->net && net_sandbox_drops(d->net, sb->id, &drops, &err) == 0)
 		json_object_set_new(n, "droppedPackets", json_integer((json_int_t)drops));
 	json_object_set_new(o, "network", n);
 }

@@ -167,20 +167,20 @@ json_t *sandbox_to_api(const struct sandbox *sb, bool create_response)
 		json_object_set_new(o, "expiresAt", json_time(sb->expires_ms));
 	json_object_set_new(o, "createdAt", json_time(sb->created_ms));
 	json_object_set_new(o, "network", sandbox_net_to_api(sb));
+	if (sb->net.on)
+		json_object_set_new(o, "egressMode", json_string(net_mode_name(sb->net.mode)));
 	return o;
 }
 
-/* The sandbox's network as the API shows it (docs/network.md): {"mode": "none"} or its mode,
- * address, gateway and default action. */
+/* The sandbox's network as the API shows it (docs/network.md): null for a loopback-only sandbox,
+ * else {"address", "gateway"} of its eth0. */
 json_t *sandbox_net_to_api(const struct sandbox *sb)
 {
 	if (!sb->net.on)
-		return json_pack("{s:s}", "mode", "none");
+		return json_null();
 	char a[INET_ADDRSTRLEN] = "", gw[INET_ADDRSTRLEN] = "";
 	inet_ntop(AF_INET, &sb->net.addr, a, sizeof(a));
-	json_t *o = json_pack("{s:s, s:s, s:s}", "mode", net_mode_name(sb->net.mode), "address", a,
-			      "defaultAction",
-			      sb->net.default_action == EGRESS_ALLOW ? "allow" : "deny");
+	json_t *o = json_pack("{s:s}", "address", a);
 	if (sb->d->net) {
 		inet_ntop(AF_INET, &sb->d->net->gateway, gw, sizeof(gw));
 		json_object_set_new(o, "gateway", json_string(gw));

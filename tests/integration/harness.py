@@ -733,7 +733,7 @@ def _run_quiet(argv):
 
 class Corrald:
     """network: None (sandboxes loopback-only: --sandbox-subnet none, so suites about other things
-    neither depend on nor disturb any network), or a netlab.TestInternet whose namespace is the
+    neither depend on nor disturb any network), or a dplab.TestInternet whose namespace is the
     sandboxes' whole world (its uplink, and a policy route for their subnet)."""
 
     def __init__(self, api_key=None, extra_args=None, listen_host="127.0.0.1", image_dir=None,

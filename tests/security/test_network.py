@@ -3,7 +3,7 @@
 Attacks on sandbox networking (docs/network.md, "always blocked"): root in a sandbox with a network
 tries to reach another sandbox, corrald's API, a host service, the link-local metadata address, a
 foreign resolver or DoT, and to take another sandbox's address. The "internet" is the test's own
-namespace (tests/integration/netlab.py): every target listens there or on this host, and a
+namespace (tests/integration/dplab.py): every target listens there or on this host, and a
 policy route keeps every sandbox packet inside the machine. Each attack is shown to fail while the
 target demonstrably answers someone else, and corrald and the other sandboxes keep answering.
 """
@@ -16,7 +16,7 @@ import threading
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
-from netlab import LAB_HTTP_PORT, TestInternet  # noqa: E402
+from dplab import LAB_HTTP_PORT, TestInternet  # noqa: E402
 from sec import AttackCase, main  # noqa: E402
 
 KEY = "net-key-" + secrets.token_hex(8)

@@ -1,9 +1,11 @@
 """
-The "internet" of the network tests: a network namespace the test makes itself, joined to the host
-by a veth pair whose host end is corrald's --egress-uplink. Every address is in 198.18.0.0/15
-(RFC 2544, benchmarking) or the sandbox subnet the lab picks, and a policy route sends everything
-from that subnet into the lab whatever the host's own routes say: no packet of a sandbox in a test
-can leave this machine, even if corral's rules were broken.
+The "internet" of the data-plane tests (test_network.py, tests/security/test_network.py): a network
+namespace the test makes itself, joined to the host by a veth pair whose host end is corrald's
+--egress-uplink. (netlab.py is the egress-policy tests' lab, with dnsmasq and test names; this one
+adds the metadata address, extra listeners, and a policy route that holds every sandbox packet.)
+Every address is in 198.18.0.0/15 (RFC 2544, benchmarking) or the sandbox subnet the lab picks,
+and a policy route sends everything from that subnet into the lab whatever the host's own routes
+say: no packet of a sandbox in a test can leave this machine, even if corral's rules were broken.
 
   host end  <uplink>     198.18.N.1/24
   lab end   eth0 (netns) 198.18.N.2/24 and .3/24 ("two hosts"), 169.254.169.254/32 on lo
