@@ -177,23 +177,30 @@ static bool accepting_body(struct corrald *d, struct evhttp_request *req, json_t
 
 /*
  * The egress policy of a new sandbox with a network: its networkPolicy (validated already) or the
- * server's default. Without sandbox networking a networkPolicy is refused (nothing could enforce
- * it; such a sandbox reaches nothing beyond its loopback anyway). False when it answered req.
+ * server's default. A networkPolicy for a sandbox without a network is refused (nothing could
+ * enforce it; such a sandbox reaches nothing beyond its loopback anyway). False when it answered
+ * req.
  */
 static bool sandbox_egress_init(struct corrald *d, struct sandbox *sb, json_t *network_policy,
 				struct evhttp_request *req)
 {
 	struct error err = {0};
-	if (!d->egress.net) {
+	if (!sb->net.on) {
 		if (!network_policy)
 			return true;
 		struct verr e;
-		verr_set(&e, 400, "SANDBOX::API_NOT_SUPPORTED", ((const char *const[]){"networkPolicy", NULL}),
-			 "networkPolicy needs sandbox networking, which this corrald runs without");
+		if (d->net)
+			verr_set(&e, 400, CODE_INVALID_PARAMETER,
+				 ((const char *const[]){"networkPolicy", NULL}),
+				 "networkPolicy needs a network: it cannot go with extensions.network \"none\"");
+		else
+			verr_set(&e, 400, "SANDBOX::API_NOT_SUPPORTED",
+				 ((const char *const[]){"networkPolicy", NULL}),
+				 "networkPolicy needs sandbox networking, which this corrald runs without (--sandbox-subnet none)");
 		send_verr(req, &e, "body");
 		return false;
 	}
-	if (egress_from_create(&d->egress, network_policy, &sb->egress, &err) < 0) {
+	if (egress_from_create(d->egress_default, network_policy, &sb->egress, &err) < 0) {
 		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "%s", err.msg);
 		return false;
 	}
@@ -286,6 +293,9 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	sb->extensions = TAKE_PTR(p.extensions);
 	sb->platform = TAKE_PTR(p.platform);
 	sb->oom_group = p.oom_group;
+	sb->net.on = d->net && !p.network_none;
+	sb->net.mode = d->egress_mode;
+	sb->net.default_action = d->egress_default;
 	if (!sandbox_egress_init(d, sb, p.network_policy, req)) {
 		create_params_clear(&p);
 		sandbox_unref(sb);
@@ -519,6 +529,20 @@ static void h_get(struct corrald *d, struct evhttp_request *req, struct sandbox 
 	http_send_json(req, 200, sandbox_to_api(sb, false));
 }
 
+/* The network part of a sandbox's stats (docs/network.md): its mode and what the host dropped of
+ * its packets (policy or always blocked). Absent for a sandbox without a network. */
+static void stats_add_network(struct corrald *d, struct sandbox *sb, json_t *o)
+{
+	if (!sb->net.on)
+		return;
+	json_t *n = json_pack("{s:s}", "egressMode", net_mode_name(sb->net.mode));
+	uint64_t drops = 0;
+	struct error err = {0};
+	if (d->net && net_sandbox_drops(d->net, sb->id, &drops, &err) == 0)
+		json_object_set_new(n, "droppedPackets", json_integer((json_int_t)drops));
+	json_object_set_new(o, "network", n);
+}
+
 /* Extension: usage stats from the runtime's probe (works on ended sandboxes too, until deleted:
  * their cgroup stays, so the peak and the OOM kills of a dead sandbox can still be read). */
 static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbox *sb)
@@ -560,9 +584,8 @@ static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbo
 	}
 	if (sb->reason)
 		json_object_set_new(o, "reason", json_string(sb->reason));
-	json_t *net = egress_stats_json(d, sb);
-	if (net)
-		json_object_set_new(o, "network", net);
+	stats_add_network(d, sb, o);
+	egress_stats_add(sb, json_object_get(o, "network"));
 	http_send_json(req, 200, o);
 }
 

@@ -17,6 +17,7 @@
 
 #include "corrald/egress.h"
 #include "corrald/worker.h"
+#include "network/net.h"
 #include "runtime/runtime.h"
 
 #define CORRALD_LIFECYCLE_BODY_MAX (1024 * 1024) /* lifecycle routes, enforced by api.c */
@@ -83,6 +84,15 @@ struct sandbox {
 	struct event *retry_ev;
 	struct create_ctx *creating;
 
+	/* network (network/net.h): none, or an address on corrald's bridge, kept in the record */
+	struct sb_net {
+		bool on;                 /* false: loopback only (extensions.network "none") */
+		struct in_addr addr;     /* allocated at create, persisted */
+		enum net_mode mode;
+		enum egress_action default_action; /* the server default at create */
+		bool attached;           /* net_sandbox_add() done in this corrald's lifetime */
+	} net;
+
 	/* admission.c */
 	bool admitted;              /* holds adm_* of the capacity */
 	uint64_t adm_cpu, adm_mem;  /* its requests: millicores, bytes */
@@ -121,6 +131,12 @@ struct corrald {
 	int capacity_wait_s;  /* longest wait in the admission queue */
 	uint64_t default_disk_bytes; /* --default-disk: ephemeral-storage of a sandbox without one */
 	const char *default_disk;    /* as the operator spelled it; NULL when off */
+	/* network: NULL when sandboxes get none (--sandbox-subnet none, or no setup possible) */
+	struct net *net;
+	enum net_mode egress_mode;          /* --egress-mode */
+	enum egress_action egress_default;  /* --egress-default */
+	const char *dns_upstream[9];        /* --dns-upstream, NULL-terminated (the resolver's) */
+	size_t n_dns_upstream;
 	bool shutting_down;
 	struct corrald_egress egress; /* egress.c: resolver, --egress-* defaults */
 	struct sandbox_list sandboxes; /* newest first */
@@ -148,6 +164,9 @@ int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *
 /* The API's Sandbox object; the create response omits image. */
 json_t *sandbox_to_api(const struct sandbox *sb, bool create_response);
 bool sandbox_ended(const struct sandbox *sb);
+/* lifecycle.c: drop the sandbox's network state (veth, nftables); its teardown does. */
+void lifecycle_net_release(struct sandbox *sb);
+json_t *sandbox_net_to_api(const struct sandbox *sb);
 
 void registry_add(struct corrald *d, struct sandbox *sb);
 void registry_remove(struct corrald *d, struct sandbox *sb);

@@ -35,15 +35,14 @@ void sb_egress_free(struct sb_egress *e)
 	free(e);
 }
 
-int egress_from_create(const struct corrald_egress *eg, json_t *network_policy,
+int egress_from_create(enum egress_action server_default, json_t *network_policy,
 		       struct sb_egress **ret, struct error *err)
 {
 	struct sb_egress *e = calloc(1, sizeof(*e));
 	if (!e)
 		return error_set(err, ENOMEM, "out of memory");
-	e->mode = eg->mode;
 	if (!network_policy || json_is_null(network_policy)) {
-		egress_policy_init(&e->policy, eg->default_action);
+		egress_policy_init(&e->policy, server_default);
 	} else {
 		int r = egress_policy_from_json(network_policy, &e->policy, err);
 		if (r < 0) {
@@ -61,8 +60,7 @@ json_t *egress_to_record(const struct sb_egress *e)
 	json_t *p = egress_policy_to_json(&e->policy);
 	if (!p)
 		return NULL;
-	return json_pack("{s:o, s:b, s:s}", "policy", p, "policyGiven", e->policy_given, "mode",
-			 net_mode_name(e->mode));
+	return json_pack("{s:o, s:b}", "policy", p, "policyGiven", e->policy_given);
 }
 
 int egress_from_record(json_t *j, struct sb_egress **ret, struct error *err)
@@ -73,10 +71,9 @@ int egress_from_record(json_t *j, struct sb_egress **ret, struct error *err)
 	struct sb_egress *e = calloc(1, sizeof(*e));
 	if (!e)
 		return error_set(err, ENOMEM, "out of memory");
-	const char *mode = json_string_value(json_object_get(j, "mode"));
-	if (!json_is_object(j) || !mode || net_mode_parse(mode, &e->mode) < 0) {
+	if (!json_is_object(j)) {
 		free(e);
-		return error_set(err, EINVAL, "egress: no valid mode");
+		return error_set(err, EINVAL, "egress: not an object");
 	}
 	int r = egress_policy_from_json(json_object_get(j, "policy"), &e->policy, err);
 	if (r < 0) {
@@ -93,20 +90,14 @@ void egress_to_api(const struct sb_egress *e, json_t *o)
 	if (!e)
 		return;
 	json_object_set_new(o, "networkPolicy", egress_policy_to_json(&e->policy));
-	json_object_set_new(o, "egressMode", json_string(net_mode_name(e->mode)));
 }
 
-json_t *egress_stats_json(struct corrald *d, const struct sandbox *sb)
+void egress_stats_add(const struct sandbox *sb, json_t *network)
 {
-	if (!sb->egress)
-		return NULL;
-	json_t *o = json_pack("{s:s, s:I, s:I}", "egressMode", net_mode_name(sb->egress->mode),
-			      "dnsAllowed", (json_int_t)sb->egress->dns_allowed, "dnsDenied",
-			      (json_int_t)sb->egress->dns_denied);
-	uint64_t drops = 0;
-	if (o && d->egress.net && net_sandbox_drops(d->egress.net, sb->id, &drops, NULL) == 0)
-		json_object_set_new(o, "droppedPackets", json_integer((json_int_t)drops));
-	return o;
+	if (!sb->egress || !json_is_object(network))
+		return;
+	json_object_set_new(network, "dnsAllowed", json_integer((json_int_t)sb->egress->dns_allowed));
+	json_object_set_new(network, "dnsDenied", json_integer((json_int_t)sb->egress->dns_denied));
 }
 
 void egress_token_for(const struct corrald *d, const char *id, char out[65])
@@ -133,9 +124,11 @@ static bool egress_token_ok(const struct corrald *d, const char *id, const char 
 
 int egress_apply(struct corrald *d, struct sandbox *sb, struct error *err)
 {
-	if (!d->egress.net || !sb->egress)
+	if (!d->net || !sb->egress || !sb->net.on)
 		return 0;
-	return net_policy_apply(d->egress.net, sb->id, &sb->egress->policy, sb->egress->mode, err);
+	/* the record's network.defaultAction is the policy's (what net_sandbox_add() re-adopts) */
+	sb->net.default_action = sb->egress->policy.default_action;
+	return net_policy_apply(d->net, sb->id, &sb->egress->policy, sb->net.mode, err);
 }
 
 /* --- the resolver's hooks ------------------------------------------------------------------- */
@@ -143,7 +136,7 @@ int egress_apply(struct corrald *d, struct sandbox *sb, struct error *err)
 static struct sandbox *sandbox_at(struct corrald *d, int family, const void *addr)
 {
 	char id[UUID_STR_LEN];
-	if (!d->egress.net || net_sandbox_by_addr(d->egress.net, family, addr, id) < 0)
+	if (!d->net || net_sandbox_by_addr(d->net, family, addr, id) < 0)
 		return NULL;
 	struct sandbox *sb = registry_find(d, id);
 	return sb && sb->egress ? sb : NULL;
@@ -156,7 +149,7 @@ static int hook_who(void *arg, int family, const void *addr, struct resolver_cli
 		return -ENOENT;
 	snprintf(c->id, sizeof(c->id), "%s", sb->id);
 	c->policy = &sb->egress->policy;
-	c->learn = sb->egress->mode == NET_MODE_DNS_NFT;
+	c->learn = sb->net.mode == NET_MODE_DNS_NFT;
 	return 0;
 }
 
@@ -179,7 +172,7 @@ static int hook_learn(void *arg, const struct resolver_client *c, int family, co
 		      uint32_t ttl_s, struct error *err)
 {
 	struct corrald *d = arg;
-	return net_learn(d->egress.net, c->id, family, addr, ttl_s, err);
+	return net_learn(d->net, c->id, family, addr, ttl_s, err);
 }
 
 static void hook_warn(void *arg, const char *msg)
@@ -195,15 +188,19 @@ static const struct resolver_ops hooks = {
 	.warn = hook_warn,
 };
 
-int egress_start(struct corrald *d, struct in_addr gateway, struct error *err)
+int egress_start(struct corrald *d, struct error *err)
 {
 	struct resolver_config cfg = {0};
 	struct sockaddr_in *l = (struct sockaddr_in *)&cfg.listen;
 	l->sin_family = AF_INET;
 	l->sin_port = htons(53);
-	l->sin_addr = gateway;
-	memcpy(cfg.upstream, d->egress.upstream, sizeof(cfg.upstream));
-	cfg.n_upstream = d->egress.n_upstream;
+	l->sin_addr = d->net->gateway;
+	for (size_t i = 0; i < d->n_dns_upstream && i < RESOLVER_UPSTREAM_MAX; i++) {
+		int r = resolver_parse_addr(d->dns_upstream[i], 53, &cfg.upstream[i], err);
+		if (r < 0)
+			return error_prefix(err, "--dns-upstream");
+		cfg.n_upstream++;
+	}
 	if (cfg.n_upstream == 0) {
 		int n = resolver_upstreams_from_resolv_conf("/etc/resolv.conf", cfg.upstream,
 							    RESOLVER_UPSTREAM_MAX, err);
@@ -259,10 +256,12 @@ static void send_json_nl(struct evhttp_request *req, int status, json_t *o)
 	evbuffer_free(b);
 }
 
-static json_t *status_reply(const struct sb_egress *e, const char *reason)
+static json_t *status_reply(const struct sandbox *sb, const char *reason)
 {
+	const struct sb_egress *e = sb->egress;
 	json_t *o = json_pack("{s:s, s:s, s:s}", "status", "ok", "mode",
-			      egress_policy_mode(&e->policy), "enforcementMode", net_mode_name(e->mode));
+			      egress_policy_mode(&e->policy), "enforcementMode",
+			      net_mode_name(sb->net.mode));
 	if (o && reason)
 		json_object_set_new(o, "reason", json_string(reason));
 	return o;
@@ -313,7 +312,7 @@ static void commit(struct corrald *d, struct evhttp_request *req, struct sandbox
 			     json_pack("{s:s, s:s, s:s}", "status", "ok", "mode", "deny_all", "reason",
 				       "policy reset to default deny-all"));
 	else
-		send_json_nl(req, 200, status_reply(e, reason));
+		send_json_nl(req, 200, status_reply(sb, reason));
 }
 
 static bool blank(const char *s, size_t len)
@@ -438,7 +437,7 @@ static void policy_delete(struct corrald *d, struct evhttp_request *req, struct 
 	}
 	if (removed == 0) {
 		egress_policy_clear(&next);
-		send_json_nl(req, 200, status_reply(sb->egress, "no matching targets found"));
+		send_json_nl(req, 200, status_reply(sb, "no matching targets found"));
 		return;
 	}
 	commit(d, req, sb, &next, NULL, false);
@@ -473,7 +472,7 @@ void egress_api(struct corrald *d, struct evhttp_request *req, struct sandbox *s
 		return;
 	}
 	if (m == EVHTTP_REQ_GET) {
-		json_t *o = status_reply(sb->egress, NULL);
+		json_t *o = status_reply(sb, NULL);
 		json_t *p = egress_policy_to_json(&sb->egress->policy);
 		if (o && p)
 			json_object_set_new(o, "policy", p);

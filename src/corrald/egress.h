@@ -24,22 +24,17 @@
 struct corrald;
 struct sandbox;
 
-/* Per sandbox: its effective policy and mode, and what its resolver queries did. */
+/* Per sandbox with a network: its policy in force, and what its resolver queries did. Its mode
+ * is sb->net.mode (the data plane's, kept in the record's "network"). */
 struct sb_egress {
 	struct egress_policy policy;
-	bool policy_given;  /* from the create's networkPolicy, else the server default */
-	enum net_mode mode; /* as it was created */
+	bool policy_given; /* from the create's networkPolicy or the policy API, else the default */
 	uint64_t dns_allowed, dns_denied; /* since corrald started (not persisted) */
 };
 
-/* Per corrald. */
+/* Per corrald (the flags are the data plane's: d->egress_mode, egress_default, dns_upstream). */
 struct corrald_egress {
-	struct net *net;            /* NULL: sandboxes have no network (policies are kept, moot) */
-	struct resolver *resolver;  /* NULL until egress_start() */
-	enum net_mode mode;         /* --egress-mode */
-	enum egress_action default_action; /* --egress-default */
-	struct sockaddr_storage upstream[RESOLVER_UPSTREAM_MAX]; /* --dns-upstream */
-	size_t n_upstream;
+	struct resolver *resolver; /* NULL until egress_start() */
 };
 
 /*
@@ -47,26 +42,28 @@ struct corrald_egress {
  * policy, or the server's default (allow or deny with no rules) when there is none. -EINVAL with
  * err naming the rule; -ENOMEM.
  */
-int egress_from_create(const struct corrald_egress *eg, json_t *network_policy,
+int egress_from_create(enum egress_action server_default, json_t *network_policy,
 		       struct sb_egress **ret, struct error *err);
 void sb_egress_free(struct sb_egress *e);
 
 /* The record's "egress" object and back (a record without one: NULL, no policy). */
 json_t *egress_to_record(const struct sb_egress *e);
 int egress_from_record(json_t *j, struct sb_egress **ret, struct error *err);
-/* Add the reply's "networkPolicy" (effective) and "egressMode" to o, when sb has a policy. */
+/* Add the reply's "networkPolicy" (the policy in force) to o, when there is one. */
 void egress_to_api(const struct sb_egress *e, json_t *o);
-/* The stats reply's "network" object: queries allowed and denied, packets dropped. */
-json_t *egress_stats_json(struct corrald *d, const struct sandbox *sb);
+/* Add the queries allowed and denied to the stats reply's "network" object (NULL: none). */
+void egress_stats_add(const struct sandbox *sb, json_t *network);
 
 /* The egress token of sandbox id (hex, NUL-terminated), from the proxy secret. */
 void egress_token_for(const struct corrald *d, const char *id, char out[65]);
 
-/* Put sb's policy into nftables (a create, after its network is set up). */
+/* Put sb's policy into nftables (a create, once net_sandbox_add() made its chain; every change).
+ * Flushes its learned addresses. */
 int egress_apply(struct corrald *d, struct sandbox *sb, struct error *err);
 
-/* Start the resolver on the bridge gateway's port 53. */
-int egress_start(struct corrald *d, struct in_addr gateway, struct error *err);
+/* Start the resolver on the bridge gateway's port 53, forwarding to --dns-upstream (default: the
+ * host's resolv.conf nameservers). */
+int egress_start(struct corrald *d, struct error *err);
 void egress_stop(struct corrald *d);
 
 /* The proxy route for port 18080: /policy and /healthz. rest is the path after the port. */

@@ -2,6 +2,7 @@
  * The life of a sandbox as corrald drives it: create (worker + readiness pings), the death watch
  * (the runtime's watch fd), TTL timers, pause/resume, teardown (worker), and recovery of the registry at start-up.
  */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +31,7 @@
 struct create_ctx {
 	struct sandbox *sb; /* reference */
 	struct sandbox_spec spec;
+	char resolv[64]; /* spec.resolv_conf of a sandbox with a network */
 	char **argv;
 	char **envp;
 	struct worker w;
@@ -185,6 +187,50 @@ static void on_create_deadline(evutil_socket_t fd, short what, void *arg)
 		    c->last_ping_error[0] ? c->last_ping_error : "none yet");
 }
 
+/* In the create worker: eth0 in the new sandbox's network namespace (network/net.h). */
+static int attach_network(struct sandbox *sb, pid_t pid, uint64_t starttime, struct error *err)
+{
+	struct corrald *d = sb->d;
+	if (!d->net || !d->rt->netns)
+		return error_set(err, ENOTSUP, "the runtime gives no network namespace");
+	int fd = d->rt->netns(&d->rt_cfg, sb->id, pid, starttime, err);
+	if (fd < 0)
+		return fd;
+	int r = net_attach(d->net, sb->id, fd, sb->net.addr, err);
+	close(fd);
+	return r;
+}
+
+/* On the loop, before the worker: the sandbox's address (kept in the record the worker writes)
+ * and its nftables state, so its first packet already meets its policy. */
+static int add_network(struct sandbox *sb)
+{
+	struct corrald *d = sb->d;
+	struct error err = {0};
+	if (!sb->net.on || sb->net.attached)
+		return 0;
+	if (!d->net)
+		return -ENETDOWN;
+	int r = net_sandbox_add(d->net, sb->id, sb->net.mode, sb->net.default_action, &sb->net.addr,
+				&err);
+	if (r < 0) {
+		log_error("sandbox %s: network: %s", sb->id, err.msg);
+		return r;
+	}
+	sb->net.attached = true;
+	return 0;
+}
+
+void lifecycle_net_release(struct sandbox *sb)
+{
+	struct error err = {0};
+	if (!sb->net.on || !sb->d->net)
+		return;
+	if (net_sandbox_remove(sb->d->net, sb->id, &err) < 0)
+		log_warn("sandbox %s: remove its network: %s", sb->id, err.msg);
+	sb->net.attached = false;
+}
+
 static void create_in_worker(void *arg, struct worker_result *res)
 {
 	struct create_ctx *c = arg;
@@ -220,8 +266,13 @@ static void create_in_worker(void *arg, struct worker_result *res)
 		}
 	}
 	res->rc = d->rt->create(&d->rt_cfg, &c->spec, &res->pid, &res->starttime, &err);
-	if (res->rc < 0)
+	if (res->rc < 0) {
 		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-res->rc));
+		return;
+	}
+	if (c->sb->net.on && (res->rc = attach_network(c->sb, res->pid, res->starttime, &err)) < 0)
+		snprintf(res->msg, sizeof(res->msg), "sandbox network: %s",
+			 err.msg[0] ? err.msg : strerror(-res->rc));
 }
 
 static void on_create_worker_done(struct worker *w, const struct worker_result *res, void *arg)
@@ -355,6 +406,15 @@ int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit,
 		     uint64_t cpu_req, uint64_t mem_req, create_done_fn done, void *arg)
 {
 	struct corrald *d = sb->d;
+	int nr = add_network(sb);
+	if (nr < 0)
+		return nr;
+	/* its egress policy in nftables before its first packet (egress.c) */
+	struct error perr = {0};
+	if (sb->net.on && (nr = egress_apply(d, sb, &perr)) < 0) {
+		log_error("sandbox %s: egress policy: %s", sb->id, perr.msg);
+		return nr;
+	}
 	struct create_ctx *c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -383,6 +443,13 @@ int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit,
 	c->spec.cpu_request_millis = cpu_req;
 	c->spec.memory_request_bytes = mem_req;
 	c->spec.oom_group = sb->oom_group;
+	if (sb->net.on && d->net) {
+		/* corral's resolver on the gateway, the only DNS server the sandbox can reach */
+		char gw[INET_ADDRSTRLEN];
+		inet_ntop(AF_INET, &d->net->gateway, gw, sizeof(gw));
+		snprintf(c->resolv, sizeof(c->resolv), "nameserver %s\noptions edns0\n", gw);
+		c->spec.resolv_conf = c->resolv;
+	}
 	const char *disk = json_string_value(json_object_get(sb->limits, "ephemeral-storage"));
 	if (disk)
 		(void)quantity_parse_bytes(disk, &c->spec.disk_limit_bytes); /* validated */
@@ -829,6 +896,7 @@ static void on_teardown_done(struct worker *w, const struct worker_result *res, 
 		teardown_retry_later(sb);
 	} else {
 		log_info("sandbox %s: removed", sb->id);
+		lifecycle_net_release(sb);
 		registry_remove(sb->d, sb);
 	}
 	sandbox_unref(sb); /* the worker's reference */
@@ -939,6 +1007,16 @@ static void recover_one(struct corrald *d, const char *id)
 		return;
 	}
 	registry_add(d, sb);
+	if (sb->net.on && !sb->deleting && sb->state != SB_PENDING) {
+		/* The recorded address and the nftables state as they are (learned addresses and
+		 * rules included); net_gc() after recovery removes what no record names. */
+		if (!d->net) {
+			log_warn("sandbox %s: has a network address but corrald runs without a network (--sandbox-subnet none)",
+				 id);
+		} else if (add_network(sb) < 0) {
+			log_warn("sandbox %s: its network could not be re-adopted", id);
+		}
+	}
 	if (sb->deleting) {
 		log_info("sandbox %s: finishing an interrupted teardown", id);
 		teardown_start(sb);

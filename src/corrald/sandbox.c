@@ -1,3 +1,4 @@
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -166,7 +167,26 @@ json_t *sandbox_to_api(const struct sandbox *sb, bool create_response)
 	if (sb->has_expiry)
 		json_object_set_new(o, "expiresAt", json_time(sb->expires_ms));
 	json_object_set_new(o, "createdAt", json_time(sb->created_ms));
+	json_object_set_new(o, "network", sandbox_net_to_api(sb));
+	if (sb->net.on)
+		json_object_set_new(o, "egressMode", json_string(net_mode_name(sb->net.mode)));
 	egress_to_api(sb->egress, o);
+	return o;
+}
+
+/* The sandbox's network as the API shows it (docs/network.md): null for a loopback-only sandbox,
+ * else {"address", "gateway"} of its eth0. */
+json_t *sandbox_net_to_api(const struct sandbox *sb)
+{
+	if (!sb->net.on)
+		return json_null();
+	char a[INET_ADDRSTRLEN] = "", gw[INET_ADDRSTRLEN] = "";
+	inet_ntop(AF_INET, &sb->net.addr, a, sizeof(a));
+	json_t *o = json_pack("{s:s}", "address", a);
+	if (sb->d->net) {
+		inet_ntop(AF_INET, &sb->d->net->gateway, gw, sizeof(gw));
+		json_object_set_new(o, "gateway", json_string(gw));
+	}
 	return o;
 }
 
@@ -207,6 +227,14 @@ static json_t *sandbox_to_disk(const struct sandbox *sb)
 	json_object_set_new(o, "starttime", json_integer((json_int_t)sb->starttime));
 	json_object_set_new(o, "oomGroup", json_boolean(sb->oom_group));
 	json_object_set_new(o, "deleting", json_boolean(sb->deleting));
+	if (sb->net.on) {
+		char a[INET_ADDRSTRLEN] = "";
+		inet_ntop(AF_INET, &sb->net.addr, a, sizeof(a));
+		json_object_set_new(o, "network",
+				    json_pack("{s:s, s:s, s:s}", "address", a, "mode",
+					      net_mode_name(sb->net.mode), "defaultAction",
+					      sb->net.default_action == EGRESS_ALLOW ? "allow" : "deny"));
+	}
 	if (sb->egress)
 		json_object_set_new(o, "egress", egress_to_record(sb->egress));
 	return o;
@@ -297,6 +325,21 @@ int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *
 	sb->starttime = (uint64_t)json_integer_value(json_object_get(o, "starttime"));
 	sb->oom_group = json_is_true(json_object_get(o, "oomGroup"));
 	sb->deleting = json_is_true(json_object_get(o, "deleting"));
+	json_t *net = json_object_get(o, "network");
+	if (json_is_object(net)) {
+		const char *a = json_string_value(json_object_get(net, "address"));
+		const char *m = json_string_value(json_object_get(net, "mode"));
+		const char *da = json_string_value(json_object_get(net, "defaultAction"));
+		if (!a || inet_pton(AF_INET, a, &sb->net.addr) != 1 || !m ||
+		    net_mode_parse(m, &sb->net.mode) < 0) {
+			snprintf(msg, msglen, "%s: bad network field", path);
+			json_decref(o);
+			sandbox_unref(sb);
+			return -EINVAL;
+		}
+		sb->net.on = true;
+		sb->net.default_action = da && strcmp(da, "deny") == 0 ? EGRESS_DENY : EGRESS_ALLOW;
+	}
 	struct error eerr = {0};
 	r = egress_from_record(json_object_get(o, "egress"), &sb->egress, &eerr);
 	json_decref(o);

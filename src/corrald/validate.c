@@ -435,6 +435,17 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("extensions", "oomGroup"),
 					"extensions.oomGroup must be \"true\" or \"false\", got '%s'", s);
 	}
+	/* extensions.network: "none" keeps the sandbox loopback-only; "default" (or absent) gives
+	 * it corrald's network when corrald has one. */
+	json_t *nw = json_object_get(p->extensions, "network");
+	if (nw) {
+		const char *s = json_string_value(nw);
+		if (strcmp(s, "none") == 0)
+			p->network_none = true;
+		else if (strcmp(s, "default") != 0)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("extensions", "network"),
+					"extensions.network must be \"none\" or \"default\", got '%s'", s);
+	}
 	/* The image pull policy, under either of its two names. */
 	static const char *const policy_keys[] = {"imagePullPolicy",
 						  "opensandbox.extensions.image-pull-policy"};

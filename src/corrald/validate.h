@@ -50,6 +50,7 @@ struct create_params {
 	uint64_t cpu_request_millis, memory_request_bytes;
 	bool oom_group;
 	json_t *network_policy; /* networkPolicy as given (validated), or NULL */
+	bool network_none; /* extensions.network "none": loopback only (docs/network.md) */
 };
 
 /*

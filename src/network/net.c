@@ -241,7 +241,6 @@ int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
 	struct net *n = calloc(1, sizeof(*n));
 	if (!n)
 		return error_set(err, ENOMEM, "network");
-	n->host_netns_fd = -1;
 	snprintf(n->name, sizeof(n->name), "%s", name);
 	if ((r = parse_subnet(cfg->subnet ? cfg->subnet : NET_DEFAULT_SUBNET, &n->subnet,
 			      &n->prefix, err)) < 0)
@@ -249,11 +248,6 @@ int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
 	n->gateway.s_addr = htonl(ntohl(n->subnet.s_addr) + 1);
 	n->next_host = 2;
 
-	n->host_netns_fd = open_own_netns();
-	if (n->host_netns_fd < 0) {
-		r = error_set_errno(err, -n->host_netns_fd, "open this process's network namespace");
-		goto fail;
-	}
 	struct nl nl = {0};
 	if ((r = nl_open(&nl)) < 0) {
 		r = error_set_errno(err, -r, "netlink socket");
@@ -331,8 +325,6 @@ void net_free(struct net *n)
 		return;
 	if (n->nft)
 		nft_ctx_free(n->nft);
-	if (n->host_netns_fd >= 0)
-		close(n->host_netns_fd);
 	free(n->sb);
 	free(n);
 }
@@ -645,8 +637,9 @@ int net_gc(struct net *n, struct error *err)
 	static const struct {
 		const char *kind, *prefix, *cmd;
 	} kinds[] = {{"chain", "sb_", "chain"}, {"set", "l_", "set"}, {"counter", "d_", "counter"}};
-	json_array_foreach(items, idx, it) {
-		for (size_t k = 0; k < ARRAY_SIZE(kinds); k++) {
+	/* Chains before the sets and counters their rules name, or those are busy. */
+	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++) {
+		json_array_foreach(items, idx, it) {
 			json_t *o = json_object_get(it, kinds[k].kind);
 			const char *name = json_string_value(json_object_get(o, "name"));
 			char id[UUID_STR_LEN];
@@ -688,15 +681,23 @@ int net_attach(const struct net *n, const char *sandbox_id, int netns_fd, struct
 		goto out;
 	}
 	/* A netlink socket made in the sandbox's namespace stays there: configure eth0 through it. */
+	int here = open_own_netns();
+	if (here < 0) {
+		r = error_set_errno(err, -here, "open this process's network namespace");
+		goto fail;
+	}
 	if (setns(netns_fd, CLONE_NEWNET) < 0) {
+		close(here);
 		r = error_set_errno(err, errno, "enter the sandbox's network namespace");
 		goto fail;
 	}
 	r = nl_open(&in);
-	if (setns(n->host_netns_fd, CLONE_NEWNET) < 0) {
+	if (setns(here, CLONE_NEWNET) < 0) {
 		r = error_set_errno(err, errno, "return to the host's network namespace");
+		close(here);
 		goto fail;
 	}
+	close(here);
 	if (r < 0) {
 		error_set_errno(err, -r, "netlink socket in the sandbox");
 		goto fail;

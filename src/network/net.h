@@ -19,8 +19,8 @@
  *
  * Processes: net_new(), net_sandbox_*(), net_policy_apply(), net_learn() and the readers run in
  * corrald's process (quick netlink and nftables transactions, no child process). net_attach() is
- * the blocking part of a create and runs in the create worker (a forked child): it uses only
- * what net_new() left in struct net and fresh sockets, and changes nothing in struct net.
+ * the blocking part of a create and runs in the create worker (a forked child that closed every
+ * inherited fd): it uses only the values net_new() left in struct net and fresh sockets.
  *
  * The library never logs; it returns -errno with a message in struct error.
  */
@@ -62,7 +62,6 @@ struct net {
 	unsigned prefix;
 	struct in_addr gateway; /* the bridge's address, first host of the subnet */
 	int bridge_ifindex;
-	int host_netns_fd; /* the netns corrald runs in (net_attach() comes back to it) */
 	struct nft_ctx *nft;
 	/* Sandboxes with an address, in memory only (the record keeps the address). */
 	struct net_sandbox *sb;

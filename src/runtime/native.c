@@ -843,7 +843,9 @@ static int prepare_child(struct child_ctx *c, const struct runtime_config *cfg,
 		 "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
 		 c->hostname);
 	char buf[sizeof(c->resolv) - 64];
-	if (fs_read_small("/etc/resolv.conf", buf, sizeof(buf)) < 0)
+	if (spec->resolv_conf)
+		snprintf(buf, sizeof(buf), "%s", spec->resolv_conf);
+	else if (fs_read_small("/etc/resolv.conf", buf, sizeof(buf)) < 0)
 		buf[0] = '\0';
 	snprintf(c->resolv, sizeof(c->resolv), "%s%s", buf, buf[0] ? "\n" : "");
 
@@ -1438,6 +1440,42 @@ static int native_watch(const struct runtime_config *cfg, const char *id, pid_t 
 	return fd;
 }
 
+#ifndef PIDFD_GET_NET_NAMESPACE
+#define PIDFD_GET_NET_NAMESPACE _IO(0xFF, 4) /* Linux 6.11 */
+#endif
+
+static int native_netns(const struct runtime_config *cfg, const char *id, pid_t pid,
+			uint64_t starttime, struct error *err)
+{
+	int r;
+	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
+		return r;
+	if (pid <= 1)
+		return error_set(err, ESRCH, "sandbox %s has no PID 1", id);
+	_cleanup_close_ int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pfd < 0)
+		return error_set_errno(err, errno, "pidfd of sandbox %s's PID 1", id);
+	/* Checked once the pidfd pins the process: a match cannot go stale. */
+	char state = 0;
+	uint64_t start = 0;
+	if (pid_stat(pid, &state, &start) < 0 || start != starttime || state == 'Z' || state == 'X')
+		return error_set(err, ESRCH, "sandbox %s's PID 1 has ended", id);
+	int fd = ioctl(pfd, PIDFD_GET_NET_NAMESPACE, 0);
+	if (fd >= 0)
+		return fd;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return error_set_errno(err, errno, "open '%s'", path);
+	/* Still the same process (a pid reused between the check and the open would not be). */
+	if (pid_stat(pid, &state, &start) < 0 || start != starttime) {
+		close(fd);
+		return error_set(err, ESRCH, "sandbox %s's PID 1 has ended", id);
+	}
+	return fd;
+}
+
 static int native_endpoint(const struct runtime_config *cfg, const char *id, char *ret_path,
 			   size_t len, struct error *err)
 {
@@ -1554,4 +1592,5 @@ const struct runtime_ops runtime_native = {
     .endpoint = native_endpoint,
     .read_exit = native_read_exit,
     .disk_prepare = native_disk_prepare,
+    .netns = native_netns,
 };

@@ -107,6 +107,8 @@ struct sandbox_spec {
 	bool oom_group;                 /* kill the whole sandbox on OOM (Kubernetes behaviour) */
 	uint64_t disk_limit_bytes;      /* ephemeral-storage: size of the writable layer's own file
 					 * system (runtime/disk.h); 0 = the state dir's, unlimited */
+	const char *resolv_conf;        /* /etc/resolv.conf of the sandbox (its own file in its
+					 * layer); NULL = a copy of the host's */
 };
 
 /* What the runtime knows about a live or dead sandbox, read without blocking. */
@@ -172,6 +174,12 @@ struct runtime_ops {
 	 * fail if such a disk cannot be made at all. Blocking (tens of ms); for start-up. */
 	int (*disk_prepare)(const struct runtime_config *cfg, uint64_t disk_limit_bytes,
 			    struct error *err);
+	/* Optional (may be NULL: the backend's sandboxes get no network from corrald). An fd
+	 * (close-on-exec) of the sandbox's network namespace, which has only a loopback interface
+	 * until corrald attaches it (network/net.h), checked to be PID 1's (pid, starttime).
+	 * -ESRCH when PID 1 has ended. Quick; fine in a worker or on the loop. */
+	int (*netns)(const struct runtime_config *cfg, const char *id, pid_t pid,
+		     uint64_t starttime, struct error *err);
 };
 
 extern const struct runtime_ops runtime_native;
