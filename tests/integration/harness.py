@@ -771,6 +771,11 @@ class Corrald:
             else:
                 a += ["--sandbox-subnet", self.network.sandbox_subnet,
                       "--network-name", self.net_name, "--egress-uplink", self.network.uplink]
+                # corrald's resolver forwards allowed names: into the lab, never to the host's
+                # resolv.conf nameservers (a lab without a DNS server: nothing answers, SERVFAIL)
+                if "--dns-upstream" not in self.extra_args:
+                    a += ["--dns-upstream", getattr(self.network, "dns", None) or
+                          "%s:53" % self.network.addr]
         if os.environ.get("CORRAL_TEST_LOG_LEVEL"):
             a += ["--log-level", os.environ["CORRAL_TEST_LOG_LEVEL"]]
         if not any(x == "--capacity" or x.startswith("--capacity=") for x in self.extra_args):

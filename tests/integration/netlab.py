@@ -6,12 +6,15 @@ addresses that exist only inside it. The host routes those addresses to the veth
 traffic that corrald lets out reaches them and nothing else.
 
 No packet goes toward any address outside this machine: every address is in 198.18.0.0/15 (the
-benchmarking range, RFC 2544), picked at random per lab so parallel suites do not collide.
+benchmarking range, RFC 2544), picked at random per lab so parallel suites do not collide, and,
+as in dplab.py (the data-plane tests' lab), a policy route sends everything from the sandbox
+subnet into the lab whatever the host's own routes say, so even a broken rule cannot let a
+sandbox packet leave the machine.
 
     lab = NetLab()             # creates everything; lab.close() removes it (also at exit)
-    lab.addr["allowed"]        # 198.19.R.10, where allowed.test points
+    lab.addr["allowed.test"]   # 198.19.R.10, where allowed.test points
     lab.dns                    # "198.18.R.2:53", for --dns-upstream
-    lab.uplink                 # the host-side veth, for --egress-uplink
+    lab.uplink, lab.bridge, lab.sandbox_subnet   # what harness.Corrald(network=lab) passes
 """
 import atexit
 import os
@@ -76,7 +79,19 @@ class NetLab:
         self.ns = "corral-inet-" + self.tag
         self.uplink = "ci" + self.tag           # host side of the veth
         self.peer = "cp" + self.tag
-        r = secrets.randbelow(254) + 1
+        self.bridge = "cnb" + self.tag          # corrald's --network-name
+        routes = _run("ip", "-4", "route", "show", "table", "all").stdout + \
+            _run("ip", "-4", "addr").stdout
+        for _ in range(200):
+            r = secrets.randbelow(254) + 1
+            if "198.18.%d." % r not in routes and "198.19.%d." % r not in routes:
+                break
+        for _ in range(200):
+            a, b = 64 + secrets.randbelow(64), secrets.randbelow(256)
+            if "10.%d.%d." % (a, b) not in routes:
+                break
+        self.sandbox_subnet = "10.%d.%d.0/24" % (a, b)
+        self.table = 30000 + secrets.randbelow(10000)
         self.host_ip = "198.18.%d.1" % r         # host end of the link
         self.ns_ip = "198.18.%d.2" % r           # the namespace's end: dnsmasq listens here
         self.net = "198.19.%d" % r               # the servers' /24, routed to the namespace
@@ -112,6 +127,12 @@ class NetLab:
         # and cannot send anywhere else
         # the host reaches the servers through the veth (a more specific route than its default)
         _run("ip", "route", "add", self.net + ".0/24", "via", self.ns_ip, "dev", self.uplink)
+        # and whatever a sandbox sends through the host goes into the lab, never elsewhere
+        _run("ip", "route", "add", "default", "via", self.ns_ip, "dev", self.uplink,
+             "table", str(self.table))
+        _run("ip", "rule", "add", "from", self.sandbox_subnet, "iif", self.bridge, "lookup",
+             str(self.table), "priority", str(self.table))
+        self.rule = True
         # the DNS server: the test names only, each with its TTL; never asks anyone else
         argv = ["dnsmasq", "--no-resolv", "--no-hosts", "--no-poll", "--keep-in-foreground",
                 "--bind-interfaces", "--listen-address=" + self.ns_ip,
@@ -126,12 +147,14 @@ class NetLab:
         # HTTP on port 80 of every server address, plus a "DoT" listener on 853
         specs = ["%s:80" % a for a in sorted(set(self.addr.values()))]
         specs += ["%s:853" % self.addr["dot"]]
-        p = subprocess.Popen(ns("/usr/bin/python3", "-c", HTTP_SERVER, *specs),
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=open(os.path.join(self.tmp, "http.log"), "w"),
-                             start_new_session=True, text=True)
+        with open(os.path.join(self.tmp, "http.log"), "w") as errf:
+            p = subprocess.Popen(ns("/usr/bin/python3", "-c", HTTP_SERVER, *specs),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errf,
+                                 start_new_session=True, text=True)
         self.procs.append(p)
-        if p.stdout.readline().strip() != "ready":
+        ready = p.stdout.readline().strip()
+        p.stdout.close()
+        if ready != "ready":
             raise RuntimeError("the lab's HTTP servers did not start")
         # dnsmasq answers: ask it from inside the namespace until it does
         deadline = time.monotonic() + 10
@@ -160,10 +183,15 @@ class NetLab:
                 out.append(ln[i:].split()[1])
         return out
 
-    def corrald_args(self, mode="dns+nft", default=None):
-        a = ["--egress-uplink", self.uplink, "--dns-upstream", self.dns, "--egress-mode", mode]
+    def corrald_args(self, mode="dns+nft", default=None, full=False):
+        """corrald's flags for this lab. harness.Corrald(network=lab) adds the data plane's
+        (--sandbox-subnet, --network-name, --egress-uplink) itself; full=True includes them."""
+        a = ["--dns-upstream", self.dns, "--egress-mode", mode]
         if default:
             a += ["--egress-default", default]
+        if full:
+            a += ["--sandbox-subnet", self.sandbox_subnet, "--network-name", self.bridge,
+                  "--egress-uplink", self.uplink]
         return a
 
     def close(self):
@@ -175,6 +203,11 @@ class NetLab:
                     pass
                 p.wait()
         self.procs = []
+        if getattr(self, "rule", False):
+            _run("ip", "rule", "del", "from", self.sandbox_subnet, "iif", self.bridge, "lookup",
+                 str(self.table), "priority", str(self.table), check=False)
+            _run("ip", "route", "flush", "table", str(self.table), check=False)
+            self.rule = False
         _run("ip", "route", "del", self.net + ".0/24", check=False)
         _run("ip", "link", "del", self.uplink, check=False)
         _run("ip", "netns", "del", self.ns, check=False)
@@ -255,7 +288,8 @@ if __name__ == "__main__":
     # KEY=VALUE lines (ARGS: its flags), an empty line, then wait for SIGTERM/SIGINT and clean up.
     import sys
     lab = NetLab()
-    print("ARGS=" + " ".join(lab.corrald_args()))
+    print("ARGS=" + " ".join(lab.corrald_args(full=True)))
+    print("BRIDGE=" + lab.bridge)
     for name, a in sorted(lab.addr.items()):
         print("%s=%s" % (name.replace(".", "_").replace("-", "_").upper(), a))
     print("", flush=True)
