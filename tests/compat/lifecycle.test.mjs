@@ -232,12 +232,11 @@ test("create with an unknown image fails with a 4xx and leaves no sandbox", asyn
 });
 
 test("create options corral does not support are refused with a 4xx, never silently ignored", async () => {
-  // networkPolicy (egress sidecar) and volumes are not implemented by the native runtime yet
-  // (docs/corrald.md); a stock client asking for them must get an error, not an unrestricted box.
+  // volumes are not implemented by the native runtime yet (docs/corrald.md); a stock client asking
+  // for them must get an error, not a sandbox without them. (networkPolicy: egress.test.mjs.)
   const mgr = SandboxManager.create({ connectionConfig: connOpts() });
   try {
     const cases = {
-      networkPolicy: { networkPolicy: { defaultAction: "deny", egress: [{ action: "allow", target: "pypi.org" }] } },
       volumes: { volumes: [{ name: "v", host: { path: "/tmp" }, mountPath: "/mnt/v", readOnly: true }] },
     };
     for (const [name, extra] of Object.entries(cases)) {
