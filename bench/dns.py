@@ -20,7 +20,6 @@ for --egress-mode dns+nft and dns. Prints p50/p95 and the ratio to the direct p5
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 
@@ -81,8 +80,7 @@ def main():
             check=True, capture_output=True, text=True).stdout)
         rows.append(("direct (host -> dnsmasq)", direct))
         for mode in ("dns+nft", "dns"):
-            d = harness.Corrald(extra_args=lab.corrald_args(mode) + [
-                "--sandbox-subnet", "10.%d.%d.0/24" % (random.randint(64, 127), random.randint(0, 255))])
+            d = harness.Corrald(network=lab, extra_args=lab.corrald_args(mode))
             d.start()
             c = d.client(timeout=600)
             try:

@@ -22,6 +22,7 @@
 #include "corrald/token.h"
 #include "shared/httputil.h"
 #include "shared/log.h"
+#include "shared/timeutil.h"
 
 #define POLICY_BODY_MAX (1024 * 1024)
 
@@ -128,6 +129,7 @@ int egress_apply(struct corrald *d, struct sandbox *sb, struct error *err)
 		return 0;
 	/* the record's network.defaultAction is the policy's (what net_sandbox_add() re-adopts) */
 	sb->net.default_action = sb->egress->policy.default_action;
+	sb->egress->n_learned = 0; /* net_policy_apply() flushes the learned set, even failing */
 	return net_policy_apply(d->net, sb->id, &sb->egress->policy, sb->net.mode, err);
 }
 
@@ -168,11 +170,52 @@ static void hook_judged(void *arg, const struct resolver_client *c, const char *
 			  name, qtype);
 }
 
+/*
+ * dns+nft: admit an allowed answer's address. Its nftables element lives a little longer than the
+ * answer's TTL (an eighth more and 2 s: a client may use the address for the whole TTL, and may
+ * connect a moment after its cache expired), and an answer whose address is already admitted
+ * for at least its TTL costs nothing: one nftables transaction per address and slack, not per
+ * query.
+ */
 static int hook_learn(void *arg, const struct resolver_client *c, int family, const void *addr,
 		      uint32_t ttl_s, struct error *err)
 {
 	struct corrald *d = arg;
-	return net_learn(d->net, c->id, family, addr, ttl_s, err);
+	struct sandbox *sb = registry_find(d, c->id);
+	if (family != AF_INET || !sb || !sb->egress)
+		return net_learn(d->net, c->id, family, addr, ttl_s, err);
+	struct sb_egress *e = sb->egress;
+	uint64_t eff = ttl_s < NET_LEARN_TTL_FLOOR_S ? NET_LEARN_TTL_FLOOR_S : ttl_s;
+	if (eff > NET_LEARN_TTL_MAX_S)
+		eff = NET_LEARN_TTL_MAX_S;
+	uint64_t timeout = eff + eff / 8 + 2;
+	if (timeout > NET_LEARN_TTL_MAX_S)
+		timeout = NET_LEARN_TTL_MAX_S;
+	int64_t now = time_mono_ms();
+	struct in_addr a;
+	memcpy(&a, addr, sizeof(a));
+	unsigned slot = 0;
+	for (unsigned i = 0; i < e->n_learned; i++) {
+		if (e->learned[i].addr.s_addr == a.s_addr) {
+			if (e->learned[i].expires_ms - now >= (int64_t)(eff + 1) * 1000)
+				return 0;
+			slot = i;
+			goto learn;
+		}
+		if (e->learned[i].expires_ms < e->learned[slot].expires_ms)
+			slot = i; /* the soonest to expire gives its place */
+	}
+	if (e->n_learned < EGRESS_LEARNED_CACHE)
+		slot = e->n_learned++;
+learn:;
+	int r = net_learn(d->net, c->id, family, addr, (uint32_t)timeout, err);
+	if (r < 0) {
+		e->learned[slot].expires_ms = 0;
+		return r;
+	}
+	e->learned[slot].addr = a;
+	e->learned[slot].expires_ms = now + (int64_t)timeout * 1000;
+	return 0;
 }
 
 static void hook_warn(void *arg, const char *msg)

@@ -26,10 +26,20 @@ struct sandbox;
 
 /* Per sandbox with a network: its policy in force, and what its resolver queries did. Its mode
  * is sb->net.mode (the data plane's, kept in the record's "network"). */
+#define EGRESS_LEARNED_CACHE 32
+
 struct sb_egress {
 	struct egress_policy policy;
 	bool policy_given; /* from the create's networkPolicy or the policy API, else the default */
 	uint64_t dns_allowed, dns_denied; /* since corrald started (not persisted) */
+	/* dns+nft: addresses learned lately and when their nftables element expires, so an answer
+	 * repeated within its slack costs no nftables transaction (memory only; emptied whenever
+	 * the learned set is flushed) */
+	struct {
+		struct in_addr addr;
+		int64_t expires_ms;
+	} learned[EGRESS_LEARNED_CACHE];
+	unsigned n_learned;
 };
 
 /* Per corrald (the flags are the data plane's: d->egress_mode, egress_default, dns_upstream). */
