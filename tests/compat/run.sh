@@ -118,7 +118,7 @@ for attempt in 1 2 3; do
 	PORT=$(free_port)
 	# A capacity far above this host's (host-wide tables included): the SDK tests run several
 	# 1-CPU sandboxes at once, and admission is tested by tests/integration/test_resources.py.
-	"$CORRALD" --listen "127.0.0.1:$PORT" --state-dir "$STATE" --cgroup-name "$CGROUP" \
+	"$CORRALD" --listen "127.0.0.1:$PORT" --state-dir "$STATE" --cgroup-name "$CGROUP" --sandbox-subnet none \
 		--api-key "$API_KEY" --capacity cpu=100000,memory=100Ti,pids=1000000000,files=1000000000000 "${REG_ARGS[@]}" >>"$LOG" 2>&1 &
 	CORRALD_PID=$!
 	up=0
