@@ -167,15 +167,16 @@ json_t *sandbox_to_api(const struct sandbox *sb, bool create_response)
 	if (sb->has_expiry)
 		json_object_set_new(o, "expiresAt", json_time(sb->expires_ms));
 	json_object_set_new(o, "createdAt", json_time(sb->created_ms));
-	json_object_set_new(o, "network", sandbox_net_to_api(sb));
-	if (sb->net.on)
+	if (sb->net.on) { /* null fields are left out: a loopback-only sandbox has neither */
+		json_object_set_new(o, "network", sandbox_net_to_api(sb));
 		json_object_set_new(o, "egressMode", json_string(net_mode_name(sb->net.mode)));
-	egress_to_api(sb->egress, o);
+		egress_to_api(sb->egress, o);
+	}
 	return o;
 }
 
-/* The sandbox's network as the API shows it (docs/network.md): null for a loopback-only sandbox,
- * else {"address", "gateway"} of its eth0. */
+/* The sandbox's network as the API shows it (docs/network.md): {"address", "gateway"} of its eth0;
+ * null for a loopback-only sandbox. */
 json_t *sandbox_net_to_api(const struct sandbox *sb)
 {
 	if (!sb->net.on)

@@ -121,7 +121,7 @@ class TestInternet:
         """A TCP listener in the lab that accepts and answers 'hello' (to show a block is ours)."""
         code = ("import socket,sys\n"
                 "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-                "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(16)\n"
+                "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(512)\n"
                 "while True:\n"
                 "    c,_=s.accept(); c.sendall(b'hello\\n'); c.close()\n")
         p = subprocess.Popen(["ip", "netns", "exec", self.ns, sys.executable, "-c", code, addr,

@@ -5,7 +5,9 @@
  *
  * Checks: the host side comes up and is re-adopted by a second net_new() (learned addresses and
  * rules survive); attach gives eth0 the address and a default route (through the sandbox ns's own
- * netlink view); the chain holds the static rules in order and the default; learn fills the set;
+ * netlink view); the chain holds the static rules in order and the default, and connections meet
+ * them (a deny /32 before an allow /24, a deny default, a learned address until its TTL runs out,
+ * dns mode letting an IP literal through); learn fills the set;
  * by_addr finds the sandbox; remove and gc leave no veth, chain, set, counter or map element.
  */
 #include <arpa/inet.h>
@@ -14,6 +16,7 @@
 #include <nftables/libnftables.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +69,17 @@ static char *run(const char *sh)
 	if (p)
 		pclose(p);
 	return buf;
+}
+
+/* A TCP connect to addr:8080 from pid's netns (0: this process's) succeeds. */
+static bool reach(pid_t pid, const char *addr)
+{
+	char cmd[256], ns[64] = "";
+	if (pid)
+		snprintf(ns, sizeof(ns), "nsenter --net=/proc/%d/ns/net ", (int)pid);
+	snprintf(cmd, sizeof(cmd),
+		 "%stimeout 3 bash -c 'echo > /dev/tcp/%s/8080' >/dev/null 2>&1; echo $?", ns, addr);
+	return strcmp(run(cmd), "0\n") == 0;
 }
 
 /* A child parked in a new netns; its netns fd. */
@@ -173,6 +187,39 @@ int main(void)
 	CHECK(r1 && r2 && r1 < r2);
 	CHECK(strstr(t, "@l_11111111_2222_4333_8444_555555555555 accept") != NULL);
 	free(t);
+
+	/* The same, packet by packet: an "internet" namespace behind the uplink with three hosts
+	 * (192.0.2.7, .8, .9) and a listener on port 8080. */
+	int fdi;
+	pid_t pi = sandbox_ns(&fdi);
+	snprintf(cmd, sizeof(cmd),
+		 "ip link set up0p netns %d && nsenter --net=/proc/%d/ns/net sh -c 'ip link set lo up && ip link set up0p up && ip addr add 192.0.2.7/24 dev up0p && ip addr add 192.0.2.8/24 dev up0p && ip addr add 192.0.2.9/24 dev up0p' && echo ok",
+		 (int)pi, (int)pi);
+	CHECK(strcmp(run(cmd), "ok\n") == 0);
+	snprintf(cmd, sizeof(cmd),
+		 "nsenter --net=/proc/%d/ns/net python3 -m http.server --bind 0.0.0.0 8080 >/dev/null 2>&1 & echo $!",
+		 (int)pi);
+	pid_t server = (pid_t)atoi(run(cmd));
+	for (int i = 0; i < 100 && !reach(0, "192.0.2.8"); i++) /* from this (the host's) netns */
+		usleep(50000);
+	CHECK(reach(0, "192.0.2.7") && reach(0, "192.0.2.8") && reach(0, "192.0.2.9"));
+	CHECK(!reach(p1, "192.0.2.7")); /* deny /32 first */
+	CHECK(reach(p1, "192.0.2.8"));  /* then allow /24 */
+	struct egress_policy deny_all = {.default_action = EGRESS_DENY};
+	CHECK_OK(net_policy_apply(n, ID1, &deny_all, NET_MODE_DNS_NFT, &e), e);
+	CHECK(!reach(p1, "192.0.2.8"));
+	struct in_addr nine = {inet_addr("192.0.2.9")};
+	CHECK_OK(net_learn(n, ID1, AF_INET, &nine, 1, &e), e); /* TTL 1 s: the floor applies */
+	CHECK(reach(p1, "192.0.2.9"));
+	CHECK(!reach(p1, "192.0.2.8"));
+	sleep(NET_LEARN_TTL_FLOOR_S + 1);
+	CHECK(!reach(p1, "192.0.2.9")); /* expired */
+	CHECK_OK(net_policy_apply(n, ID1, &deny_all, NET_MODE_DNS, &e), e);
+	CHECK(reach(p1, "192.0.2.7")); /* dns mode: an IP literal passes */
+	CHECK_OK(net_policy_apply(n, ID1, &pol, NET_MODE_DNS_NFT, &e), e);
+	kill(server, SIGKILL);
+	kill(pi, SIGKILL);
+	waitpid(pi, NULL, 0);
 
 	struct in_addr l = {inet_addr("198.51.100.9")};
 	CHECK_OK(net_learn(n, ID1, AF_INET, &l, 1, &e), e);
