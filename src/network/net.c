@@ -117,7 +117,7 @@ static int nft_runf(struct net *n, struct error *err, const char *fmt, ...)
  * transaction, so no packet sees them half-made); the maps and per-sandbox objects are kept. */
 static int nft_base(struct net *n, struct error *err)
 {
-	char sub[32], gw[INET_ADDRSTRLEN], uplink_rule[96];
+	char sub[32], gw[INET_ADDRSTRLEN], uplink_rule[96], masq[160] = "";
 	char net[INET_ADDRSTRLEN];
 	inet_ntop(AF_INET, &n->subnet, net, sizeof(net));
 	inet_ntop(AF_INET, &n->gateway, gw, sizeof(gw));
@@ -127,6 +127,10 @@ static int nft_base(struct net *n, struct error *err)
 	else
 		snprintf(uplink_rule, sizeof(uplink_rule), "goto drop_sb");
 	const char *N = n->name;
+	if (n->uplink[0]) /* in the same transaction: no moment without NAT after a restart */
+		snprintf(masq, sizeof(masq),
+			 "add rule inet %s postrouting ip saddr %s oifname \"%s\" masquerade\n", N, sub,
+			 n->uplink);
 	return nft_runf(
 	    n, err,
 	    "add table inet %1$s\n"
@@ -169,6 +173,7 @@ static int nft_base(struct net *n, struct error *err)
 	    "add rule inet %1$s forward oifname \"%1$s\" drop\n"
 	    "add chain inet %1$s postrouting { type nat hook postrouting priority srcnat; policy accept; }\n"
 	    "flush chain inet %1$s postrouting\n"
+	    "%5$s"
 	    /* the bridge: a port speaks IPv4 and ARP from its own address only */
 	    "add table bridge %1$s\n"
 	    "add set bridge %1$s ports { type ifname . ipv4_addr; }\n"
@@ -181,7 +186,7 @@ static int nft_base(struct net *n, struct error *err)
 	    "add chain bridge %1$s pre { type filter hook prerouting priority -200; policy accept; }\n"
 	    "flush chain bridge %1$s pre\n"
 	    "add rule bridge %1$s pre iifname @port_names jump port_in\n",
-	    N, sub, gw, uplink_rule);
+	    N, sub, gw, uplink_rule, masq);
 }
 
 /* ---- host side -------------------------------------------------------------------------------- */
@@ -303,14 +308,6 @@ int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
 	if ((r = nft_base(n, err)) < 0) {
 		error_prefix(err, "nftables table %s", n->name);
 		goto fail;
-	}
-	if (n->uplink[0]) {
-		char sub[INET_ADDRSTRLEN];
-		inet_ntop(AF_INET, &n->subnet, sub, sizeof(sub));
-		if ((r = nft_runf(n, err,
-				  "add rule inet %s postrouting ip saddr %s/%u oifname \"%s\" masquerade\n",
-				  n->name, sub, n->prefix, n->uplink)) < 0)
-			goto fail;
 	}
 	*ret = n;
 	return 0;
