@@ -67,6 +67,7 @@ struct net {
 	struct net_sandbox *sb;
 	size_t n_sb, cap_sb;
 	uint32_t next_host; /* allocation cursor (host part) */
+	bool timeout_update; /* the kernel restarts an element's timeout on a re-add (6.10+) */
 };
 
 /* Bridge, gateway address, forwarding on the bridge and the uplink, the nftables tables (base

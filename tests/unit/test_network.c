@@ -137,6 +137,8 @@ int main(void)
 	if (!n)
 		return 1;
 	CHECK(strcmp(n->uplink, "up0") == 0);
+	printf("kernel restarts a set element's timeout on a re-add: %s\n",
+	       n->timeout_update ? "yes" : "no (add, delete, add)");
 	CHECK(strstr(run("ip -4 addr show dev tnet"), "10.99.0.1/24") != NULL);
 	char *t = nft_text("list table inet tnet");
 	CHECK(strstr(t, "masquerade") != NULL);
@@ -229,6 +231,13 @@ int main(void)
 	CHECK(net_learn(n, GONE, AF_INET, &l, 100, &e) == -ENOENT);
 	t = nft_text("list set inet tnet l_11111111_2222_4333_8444_555555555555");
 	CHECK(strstr(t, "198.51.100.9 timeout 1m40s") != NULL);
+	free(t);
+	/* the other way to restart a timeout (add, delete, add: kernels before 6.10) */
+	n->timeout_update = !n->timeout_update;
+	CHECK_OK(net_learn(n, ID1, AF_INET, &l, 200, &e), e);
+	n->timeout_update = !n->timeout_update;
+	t = nft_text("list set inet tnet l_11111111_2222_4333_8444_555555555555");
+	CHECK(strstr(t, "198.51.100.9 timeout 3m20s") != NULL);
 	free(t);
 
 	/* connection from the sandbox to the gateway's port 22: dropped and counted */
