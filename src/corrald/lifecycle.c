@@ -211,8 +211,8 @@ static int add_network(struct sandbox *sb)
 		return 0;
 	if (!d->net)
 		return -ENETDOWN;
-	int r = net_sandbox_add(d->net, sb->id, sb->net.mode, sb->net.default_action, &sb->net.addr,
-				&err);
+	int r = net_sandbox_add_policy(d->net, sb->id, sb->net.mode, sb->net.policy,
+				       sb->net.default_action, &sb->net.addr, &err);
 	if (r < 0) {
 		log_error("sandbox %s: network: %s", sb->id, err.msg);
 		return r;

@@ -437,6 +437,13 @@ static int chain_rules(char **s, size_t *len, const char *N, const char *cid, en
 int net_sandbox_add(struct net *n, const char *sandbox_id, enum net_mode mode,
 		    enum egress_action default_action, struct in_addr *addr, struct error *err)
 {
+	return net_sandbox_add_policy(n, sandbox_id, mode, NULL, default_action, addr, err);
+}
+
+int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode mode,
+			   const struct egress_policy *p, enum egress_action default_action,
+			   struct in_addr *addr, struct error *err)
+{
 	if (!id_ok(sandbox_id))
 		return error_set(err, EINVAL, "sandbox id '%s' is not a uuid", sandbox_id);
 	struct net_sandbox *sb = find(n, sandbox_id);
@@ -479,7 +486,7 @@ int net_sandbox_add(struct net *n, const char *sandbox_id, enum net_mode mode,
 	_cleanup_free_ char *rules = NULL;
 	size_t rlen = 0;
 	if (!adopt) {
-		r = chain_rules(&rules, &rlen, N, cid, mode, NULL, default_action);
+		r = chain_rules(&rules, &rlen, N, cid, mode, p, p ? p->default_action : default_action);
 		if (r < 0)
 			return error_set(err, ENOMEM, "nftables script");
 	}
