@@ -204,6 +204,9 @@ static bool sandbox_egress_init(struct corrald *d, struct sandbox *sb, json_t *n
 		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "%s", err.msg);
 		return false;
 	}
+	/* in the sandbox's chain from its add (lifecycle.c), whatever the policy API does before */
+	sb->net.policy = &sb->egress->policy;
+	sb->net.default_action = sb->egress->policy.default_action;
 	return true;
 }
 

@@ -90,6 +90,8 @@ struct sandbox {
 		struct in_addr addr;     /* allocated at create, persisted */
 		enum net_mode mode;
 		enum egress_action default_action; /* the server default at create */
+		const struct egress_policy *policy; /* the create's networkPolicy, if any: in the
+						     * sandbox's chain from its first packet */
 		bool attached;           /* net_sandbox_add() done in this corrald's lifetime */
 	} net;
 

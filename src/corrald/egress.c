@@ -129,6 +129,9 @@ int egress_apply(struct corrald *d, struct sandbox *sb, struct error *err)
 		return 0;
 	/* the record's network.defaultAction is the policy's (what net_sandbox_add() re-adopts) */
 	sb->net.default_action = sb->egress->policy.default_action;
+	/* Not added yet (waiting for capacity): the add puts sb->net.policy, this policy, in. */
+	if (!sb->net.attached)
+		return 0;
 	sb->egress->n_learned = 0; /* net_policy_apply() flushes the learned set, even failing */
 	return net_policy_apply(d->net, sb->id, &sb->egress->policy, sb->net.mode, err);
 }

@@ -67,8 +67,8 @@ void egress_stats_add(const struct sandbox *sb, json_t *network);
 /* The egress token of sandbox id (hex, NUL-terminated), from the proxy secret. */
 void egress_token_for(const struct corrald *d, const char *id, char out[65]);
 
-/* Put sb's policy into nftables (a create, once net_sandbox_add() made its chain; every change).
- * Flushes its learned addresses. */
+/* Put sb's changed policy into nftables (a sandbox not added yet gets it at its add: its
+ * sb->net.policy is this policy). Flushes its learned addresses. */
 int egress_apply(struct corrald *d, struct sandbox *sb, struct error *err);
 
 /* Start the resolver on the bridge gateway's port 53, forwarding to --dns-upstream (default: the

@@ -211,8 +211,8 @@ static int add_network(struct sandbox *sb)
 		return 0;
 	if (!d->net)
 		return -ENETDOWN;
-	int r = net_sandbox_add(d->net, sb->id, sb->net.mode, sb->net.default_action, &sb->net.addr,
-				&err);
+	int r = net_sandbox_add_policy(d->net, sb->id, sb->net.mode, sb->net.policy,
+				       sb->net.default_action, &sb->net.addr, &err);
 	if (r < 0) {
 		log_error("sandbox %s: network: %s", sb->id, err.msg);
 		return r;
@@ -409,12 +409,6 @@ int lifecycle_create(struct sandbox *sb, uint64_t cpu_limit, uint64_t mem_limit,
 	int nr = add_network(sb);
 	if (nr < 0)
 		return nr;
-	/* its egress policy in nftables before its first packet (egress.c) */
-	struct error perr = {0};
-	if (sb->net.on && (nr = egress_apply(d, sb, &perr)) < 0) {
-		log_error("sandbox %s: egress policy: %s", sb->id, perr.msg);
-		return nr;
-	}
 	struct create_ctx *c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;

@@ -349,6 +349,8 @@ int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *
 		sandbox_unref(sb);
 		return r;
 	}
+	if (sb->egress) /* a chain re-made at re-adoption gets the policy, not just its default */
+		sb->net.policy = &sb->egress->policy;
 	if (!sb->image_uri || !sb->rootfs) {
 		sandbox_unref(sb);
 		return -ENOMEM;

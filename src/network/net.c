@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "network/net.h"
+#include "network/nftnl.h"
 #include "network/nl.h"
 #include "shared/fsutil.h"
 #include "shared/macro.h"
@@ -117,7 +118,7 @@ static int nft_runf(struct net *n, struct error *err, const char *fmt, ...)
  * transaction, so no packet sees them half-made); the maps and per-sandbox objects are kept. */
 static int nft_base(struct net *n, struct error *err)
 {
-	char sub[32], gw[INET_ADDRSTRLEN], uplink_rule[96];
+	char sub[32], gw[INET_ADDRSTRLEN], uplink_rule[96], masq[160] = "";
 	char net[INET_ADDRSTRLEN];
 	inet_ntop(AF_INET, &n->subnet, net, sizeof(net));
 	inet_ntop(AF_INET, &n->gateway, gw, sizeof(gw));
@@ -127,6 +128,10 @@ static int nft_base(struct net *n, struct error *err)
 	else
 		snprintf(uplink_rule, sizeof(uplink_rule), "goto drop_sb");
 	const char *N = n->name;
+	if (n->uplink[0]) /* in the same transaction: no moment without NAT after a restart */
+		snprintf(masq, sizeof(masq),
+			 "add rule inet %s postrouting ip saddr %s oifname \"%s\" masquerade\n", N, sub,
+			 n->uplink);
 	return nft_runf(
 	    n, err,
 	    "add table inet %1$s\n"
@@ -169,6 +174,7 @@ static int nft_base(struct net *n, struct error *err)
 	    "add rule inet %1$s forward oifname \"%1$s\" drop\n"
 	    "add chain inet %1$s postrouting { type nat hook postrouting priority srcnat; policy accept; }\n"
 	    "flush chain inet %1$s postrouting\n"
+	    "%5$s"
 	    /* the bridge: a port speaks IPv4 and ARP from its own address only */
 	    "add table bridge %1$s\n"
 	    "add set bridge %1$s ports { type ifname . ipv4_addr; }\n"
@@ -181,7 +187,43 @@ static int nft_base(struct net *n, struct error *err)
 	    "add chain bridge %1$s pre { type filter hook prerouting priority -200; policy accept; }\n"
 	    "flush chain bridge %1$s pre\n"
 	    "add rule bridge %1$s pre iifname @port_names jump port_in\n",
-	    N, sub, gw, uplink_rule);
+	    N, sub, gw, uplink_rule, masq);
+}
+
+static json_t *nft_list_json(struct net *n, const char *cmd);
+
+/* Does a second add of a set element restart its timeout (Linux 6.10+)? Asked once, of a
+ * throwaway set in our table. */
+static bool probe_timeout_update(struct net *n)
+{
+	const char *N = n->name;
+	if (nft_runf(n, NULL,
+		     "add set inet %1$s probe_timeout { type ipv4_addr; flags timeout; }\n"
+		     "flush set inet %1$s probe_timeout\n"
+		     "add element inet %1$s probe_timeout { 192.0.2.1 timeout 10s }\n",
+		     N) < 0)
+		return false;
+	bool ok = false;
+	struct in_addr a = {inet_addr("192.0.2.1")};
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "list set inet %s probe_timeout", N);
+	if (nftnl_elem_refresh(N, "probe_timeout", &a, 4, 3600 * 1000, true) == 0) {
+		json_t *j = nft_list_json(n, cmd);
+		/* the element's timeout in seconds: 3600 if the add updated it, else still 10 */
+		json_t *items = json_object_get(j, "nftables"), *it;
+		size_t i;
+		json_array_foreach(items, i, it) {
+			json_t *elems = json_object_get(json_object_get(it, "set"), "elem"), *el;
+			size_t k;
+			json_array_foreach(elems, k, el) {
+				json_t *e = json_object_get(json_object_get(el, "elem"), "timeout");
+				ok |= json_integer_value(e) == 3600;
+			}
+		}
+		json_decref(j);
+	}
+	nft_runf(n, NULL, "delete set inet %s probe_timeout\n", N);
+	return ok;
 }
 
 /* ---- host side -------------------------------------------------------------------------------- */
@@ -304,14 +346,7 @@ int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
 		error_prefix(err, "nftables table %s", n->name);
 		goto fail;
 	}
-	if (n->uplink[0]) {
-		char sub[INET_ADDRSTRLEN];
-		inet_ntop(AF_INET, &n->subnet, sub, sizeof(sub));
-		if ((r = nft_runf(n, err,
-				  "add rule inet %s postrouting ip saddr %s/%u oifname \"%s\" masquerade\n",
-				  n->name, sub, n->prefix, n->uplink)) < 0)
-			goto fail;
-	}
+	n->timeout_update = probe_timeout_update(n);
 	*ret = n;
 	return 0;
 fail:
@@ -402,6 +437,13 @@ static int chain_rules(char **s, size_t *len, const char *N, const char *cid, en
 int net_sandbox_add(struct net *n, const char *sandbox_id, enum net_mode mode,
 		    enum egress_action default_action, struct in_addr *addr, struct error *err)
 {
+	return net_sandbox_add_policy(n, sandbox_id, mode, NULL, default_action, addr, err);
+}
+
+int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode mode,
+			   const struct egress_policy *p, enum egress_action default_action,
+			   struct in_addr *addr, struct error *err)
+{
 	if (!id_ok(sandbox_id))
 		return error_set(err, EINVAL, "sandbox id '%s' is not a uuid", sandbox_id);
 	struct net_sandbox *sb = find(n, sandbox_id);
@@ -444,7 +486,7 @@ int net_sandbox_add(struct net *n, const char *sandbox_id, enum net_mode mode,
 	_cleanup_free_ char *rules = NULL;
 	size_t rlen = 0;
 	if (!adopt) {
-		r = chain_rules(&rules, &rlen, N, cid, mode, NULL, default_action);
+		r = chain_rules(&rules, &rlen, N, cid, mode, p, p ? p->default_action : default_action);
 		if (r < 0)
 			return error_set(err, ENOMEM, "nftables script");
 	}
@@ -765,13 +807,11 @@ int net_learn(struct net *n, const char *sandbox_id, int family, const void *add
 	char cid[UUID_STR_LEN], as[INET_ADDRSTRLEN];
 	nft_id(sandbox_id, cid);
 	inet_ntop(AF_INET, addr, as, sizeof(as));
-	/* add (so that it exists), delete, add: the timeout restarts, in one transaction. */
-	int r = nft_runf(n, err,
-			 "add element inet %1$s l_%2$s { %3$s timeout %4$us }\n"
-			 "delete element inet %1$s l_%2$s { %3$s }\n"
-			 "add element inet %1$s l_%2$s { %3$s timeout %4$us }\n",
-			 n->name, cid, as, ttl_s);
-	return r < 0 ? error_prefix(err, "sandbox %s: learn %s", sandbox_id, as) : 0;
+	char set[UUID_STR_LEN + 2];
+	snprintf(set, sizeof(set), "l_%s", cid);
+	int r = nftnl_elem_refresh(n->name, set, addr, 4, (uint64_t)ttl_s * 1000,
+				   n->timeout_update);
+	return r < 0 ? error_set_errno(err, -r, "sandbox %s: learn %s", sandbox_id, as) : 0;
 }
 
 int net_sandbox_by_addr(struct net *n, int family, const void *addr, char id_out[UUID_STR_LEN])
@@ -793,23 +833,9 @@ int net_sandbox_drops(struct net *n, const char *sandbox_id, uint64_t *ret_packe
 {
 	if (!id_ok(sandbox_id))
 		return error_set(err, EINVAL, "sandbox id '%s' is not a uuid", sandbox_id);
-	char cid[UUID_STR_LEN], cmd[160];
+	char cid[UUID_STR_LEN], name[UUID_STR_LEN + 2];
 	nft_id(sandbox_id, cid);
-	snprintf(cmd, sizeof(cmd), "list counter inet %s d_%s", n->name, cid);
-	json_t *j = nft_list_json(n, cmd);
-	if (!j)
-		return error_set(err, ENOENT, "sandbox %s has no drop counter", sandbox_id);
-	json_t *items = json_object_get(j, "nftables"), *it;
-	size_t i;
-	int r = error_set(err, EIO, "sandbox %s: no counter in nft's answer", sandbox_id);
-	json_array_foreach(items, i, it) {
-		json_t *c = json_object_get(it, "counter");
-		if (c) {
-			*ret_packets = (uint64_t)json_integer_value(json_object_get(c, "packets"));
-			r = 0;
-			break;
-		}
-	}
-	json_decref(j);
-	return r;
+	snprintf(name, sizeof(name), "d_%s", cid);
+	int r = nftnl_counter_packets(n->name, name, ret_packets);
+	return r < 0 ? error_set_errno(err, -r, "sandbox %s: read its drop counter", sandbox_id) : 0;
 }

@@ -67,6 +67,7 @@ struct net {
 	struct net_sandbox *sb;
 	size_t n_sb, cap_sb;
 	uint32_t next_host; /* allocation cursor (host part) */
+	bool timeout_update; /* the kernel restarts an element's timeout on a re-add (6.10+) */
 };
 
 /* Bridge, gateway address, forwarding on the bridge and the uplink, the nftables tables (base
@@ -80,6 +81,12 @@ void net_free(struct net *n);
  * a sandbox whose policy net_policy_apply() has not set yet is default_action. */
 int net_sandbox_add(struct net *n, const char *sandbox_id, enum net_mode mode,
 		    enum egress_action default_action, struct in_addr *addr, struct error *err);
+/* The same with the sandbox's first policy p (NULL: default_action alone) in its chain from the
+ * start: one transaction, where a net_policy_apply() after the add would replace the chain's
+ * rules, and a rule deletion costs the kernel's commit an RCU grace period (~6-13 ms). */
+int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode mode,
+			   const struct egress_policy *p, enum egress_action default_action,
+			   struct in_addr *addr, struct error *err);
 /* Everything of the sandbox: veth, nftables elements, chain, set and counter. Parts already gone
  * are success. */
 int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err);

@@ -117,6 +117,7 @@ static pid_t sandbox_ns(int *ret_fd)
 #define ID1 "11111111-2222-4333-8444-555555555555"
 #define ID2 "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"
 #define GONE "99999999-2222-4333-8444-555555555555"
+#define ID3 "cccccccc-bbbb-4ccc-8ddd-eeeeeeeeeeee"
 
 int main(void)
 {
@@ -137,6 +138,8 @@ int main(void)
 	if (!n)
 		return 1;
 	CHECK(strcmp(n->uplink, "up0") == 0);
+	printf("kernel restarts a set element's timeout on a re-add: %s\n",
+	       n->timeout_update ? "yes" : "no (add, delete, add)");
 	CHECK(strstr(run("ip -4 addr show dev tnet"), "10.99.0.1/24") != NULL);
 	char *t = nft_text("list table inet tnet");
 	CHECK(strstr(t, "masquerade") != NULL);
@@ -230,6 +233,13 @@ int main(void)
 	t = nft_text("list set inet tnet l_11111111_2222_4333_8444_555555555555");
 	CHECK(strstr(t, "198.51.100.9 timeout 1m40s") != NULL);
 	free(t);
+	/* the other way to restart a timeout (add, delete, add: kernels before 6.10) */
+	n->timeout_update = !n->timeout_update;
+	CHECK_OK(net_learn(n, ID1, AF_INET, &l, 200, &e), e);
+	n->timeout_update = !n->timeout_update;
+	t = nft_text("list set inet tnet l_11111111_2222_4333_8444_555555555555");
+	CHECK(strstr(t, "198.51.100.9 timeout 3m20s") != NULL);
+	free(t);
 
 	/* connection from the sandbox to the gateway's port 22: dropped and counted */
 	snprintf(cmd, sizeof(cmd),
@@ -274,6 +284,17 @@ int main(void)
 	t = nft_text("list chain inet tnet sb_aaaaaaaa_bbbb_4ccc_8ddd_eeeeeeeeeeee");
 	CHECK(strstr(t, "accept") != NULL && strstr(t, "drop_sb") == NULL);
 	free(t);
+
+	/* a sandbox whose first policy is in its chain from the add on */
+	struct in_addr a4 = {0};
+	CHECK_OK(net_sandbox_add_policy(n, ID3, NET_MODE_DNS_NFT, &pol, EGRESS_ALLOW, &a4, &e), e);
+	t = nft_text("list chain inet tnet sb_cccccccc_bbbb_4ccc_8ddd_eeeeeeeeeeee");
+	r1 = strstr(t, "192.0.2.7 goto drop_sb");
+	r2 = strstr(t, "192.0.2.0/24 accept");
+	const char *r3 = r2 ? strstr(r2, "goto drop_sb") : NULL; /* pol's default: deny */
+	CHECK(r1 && r2 && r1 < r2 && r3);
+	free(t);
+	CHECK_OK(net_sandbox_remove(n, ID3, &e), e);
 
 	/* remove leaves nothing */
 	CHECK_OK(net_sandbox_remove(n, ID1, &e), e);
