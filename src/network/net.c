@@ -322,8 +322,20 @@ int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
 		r = error_set_errno(err, -n->bridge_ifindex, "find bridge %s", n->name);
 		goto fail;
 	}
-	const char *step = "no IPv6 on";
-	if ((r = nl_link_no_ipv6(&nl, n->bridge_ifindex)) < 0 ||
+	/*
+	 * A bridge without an address of its own takes the lowest of its ports' and changes it as
+	 * sandboxes come and go: every sandbox's ARP entry for the gateway then points at a MAC
+	 * nobody answers to until it expires (seconds without DNS or any traffic, under churn). A
+	 * fixed one, locally administered and derived from the name, is kept across restarts too.
+	 */
+	uint8_t mac[6] = {0x02, 0xc0, 0, 0, 0, 0};
+	uint32_t hsh = 2166136261u;
+	for (const char *p = n->name; *p; p++)
+		hsh = (hsh ^ (uint8_t)*p) * 16777619u;
+	memcpy(mac + 2, &hsh, 4);
+	const char *step = "set the MAC address of";
+	if ((r = nl_link_set_mac(&nl, n->bridge_ifindex, mac)) < 0 ||
+	    (step = "no IPv6 on", r = nl_link_no_ipv6(&nl, n->bridge_ifindex)) < 0 ||
 	    (step = "address", r = nl_addr4_add(&nl, n->bridge_ifindex, n->gateway, n->prefix)) < 0 ||
 	    (step = "bring up", r = nl_link_up(&nl, n->bridge_ifindex, NULL)) < 0) {
 		nl_close(&nl);

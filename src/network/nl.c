@@ -207,6 +207,16 @@ int nl_bridge_add(struct nl *nl, const char *name)
 	return nl_talk(nl, h, NULL, NULL);
 }
 
+int nl_link_set_mac(struct nl *nl, int ifindex, const uint8_t mac[6])
+{
+	struct nlmsghdr *h = nl_msg(nl, RTM_NEWLINK, 0);
+	struct ifinfomsg *ifi = mnl_nlmsg_put_extra_header(h, sizeof(*ifi));
+	ifi->ifi_family = AF_UNSPEC;
+	ifi->ifi_index = ifindex;
+	mnl_attr_put(h, IFLA_ADDRESS, 6, mac);
+	return nl_talk(nl, h, NULL, NULL);
+}
+
 int nl_addr4_add(struct nl *nl, int ifindex, struct in_addr a, unsigned prefix)
 {
 	struct nlmsghdr *h = nl_msg(nl, RTM_NEWADDR, NLM_F_CREATE | NLM_F_REPLACE);

@@ -23,6 +23,8 @@ int nl_link_up(struct nl *nl, int ifindex, const char *name); /* by index, or na
 int nl_link_del(struct nl *nl, const char *name);              /* gone already: 0 */
 int nl_link_no_ipv6(struct nl *nl, int ifindex);
 int nl_bridge_add(struct nl *nl, const char *name); /* -EEXIST when it exists */
+/* Set the link's MAC address (a bridge with one set keeps it when ports come and go). */
+int nl_link_set_mac(struct nl *nl, int ifindex, const uint8_t mac[6]);
 int nl_addr4_add(struct nl *nl, int ifindex, struct in_addr a, unsigned prefix);
 int nl_route4_default(struct nl *nl, int ifindex, struct in_addr gw);
 /* name in the bridge master (isolated port, up, alias set), peer created in peer_netns_fd. */

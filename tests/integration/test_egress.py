@@ -10,6 +10,7 @@ import concurrent.futures
 import json
 import os
 import subprocess
+import threading
 import time
 
 from harness import CorralTestCase, binary, log, main
@@ -236,6 +237,41 @@ class TestEgressNftMode(EgressCase):
             self.assertEqual(self.resolve(sid, "other.test", server=server), "TIMEOUT")
             self.assertEqual(self.resolve(sid, "other.test", server=server, tcp=True), "TIMEOUT")
         self.assertEqual(len(self.lab.dns_queries()), before, "a foreign query reached a resolver")
+
+    def test_resolver_answers_while_sandboxes_come_and_go(self):
+        # the bridge keeps its MAC when ports come and go: a sandbox's ARP entry for the gateway
+        # stays right (it took a changing one from its lowest port: seconds without DNS)
+        sid = self.sandbox({"defaultAction": "deny",
+                            "egress": [{"action": "allow", "target": "allowed.test"}]})
+        mac = lambda: subprocess.run(["ip", "-br", "link", "show", self.lab.bridge],
+                                     capture_output=True, text=True).stdout.split()[2]
+        before = mac()
+        stop = []
+
+        def churn():
+            c = self.corrald.client(timeout=60)
+            try:
+                while not stop:
+                    r = c.create_sandbox_raw(resourceLimits=SMALL)
+                    if r.status == 202:
+                        c.delete_sandbox(r.json()["id"])
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=churn) for _ in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            probe = ("/usr/bin/python3 -c '%s' $(awk '/^nameserver/ {print $2; exit}' "
+                     "/etc/resolv.conf) " % DNS_PROBE.replace("'", "'\\''"))
+            out = self.sh(sid, "for i in $(seq 40); do %s denied.test; %s allowed.test; done"
+                          % (probe, probe), read_timeout=600).split()
+        finally:
+            stop.append(1)
+            for t in threads:
+                t.join()
+        self.assertEqual(mac(), before)
+        self.assertEqual(out, ["NXDOMAIN", self.lab.addr["allowed.test"]] * 40)
 
     def test_policy_api(self):
         sid = self.sandbox({"defaultAction": "deny",
