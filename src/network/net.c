@@ -531,7 +531,8 @@ static void nft_remove_objects(struct net *n, const char *cid)
 	}
 }
 
-int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
+/* The kernel's part of net_sandbox_remove(): nothing in n changes (n->nft is used). */
+static int remove_kernel(struct net *n, const char *sandbox_id, struct error *err)
 {
 	if (!id_ok(sandbox_id))
 		return error_set(err, EINVAL, "sandbox id '%s' is not a uuid", sandbox_id);
@@ -568,11 +569,39 @@ int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
 			nft_runf(n, NULL, "delete element bridge %s port_names { \"%s\" }\n", N, veth);
 			nft_remove_objects(n, cid);
 		}
-		*sb = n->sb[--n->n_sb];
 	} else {
 		nft_remove_objects(n, cid);
 	}
 	return 0;
+}
+
+void net_sandbox_forget(struct net *n, const char *sandbox_id)
+{
+	struct net_sandbox *sb = find(n, sandbox_id ? sandbox_id : "");
+	if (sb)
+		*sb = n->sb[--n->n_sb];
+}
+
+int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
+{
+	int r = remove_kernel(n, sandbox_id, err);
+	net_sandbox_forget(n, sandbox_id);
+	return r;
+}
+
+int net_sandbox_teardown(const struct net *n, const char *sandbox_id, struct error *err)
+{
+	/* An nftables context of this process's own: the caller's is a socket shared with the
+	 * process that forked it. */
+	struct net w = *n;
+	w.nft = nft_ctx_new(NFT_CTX_DEFAULT);
+	if (!w.nft)
+		return error_set(err, ENOMEM, "nftables context");
+	nft_ctx_buffer_output(w.nft);
+	nft_ctx_buffer_error(w.nft);
+	int r = remove_kernel(&w, sandbox_id, err);
+	nft_ctx_free(w.nft);
+	return r;
 }
 
 struct gc_links {

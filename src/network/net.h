@@ -90,6 +90,11 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 /* Everything of the sandbox: veth, nftables elements, chain, set and counter. Parts already gone
  * are success. */
 int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err);
+/* net_sandbox_remove() in two halves, for a worker: the kernel's state (blocking: its nftables
+ * commit waits for an RCU grace period, ~6-13 ms), in a forked child; then, in the process that
+ * owns n, its address back to the pool. */
+int net_sandbox_teardown(const struct net *n, const char *sandbox_id, struct error *err);
+void net_sandbox_forget(struct net *n, const char *sandbox_id);
 /* After re-adoption: remove veths and nftables state of sandboxes net_sandbox_add() did not
  * name since net_new(). Returns how many sandboxes' leftovers were removed, or -errno. */
 int net_gc(struct net *n, struct error *err);
