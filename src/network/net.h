@@ -40,6 +40,7 @@
 #define NET_LEARN_TTL_FLOOR_S 5      /* a learned address stays at least this long */
 #define NET_LEARN_TTL_MAX_S 86400    /* and at most this long */
 #define NET_NAME_MAX 12              /* bridge and table name: leaves room in IFNAMSIZ */
+#define NET_LOCK_DIR "/run/corral"   /* <name>.lock: one corrald per network name */
 
 enum net_mode {
 	NET_MODE_DNS,     /* nftables enforces only the always-blocked rules */
@@ -68,6 +69,7 @@ struct net {
 	size_t n_sb, cap_sb;
 	uint32_t next_host; /* allocation cursor (host part) */
 	bool timeout_update; /* the kernel restarts an element's timeout on a re-add (6.10+) */
+	int lock_fd;         /* NET_LOCK_DIR/<name>.lock, held while n lives */
 };
 
 /* Bridge, gateway address, forwarding on the bridge and the uplink, the nftables tables (base
