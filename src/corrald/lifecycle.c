@@ -223,11 +223,9 @@ static int add_network(struct sandbox *sb)
 
 void lifecycle_net_release(struct sandbox *sb)
 {
-	struct error err = {0};
 	if (!sb->net.on || !sb->d->net)
 		return;
-	if (net_sandbox_remove(sb->d->net, sb->id, &err) < 0)
-		log_warn("sandbox %s: remove its network: %s", sb->id, err.msg);
+	net_sandbox_forget(sb->d->net, sb->id); /* the teardown worker removed the kernel's part */
 	sb->net.attached = false;
 }
 
@@ -856,6 +854,12 @@ static void teardown_in_worker(void *arg, struct worker_result *res)
 	if (r < 0) {
 		res->rc = r;
 		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-r));
+		return;
+	}
+	/* Its network's kernel state, off the loop (net_sandbox_forget() follows on it). */
+	if (sb->net.on && d->net && (r = net_sandbox_teardown(d->net, sb->id, &err)) < 0) {
+		res->rc = r;
+		snprintf(res->msg, sizeof(res->msg), "remove its network: %s", err.msg);
 		return;
 	}
 	r = fs_remove_tree(sb->dir);

@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -270,6 +272,34 @@ static int set_forwarding(const char *ifname, struct error *err)
 	return r < 0 ? error_set_errno(err, -r, "enable forwarding on %s", ifname) : 0;
 }
 
+/* One corrald per network name: a second would adopt the first's bridge and remove its
+ * sandboxes' veths and rules as leftovers. The lock dies with the process (kill -9 included). */
+static int lock_name(struct net *n, struct error *err)
+{
+	char path[96];
+	if (mkdir(NET_LOCK_DIR, 0700) < 0 && errno != EEXIST)
+		return error_set_errno(err, errno, "mkdir '%s'", NET_LOCK_DIR);
+	snprintf(path, sizeof(path), NET_LOCK_DIR "/%s.lock", n->name);
+	n->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (n->lock_fd < 0)
+		return error_set_errno(err, errno, "open '%s'", path);
+	if (flock(n->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		char holder[32] = "";
+		ssize_t k = pread(n->lock_fd, holder, sizeof(holder) - 1, 0);
+		holder[k > 0 ? k : 0] = '\0';
+		holder[strcspn(holder, "\n")] = '\0';
+		return error_set(err, EBUSY,
+				 "network '%s' is in use by another corrald%s%s%s: give this one another --network-name and --sandbox-subnet",
+				 n->name, holder[0] ? " (pid " : "", holder, holder[0] ? ")" : "");
+	}
+	char pid[32];
+	int len = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(n->lock_fd, 0) == 0 && pwrite(n->lock_fd, pid, (size_t)len, 0) < 0) {
+		/* the pid is only a hint for the message above */
+	}
+	return 0;
+}
+
 int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
 {
 	int r;
@@ -284,6 +314,9 @@ int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
 	if (!n)
 		return error_set(err, ENOMEM, "network");
 	snprintf(n->name, sizeof(n->name), "%s", name);
+	n->lock_fd = -1;
+	if ((r = lock_name(n, err)) < 0)
+		goto fail;
 	if ((r = parse_subnet(cfg->subnet ? cfg->subnet : NET_DEFAULT_SUBNET, &n->subnet,
 			      &n->prefix, err)) < 0)
 		goto fail;
@@ -372,6 +405,8 @@ void net_free(struct net *n)
 		return;
 	if (n->nft)
 		nft_ctx_free(n->nft);
+	if (n->lock_fd >= 0)
+		close(n->lock_fd);
 	free(n->sb);
 	free(n);
 }
@@ -543,7 +578,8 @@ static void nft_remove_objects(struct net *n, const char *cid)
 	}
 }
 
-int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
+/* The kernel's part of net_sandbox_remove(): nothing in n changes (n->nft is used). */
+static int remove_kernel(struct net *n, const char *sandbox_id, struct error *err)
 {
 	if (!id_ok(sandbox_id))
 		return error_set(err, EINVAL, "sandbox id '%s' is not a uuid", sandbox_id);
@@ -580,11 +616,39 @@ int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
 			nft_runf(n, NULL, "delete element bridge %s port_names { \"%s\" }\n", N, veth);
 			nft_remove_objects(n, cid);
 		}
-		*sb = n->sb[--n->n_sb];
 	} else {
 		nft_remove_objects(n, cid);
 	}
 	return 0;
+}
+
+void net_sandbox_forget(struct net *n, const char *sandbox_id)
+{
+	struct net_sandbox *sb = find(n, sandbox_id ? sandbox_id : "");
+	if (sb)
+		*sb = n->sb[--n->n_sb];
+}
+
+int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
+{
+	int r = remove_kernel(n, sandbox_id, err);
+	net_sandbox_forget(n, sandbox_id);
+	return r;
+}
+
+int net_sandbox_teardown(const struct net *n, const char *sandbox_id, struct error *err)
+{
+	/* An nftables context of this process's own: the caller's is a socket shared with the
+	 * process that forked it. */
+	struct net w = *n;
+	w.nft = nft_ctx_new(NFT_CTX_DEFAULT);
+	if (!w.nft)
+		return error_set(err, ENOMEM, "nftables context");
+	nft_ctx_buffer_output(w.nft);
+	nft_ctx_buffer_error(w.nft);
+	int r = remove_kernel(&w, sandbox_id, err);
+	nft_ctx_free(w.nft);
+	return r;
 }
 
 struct gc_links {

@@ -40,6 +40,7 @@
 #define NET_LEARN_TTL_FLOOR_S 5      /* a learned address stays at least this long */
 #define NET_LEARN_TTL_MAX_S 86400    /* and at most this long */
 #define NET_NAME_MAX 12              /* bridge and table name: leaves room in IFNAMSIZ */
+#define NET_LOCK_DIR "/run/corral"   /* <name>.lock: one corrald per network name */
 
 enum net_mode {
 	NET_MODE_DNS,     /* nftables enforces only the always-blocked rules */
@@ -68,6 +69,7 @@ struct net {
 	size_t n_sb, cap_sb;
 	uint32_t next_host; /* allocation cursor (host part) */
 	bool timeout_update; /* the kernel restarts an element's timeout on a re-add (6.10+) */
+	int lock_fd;         /* NET_LOCK_DIR/<name>.lock, held while n lives */
 };
 
 /* Bridge, gateway address, forwarding on the bridge and the uplink, the nftables tables (base
@@ -90,6 +92,11 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 /* Everything of the sandbox: veth, nftables elements, chain, set and counter. Parts already gone
  * are success. */
 int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err);
+/* net_sandbox_remove() in two halves, for a worker: the kernel's state (blocking: its nftables
+ * commit waits for an RCU grace period, ~6-13 ms), in a forked child; then, in the process that
+ * owns n, its address back to the pool. */
+int net_sandbox_teardown(const struct net *n, const char *sandbox_id, struct error *err);
+void net_sandbox_forget(struct net *n, const char *sandbox_id);
 /* After re-adoption: remove veths and nftables state of sandboxes net_sandbox_add() did not
  * name since net_new(). Returns how many sandboxes' leftovers were removed, or -errno. */
 int net_gc(struct net *n, struct error *err);

@@ -924,6 +924,10 @@ class Corrald:
         _run_quiet(["ip", "link", "del", self.net_name])
         _run_quiet(["nft", "delete", "table", "inet", self.net_name])
         _run_quiet(["nft", "delete", "table", "bridge", self.net_name])
+        try:
+            os.unlink("/run/corral/%s.lock" % self.net_name)  # net.h NET_LOCK_DIR
+        except OSError:
+            pass
 
     def wait_no_leaks(self, timeout=30.0):
         deadline = time.monotonic() + timeout

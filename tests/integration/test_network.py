@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -134,6 +135,31 @@ class TestDataPlane(NetworkCase):
         a = self.create()["network"]["address"]
         b = self.create()["network"]["address"]
         self.assertNotEqual(a, b)
+
+    def test_concurrent_creates_each_get_a_working_network(self):
+        # 16 creates at once: distinct addresses, each attached (its eth0 reaches the lab)
+        results = [None] * 16
+
+        def one(i):
+            c = self.corrald.client(timeout=60)
+            try:
+                r = c.create_sandbox_raw(resourceRequests={"cpu": "10m", "memory": "16Mi"})
+                results[i] = r.json() if r.status == 202 else r
+            finally:
+                c.close()
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(results))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        sbs = [r for r in results if isinstance(r, dict)]
+        for sb in sbs:
+            self.addCleanup(self._cleanup_sandbox, sb["id"])
+        self.assertEqual(len(sbs), len(results), [r for r in results if not isinstance(r, dict)])
+        addrs = [sb["network"]["address"] for sb in sbs]
+        self.assertEqual(len(set(addrs)), len(addrs), addrs)
+        for sb in sbs:
+            self.assertEqual(self.fetch(sb["id"], self.lab.addr), self.lab.addr, sb["id"])
 
 
 class TestDefaultDenyNft(NetworkCase):

@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -95,6 +97,7 @@ static pid_t sandbox_ns(int *ret_fd)
 			_exit(1);
 		if (write(p[1], "x", 1) != 1)
 			_exit(1);
+		syscall(SYS_close_range, 3U, ~0U, 0U); /* the network name's lock, among others */
 		pause();
 		_exit(0);
 	}
@@ -121,8 +124,16 @@ static pid_t sandbox_ns(int *ret_fd)
 
 int main(void)
 {
-	if (geteuid() != 0 || unshare(CLONE_NEWNET) < 0) {
-		printf("SKIP: needs root (unshare CLONE_NEWNET)\n");
+	/* A netns of our own, and a private NET_LOCK_DIR: a run beside another (or beside a
+	 * corrald) shares nothing with it. */
+	if (geteuid() != 0 || unshare(CLONE_NEWNET | CLONE_NEWNS) < 0) {
+		printf("SKIP: needs root (unshare CLONE_NEWNET | CLONE_NEWNS)\n");
+		return 77;
+	}
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    (mkdir(NET_LOCK_DIR, 0700) < 0 && errno != EEXIST) ||
+	    mount("tmpfs", NET_LOCK_DIR, "tmpfs", 0, "mode=0700") < 0) {
+		printf("SKIP: cannot make a private %s\n", NET_LOCK_DIR);
 		return 77;
 	}
 	struct error e = {0};
@@ -147,13 +158,16 @@ int main(void)
 
 	/* bad config */
 	struct net *bad = NULL;
-	struct net_config bc = {.name = "tnet", .subnet = "10.99.0.1/24"};
+	struct net_config bc = {.name = "tbad", .subnet = "10.99.0.1/24"};
 	CHECK(net_new(&bc, &bad, &e) == -EINVAL);
 	bc.subnet = "10.99.0.0/30";
 	CHECK(net_new(&bc, &bad, &e) == -EINVAL);
 	bc.subnet = NULL;
 	bc.uplink = "nosuchif0";
 	CHECK(net_new(&bc, &bad, &e) == -ENODEV);
+	bc.name = "tnet"; /* taken */
+	bc.uplink = NULL;
+	CHECK(net_new(&bc, &bad, &e) == -EBUSY);
 
 	int fd1;
 	pid_t p1 = sandbox_ns(&fd1);
