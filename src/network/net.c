@@ -525,10 +525,12 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 		if (r < 0)
 			return error_set(err, ENOMEM, "nftables script");
 	}
-	/* A re-adopted sandbox keeps its chain, set (with what it learned) and counter: "add" of
-	 * an existing one changes nothing. A new one gets its chain's rules (in dns+nft mode: the
-	 * learned set, then the default until net_policy_apply()). */
-	r = nft_runf(n, err,
+	/* A re-adopted sandbox keeps its chain, set (with what it learned), counter and map
+	 * elements as they are in the kernel: nothing to do here (net_gc() puts the map elements
+	 * of exactly the re-adopted sandboxes back in one transaction), so a restart over many
+	 * sandboxes costs no nftables work per sandbox. A new one gets everything, its chain's
+	 * rules included. */
+	r = adopt ? 0 : nft_runf(n, err,
 		     "add set inet %1$s l_%2$s { type ipv4_addr; flags timeout; }\n"
 		     "add counter inet %1$s d_%2$s\n"
 		     "add chain inet %1$s sb_%2$s\n"
