@@ -537,10 +537,12 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 		if (r < 0)
 			return error_set(err, ENOMEM, "nftables script");
 	}
-	/* A re-adopted sandbox keeps its chain, set (with what it learned) and counter: "add" of
-	 * an existing one changes nothing. A new one gets its chain's rules (in dns+nft mode: the
-	 * learned set, then the default until net_policy_apply()). */
-	r = nft_runf(n, err,
+	/* A re-adopted sandbox keeps its chain, set (with what it learned), counter and map
+	 * elements as they are in the kernel: nothing to do here (net_gc() puts the map elements
+	 * of exactly the re-adopted sandboxes back in one transaction), so a restart over many
+	 * sandboxes costs no nftables work per sandbox. A new one gets everything, its chain's
+	 * rules included. */
+	r = adopt ? 0 : nft_runf(n, err,
 		     "add set inet %1$s l_%2$s { type ipv4_addr; flags timeout; }\n"
 		     "add counter inet %1$s d_%2$s\n"
 		     "add chain inet %1$s sb_%2$s\n"
@@ -703,6 +705,26 @@ static json_t *nft_list_json(struct net *n, const char *cmd)
 	return out ? json_loads(out, 0, NULL) : NULL;
 }
 
+/* The table (a "list table" JSON) holds the sandbox's chain and counter (the map elements'
+ * targets). */
+static bool has_objects(json_t *table, const char *cid)
+{
+	char chain[UUID_STR_LEN + 4], counter[UUID_STR_LEN + 4];
+	snprintf(chain, sizeof(chain), "sb_%s", cid);
+	snprintf(counter, sizeof(counter), "d_%s", cid);
+	bool c1 = false, c2 = false;
+	json_t *it;
+	size_t i;
+	json_array_foreach(json_object_get(table, "nftables"), i, it) {
+		const char *a = json_string_value(json_object_get(json_object_get(it, "chain"), "name"));
+		const char *b =
+		    json_string_value(json_object_get(json_object_get(it, "counter"), "name"));
+		c1 |= a && strcmp(a, chain) == 0;
+		c2 |= b && strcmp(b, counter) == 0;
+	}
+	return c1 && c2;
+}
+
 int net_gc(struct net *n, struct error *err)
 {
 	int removed = 0;
@@ -740,6 +762,8 @@ int net_gc(struct net *n, struct error *err)
 	for (size_t i = 0; i < n->n_sb; i++) {
 		char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
 		nft_id(n->sb[i].id, cid);
+		if (!has_objects(j, cid))
+			continue; /* e.g. after a reboot: its chain is gone, its packets are dropped */
 		veth_name(n->sb[i].id, veth);
 		inet_ntop(AF_INET, &n->sb[i].addr, as, sizeof(as));
 		fprintf(f,

@@ -17,10 +17,12 @@
  * port 53), -> 169.254.0.0/16, 127/8, 0/8, 224/3, DNS (53) to any other resolver, 853 (DoT/DoQ),
  * everything IPv6, anything not leaving through the uplink.
  *
- * Processes: net_new(), net_sandbox_*(), net_policy_apply(), net_learn() and the readers run in
- * corrald's process (quick netlink and nftables transactions, no child process). net_attach() is
- * the blocking part of a create and runs in the create worker (a forked child that closed every
- * inherited fd): it uses only the values net_new() left in struct net and fresh sockets.
+ * Processes: net_new(), net_sandbox_add*(), net_sandbox_forget(), net_policy_apply(), net_learn()
+ * and the readers run in corrald's process (quick netlink and nftables requests, no child
+ * process). net_attach() (a create's blocking part) and net_sandbox_teardown() (a removal, whose
+ * nftables commit waits for an RCU grace period) run in corrald's workers (forked children that
+ * closed every inherited fd): they use only the values net_new() left in struct net and sockets
+ * of their own.
  *
  * The library never logs; it returns -errno with a message in struct error.
  */

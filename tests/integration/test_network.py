@@ -7,7 +7,9 @@ restart, and that a delete or a restart leaves no veth or nftables object behind
 """
 import json
 import os
+import random
 import re
+import secrets
 import subprocess
 import sys
 import threading
@@ -213,13 +215,14 @@ class TestRestart(NetworkCase):
 
     def test_restart_removes_leftovers_of_unknown_sandboxes(self):
         # What a sandbox deleted while corrald was down would leave: a veth and nft objects.
-        ghost = "0badc0de-0000-4000-8000-000000000001"
+        ghost = "0badc0de-0000-4000-8000-%012x" % random.randrange(1 << 48)
         gid = ghost.replace("-", "_")
+        veth = "crg%s" % secrets.token_hex(4)  # runs side by side must not share it
         name = self.corrald.net_name
         self.corrald.kill9()
-        subprocess.run(["ip", "link", "add", "crghost0", "type", "veth", "peer", "name",
-                        "crghost1"], check=True)
-        subprocess.run(["ip", "link", "set", "crghost0", "alias",
+        subprocess.run(["ip", "link", "add", veth, "type", "veth", "peer", "name",
+                        veth + "p"], check=True)
+        subprocess.run(["ip", "link", "set", veth, "alias",
                         "corral:%s:%s" % (name, ghost)], check=True)
         script = ("add chain inet {n} sb_{g}\nadd set inet {n} l_{g} {{ type ipv4_addr; flags timeout; }}\n"
                   "add counter inet {n} d_{g}\n").format(n=name, g=gid)
@@ -229,9 +232,9 @@ class TestRestart(NetworkCase):
             self.client.close()
             self.assertNotIn(gid, nft_table(name))
             links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-            self.assertNotIn("crghost0", links)
+            self.assertNotIn(veth, links)
         finally:
-            subprocess.run(["ip", "link", "del", "crghost0"], stderr=subprocess.DEVNULL)
+            subprocess.run(["ip", "link", "del", veth], stderr=subprocess.DEVNULL)
 
 
 if __name__ == "__main__":
