@@ -322,6 +322,15 @@ class TestEgressNftMode(EgressCase):
         # nothing of that changed the policy
         self.assertEqual(self.policy_of(sid)["policy"]["egress"],
                          [{"action": "allow", "target": "allowed.test"}])
+        # a sandbox without a network has no policy: none at create, no policy API
+        r = self.client.create_sandbox_raw(resourceLimits=SMALL, extensions={"network": "none"},
+                                           networkPolicy={"defaultAction": "deny"})
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("networkPolicy", r.json()["message"])
+        lo = self.sandbox(extensions={"network": "none"})
+        self.assertNotIn("networkPolicy", self.client.get_sandbox(lo).json())
+        r = self.egress(lo, "GET")
+        self.assertEqual(r.status, 404, r)
         # a bad networkPolicy at create is a 400 naming the rule
         r = self.client.create_sandbox_raw(resourceLimits=SMALL, networkPolicy={
             "egress": [{"action": "allow", "target": "ok.test"},
