@@ -44,6 +44,7 @@ struct query {
 	size_t upstream; /* index tried now */
 	int fd;
 	struct event *ev;
+	struct bufferevent *up_tcp; /* the upstream over TCP (a TCP client's truncated answer) */
 };
 
 TAILQ_HEAD(query_list, query);
@@ -214,6 +215,8 @@ static void query_free(struct query *q)
 		event_free(q->ev);
 	if (q->fd >= 0)
 		close(q->fd);
+	if (q->up_tcp)
+		bufferevent_free(q->up_tcp);
 	ldns_rr_free(q->question);
 	free(q->msg);
 	free(q);
@@ -230,6 +233,8 @@ static void query_fail(struct query *q)
 }
 
 static void on_upstream(evutil_socket_t fd, short what, void *arg);
+static bool query_send_tcp(struct query *q);
+static void deliver(struct query *q, ldns_pkt *a, uint8_t *buf, size_t n);
 
 /* Send q to upstream i or a later one; false when none is left. */
 static bool query_send(struct query *q, size_t i)
@@ -309,7 +314,6 @@ static void learn_answers(struct query *q, const struct resolver_client *c, cons
 static void on_upstream(evutil_socket_t fd, short what, void *arg)
 {
 	struct query *q = arg;
-	struct resolver *r = q->r;
 	if (what & EV_TIMEOUT) {
 		if (!query_send(q, q->upstream + 1))
 			query_fail(q);
@@ -331,6 +335,24 @@ static void on_upstream(evutil_socket_t fd, short what, void *arg)
 		ldns_pkt_free(a); /* not the answer: keep waiting for it */
 		return;
 	}
+	if (ldns_pkt_tc(a) && q->tcp) {
+		/* Too large for UDP, and the client asked over TCP: ask the same upstream over TCP. */
+		ldns_pkt_free(a);
+		if (!query_send_tcp(q))
+			query_fail(q);
+		return;
+	}
+	deliver(q, a, buf, (size_t)n);
+}
+
+/*
+ * The answer a (wire form buf, n bytes, writable) to q's client: judged again (the policy may
+ * have changed while upstream worked), its addresses learned, relayed with the client's ID.
+ * Frees a and q.
+ */
+static void deliver(struct query *q, ldns_pkt *a, uint8_t *buf, size_t n)
+{
+	struct resolver *r = q->r;
 	/* The policy may have changed while upstream worked: judge the name again. */
 	struct resolver_client c = {0};
 	if (r->ops->who(r->arg, q->client.ss_family, sa_addr(&q->client), &c) < 0 ||
@@ -349,10 +371,80 @@ static void on_upstream(evutil_socket_t fd, short what, void *arg)
 			learn_answers(q, &c, a);
 		buf[0] = (uint8_t)(q->client_qid >> 8);
 		buf[1] = (uint8_t)q->client_qid;
-		send_wire(r, q->tcp, q->conn, &q->client, q->client_len, buf, (size_t)n);
+		send_wire(r, q->tcp, q->conn, &q->client, q->client_len, buf, n);
 	}
 	ldns_pkt_free(a);
 	query_free(q);
+}
+
+static void on_upstream_tcp_read(struct bufferevent *bev, void *arg)
+{
+	struct query *q = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	uint8_t hdr[2];
+	if (evbuffer_copyout(in, hdr, 2) < 2)
+		return;
+	size_t len = (size_t)hdr[0] << 8 | hdr[1];
+	if (evbuffer_get_length(in) < len + 2)
+		return;
+	uint8_t *buf = malloc(len ? len : 1);
+	ldns_pkt *a = NULL;
+	if (!buf || len < 12 || evbuffer_drain(in, 2) < 0 ||
+	    evbuffer_remove(in, buf, len) != (int)len ||
+	    ldns_wire2pkt(&a, buf, len) != LDNS_STATUS_OK || !answer_matches(q, a)) {
+		/* one message per connection: anything else is a failed try */
+		ldns_pkt_free(a);
+		free(buf);
+		query_fail(q);
+		return;
+	}
+	deliver(q, a, buf, len);
+	free(buf);
+}
+
+static void on_upstream_tcp_event(struct bufferevent *bev, short what, void *arg)
+{
+	(void)bev;
+	if (what & BEV_EVENT_CONNECTED)
+		return;
+	query_fail(arg); /* EOF before the answer, an error or the timeout */
+}
+
+/* q again over TCP to the upstream that truncated its answer; false when it cannot start. */
+static bool query_send_tcp(struct query *q)
+{
+	struct resolver *r = q->r;
+	if (q->ev) {
+		event_free(q->ev);
+		q->ev = NULL;
+	}
+	if (q->fd >= 0) {
+		close(q->fd);
+		q->fd = -1;
+	}
+	const struct sockaddr_storage *up = &r->cfg.upstream[q->upstream];
+	int fd = socket(up->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	/* deferred callbacks: none runs inside bufferevent_socket_connect() (q is still ours) */
+	struct bufferevent *bev = bufferevent_socket_new(r->base, fd, BEV_OPT_CLOSE_ON_FREE |
+									  BEV_OPT_DEFER_CALLBACKS);
+	if (!bev) {
+		close(fd);
+		return false;
+	}
+	q->up_tcp = bev;
+	int ms = r->cfg.upstream_timeout_ms > 0 ? r->cfg.upstream_timeout_ms : 2000;
+	struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+	bufferevent_set_timeouts(bev, &tv, &tv);
+	bufferevent_setcb(bev, on_upstream_tcp_read, NULL, on_upstream_tcp_event, q);
+	uint8_t hdr[2] = {(uint8_t)(q->len >> 8), (uint8_t)q->len};
+	struct evbuffer *out = bufferevent_get_output(bev);
+	if (evbuffer_add(out, hdr, 2) < 0 || evbuffer_add(out, q->msg, q->len) < 0 ||
+	    bufferevent_enable(bev, EV_READ | EV_WRITE) < 0 ||
+	    bufferevent_socket_connect(bev, (const struct sockaddr *)up, (int)sa_len(up)) < 0)
+		return false; /* query_free() frees bev */
+	return true;
 }
 
 static size_t inflight_of(struct resolver *r, const struct sockaddr_storage *client)

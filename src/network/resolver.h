@@ -6,7 +6,8 @@
  * forged from another sandbox). Its name is judged by that sandbox's egress policy:
  *  - denied: NXDOMAIN, answered at once, nothing leaves the host;
  *  - allowed: the query goes to the upstream servers (in order, each tried once on a timeout)
- *    from a fresh socket with a random ID; the answer is checked (ID, question), its A and AAAA
+ *    from a fresh socket with a random ID (over UDP; again over TCP when the answer was truncated
+ *    and the client asked over TCP); the answer is checked (ID, question), its A and AAAA
  *    records are handed to learn() with their TTL before the answer is relayed (so a connection
  *    to an answer never races its admission), unless an IP/CIDR deny rule covers the address.
  * Malformed, oversized or unidentifiable queries are dropped; a flood costs one bounded read per

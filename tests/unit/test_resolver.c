@@ -5,7 +5,10 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <event2/listener.h>
 #include <ldns/ldns.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -20,7 +23,7 @@ static struct event_base *base;
 static struct egress_policy pol_a, pol_b;
 static unsigned judged_allowed, judged_denied, upstream_queries;
 static char learned[32][64];
-static unsigned n_learned;
+static unsigned n_learned, learn_calls;
 static uint32_t learned_ttl[32];
 
 #define ID_A "aaaaaaaa-0000-4000-8000-000000000001"
@@ -62,6 +65,7 @@ static int learn(void *arg, const struct resolver_client *c, int family, const v
 	(void)arg, (void)err;
 	char s[64];
 	inet_ntop(family, addr, s, sizeof(s));
+	learn_calls++;
 	if (n_learned < 32) {
 		snprintf(learned[n_learned], sizeof(learned[0]), "%.8s %s", c->id, s);
 		learned_ttl[n_learned++] = ttl;
@@ -96,6 +100,21 @@ static void on_fake_upstream(evutil_socket_t fd, short what, void *arg)
 	char *name = ldns_rdf2str(ldns_rr_owner(question));
 	if (strcasecmp(name, "slow.test.") == 0)
 		goto out; /* never answered */
+	if (strcasecmp(name, "big.test.") == 0) {
+		/* too large for UDP: truncated, no records (the whole answer is on TCP) */
+		ldns_pkt *t = ldns_pkt_new();
+		ldns_pkt_set_id(t, ldns_pkt_id(q));
+		ldns_pkt_set_qr(t, true);
+		ldns_pkt_set_tc(t, true);
+		ldns_pkt_push_rr(t, LDNS_SECTION_QUESTION, ldns_rr_clone(question));
+		uint8_t *tw;
+		size_t tl;
+		ldns_pkt2wire(&tw, t, &tl);
+		sendto(fd, tw, tl, 0, (struct sockaddr *)&from, fl);
+		free(tw);
+		ldns_pkt_free(t);
+		goto out;
+	}
 	ldns_pkt *a = ldns_pkt_new();
 	ldns_pkt_set_id(a, ldns_pkt_id(q));
 	ldns_pkt_set_qr(a, true);
@@ -135,6 +154,59 @@ static void on_fake_upstream(evutil_socket_t fd, short what, void *arg)
 out:
 	free(name);
 	ldns_pkt_free(q);
+}
+
+/* The fake upstream over TCP: big.test gets 40 A records (more than a 512-byte UDP answer). */
+static void on_fake_tcp_read(struct bufferevent *bev, void *arg)
+{
+	(void)arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	uint8_t hdr[2], buf[4096];
+	if (evbuffer_copyout(in, hdr, 2) < 2)
+		return;
+	size_t len = (size_t)hdr[0] << 8 | hdr[1];
+	if (evbuffer_get_length(in) < len + 2 || len > sizeof(buf))
+		return;
+	evbuffer_drain(in, 2);
+	evbuffer_remove(in, buf, len);
+	ldns_pkt *q = NULL;
+	if (ldns_wire2pkt(&q, buf, len) != LDNS_STATUS_OK)
+		return;
+	upstream_queries++;
+	ldns_pkt *a = ldns_pkt_new();
+	ldns_pkt_set_id(a, ldns_pkt_id(q));
+	ldns_pkt_set_qr(a, true);
+	ldns_pkt_push_rr(a, LDNS_SECTION_QUESTION,
+			 ldns_rr_clone(ldns_rr_list_rr(ldns_pkt_question(q), 0)));
+	for (int i = 1; i <= 40; i++) {
+		char rr[64];
+		snprintf(rr, sizeof(rr), "big.test. 60 IN A 192.0.2.%d", i);
+		add_rr(a, rr);
+	}
+	uint8_t *w;
+	size_t wl;
+	ldns_pkt2wire(&w, a, &wl);
+	uint8_t wh[2] = {(uint8_t)(wl >> 8), (uint8_t)wl};
+	bufferevent_write(bev, wh, 2);
+	bufferevent_write(bev, w, wl);
+	free(w);
+	ldns_pkt_free(a);
+	ldns_pkt_free(q);
+}
+
+static void on_fake_tcp_event(struct bufferevent *bev, short what, void *arg)
+{
+	(void)what, (void)arg;
+	bufferevent_free(bev);
+}
+
+static void on_fake_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+			   int salen, void *arg)
+{
+	(void)l, (void)sa, (void)salen, (void)arg;
+	struct bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+	bufferevent_setcb(bev, on_fake_tcp_read, NULL, on_fake_tcp_event, NULL);
+	bufferevent_enable(bev, EV_READ | EV_WRITE);
 }
 
 /* --- clients -------------------------------------------------------------------------------- */
@@ -257,6 +329,7 @@ int main(void)
 			   "{\"action\":\"allow\",\"target\":\"slow.test\"},"
 			   "{\"action\":\"allow\",\"target\":\"wrongid.test\"},"
 			   "{\"action\":\"allow\",\"target\":\"mixed.test\"},"
+			   "{\"action\":\"allow\",\"target\":\"big.test\"},"
 			   "{\"action\":\"deny\",\"target\":\"192.0.2.66\"},"
 			   "{\"action\":\"allow\",\"target\":\"*.evil.test\"}]}");
 	set_policy(&pol_b, "{\"defaultAction\":\"allow\",\"egress\":["
@@ -277,6 +350,10 @@ int main(void)
 	getsockname(fake, (struct sockaddr *)&cfg.upstream[1], &l);
 	struct event *fev = event_new(base, fake, EV_READ | EV_PERSIST, on_fake_upstream, NULL);
 	event_add(fev, NULL);
+	struct evconnlistener *fake_tcp = evconnlistener_new_bind(
+		base, on_fake_accept, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 16,
+		(struct sockaddr *)&cfg.upstream[1], sizeof(struct sockaddr_in));
+	CHECK(fake_tcp != NULL);
 
 	port = free_port();
 	sin_set(&cfg.listen, "127.0.0.1", port);
@@ -439,6 +516,39 @@ int main(void)
 		}
 	}
 	CHECK_INT(seen, 2);
+	/* an answer too large for UDP: a UDP client gets it truncated (TC), a TCP client gets it whole,
+	 * asked again over TCP upstream, and its addresses are learned */
+	ans = ask(a, "big.test", LDNS_RR_TYPE_A, 3000);
+	CHECK(ans && ldns_pkt_tc(ans) && ldns_pkt_ancount(ans) == 0);
+	ldns_pkt_free(ans);
+	unsigned calls_before = learn_calls;
+	w1 = query_wire("big.test", LDNS_RR_TYPE_A, 777, &len);
+	o = 0;
+	out[o++] = (uint8_t)(len >> 8), out[o++] = (uint8_t)len;
+	memcpy(out + o, w1, len), o += len;
+	free(w1);
+	send(t, out, o, 0);
+	got = 0;
+	ldns_pkt *bigans = NULL;
+	for (int i = 0; i < 600 && !bigans; i++) {
+		if (!wait_readable(t, 10))
+			continue;
+		ssize_t n = recv(t, in + got, sizeof(in) - got, MSG_DONTWAIT);
+		if (n > 0)
+			got += (size_t)n;
+		size_t ml = got >= 2 ? (size_t)in[0] << 8 | in[1] : 0;
+		if (got >= 2 && got >= ml + 2 && ldns_wire2pkt(&bigans, in + 2, ml) != LDNS_STATUS_OK)
+			break;
+	}
+	CHECK(bigans != NULL);
+	if (bigans) {
+		CHECK_INT(ldns_pkt_id(bigans), 777);
+		CHECK(!ldns_pkt_tc(bigans));
+		CHECK_INT(ldns_pkt_ancount(bigans), 40);
+	}
+	ldns_pkt_free(bigans);
+	CHECK_INT(learn_calls - calls_before, 40);
+
 	/* a TCP message longer than the limit ends the connection */
 	uint8_t big[2] = {0xff, 0xff};
 	send(t, big, 2, 0);
@@ -478,6 +588,7 @@ int main(void)
 	unlink(path);
 
 	resolver_free(r);
+	evconnlistener_free(fake_tcp);
 	event_free(fev);
 	close(silent);
 	close(fake);
