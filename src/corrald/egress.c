@@ -153,6 +153,7 @@ static int hook_who(void *arg, int family, const void *addr, struct resolver_cli
 	if (!sb)
 		return -ENOENT;
 	snprintf(c->id, sizeof(c->id), "%s", sb->id);
+	c->cookie = sb; /* judged() and learn() run before the loop goes on: sb is still there */
 	c->policy = &sb->egress->policy;
 	c->learn = sb->net.mode == NET_MODE_DNS_NFT;
 	return 0;
@@ -161,7 +162,7 @@ static int hook_who(void *arg, int family, const void *addr, struct resolver_cli
 static void hook_judged(void *arg, const struct resolver_client *c, const char *name,
 			uint16_t qtype, bool allowed)
 {
-	struct sandbox *sb = registry_find(arg, c->id);
+	struct sandbox *sb = c->cookie;
 	if (sb && sb->egress) {
 		if (allowed)
 			sb->egress->dns_allowed++;
@@ -184,7 +185,7 @@ static int hook_learn(void *arg, const struct resolver_client *c, int family, co
 		      uint32_t ttl_s, struct error *err)
 {
 	struct corrald *d = arg;
-	struct sandbox *sb = registry_find(d, c->id);
+	struct sandbox *sb = c->cookie;
 	if (family != AF_INET || !sb || !sb->egress)
 		return net_learn(d->net, c->id, family, addr, ttl_s, err);
 	struct sb_egress *e = sb->egress;

@@ -43,11 +43,13 @@ struct resolver_client {
 	char id[UUID_STR_LEN];
 	const struct egress_policy *policy; /* valid until the hook returns to the resolver's caller */
 	bool learn;                         /* dns+nft: hand allowed answers to ops->learn() */
+	void *cookie;                       /* the hook's own, for judged() and learn() right after */
 };
 
 struct resolver_ops {
 	/* The sandbox at this source address: 0 with c filled, or -ENOENT (the query is dropped). */
 	int (*who)(void *arg, int family, const void *addr, struct resolver_client *c);
+	/* judged() and learn() get c as who() filled it in the same turn of the loop. */
 	/* A query was judged (count it, log a denial). name is the query's name, lowercased. */
 	void (*judged)(void *arg, const struct resolver_client *c, const char *name, uint16_t qtype,
 		       bool allowed);
