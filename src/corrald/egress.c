@@ -222,10 +222,23 @@ learn:;
 	return 0;
 }
 
+/* At most one line a second (an upstream that is down would otherwise log every query). */
 static void hook_warn(void *arg, const char *msg)
 {
 	(void)arg;
-	log_warn("DNS: %s", msg);
+	static int64_t last_ms;
+	static unsigned suppressed;
+	int64_t now = time_mono_ms();
+	if (last_ms && now - last_ms < 1000) {
+		suppressed++;
+		return;
+	}
+	if (suppressed)
+		log_warn("DNS: %s (and %u more such messages in the last second)", msg, suppressed);
+	else
+		log_warn("DNS: %s", msg);
+	last_ms = now;
+	suppressed = 0;
 }
 
 static const struct resolver_ops hooks = {
@@ -433,7 +446,7 @@ static void policy_patch(struct corrald *d, struct evhttp_request *req, struct s
 		send_text(req, 400, "invalid patch rules: %s", err.msg);
 		return;
 	}
-	struct egress_policy next;
+	struct egress_policy next = {0};
 	if (egress_policy_copy(&next, &sb->egress->policy) < 0 ||
 	    egress_policy_patch(&next, rules, n, &err) < 0) {
 		free(rules);
@@ -471,7 +484,7 @@ static void policy_delete(struct corrald *d, struct evhttp_request *req, struct 
 			return;
 		}
 	}
-	struct egress_policy next;
+	struct egress_policy next = {0};
 	ssize_t removed = -ENOMEM;
 	if (egress_policy_copy(&next, &sb->egress->policy) == 0)
 		removed = egress_policy_delete(&next, targets, n);
