@@ -234,7 +234,7 @@ static void hook_warn(void *arg, const char *msg)
 		return;
 	}
 	if (suppressed)
-		log_warn("DNS: %s (and %u more such messages in the last second)", msg, suppressed);
+		log_warn("DNS: %s (%u more not logged since the last line)", msg, suppressed);
 	else
 		log_warn("DNS: %s", msg);
 	last_ms = now;
