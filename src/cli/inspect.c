@@ -8,7 +8,8 @@ static const char inspect_help[] =
 	"Usage: corral inspect [OPTIONS] ID\n"
 	"\n"
 	"Prints sandbox ID as the server describes it (id, image, status, metadata, entrypoint,\n"
-	"createdAt, expiresAt, ...), as indented JSON.\n"
+	"createdAt, expiresAt, and for a sandbox with a network its egress policy in force and\n"
+	"its mode: networkPolicy, egressMode), as indented JSON.\n"
 	"\n" CLI_COMMON_HELP
 	"\n"
 	"Example:\n"

@@ -316,6 +316,41 @@ static bool accepting_body(struct corrald *d, struct evhttp_request *req, json_t
 	return body_json(req, false, ret);
 }
 
+/*
+ * The egress policy of a new sandbox with a network: its networkPolicy (validated already) or the
+ * server's default. A networkPolicy for a sandbox without a network is refused (nothing could
+ * enforce it; such a sandbox reaches nothing beyond its loopback anyway). False when it answered
+ * req.
+ */
+static bool sandbox_egress_init(struct corrald *d, struct sandbox *sb, json_t *network_policy,
+				struct evhttp_request *req)
+{
+	struct error err = {0};
+	if (!sb->net.on) {
+		if (!network_policy)
+			return true;
+		struct verr e;
+		if (d->net)
+			verr_set(&e, 400, CODE_INVALID_PARAMETER,
+				 ((const char *const[]){"networkPolicy", NULL}),
+				 "networkPolicy needs a network: it cannot go with extensions.network \"none\"");
+		else
+			verr_set(&e, 400, "SANDBOX::API_NOT_SUPPORTED",
+				 ((const char *const[]){"networkPolicy", NULL}),
+				 "networkPolicy needs sandbox networking, which this corrald runs without (--sandbox-subnet none)");
+		send_verr(req, &e, "body");
+		return false;
+	}
+	if (egress_from_create(d->egress_default, network_policy, &sb->egress, &err) < 0) {
+		http_send_error(req, 500, "GENERAL::OUT_OF_MEMORY", "%s", err.msg);
+		return false;
+	}
+	/* in the sandbox's chain from its add (lifecycle.c), whatever the policy API does before */
+	sb->net.policy = &sb->egress->policy;
+	sb->net.default_action = sb->egress->policy.default_action;
+	return true;
+}
+
 static void h_create(struct corrald *d, struct evhttp_request *req)
 {
 	json_t *body = NULL;
@@ -444,6 +479,14 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	if (key[0]) {
 		sb->idem_key = strdup(key);
 		memcpy(sb->idem_fp, fp, sizeof(sb->idem_fp));
+	}
+	sb->net.on = d->net && !p.network_none;
+	sb->net.mode = d->egress_mode;
+	sb->net.default_action = d->egress_default;
+	if (!sandbox_egress_init(d, sb, p.network_policy, req)) {
+		create_params_clear(&p);
+		sandbox_unref(sb);
+		return;
 	}
 	registry_add(d, sb);
 	struct create_reply *cr =
@@ -739,6 +782,20 @@ static void h_get(struct corrald *d, struct evhttp_request *req, struct sandbox 
 	http_send_json(req, 200, sandbox_to_api(sb, false));
 }
 
+/* The network part of a sandbox's stats (docs/network.md): its mode and what the host dropped of
+ * its packets (policy or always blocked). Absent for a sandbox without a network. */
+static void stats_add_network(struct corrald *d, struct sandbox *sb, json_t *o)
+{
+	if (!sb->net.on)
+		return;
+	json_t *n = json_pack("{s:s}", "egressMode", net_mode_name(sb->net.mode));
+	uint64_t drops = 0;
+	struct error err = {0};
+	if (d->net && net_sandbox_drops(d->net, sb->id, &drops, &err) == 0)
+		json_object_set_new(n, "droppedPackets", json_integer((json_int_t)drops));
+	json_object_set_new(o, "network", n);
+}
+
 /* Extension: usage stats from the runtime's probe (works on ended sandboxes too, until deleted:
  * the runtime keeps their numbers until destroy, so the peak and the OOM kills of a dead sandbox
  * can still be read). */
@@ -773,6 +830,8 @@ static void h_stats(struct corrald *d, struct evhttp_request *req, struct sandbo
 	}
 	if (sb->reason)
 		json_object_set_new(o, "reason", json_string(sb->reason));
+	stats_add_network(d, sb, o);
+	egress_stats_add(sb, json_object_get(o, "network"));
 	http_send_json(req, 200, o);
 }
 
@@ -953,15 +1012,25 @@ static void h_endpoint(struct corrald *d, struct evhttp_request *req, struct san
 	char ep[1024];
 	snprintf(ep, sizeof(ep), "%s/sandboxes/%s/proxy/%d", host && *host ? host : "localhost",
 		 sb->id, port);
-	if (!d->api_key) {
+	json_t *headers = json_object();
+	/* The SDKs send an endpoint's headers on every call to it: the proxy route's credential. */
+	if (d->api_key) {
+		char token[TOKEN_HEX_LEN + 1];
+		token_for(d->proxy_secret, sb->id, token);
+		json_object_set_new(headers, TOKEN_HEADER, json_string(token));
+	}
+	/* Port 18080 is corrald's own policy API for the sandbox (egress.c): its token too. */
+	if (port == EGRESS_PORT) {
+		char et[65];
+		egress_token_for(d, sb->id, et);
+		json_object_set_new(headers, EGRESS_TOKEN_HEADER, json_string(et));
+	}
+	if (json_object_size(headers) == 0) {
+		json_decref(headers);
 		http_send_json(req, 200, json_pack("{s:s}", "endpoint", ep));
 		return;
 	}
-	/* The SDKs send an endpoint's headers on every call to it: the proxy route's credential. */
-	char token[TOKEN_HEX_LEN + 1];
-	token_for(d->proxy_secret, sb->id, token);
-	http_send_json(req, 200,
-		       json_pack("{s:s, s:{s:s}}", "endpoint", ep, "headers", TOKEN_HEADER, token));
+	http_send_json(req, 200, json_pack("{s:s, s:o}", "endpoint", ep, "headers", headers));
 }
 
 /* --- the proxy route ---------------------------------------------------------------------- */
@@ -1075,6 +1144,9 @@ static void h_proxy(struct corrald *d, struct evhttp_request *req, struct sandbo
 					 sb->reason ? sb->reason : "Unknown"));
 		return;
 	}
+	/* corrald's own policy API: never forwarded into the sandbox, which must not change it. */
+	if (port == EGRESS_PORT)
+		return egress_api(d, req, sb, rest);
 	if (sb->state == SB_PAUSED) {
 		/* Its processes are frozen: a call would only wait for the upstream timeout. */
 		http_send_error(req, 409, WIRE_CODE(SANDBOX_PAUSED),
@@ -1217,6 +1289,8 @@ static void judge_head(struct evhttp_request *req, struct front_verdict *v, void
 	if (!auth_ok(d, req, &rt, v))
 		return;
 	v->body_max = rt.health ? 0 : rt.proxy ? CORRALD_HTTP_BODY_MAX : CORRALD_LIFECYCLE_BODY_MAX;
+	if (rt.proxy && strcmp(rt.segs[3], STR(EGRESS_PORT)) == 0)
+		v->body_max = CORRALD_LIFECYCLE_BODY_MAX; /* the policy API's bodies (egress.c) */
 }
 
 static void dispatch(struct evhttp_request *req, void *arg)

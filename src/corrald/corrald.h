@@ -15,7 +15,9 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+#include "corrald/egress.h"
 #include "corrald/worker.h"
+#include "network/net.h"
 #include "runtime/runtime.h"
 
 #define CORRALD_LIFECYCLE_BODY_MAX (1024 * 1024) /* lifecycle routes, enforced by api.c */
@@ -107,12 +109,25 @@ struct sandbox {
 	bool orphaned;    /* every client of its create hung up: rolled back unless a repeat of the
 			   * create (same key) claims it first */
 
+	/* network (network/net.h): none, or an address on corrald's bridge, kept in the record */
+	struct sb_net {
+		bool on;                 /* false: loopback only (extensions.network "none") */
+		struct in_addr addr;     /* allocated at create, persisted */
+		enum net_mode mode;
+		enum egress_action default_action; /* the server default at create */
+		const struct egress_policy *policy; /* the create's networkPolicy, if any: in the
+						     * sandbox's chain from its first packet */
+		bool attached;           /* net_sandbox_add() done in this corrald's lifetime */
+	} net;
+
 	/* admission.c */
 	bool admitted;              /* holds adm_* of the capacity */
 	uint64_t adm_cpu, adm_mem;  /* its requests: millicores, bytes */
 	uint64_t adm_pids, adm_files; /* its shares of the host's pid and open-file tables */
 	uint64_t adm_disk;            /* its disk, held of --capacity disk= (0: not counted) */
 	struct admit_wait *waiting; /* queued for capacity (state Pending) */
+
+	struct sb_egress *egress; /* egress.c: its policy and mode; NULL without a network */
 };
 
 TAILQ_HEAD(sandbox_list, sandbox);
@@ -150,7 +165,14 @@ struct corrald {
 	size_t n_host_paths;
 	const char *volume_size;     /* --volume-size as spelled */
 	uint64_t volume_size_bytes;
+	/* network: NULL when sandboxes get none (--sandbox-subnet none, or no setup possible) */
+	struct net *net;
+	enum net_mode egress_mode;          /* --egress-mode */
+	enum egress_action egress_default;  /* --egress-default */
+	const char *dns_upstream[9];        /* --dns-upstream, NULL-terminated (the resolver's) */
+	size_t n_dns_upstream;
 	bool shutting_down;
+	struct corrald_egress egress; /* egress.c: resolver, --egress-* defaults */
 	struct sandbox_list sandboxes; /* newest first */
 	size_t n_sandboxes;
 };
@@ -178,6 +200,9 @@ json_t *sandbox_to_api(const struct sandbox *sb, bool create_response);
 bool sandbox_ended(const struct sandbox *sb);
 /* Shown by the API: not being deleted (nor asked to be while it was created). */
 bool sandbox_visible(const struct sandbox *sb);
+/* lifecycle.c: drop the sandbox's network state (veth, nftables); its teardown does. */
+void lifecycle_net_release(struct sandbox *sb);
+json_t *sandbox_net_to_api(const struct sandbox *sb);
 
 void registry_add(struct corrald *d, struct sandbox *sb);
 void registry_remove(struct corrald *d, struct sandbox *sb);

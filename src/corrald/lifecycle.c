@@ -2,6 +2,7 @@
  * The life of a sandbox as corrald drives it: create (worker + readiness pings), the death watch
  * (the runtime's watch fd), TTL timers, pause/resume, teardown (worker), and recovery of the registry at start-up.
  */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +36,7 @@ struct create_ctx {
 	struct sandbox *sb; /* reference */
 	struct sandbox_spec spec;
 	struct sandbox_volume volumes[RUNTIME_VOLUMES_MAX]; /* strings: sb->volumes' */
+	char resolv[64]; /* spec.resolv_conf of a sandbox with a network */
 	char **argv;
 	char **envp;
 	struct worker w;
@@ -211,6 +213,48 @@ static void on_create_deadline(evutil_socket_t fd, short what, void *arg)
 		    c->last_ping_error[0] ? c->last_ping_error : "none yet");
 }
 
+/* In the create worker: eth0 in the new sandbox's network namespace (network/net.h). */
+static int attach_network(struct sandbox *sb, const struct runtime_handle *h, struct error *err)
+{
+	struct corrald *d = sb->d;
+	if (!d->net || !d->rt->netns)
+		return error_set(err, ENOTSUP, "the runtime gives no network namespace");
+	int fd = d->rt->netns(&d->rt_cfg, sb->id, h, err);
+	if (fd < 0)
+		return fd;
+	int r = net_attach(d->net, sb->id, fd, sb->net.addr, err);
+	close(fd);
+	return r;
+}
+
+/* On the loop, before the worker: the sandbox's address (kept in the record the worker writes)
+ * and its nftables state, so its first packet already meets its policy. */
+static int add_network(struct sandbox *sb)
+{
+	struct corrald *d = sb->d;
+	struct error err = {0};
+	if (!sb->net.on || sb->net.attached)
+		return 0;
+	if (!d->net)
+		return -ENETDOWN;
+	int r = net_sandbox_add_policy(d->net, sb->id, sb->net.mode, sb->net.policy,
+				       sb->net.default_action, &sb->net.addr, &err);
+	if (r < 0) {
+		log_error("sandbox %s: network: %s", sb->id, err.msg);
+		return r;
+	}
+	sb->net.attached = true;
+	return 0;
+}
+
+void lifecycle_net_release(struct sandbox *sb)
+{
+	if (!sb->net.on || !sb->d->net)
+		return;
+	net_sandbox_forget(sb->d->net, sb->id); /* the teardown worker removed the kernel's part */
+	sb->net.attached = false;
+}
+
 static void create_in_worker(void *arg, struct worker_result *res)
 {
 	struct create_ctx *c = arg;
@@ -261,8 +305,13 @@ static void create_in_worker(void *arg, struct worker_result *res)
 		}
 	}
 	res->rc = d->rt->create(&d->rt_cfg, &c->spec, &res->handle, &err);
-	if (res->rc < 0)
+	if (res->rc < 0) {
 		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-res->rc));
+		return;
+	}
+	if (c->sb->net.on && (res->rc = attach_network(c->sb, &res->handle, &err)) < 0)
+		snprintf(res->msg, sizeof(res->msg), "sandbox network: %s",
+			 err.msg[0] ? err.msg : strerror(-res->rc));
 }
 
 static void on_create_worker_done(struct worker *w, const struct worker_result *res, void *arg)
@@ -500,6 +549,9 @@ static void on_refused(struct sandbox *sb, int status, const char *code, const c
 int lifecycle_create(struct sandbox *sb, create_done_fn done, void *arg)
 {
 	struct corrald *d = sb->d;
+	int nr = add_network(sb);
+	if (nr < 0)
+		return nr;
 	struct create_ctx *c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -531,6 +583,13 @@ int lifecycle_create(struct sandbox *sb, create_done_fn done, void *arg)
 	c->spec.disk_limit_bytes = sb->res.disk_limit_bytes;
 	c->spec.oom_group = sb->oom_group;
 	spec_volumes(c, sb->volumes);
+	if (sb->net.on && d->net) {
+		/* corral's resolver on the gateway, the only DNS server the sandbox can reach */
+		char gw[INET_ADDRSTRLEN];
+		inet_ntop(AF_INET, &d->net->gateway, gw, sizeof(gw));
+		snprintf(c->resolv, sizeof(c->resolv), "nameserver %s\noptions edns0\n", gw);
+		c->spec.resolv_conf = c->resolv;
+	}
 
 	c->w.fn = create_in_worker;
 	c->w.done = on_create_worker_done;
@@ -888,6 +947,12 @@ static void teardown_in_worker(void *arg, struct worker_result *res)
 		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-r));
 		return;
 	}
+	/* Its network's kernel state, off the loop (net_sandbox_forget() follows on it). */
+	if (sb->net.on && d->net && (r = net_sandbox_teardown(d->net, sb->id, &err)) < 0) {
+		res->rc = r;
+		snprintf(res->msg, sizeof(res->msg), "remove its network: %s", err.msg);
+		return;
+	}
 	r = fs_remove_tree(sb->dir);
 	if (r < 0) {
 		res->rc = r;
@@ -920,6 +985,7 @@ static void on_teardown_done(struct worker *w, const struct worker_result *res, 
 		teardown_retry_later(sb);
 	} else {
 		log_info("sandbox %s: removed", sb->id);
+		lifecycle_net_release(sb);
 		registry_remove(sb->d, sb);
 	}
 	sandbox_unref(sb); /* the worker's reference */
@@ -1053,6 +1119,16 @@ static void recover_one(struct corrald *d, const char *id)
 		return;
 	}
 	registry_add(d, sb);
+	if (sb->net.on && sb->phase != SB_PHASE_DELETING && sb->state != SB_PENDING) {
+		/* The recorded address and the nftables state as they are (learned addresses and
+		 * rules included); net_gc() after recovery removes what no record names. */
+		if (!d->net) {
+			log_warn("sandbox %s: has a network address but corrald runs without a network (--sandbox-subnet none)",
+				 id);
+		} else if (add_network(sb) < 0) {
+			log_warn("sandbox %s: its network could not be re-adopted", id);
+		}
+	}
 	if (sb->phase == SB_PHASE_DELETING) {
 		log_info("sandbox %s: finishing an interrupted teardown", id);
 		teardown_start(sb);

@@ -129,6 +129,23 @@ static void usage(FILE *f)
 		"                         DIR is followed when it is a symlink (docs/volumes.md)\n"
 		"  --volume-size SIZE     size of a named volume (volumes[].pvc) made without pvc.storage,\n"
 		"                         and the most pvc.storage may ask for (default " DEFAULT_VOLUME_SIZE ")\n"
+		"  --sandbox-subnet CIDR  IPv4 network of the sandboxes (default " NET_DEFAULT_SUBNET "): the\n"
+		"                         bridge --network-name holds its first address, the gateway;\n"
+		"                         every sandbox gets one of the others on eth0 (docs/network.md).\n"
+		"                         \"none\": sandboxes get only a loopback interface\n"
+		"  --network-name NAME    name of the bridge and of the nftables tables inet/bridge NAME\n"
+		"                         (default " NET_DEFAULT_NAME "); one per corrald on a host\n"
+		"  --egress-uplink IFACE  sandboxes reach the world through IFACE, masqueraded (default:\n"
+		"                         the interface of the host's default route; none: no uplink)\n"
+		"  --egress-mode MODE     dns: the policy filters names only (an IP literal bypasses it);\n"
+		"                         dns+nft: nftables also drops every address the policy did not\n"
+		"                         admit (default dns+nft)\n"
+		"  --egress-default ACTION\n"
+		"                         allow or deny: the policy of a sandbox created without\n"
+		"                         networkPolicy (default allow)\n"
+		"  --dns-upstream ADDR[:PORT]\n"
+		"                         where corral's resolver forwards allowed queries (repeatable;\n"
+		"                         default: the nameservers of the host's /etc/resolv.conf)\n"
 		"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 		"  -h, --help             show this help\n"
 		"      --version          print the version\n"
@@ -140,6 +157,36 @@ static void usage(FILE *f)
 		DEFAULT_PULL_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_HEADER_TIMEOUT,
 		DEFAULT_MAX_CONNECTIONS, DEFAULT_CREATE_TIMEOUT, CONFINE_DEFAULT_NOFILE,
 		DEFAULT_CAPACITY_WAIT, IDEM_DEFAULT_WINDOW_S);
+}
+
+/* The host side of sandbox networking (network/net.h), unless --sandbox-subnet none. */
+static int setup_network(struct corrald *d, const struct net_config *cfg)
+{
+	if (cfg->subnet && strcmp(cfg->subnet, "none") == 0) {
+		log_info("network: off (--sandbox-subnet none): sandboxes have only a loopback interface");
+		return 0;
+	}
+	struct net_config c = *cfg;
+	if (c.uplink && strcmp(c.uplink, "none") == 0)
+		c.uplink = "";
+	struct error err = {0};
+	if (net_new(&c, &d->net, &err) < 0) {
+		fprintf(stderr,
+			"corrald: sandbox network: %s (pass --sandbox-subnet none to run sandboxes without a network)\n",
+			err.msg);
+		return -1;
+	}
+	char gw[INET_ADDRSTRLEN];
+	inet_ntop(AF_INET, &d->net->gateway, gw, sizeof(gw));
+	log_info("network: bridge %s, gateway %s/%u, egress mode %s, default %s, uplink %s%s",
+		 d->net->name, gw, d->net->prefix, net_mode_name(d->egress_mode),
+		 d->egress_default == EGRESS_ALLOW ? "allow" : "deny",
+		 d->net->uplink[0] ? d->net->uplink : "none",
+		 d->net->uplink_auto ? " (the default route's)" : "");
+	if (!d->net->uplink[0])
+		log_warn("network: no uplink (%s): sandboxes reach nothing beyond this host",
+			 c.uplink ? "--egress-uplink none" : "the host has no default route");
+	return 0;
 }
 
 static int parse_listen(const char *s, char *host, size_t hostlen, unsigned short *port)
@@ -404,7 +451,8 @@ int main(int argc, char **argv)
 	       OPT_NOFILE, OPT_DEFAULT_DISK, OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT, OPT_MIRROR,
 	       OPT_IMPORT_DIR, OPT_HEADER_TIMEOUT, OPT_MAX_CONNECTIONS, OPT_ALLOW_HOST_PATH,
 	       OPT_VOLUME_SIZE, OPT_IMAGE_UNPACKED_MAX, OPT_IMAGE_STORE_MAX, OPT_VERSION,
-	       OPT_IDEM_WINDOW };
+	       OPT_IDEM_WINDOW, OPT_SUBNET, OPT_NET_NAME, OPT_UPLINK, OPT_EGRESS_MODE,
+	       OPT_EGRESS_DEFAULT, OPT_DNS_UPSTREAM };
 	static const struct option opts[] = {
 		{"listen", required_argument, NULL, OPT_LISTEN},
 		{"state-dir", required_argument, NULL, OPT_STATE},
@@ -432,6 +480,12 @@ int main(int argc, char **argv)
 		{"image-unpacked-max", required_argument, NULL, OPT_IMAGE_UNPACKED_MAX},
 		{"image-store-max", required_argument, NULL, OPT_IMAGE_STORE_MAX},
 		{"idempotency-window", required_argument, NULL, OPT_IDEM_WINDOW},
+		{"sandbox-subnet", required_argument, NULL, OPT_SUBNET},
+		{"network-name", required_argument, NULL, OPT_NET_NAME},
+		{"egress-uplink", required_argument, NULL, OPT_UPLINK},
+		{"egress-mode", required_argument, NULL, OPT_EGRESS_MODE},
+		{"egress-default", required_argument, NULL, OPT_EGRESS_DEFAULT},
+		{"dns-upstream", required_argument, NULL, OPT_DNS_UPSTREAM},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, OPT_VERSION},
 		{0},
@@ -447,6 +501,9 @@ int main(int argc, char **argv)
 	d->default_disk = DEFAULT_DISK;
 	d->volume_size = DEFAULT_VOLUME_SIZE;
 	d->pull_timeout_s = DEFAULT_PULL_TIMEOUT;
+	d->egress_mode = NET_MODE_DNS_NFT;
+	d->egress_default = EGRESS_ALLOW;
+	struct net_config net_cfg = {0};
 	d->api_key = getenv("CORRAL_API_KEY");
 	TAILQ_INIT(&d->sandboxes);
 	log_set_ident("corrald");
@@ -592,6 +649,32 @@ int main(int argc, char **argv)
 					optarg);
 				return 2;
 			}
+			break;
+		case OPT_SUBNET: net_cfg.subnet = optarg; break;
+		case OPT_NET_NAME: net_cfg.name = optarg; break;
+		case OPT_UPLINK: net_cfg.uplink = optarg; break;
+		case OPT_EGRESS_MODE:
+			if (net_mode_parse(optarg, &d->egress_mode) < 0) {
+				fprintf(stderr, "corrald: --egress-mode: '%s' is not dns or dns+nft\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case OPT_EGRESS_DEFAULT:
+			if (strcmp(optarg, "allow") && strcmp(optarg, "deny")) {
+				fprintf(stderr, "corrald: --egress-default: '%s' is not allow or deny\n",
+					optarg);
+				return 2;
+			}
+			d->egress_default = strcmp(optarg, "allow") == 0 ? EGRESS_ALLOW : EGRESS_DENY;
+			break;
+		case OPT_DNS_UPSTREAM:
+			if (d->n_dns_upstream + 1 >= ARRAY_SIZE(d->dns_upstream)) {
+				fprintf(stderr, "corrald: --dns-upstream: at most %zu\n",
+					ARRAY_SIZE(d->dns_upstream) - 1);
+				return 2;
+			}
+			d->dns_upstream[d->n_dns_upstream++] = optarg;
 			break;
 		case 'h': usage(stdout); return 0;
 		case OPT_VERSION: printf("corrald %s\n", CORRAL_VERSION); return 0;
@@ -745,7 +828,8 @@ int main(int argc, char **argv)
 		log_warn("--max-connections %u is above the open-file limit %llu: past it, accepting pauses with a backoff",
 			 d->max_connections, (unsigned long long)rl.rlim_cur);
 	}
-	if (d->api_key) {
+	/* Keys the proxy tokens (with an API key) and the egress policy API's tokens (always). */
+	{
 		char key_path[PATH_MAX + 32], msg[PATH_MAX + 256];
 		snprintf(key_path, sizeof(key_path), "%s/proxy-token.key", d->state_dir);
 		r = token_secret_load(key_path, d->proxy_secret, msg, sizeof(msg));
@@ -786,9 +870,27 @@ int main(int argc, char **argv)
 	if (setsockopt(evhttp_bound_socket_get_fd(d->bound), IPPROTO_TCP, TCP_NODELAY, &one,
 		       sizeof(one)) < 0)
 		log_warn("TCP_NODELAY on the listening socket: %s", strerror(errno));
+	if (setup_network(d, &net_cfg) < 0)
+		return 1;
+	if (d->net) {
+		/* corral's resolver for the sandboxes, on the gateway's port 53 (egress.c) */
+		struct error err = {0};
+		if (egress_start(d, &err) < 0) {
+			fprintf(stderr, "corrald: sandbox DNS: %s\n", err.msg);
+			return 1;
+		}
+	}
 	r = lifecycle_recover(d);
 	if (r < 0)
 		log_error("recovering sandboxes from %s: %s", d->sandboxes_dir, strerror(-r));
+	if (d->net) {
+		struct error err = {0};
+		r = net_gc(d->net, &err);
+		if (r < 0)
+			log_error("network: removing leftovers of deleted sandboxes: %s", err.msg);
+		else if (r > 0)
+			log_info("network: removed the leftovers of %d deleted sandbox(es)", r);
+	}
 
 	struct event *sigint = evsignal_new(d->base, SIGINT, on_signal, d);
 	struct event *sigterm = evsignal_new(d->base, SIGTERM, on_signal, d);
@@ -817,6 +919,7 @@ int main(int argc, char **argv)
 			 (unsigned long long)(cap.pids / RUNTIME_DEFAULT_PIDS_MAX),
 			 RUNTIME_DEFAULT_PIDS_MAX);
 	event_base_dispatch(d->base);
+	egress_stop(d);
 	upstream_shutdown();
 	log_info("stopped");
 	return 0;

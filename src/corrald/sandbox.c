@@ -1,3 +1,4 @@
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -114,6 +115,7 @@ static void sandbox_free(struct sandbox *sb)
 	json_decref(sb->platform);
 	json_decref(sb->volumes);
 	free(sb->idem_key);
+	sb_egress_free(sb->egress);
 	free(sb);
 }
 
@@ -184,6 +186,27 @@ json_t *sandbox_to_api(const struct sandbox *sb, bool create_response)
 	if (sb->has_expiry)
 		json_object_set_new(o, "expiresAt", json_time(sb->expires_ms));
 	json_object_set_new(o, "createdAt", json_time(sb->created_ms));
+	if (sb->net.on) { /* null fields are left out: a loopback-only sandbox has neither */
+		json_object_set_new(o, "network", sandbox_net_to_api(sb));
+		json_object_set_new(o, "egressMode", json_string(net_mode_name(sb->net.mode)));
+		egress_to_api(sb->egress, o);
+	}
+	return o;
+}
+
+/* The sandbox's network as the API shows it (docs/network.md): {"address", "gateway"} of its eth0;
+ * null for a loopback-only sandbox. */
+json_t *sandbox_net_to_api(const struct sandbox *sb)
+{
+	if (!sb->net.on)
+		return json_null();
+	char a[INET_ADDRSTRLEN] = "", gw[INET_ADDRSTRLEN] = "";
+	inet_ntop(AF_INET, &sb->net.addr, a, sizeof(a));
+	json_t *o = json_pack("{s:s}", "address", a);
+	if (sb->d->net) {
+		inet_ntop(AF_INET, &sb->d->net->gateway, gw, sizeof(gw));
+		json_object_set_new(o, "gateway", json_string(gw));
+	}
 	return o;
 }
 
@@ -275,6 +298,16 @@ static json_t *sandbox_to_disk(const struct sandbox *sb)
 		json_object_set_new(o, "idempotency",
 				    json_pack("{s:s, s:s}", "key", sb->idem_key, "fingerprint",
 					      sb->idem_fp));
+	if (sb->net.on) {
+		char a[INET_ADDRSTRLEN] = "";
+		inet_ntop(AF_INET, &sb->net.addr, a, sizeof(a));
+		json_object_set_new(o, "network",
+				    json_pack("{s:s, s:s, s:s}", "address", a, "mode",
+					      net_mode_name(sb->net.mode), "defaultAction",
+					      sb->net.default_action == EGRESS_ALLOW ? "allow" : "deny"));
+	}
+	if (sb->egress)
+		json_object_set_new(o, "egress", egress_to_record(sb->egress));
 	return o;
 }
 
@@ -380,7 +413,31 @@ int sandbox_load(struct corrald *d, const char *id, struct sandbox **ret, char *
 		sb->idem_key = strdup(ikey);
 		snprintf(sb->idem_fp, sizeof(sb->idem_fp), "%s", ifp);
 	}
+	json_t *net = json_object_get(o, "network");
+	if (json_is_object(net)) {
+		const char *a = json_string_value(json_object_get(net, "address"));
+		const char *m = json_string_value(json_object_get(net, "mode"));
+		const char *da = json_string_value(json_object_get(net, "defaultAction"));
+		if (!a || inet_pton(AF_INET, a, &sb->net.addr) != 1 || !m ||
+		    net_mode_parse(m, &sb->net.mode) < 0) {
+			snprintf(msg, msglen, "%s: bad network field", path);
+			json_decref(o);
+			sandbox_unref(sb);
+			return -EINVAL;
+		}
+		sb->net.on = true;
+		sb->net.default_action = da && strcmp(da, "deny") == 0 ? EGRESS_DENY : EGRESS_ALLOW;
+	}
+	struct error eerr = {0};
+	r = egress_from_record(json_object_get(o, "egress"), &sb->egress, &eerr);
 	json_decref(o);
+	if (r < 0) {
+		snprintf(msg, msglen, "%s: %s", path, eerr.msg);
+		sandbox_unref(sb);
+		return r;
+	}
+	if (sb->egress) /* a chain re-made at re-adoption gets the policy, not just its default */
+		sb->net.policy = &sb->egress->policy;
 	if (!sb->image_uri || !sb->rootfs) {
 		sandbox_unref(sb);
 		return -ENOMEM;

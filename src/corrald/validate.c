@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "corrald/validate.h"
+#include "network/policy.h"
 #include "shared/quantity.h"
 #include "shared/timeutil.h"
 #include "shared/wire_error.h"
@@ -152,6 +153,7 @@ void create_params_clear(struct create_params *p)
 	json_decref(p->extensions);
 	json_decref(p->platform);
 	json_decref(p->volumes);
+	json_decref(p->network_policy);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -408,7 +410,6 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	/* Features this runtime does not have are refused rather than silently ignored. */
 	static const char *const unsupported[][2] = {
 		{"snapshotId", "snapshot_id"},
-		{"networkPolicy", "network_policy"},
 		{"credentialProxy", "credential_proxy"},
 	};
 	for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
@@ -578,6 +579,21 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 		}
 	}
 
+	/* networkPolicy: OpenSandbox's egress policy plus IP/CIDR targets (network/policy.h). */
+	json_t *np = field_get(body, "networkPolicy", "network_policy");
+	if (np && !json_is_null(np)) {
+		struct egress_policy pol;
+		struct error pe = {0};
+		r = egress_policy_from_json(np, &pol, &pe);
+		egress_policy_clear(&pol);
+		if (r == -ENOMEM)
+			return r;
+		if (r < 0)
+			return verr_set(e, 400, CODE_INVALID_PARAMETER, LOC("networkPolicy"),
+					"networkPolicy: %s", pe.msg);
+		p->network_policy = json_incref(np);
+	}
+
 	/* extensions: string map; "oomGroup": "true"|"false" is ours. */
 	r = string_map(json_object_get(body, "extensions"), "extensions", false, &p->extensions, e);
 	if (r < 0)
@@ -590,6 +606,17 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 		else if (strcasecmp(s, "false") != 0)
 			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("extensions", "oomGroup"),
 					"extensions.oomGroup must be \"true\" or \"false\", got '%s'", s);
+	}
+	/* extensions.network: "none" keeps the sandbox loopback-only; "default" (or absent) gives
+	 * it corrald's network when corrald has one. */
+	json_t *nw = json_object_get(p->extensions, "network");
+	if (nw) {
+		const char *s = json_string_value(nw);
+		if (strcmp(s, "none") == 0)
+			p->network_none = true;
+		else if (strcmp(s, "default") != 0)
+			return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("extensions", "network"),
+					"extensions.network must be \"none\" or \"default\", got '%s'", s);
 	}
 	/* The image pull policy, under either of its two names. */
 	static const char *const policy_keys[] = {"imagePullPolicy",

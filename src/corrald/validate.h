@@ -52,6 +52,8 @@ struct create_params {
 	uint64_t disk_limit_bytes; /* set by disk_limit_apply() */
 	bool oom_group;
 	json_t *volumes;       /* normalized array (see volumes_apply), or NULL: none */
+	json_t *network_policy; /* networkPolicy as given (validated), or NULL */
+	bool network_none; /* extensions.network "none": loopback only (docs/network.md) */
 };
 
 /*

@@ -226,7 +226,9 @@ static int prepare_child(struct child_ctx *c, const struct runtime_config *cfg,
 		 "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
 		 c->hostname);
 	char buf[sizeof(c->resolv) - 64];
-	if (fs_read_small("/etc/resolv.conf", buf, sizeof(buf)) < 0)
+	if (spec->resolv_conf)
+		snprintf(buf, sizeof(buf), "%s", spec->resolv_conf);
+	else if (fs_read_small("/etc/resolv.conf", buf, sizeof(buf)) < 0)
 		buf[0] = '\0';
 	snprintf(c->resolv, sizeof(c->resolv), "%s%s", buf, buf[0] ? "\n" : "");
 
@@ -878,4 +880,5 @@ const struct runtime_ops runtime_native = {
     .disk_prepare = native_disk_prepare,
     .volume_list = volume_list,
     .volume_delete = volume_delete,
+    .netns = native_netns,
 };

@@ -66,6 +66,8 @@ int native_watch(const struct runtime_config *cfg, const char *id, const struct 
 int native_watch_check(struct runtime_watch *w, struct runtime_watch_report *ret,
 		       struct error *err);
 void native_unwatch(struct runtime_watch *w);
+int native_netns(const struct runtime_config *cfg, const char *id, const struct runtime_handle *h,
+		 struct error *err);
 int native_endpoint(const struct runtime_config *cfg, const char *id,
 		    const struct runtime_handle *h, struct runtime_endpoint *ret, struct error *err);
 int native_read_exit(const struct runtime_config *cfg, const char *id, struct sandbox_exit *ret,

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
@@ -344,6 +345,42 @@ int native_watch_check(struct runtime_watch *w, struct runtime_watch_report *ret
 }
 
 /* ---- the endpoint, the exit report, disk usage ----------------------------------------------- */
+
+#ifndef PIDFD_GET_NET_NAMESPACE
+#define PIDFD_GET_NET_NAMESPACE _IO(0xFF, 4) /* Linux 6.11 */
+#endif
+
+int native_netns(const struct runtime_config *cfg, const char *id, const struct runtime_handle *h,
+		 struct error *err)
+{
+	int r;
+	if ((r = check_config(cfg, err)) < 0 || (r = check_id(id, err)) < 0)
+		return r;
+	pid_t pid;
+	uint64_t starttime;
+	if (native_pid1(cfg, id, h, &pid, &starttime) < 0)
+		return error_set(err, ESRCH, "sandbox %s has no PID 1", id);
+	_cleanup_close_ int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pfd < 0)
+		return error_set_errno(err, errno, "pidfd of sandbox %s's PID 1", id);
+	/* Checked once the pidfd pins the process: a match cannot go stale. */
+	if (!pid1_alive(pid, starttime))
+		return error_set(err, ESRCH, "sandbox %s's PID 1 has ended", id);
+	int fd = ioctl(pfd, PIDFD_GET_NET_NAMESPACE, 0);
+	if (fd >= 0)
+		return fd;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return error_set_errno(err, errno, "open '%s'", path);
+	/* Still the same process (a pid reused between the check and the open would not be). */
+	if (!pid1_alive(pid, starttime)) {
+		close(fd);
+		return error_set(err, ESRCH, "sandbox %s's PID 1 has ended", id);
+	}
+	return fd;
+}
 
 int native_endpoint(const struct runtime_config *cfg, const char *id,
 		    const struct runtime_handle *h, struct runtime_endpoint *ret, struct error *err)

@@ -160,6 +160,8 @@ struct sandbox_spec {
 	const struct sandbox_volume *volumes; /* mounted in this order after the sandbox's own
 					       * mounts (so parents before children) */
 	size_t n_volumes;               /* at most RUNTIME_VOLUMES_MAX */
+	const char *resolv_conf;        /* /etc/resolv.conf of the sandbox (its own file in its
+					 * layer); NULL = a copy of the host's */
 };
 
 /* The backend's name for a created sandbox: NUL-terminated printable ASCII, at most
@@ -285,6 +287,12 @@ struct runtime_ops {
 			   size_t *ret_n, struct error *err);
 	int (*volume_delete)(const struct runtime_config *cfg, const char *name,
 			     struct error *err);
+	/* Optional (may be NULL: the backend's sandboxes get no network from corrald). An fd
+	 * (close-on-exec) of the sandbox's network namespace, which has only a loopback interface
+	 * until corrald attaches it (network/net.h), checked to be the one h names. -ESRCH when
+	 * the sandbox has ended. Quick; fine in a worker or on the loop. */
+	int (*netns)(const struct runtime_config *cfg, const char *id,
+		     const struct runtime_handle *h, struct error *err);
 };
 
 extern const struct runtime_ops runtime_native;

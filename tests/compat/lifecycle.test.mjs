@@ -232,13 +232,11 @@ test("create with an unknown image fails with a 4xx and leaves no sandbox", asyn
 });
 
 test("create options corral does not support are refused with a 4xx, never silently ignored", async () => {
-  // networkPolicy (egress sidecar) is not implemented by the native runtime yet (docs/corrald.md),
-  // and a host volume outside corrald's --allow-host-path (here /tmp) is refused: a stock client
-  // asking for either must get an error, not an unrestricted box.
+  // A host volume outside corrald's --allow-host-path (here /tmp) is refused: a stock client asking
+  // for it must get an error, not a sandbox without it. (networkPolicy: egress.test.mjs.)
   const mgr = SandboxManager.create({ connectionConfig: connOpts() });
   try {
     const cases = {
-      networkPolicy: { networkPolicy: { defaultAction: "deny", egress: [{ action: "allow", target: "pypi.org" }] } },
       volumes: { volumes: [{ name: "v", host: { path: "/tmp" }, mountPath: "/mnt/v", readOnly: true }] },
     };
     for (const [name, extra] of Object.entries(cases)) {

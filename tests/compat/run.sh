@@ -113,6 +113,41 @@ stop_registry() {
 }
 trap 'stop_corrald; stop_registry' EXIT
 
+# A private "internet" for egress.test.mjs (tests/integration/netlab.py: a network namespace with
+# dnsmasq serving test names and HTTP servers on addresses that exist only there): corrald's
+# sandboxes get their uplink and DNS upstream from it, so nothing leaves this machine.
+LAB_PID=""
+LAB_ARGS=()
+python3 "$REPO/tests/integration/netlab.py" >"$TMP/lab.env" 2>>"$TMP/lab.log" &
+LAB_PID=$!
+for _ in $(seq 200); do
+	grep -q '^$' "$TMP/lab.env" 2>/dev/null && break
+	kill -0 "$LAB_PID" 2>/dev/null || break
+	sleep 0.1
+done
+if grep -q '^ARGS=' "$TMP/lab.env" 2>/dev/null; then
+	read -r -a LAB_ARGS <<<"$(sed -n 's/^ARGS=//p' "$TMP/lab.env")"
+	LAB_BRIDGE=$(sed -n 's/^BRIDGE=//p' "$TMP/lab.env")
+	while IFS='=' read -r k v; do
+		[ -n "$k" ] && [ "$k" != ARGS ] && [ "$k" != BRIDGE ] && export "CORRAL_COMPAT_LAB_$k=$v"
+	done <"$TMP/lab.env"
+else
+	die "the network lab did not start: $(tail -n 5 "$TMP/lab.log")"
+fi
+stop_lab() {
+	[ -n "$LAB_PID" ] || return 0
+	kill -TERM "$LAB_PID" 2>/dev/null
+	wait "$LAB_PID" 2>/dev/null
+	LAB_PID=""
+	# what corrald keeps for its next start: the bridge and its nftables tables
+	if [ -n "${LAB_BRIDGE:-}" ]; then
+		ip link del "$LAB_BRIDGE" 2>/dev/null
+		nft delete table inet "$LAB_BRIDGE" 2>/dev/null
+		nft delete table bridge "$LAB_BRIDGE" 2>/dev/null
+	fi
+}
+trap 'stop_corrald; stop_registry; stop_lab' EXIT
+
 PORT=""
 for attempt in 1 2 3; do
 	PORT=$(free_port)
@@ -120,7 +155,7 @@ for attempt in 1 2 3; do
 	# 1-CPU sandboxes at once, and admission is tested by tests/integration/test_resources.py.
 	"$CORRALD" --listen "127.0.0.1:$PORT" --state-dir "$STATE" --cgroup-name "$CGROUP" \
 		--api-key "$API_KEY" --capacity cpu=100000,memory=100Ti,pids=1000000000,files=1000000000000 "${REG_ARGS[@]}" \
-		--allow-host-path "$TMP/host-volumes" >>"$LOG" 2>&1 &
+		--allow-host-path "$TMP/host-volumes" "${LAB_ARGS[@]}" >>"$LOG" 2>&1 &
 	CORRALD_PID=$!
 	up=0
 	for _ in $(seq 100); do

@@ -727,8 +727,17 @@ if threading.current_thread() is threading.main_thread():
             pass
 
 
+def _run_quiet(argv):
+    return subprocess.call(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 class Corrald:
-    def __init__(self, api_key=None, extra_args=None, listen_host="127.0.0.1", image_dir=None):
+    """network: None (sandboxes loopback-only: --sandbox-subnet none, so suites about other things
+    neither depend on nor disturb any network), or a dplab.TestInternet whose namespace is the
+    sandboxes' whole world (its uplink, and a policy route for their subnet)."""
+
+    def __init__(self, api_key=None, extra_args=None, listen_host="127.0.0.1", image_dir=None,
+                 network=None):
         self.tmp = tempfile.mkdtemp(prefix="corral-test-")
         self.state_dir = os.path.join(self.tmp, "state")
         os.mkdir(self.state_dir)
@@ -738,6 +747,9 @@ class Corrald:
         self.extra_args = list(extra_args or [])
         self.listen_host = listen_host
         self.image_dir = image_dir
+        self.network = network
+        # one bridge and nft table pair per corrald: suites run side by side on one host
+        self.net_name = network.bridge if network is not None else "ct%s" % secrets.token_hex(4)
         self.port = None
         self.proc = None
         self.starts = 0
@@ -752,6 +764,18 @@ class Corrald:
             a += ["--api-key", self.api_key]
         if self.image_dir is not None:
             a += ["--image-dir", self.image_dir]
+        if not any(x == "--sandbox-subnet" or x.startswith("--sandbox-subnet=")
+                   for x in self.extra_args):
+            if self.network is None:
+                a += ["--sandbox-subnet", "none"]
+            else:
+                a += ["--sandbox-subnet", self.network.sandbox_subnet,
+                      "--network-name", self.net_name, "--egress-uplink", self.network.uplink]
+                # corrald's resolver forwards allowed names: into the lab, never to the host's
+                # resolv.conf nameservers (a lab without a DNS server: nothing answers, SERVFAIL)
+                if "--dns-upstream" not in self.extra_args:
+                    a += ["--dns-upstream", getattr(self.network, "dns", None) or
+                          "%s:53" % self.network.addr]
         if os.environ.get("CORRAL_TEST_LOG_LEVEL"):
             a += ["--log-level", os.environ["CORRAL_TEST_LOG_LEVEL"]]
         if not any(x == "--capacity" or x.startswith("--capacity=") for x in self.extra_args):
@@ -874,7 +898,36 @@ class Corrald:
         m = mounts_under(self.tmp)
         if m:
             problems.append("still mounted under %s: %s" % (self.tmp, m))
+        if self.network is not None:
+            problems += self.network_leftovers()
         return problems
+
+    def network_leftovers(self):
+        """Veths and per-sandbox nftables objects of this corrald's network still present."""
+        problems = []
+        out = subprocess.run(["ip", "-d", "-o", "link"], capture_output=True, text=True).stdout
+        veths = [ln.split(":")[1].strip().split("@")[0] for ln in out.splitlines()
+                 if "alias corral:%s:" % self.net_name in ln]
+        if veths:
+            problems.append("veths left: %s" % veths)
+        out = subprocess.run(["nft", "list", "table", "inet", self.net_name],
+                             capture_output=True, text=True).stdout
+        objs = re.findall(r"(?:chain|set|counter) ((?:sb|l|d)_[0-9a-f_]{36})", out)
+        if objs:
+            problems.append("nftables objects left in inet %s: %s" % (self.net_name, objs))
+        return problems
+
+    def remove_network(self):
+        """The bridge and tables corrald made (it leaves them for its next start)."""
+        if self.network is None:
+            return
+        _run_quiet(["ip", "link", "del", self.net_name])
+        _run_quiet(["nft", "delete", "table", "inet", self.net_name])
+        _run_quiet(["nft", "delete", "table", "bridge", self.net_name])
+        try:
+            os.unlink("/run/corral/%s.lock" % self.net_name)  # net.h NET_LOCK_DIR
+        except OSError:
+            pass
 
     def wait_no_leaks(self, timeout=30.0):
         deadline = time.monotonic() + timeout
@@ -905,6 +958,7 @@ class Corrald:
                 pass
             self.stop(timeout=5)
         self.force_cleanup()
+        self.remove_network()
         for d in suite_cgroup_dirs(self.cgroup_name):
             try:
                 os.rmdir(d)
@@ -945,6 +999,7 @@ class Corrald:
                 os.rmdir(d)
             except OSError as e:
                 problems.append("cannot remove suite cgroup %s: %s" % (d, e))
+        self.remove_network()
         try:
             if mounts_under(self.tmp):
                 problems.append("mounts still present after cleanup; leaving %s" % self.tmp)

@@ -79,6 +79,24 @@ static void expect_bad(const char *body, int status, const char *loc0)
 	json_decref(j);
 }
 
+/* A valid networkPolicy is kept as given (corrald parses it again into the sandbox's policy). */
+static void test_network_policy_ok(void)
+{
+	json_t *j = J("{" GOOD_BASE ",\"networkPolicy\":{\"defaultAction\":\"deny\",\"egress\":"
+		      "[{\"action\":\"allow\",\"target\":\"*.pypi.org\"},{\"action\":\"allow\",\"target\":\"10.0.0.0/8\"}]}}");
+	struct create_params p;
+	struct verr e;
+	CHECK_INT(create_params_parse(j, &p, &e), 0);
+	CHECK(json_is_object(p.network_policy));
+	create_params_clear(&p);
+	json_decref(j);
+	j = J("{" GOOD_BASE ",\"networkPolicy\":null}");
+	CHECK_INT(create_params_parse(j, &p, &e), 0);
+	CHECK(p.network_policy == NULL);
+	create_params_clear(&p);
+	json_decref(j);
+}
+
 static void test_create_ok(void)
 {
 	json_t *j = J("{" GOOD_BASE ",\"timeout\":600,\"env\":{\"A\":\"1\",\"B\":null},"
@@ -203,8 +221,12 @@ static void test_create_bad(void)
 	expect_bad("{" GOOD_BASE ",\"extensions\":{\"oomGroup\":\"maybe\"}}", 422, "extensions");
 	expect_bad("{" GOOD_BASE ",\"extensions\":{\"x\":1}}", 422, "extensions");
 	expect_bad("{" GOOD_BASE ",\"extensions\":{\"cpuCapEnv\":\"no\"}}", 422, "extensions");
-	expect_bad("{" GOOD_BASE ",\"networkPolicy\":{\"defaultAction\":\"deny\"}}", 400,
+	/* networkPolicy is validated here (network/policy.c): a bad rule is a 400 naming it */
+	expect_bad("{" GOOD_BASE ",\"networkPolicy\":{\"defaultAction\":\"maybe\"}}", 400,
 		   "networkPolicy");
+	expect_bad("{" GOOD_BASE ",\"networkPolicy\":{\"egress\":[{\"action\":\"allow\",\"target\":\"a..b\"}]}}",
+		   400, "networkPolicy");
+	expect_bad("{" GOOD_BASE ",\"networkPolicy\":[]}", 400, "networkPolicy");
 	expect_bad("{" GOOD_BASE ",\"platform\":{\"os\":\"windows\"}}", 400, "platform");
 }
 
@@ -495,6 +517,7 @@ static void test_volumes(void)
 
 int main(void)
 {
+	test_network_policy_ok();
 	test_labels();
 	test_create_ok();
 	test_cpu_cap_env();

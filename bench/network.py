@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""
+Sandbox networking's cost (docs/network.md), as ratios against anchors measured in the same run:
+
+  create -> first command    a sandbox with a network vs extensions.network "none", on the same
+                             corrald, interleaved in rounds of 5 (target: <= 1.3x)
+  TCP connect                from a sandbox to a lab host through the host's rules (dns+nft with
+                             the default allow: learned-set lookup, then accept; and dns mode)
+                             vs the same connect from the host itself (no bridge, no NAT, no rules)
+
+The "internet" is tests/integration/dplab.py's lab namespace: nothing leaves the machine.
+Needs root. No pass/fail: it prints numbers.
+
+    sudo python3 bench/network.py [--n 50] [--connects 300] [--json FILE]
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "integration"))
+import harness  # noqa: E402
+from dplab import TestInternet  # noqa: E402
+
+SPEC = {"resourceLimits": {"cpu": "1", "memory": "256Mi"}}
+SINK_PORT = 9000  # a lab listener that accepts, writes a line and closes (dplab.listen_tcp)
+
+# Prints the mean seconds per TCP connect+close to ADDR:PORT over N tries, from where it runs.
+CONNECT_LOOP = r'''
+import socket, sys, time
+addr, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for _ in range(10):
+    socket.create_connection((addr, port), timeout=3).close()
+t = time.perf_counter()
+for _ in range(n):
+    socket.create_connection((addr, port), timeout=3).close()
+print((time.perf_counter() - t) / n)
+'''
+
+
+def create_first_command(c, **extra):
+    spec = dict(SPEC)
+    spec.update(extra)
+    t0 = time.perf_counter()
+    r = c.create_sandbox_raw(**spec)
+    if r.status != 202:
+        raise RuntimeError("create failed: %r" % r)
+    sid = r.json()["id"]
+    res = c.run(sid, "true")
+    dt = time.perf_counter() - t0
+    if res.exit_code != 0:
+        raise RuntimeError("first command failed: %r" % res)
+    c.delete_sandbox(sid)
+    return dt
+
+
+def connect_in_sandbox(c, lab, n):
+    r = c.create_sandbox_raw(**SPEC)
+    if r.status != 202:
+        raise RuntimeError("create failed: %r" % r)
+    sid = r.json()["id"]
+    try:
+        code = CONNECT_LOOP.replace("'", "'\\''")
+        res = c.run(sid, "python3 -c '%s' %s %d %d" % (code, lab.addr, SINK_PORT, n))
+        return float(res.stdout.strip())
+    finally:
+        c.delete_sandbox(sid)
+
+
+def connect_on_host(lab, n):
+    for _ in range(10):
+        socket.create_connection((lab.addr, SINK_PORT), timeout=3).close()
+    t = time.perf_counter()
+    for _ in range(n):
+        socket.create_connection((lab.addr, SINK_PORT), timeout=3).close()
+    return (time.perf_counter() - t) / n
+
+
+def p50(v):
+    return statistics.median(v)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--n", type=int, default=50, help="creates per variant")
+    ap.add_argument("--connects", type=int, default=300, help="TCP connects per measurement")
+    ap.add_argument("--json", help="write the raw samples (seconds) here")
+    args = ap.parse_args()
+
+    lab = TestInternet().start()
+    lab2 = TestInternet().start()
+    lab.listen_tcp(lab.addr, SINK_PORT)
+    lab2.listen_tcp(lab2.addr, SINK_PORT)
+    nft = harness.Corrald(network=lab)
+    dns = harness.Corrald(network=lab2, extra_args=["--egress-mode", "dns"])
+    out = {"create_net": [], "create_none": [], "connect_nft": [], "connect_dns": [],
+           "connect_host": []}
+    notes = []
+    try:
+        nft.start()
+        dns.start()
+        c = nft.client()
+        cd = dns.client()
+        for _ in range(3):  # warm-up
+            create_first_command(c)
+            create_first_command(c, extensions={"network": "none"})
+        for _ in range(max(1, args.n // 5)):
+            for _ in range(5):
+                out["create_net"].append(create_first_command(c))
+            for _ in range(5):
+                out["create_none"].append(create_first_command(c, extensions={"network": "none"}))
+        for _ in range(3):
+            out["connect_host"].append(connect_on_host(lab, args.connects))
+            out["connect_nft"].append(connect_in_sandbox(c, lab, args.connects))
+            out["connect_dns"].append(connect_in_sandbox(cd, lab2, args.connects))
+        c.close()
+        cd.close()
+    finally:
+        for d in (nft, dns):
+            try:
+                d.shutdown_and_check()
+            except AssertionError as e:
+                notes.append(str(e))
+        lab.stop()
+        lab2.stop()
+
+    none = p50(out["create_none"])
+    host = p50(out["connect_host"])
+    rows = [
+        ("create -> first command, network: none", p50(out["create_none"]), 1.0),
+        ("create -> first command, with a network", p50(out["create_net"]),
+         p50(out["create_net"]) / none),
+        ("TCP connect from the host (anchor)", host, 1.0),
+        ("TCP connect from a sandbox, dns+nft", p50(out["connect_nft"]),
+         p50(out["connect_nft"]) / host),
+        ("TCP connect from a sandbox, dns", p50(out["connect_dns"]),
+         p50(out["connect_dns"]) / host),
+    ]
+    print("%-45s %12s %8s" % ("row", "p50", "ratio"))
+    for name, v, ratio in rows:
+        print("%-45s %9.3f ms %7.2fx" % (name, v * 1000, ratio))
+    print("create samples: %d per variant (interleaved in rounds of 5); connects: 3 x %d each"
+          % (len(out["create_net"]), args.connects))
+    for n in notes:
+        print("note:", n)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

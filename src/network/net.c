@@ -1,0 +1,941 @@
+/*
+ * The data plane (net.h): the host side at start, a sandbox's veth and nftables state, its policy
+ * in nftables. Netlink through nl.c (libmnl), nftables through libnftables transactions.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <nftables/libnftables.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "network/net.h"
+#include "network/nftnl.h"
+#include "network/nl.h"
+#include "shared/fsutil.h"
+#include "shared/macro.h"
+
+#ifndef PIDFD_GET_NET_NAMESPACE
+#define PIDFD_GET_NET_NAMESPACE _IO(0xFF, 4)
+#endif
+
+#define ALIAS_PREFIX "corral:"
+#define NFT_SCRIPT_MAX 65536
+
+struct net_sandbox {
+	char id[UUID_STR_LEN];
+	struct in_addr addr;
+	enum net_mode mode;
+	bool seen; /* named by net_sandbox_add() since net_new(): not a leftover */
+};
+
+/* ---- names ---------------------------------------------------------------------------------- */
+
+const char *net_mode_name(enum net_mode m)
+{
+	return m == NET_MODE_DNS ? "dns" : "dns+nft";
+}
+
+int net_mode_parse(const char *s, enum net_mode *ret)
+{
+	if (strcmp(s, "dns") == 0)
+		*ret = NET_MODE_DNS;
+	else if (strcmp(s, "dns+nft") == 0)
+		*ret = NET_MODE_DNS_NFT;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+/* "cr" + the id's first 13 hex digits: 15 characters, IFNAMSIZ's most. */
+static void veth_name(const char *id, char out[IF_NAMESIZE])
+{
+	size_t o = 0;
+	out[o++] = 'c';
+	out[o++] = 'r';
+	for (const char *p = id; *p && o < IF_NAMESIZE - 1; p++)
+		if (*p != '-')
+			out[o++] = *p;
+	out[o] = '\0';
+}
+
+/* The id in nft identifiers: '-' is not allowed there. */
+static void nft_id(const char *id, char out[UUID_STR_LEN])
+{
+	size_t i = 0;
+	for (; id[i] && i < UUID_STR_LEN - 1; i++)
+		out[i] = id[i] == '-' ? '_' : id[i];
+	out[i] = '\0';
+}
+
+static bool id_ok(const char *id)
+{
+	return id && id_is_uuid(id);
+}
+
+/* ---- nftables --------------------------------------------------------------------------------- */
+
+/* Run one nft script (a single transaction). */
+static int nft_run(struct net *n, struct error *err, const char *script)
+{
+	if (nft_run_cmd_from_buffer(n->nft, script) != 0) {
+		const char *e = nft_ctx_get_error_buffer(n->nft);
+		char first[512];
+		snprintf(first, sizeof(first), "%s", e ? e : "");
+		char *nl = strchr(first, '\n');
+		if (nl)
+			*nl = '\0';
+		/* nft prints errno text ("No such file or directory", "File exists"). */
+		int code = strstr(e ? e : "", "No such file") ? ENOENT : EIO;
+		return error_set(err, code, "nftables: %s", first[0] ? first : "command failed");
+	}
+	return 0;
+}
+
+static int nft_runf(struct net *n, struct error *err, const char *fmt, ...) _printf_(3, 4);
+static int nft_runf(struct net *n, struct error *err, const char *fmt, ...)
+{
+	_cleanup_free_ char *s = NULL;
+	va_list ap;
+	va_start(ap, fmt);
+	int r = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	if (r < 0)
+		return error_set(err, ENOMEM, "nftables script");
+	return nft_run(n, err, s);
+}
+
+/* The base of both tables. Chains and the always-blocked set are refilled on every start (one
+ * transaction, so no packet sees them half-made); the maps and per-sandbox objects are kept. */
+static int nft_base(struct net *n, struct error *err)
+{
+	char sub[32], gw[INET_ADDRSTRLEN], uplink_rule[96], masq[160] = "";
+	char net[INET_ADDRSTRLEN];
+	inet_ntop(AF_INET, &n->subnet, net, sizeof(net));
+	inet_ntop(AF_INET, &n->gateway, gw, sizeof(gw));
+	snprintf(sub, sizeof(sub), "%s/%u", net, n->prefix);
+	if (n->uplink[0])
+		snprintf(uplink_rule, sizeof(uplink_rule), "oifname != \"%s\" goto drop_sb", n->uplink);
+	else
+		snprintf(uplink_rule, sizeof(uplink_rule), "goto drop_sb");
+	const char *N = n->name;
+	if (n->uplink[0]) /* in the same transaction: no moment without NAT after a restart */
+		snprintf(masq, sizeof(masq),
+			 "add rule inet %s postrouting ip saddr %s oifname \"%s\" masquerade\n", N, sub,
+			 n->uplink);
+	return nft_runf(
+	    n, err,
+	    "add table inet %1$s\n"
+	    "add set inet %1$s blocked4 { type ipv4_addr; flags interval; }\n"
+	    "flush set inet %1$s blocked4\n"
+	    "add element inet %1$s blocked4 { 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/3, %2$s }\n"
+	    "add map inet %1$s src4 { type ipv4_addr : verdict; }\n"
+	    "add map inet %1$s drops { type ipv4_addr : counter; }\n"
+	    "add chain inet %1$s drop_sb\n"
+	    "flush chain inet %1$s drop_sb\n"
+	    "add rule inet %1$s drop_sb counter name ip saddr map @drops\n"
+	    "add rule inet %1$s drop_sb drop\n"
+	    /* to the host: only corral's resolver on the gateway */
+	    "add chain inet %1$s in_sb\n"
+	    "flush chain inet %1$s in_sb\n"
+	    "add rule inet %1$s in_sb meta nfproto ipv6 drop\n"
+	    "add rule inet %1$s in_sb ip daddr %3$s udp dport 53 accept\n"
+	    "add rule inet %1$s in_sb ip daddr %3$s tcp dport 53 accept\n"
+	    "add rule inet %1$s in_sb ct state established,related accept\n"
+	    "add rule inet %1$s in_sb goto drop_sb\n"
+	    "add chain inet %1$s input { type filter hook input priority filter - 5; policy accept; }\n"
+	    "flush chain inet %1$s input\n"
+	    "add rule inet %1$s input iifname \"%1$s\" jump in_sb\n"
+	    "add rule inet %1$s input iifname \"%1$s\" drop\n"
+	    /* through the host: the always-blocked, then the sandbox's own chain */
+	    "add chain inet %1$s out_sb\n"
+	    "flush chain inet %1$s out_sb\n"
+	    "add rule inet %1$s out_sb meta nfproto ipv6 drop\n"
+	    "add rule inet %1$s out_sb ip daddr @blocked4 goto drop_sb\n"
+	    "add rule inet %1$s out_sb meta l4proto { tcp, udp } th dport { 53, 853 } goto drop_sb\n"
+	    "add rule inet %1$s out_sb %4$s\n"
+	    "add rule inet %1$s out_sb ct state established,related accept\n"
+	    "add rule inet %1$s out_sb ip saddr vmap @src4\n"
+	    "add rule inet %1$s out_sb drop\n"
+	    "add chain inet %1$s forward { type filter hook forward priority filter - 5; policy accept; }\n"
+	    "flush chain inet %1$s forward\n"
+	    "add rule inet %1$s forward iifname \"%1$s\" jump out_sb\n"
+	    "add rule inet %1$s forward iifname \"%1$s\" drop\n"
+	    "add rule inet %1$s forward oifname \"%1$s\" ct state established,related accept\n"
+	    "add rule inet %1$s forward oifname \"%1$s\" drop\n"
+	    "add chain inet %1$s postrouting { type nat hook postrouting priority srcnat; policy accept; }\n"
+	    "flush chain inet %1$s postrouting\n"
+	    "%5$s"
+	    /* the bridge: a port speaks IPv4 and ARP from its own address only */
+	    "add table bridge %1$s\n"
+	    "add set bridge %1$s ports { type ifname . ipv4_addr; }\n"
+	    "add set bridge %1$s port_names { type ifname; }\n"
+	    "add chain bridge %1$s port_in\n"
+	    "flush chain bridge %1$s port_in\n"
+	    "add rule bridge %1$s port_in ether type ip iifname . ip saddr @ports accept\n"
+	    "add rule bridge %1$s port_in ether type arp iifname . arp saddr ip @ports accept\n"
+	    "add rule bridge %1$s port_in drop\n"
+	    "add chain bridge %1$s pre { type filter hook prerouting priority -200; policy accept; }\n"
+	    "flush chain bridge %1$s pre\n"
+	    "add rule bridge %1$s pre iifname @port_names jump port_in\n",
+	    N, sub, gw, uplink_rule, masq);
+}
+
+static json_t *nft_list_json(struct net *n, const char *cmd);
+
+/* Does a second add of a set element restart its timeout (Linux 6.10+)? Asked once, of a
+ * throwaway set in our table. */
+static bool probe_timeout_update(struct net *n)
+{
+	const char *N = n->name;
+	if (nft_runf(n, NULL,
+		     "add set inet %1$s probe_timeout { type ipv4_addr; flags timeout; }\n"
+		     "flush set inet %1$s probe_timeout\n"
+		     "add element inet %1$s probe_timeout { 192.0.2.1 timeout 10s }\n",
+		     N) < 0)
+		return false;
+	bool ok = false;
+	struct in_addr a = {inet_addr("192.0.2.1")};
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "list set inet %s probe_timeout", N);
+	if (nftnl_elem_refresh(N, "probe_timeout", &a, 4, 3600 * 1000, true) == 0) {
+		json_t *j = nft_list_json(n, cmd);
+		/* the element's timeout in seconds: 3600 if the add updated it, else still 10 */
+		json_t *items = json_object_get(j, "nftables"), *it;
+		size_t i;
+		json_array_foreach(items, i, it) {
+			json_t *elems = json_object_get(json_object_get(it, "set"), "elem"), *el;
+			size_t k;
+			json_array_foreach(elems, k, el) {
+				json_t *e = json_object_get(json_object_get(el, "elem"), "timeout");
+				ok |= json_integer_value(e) == 3600;
+			}
+		}
+		json_decref(j);
+	}
+	nft_runf(n, NULL, "delete set inet %s probe_timeout\n", N);
+	return ok;
+}
+
+/* ---- host side -------------------------------------------------------------------------------- */
+
+static int parse_subnet(const char *s, struct in_addr *net, unsigned *prefix, struct error *err)
+{
+	char buf[32];
+	snprintf(buf, sizeof(buf), "%s", s);
+	char *slash = strchr(buf, '/');
+	char *end = NULL;
+	unsigned long p = slash ? strtoul(slash + 1, &end, 10) : 0;
+	if (!slash || end == slash + 1 || *end || p < 8 || p > 28)
+		return error_set(err, EINVAL,
+				 "sandbox subnet '%s' must be an IPv4 network A.B.C.D/P with P from 8 to 28",
+				 s);
+	*slash = '\0';
+	if (inet_pton(AF_INET, buf, net) != 1)
+		return error_set(err, EINVAL, "sandbox subnet '%s': '%s' is no IPv4 address", s, buf);
+	uint32_t mask = 0xffffffffu << (32 - p);
+	if (ntohl(net->s_addr) & ~mask)
+		return error_set(err, EINVAL, "sandbox subnet '%s' has host bits set", s);
+	*prefix = (unsigned)p;
+	return 0;
+}
+
+static int open_own_netns(void)
+{
+	int pfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	if (pfd >= 0) {
+		int fd = ioctl(pfd, PIDFD_GET_NET_NAMESPACE, 0);
+		close(pfd);
+		if (fd >= 0)
+			return fd; /* close-on-exec, as pidfd ioctls make them */
+	}
+	int fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static int set_forwarding(const char *ifname, struct error *err)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "/proc/sys/net/ipv4/conf/%s/forwarding", ifname);
+	int r = fs_write_string(path, "1");
+	return r < 0 ? error_set_errno(err, -r, "enable forwarding on %s", ifname) : 0;
+}
+
+/* One corrald per network name: a second would adopt the first's bridge and remove its
+ * sandboxes' veths and rules as leftovers. The lock dies with the process (kill -9 included). */
+static int lock_name(struct net *n, struct error *err)
+{
+	char path[96];
+	if (mkdir(NET_LOCK_DIR, 0700) < 0 && errno != EEXIST)
+		return error_set_errno(err, errno, "mkdir '%s'", NET_LOCK_DIR);
+	snprintf(path, sizeof(path), NET_LOCK_DIR "/%s.lock", n->name);
+	n->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (n->lock_fd < 0)
+		return error_set_errno(err, errno, "open '%s'", path);
+	if (flock(n->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		char holder[32] = "";
+		ssize_t k = pread(n->lock_fd, holder, sizeof(holder) - 1, 0);
+		holder[k > 0 ? k : 0] = '\0';
+		holder[strcspn(holder, "\n")] = '\0';
+		return error_set(err, EBUSY,
+				 "network '%s' is in use by another corrald%s%s%s: give this one another --network-name and --sandbox-subnet",
+				 n->name, holder[0] ? " (pid " : "", holder, holder[0] ? ")" : "");
+	}
+	char pid[32];
+	int len = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(n->lock_fd, 0) == 0 && pwrite(n->lock_fd, pid, (size_t)len, 0) < 0) {
+		/* the pid is only a hint for the message above */
+	}
+	return 0;
+}
+
+int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
+{
+	int r;
+	const char *name = cfg->name ? cfg->name : NET_DEFAULT_NAME;
+	size_t nl_len = strlen(name);
+	if (nl_len == 0 || nl_len > NET_NAME_MAX || name[0] < 'a' || name[0] > 'z' ||
+	    strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_") != nl_len)
+		return error_set(err, EINVAL,
+				 "network name '%s' must be 1 to %d of a-z, 0-9, '_', starting with a letter",
+				 name, NET_NAME_MAX);
+	struct net *n = calloc(1, sizeof(*n));
+	if (!n)
+		return error_set(err, ENOMEM, "network");
+	snprintf(n->name, sizeof(n->name), "%s", name);
+	n->lock_fd = -1;
+	if ((r = lock_name(n, err)) < 0)
+		goto fail;
+	if ((r = parse_subnet(cfg->subnet ? cfg->subnet : NET_DEFAULT_SUBNET, &n->subnet,
+			      &n->prefix, err)) < 0)
+		goto fail;
+	n->gateway.s_addr = htonl(ntohl(n->subnet.s_addr) + 1);
+	n->next_host = 2;
+
+	struct nl nl = {0};
+	if ((r = nl_open(&nl)) < 0) {
+		r = error_set_errno(err, -r, "netlink socket");
+		goto fail;
+	}
+	if (cfg->uplink && cfg->uplink[0]) {
+		if (strlen(cfg->uplink) >= IF_NAMESIZE || nl_link_index(&nl, cfg->uplink) < 0) {
+			nl_close(&nl);
+			r = error_set(err, ENODEV, "egress uplink '%s': no such interface",
+				      cfg->uplink);
+			goto fail;
+		}
+		snprintf(n->uplink, sizeof(n->uplink), "%s", cfg->uplink);
+	} else {
+		int oif = nl_default_route_oif(&nl);
+		if (oif > 0 && if_indextoname((unsigned)oif, n->uplink))
+			n->uplink_auto = true;
+		else
+			n->uplink[0] = '\0';
+	}
+	r = nl_bridge_add(&nl, n->name);
+	if (r < 0 && r != -EEXIST) {
+		nl_close(&nl);
+		r = error_set_errno(err, -r, "create bridge %s", n->name);
+		goto fail;
+	}
+	n->bridge_ifindex = nl_link_index(&nl, n->name);
+	if (n->bridge_ifindex < 0) {
+		nl_close(&nl);
+		r = error_set_errno(err, -n->bridge_ifindex, "find bridge %s", n->name);
+		goto fail;
+	}
+	/*
+	 * A bridge without an address of its own takes the lowest of its ports' and changes it as
+	 * sandboxes come and go: every sandbox's ARP entry for the gateway then points at a MAC
+	 * nobody answers to until it expires (seconds without DNS or any traffic, under churn). A
+	 * fixed one, locally administered and derived from the name, is kept across restarts too.
+	 */
+	uint8_t mac[6] = {0x02, 0xc0, 0, 0, 0, 0};
+	uint32_t hsh = 2166136261u;
+	for (const char *p = n->name; *p; p++)
+		hsh = (hsh ^ (uint8_t)*p) * 16777619u;
+	memcpy(mac + 2, &hsh, 4);
+	const char *step = "set the MAC address of";
+	if ((r = nl_link_set_mac(&nl, n->bridge_ifindex, mac)) < 0 ||
+	    (step = "no IPv6 on", r = nl_link_no_ipv6(&nl, n->bridge_ifindex)) < 0 ||
+	    (step = "address", r = nl_addr4_add(&nl, n->bridge_ifindex, n->gateway, n->prefix)) < 0 ||
+	    (step = "bring up", r = nl_link_up(&nl, n->bridge_ifindex, NULL)) < 0) {
+		nl_close(&nl);
+		r = error_set_errno(err, -r, "bridge %s: %s", n->name, step);
+		goto fail;
+	}
+	nl_close(&nl);
+	if ((r = set_forwarding(n->name, err)) < 0 ||
+	    (n->uplink[0] && (r = set_forwarding(n->uplink, err)) < 0))
+		goto fail;
+
+	n->nft = nft_ctx_new(NFT_CTX_DEFAULT);
+	if (!n->nft) {
+		r = error_set(err, ENOMEM, "nftables context");
+		goto fail;
+	}
+	nft_ctx_buffer_output(n->nft);
+	nft_ctx_buffer_error(n->nft);
+	if ((r = nft_base(n, err)) < 0) {
+		error_prefix(err, "nftables table %s", n->name);
+		goto fail;
+	}
+	n->timeout_update = probe_timeout_update(n);
+	*ret = n;
+	return 0;
+fail:
+	net_free(n);
+	return r;
+}
+
+void net_free(struct net *n)
+{
+	if (!n)
+		return;
+	if (n->nft)
+		nft_ctx_free(n->nft);
+	if (n->lock_fd >= 0)
+		close(n->lock_fd);
+	free(n->sb);
+	free(n);
+}
+
+/* ---- sandboxes -------------------------------------------------------------------------------- */
+
+static struct net_sandbox *find(struct net *n, const char *id)
+{
+	for (size_t i = 0; i < n->n_sb; i++)
+		if (strcmp(n->sb[i].id, id) == 0)
+			return &n->sb[i];
+	return NULL;
+}
+
+static bool addr_used(const struct net *n, struct in_addr a)
+{
+	for (size_t i = 0; i < n->n_sb; i++)
+		if (n->sb[i].addr.s_addr == a.s_addr)
+			return true;
+	return false;
+}
+
+static int alloc_addr(struct net *n, struct in_addr *ret, struct error *err)
+{
+	uint32_t hosts = (1u << (32 - n->prefix)) - 2; /* less the network and broadcast */
+	for (uint32_t k = 0; k < hosts; k++) {
+		uint32_t h = n->next_host + k;
+		if (h < 2 || h > hosts)
+			h = 2 + (h - 2) % (hosts - 1); /* .1 is the gateway */
+		struct in_addr a = {htonl(ntohl(n->subnet.s_addr) + h)};
+		if (!addr_used(n, a)) {
+			n->next_host = h + 1;
+			*ret = a;
+			return 0;
+		}
+	}
+	return error_set(err, EADDRNOTAVAIL, "every address of the sandbox subnet is in use");
+}
+
+static bool in_subnet(const struct net *n, struct in_addr a)
+{
+	uint32_t mask = 0xffffffffu << (32 - n->prefix);
+	uint32_t h = ntohl(a.s_addr) & ~mask;
+	return (ntohl(a.s_addr) & mask) == ntohl(n->subnet.s_addr) && h >= 2 && h != ~mask;
+}
+
+/* The sandbox chain's rules (after a flush of it): in dns mode accept (the always-blocked came
+ * before); in dns+nft the learned set, the static rules in order, then the default. */
+static int chain_rules(char **s, size_t *len, const char *N, const char *cid, enum net_mode mode,
+		       const struct egress_policy *p, enum egress_action def)
+{
+	FILE *f = open_memstream(s, len);
+	if (!f)
+		return -ENOMEM;
+	fprintf(f, "flush chain inet %s sb_%s\n", N, cid);
+	if (mode == NET_MODE_DNS) {
+		fprintf(f, "add rule inet %s sb_%s accept\n", N, cid);
+		return fclose(f) == 0 ? 0 : -ENOMEM;
+	}
+	fprintf(f, "add rule inet %s sb_%s ip daddr @l_%s accept\n", N, cid, cid);
+	for (size_t i = 0; p && i < p->n; i++) {
+		const struct egress_rule *r = &p->rules[i];
+		if (r->kind != EGRESS_CIDR || r->family != AF_INET)
+			continue;
+		char a[INET_ADDRSTRLEN];
+		inet_ntop(AF_INET, r->addr, a, sizeof(a));
+		fprintf(f, "add rule inet %s sb_%s ip daddr %s/%u %s\n", N, cid, a, r->prefix,
+			r->action == EGRESS_ALLOW ? "accept" : "goto drop_sb");
+	}
+	fprintf(f, "add rule inet %s sb_%s %s\n", N, cid,
+		def == EGRESS_ALLOW ? "accept" : "goto drop_sb");
+	return fclose(f) == 0 ? 0 : -ENOMEM;
+}
+
+int net_sandbox_add(struct net *n, const char *sandbox_id, enum net_mode mode,
+		    enum egress_action default_action, struct in_addr *addr, struct error *err)
+{
+	return net_sandbox_add_policy(n, sandbox_id, mode, NULL, default_action, addr, err);
+}
+
+int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode mode,
+			   const struct egress_policy *p, enum egress_action default_action,
+			   struct in_addr *addr, struct error *err)
+{
+	if (!id_ok(sandbox_id))
+		return error_set(err, EINVAL, "sandbox id '%s' is not a uuid", sandbox_id);
+	struct net_sandbox *sb = find(n, sandbox_id);
+	bool adopt = addr->s_addr != 0;
+	if (sb) {
+		if (adopt && sb->addr.s_addr != addr->s_addr)
+			return error_set(err, EEXIST, "sandbox %s has another address already",
+					 sandbox_id);
+		*addr = sb->addr;
+		sb->seen = true;
+		return 0;
+	}
+	int r;
+	struct in_addr a = *addr;
+	if (adopt) {
+		if (!in_subnet(n, a))
+			return error_set(err, EINVAL,
+					 "sandbox %s's recorded address is not in the sandbox subnet (was --sandbox-subnet changed?)",
+					 sandbox_id);
+		if (addr_used(n, a))
+			return error_set(err, EADDRINUSE, "sandbox %s's address is taken",
+					 sandbox_id);
+	} else if ((r = alloc_addr(n, &a, err)) < 0) {
+		return r;
+	}
+	if (n->n_sb == n->cap_sb) {
+		size_t cap = n->cap_sb ? 2 * n->cap_sb : 64;
+		struct net_sandbox *v = realloc(n->sb, cap * sizeof(*v));
+		if (!v)
+			return error_set(err, ENOMEM, "network sandbox table");
+		n->sb = v;
+		n->cap_sb = cap;
+	}
+
+	char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
+	nft_id(sandbox_id, cid);
+	veth_name(sandbox_id, veth);
+	inet_ntop(AF_INET, &a, as, sizeof(as));
+	const char *N = n->name;
+	_cleanup_free_ char *rules = NULL;
+	size_t rlen = 0;
+	if (!adopt) {
+		r = chain_rules(&rules, &rlen, N, cid, mode, p, p ? p->default_action : default_action);
+		if (r < 0)
+			return error_set(err, ENOMEM, "nftables script");
+	}
+	/* A re-adopted sandbox keeps its chain, set (with what it learned), counter and map
+	 * elements as they are in the kernel: nothing to do here (net_gc() puts the map elements
+	 * of exactly the re-adopted sandboxes back in one transaction), so a restart over many
+	 * sandboxes costs no nftables work per sandbox. A new one gets everything, its chain's
+	 * rules included. */
+	r = adopt ? 0 : nft_runf(n, err,
+		     "add set inet %1$s l_%2$s { type ipv4_addr; flags timeout; }\n"
+		     "add counter inet %1$s d_%2$s\n"
+		     "add chain inet %1$s sb_%2$s\n"
+		     "%3$s"
+		     "add element inet %1$s drops { %4$s : \"d_%2$s\" }\n"
+		     "add element inet %1$s src4 { %4$s : goto sb_%2$s }\n"
+		     "add element bridge %1$s ports { \"%5$s\" . %4$s }\n"
+		     "add element bridge %1$s port_names { \"%5$s\" }\n",
+		     N, cid, rules ? rules : "", as, veth);
+	if (r < 0)
+		return error_prefix(err, "sandbox %s", sandbox_id);
+	sb = &n->sb[n->n_sb++];
+	memset(sb, 0, sizeof(*sb));
+	snprintf(sb->id, sizeof(sb->id), "%s", sandbox_id);
+	sb->addr = a;
+	sb->mode = mode;
+	sb->seen = true;
+	*addr = a;
+	return 0;
+}
+
+/* Each command its own transaction: a part already gone does not keep the rest. */
+static void nft_remove_objects(struct net *n, const char *cid)
+{
+	static const char *const what[] = {"chain inet %s sb_%s", "set inet %s l_%s",
+					   "counter inet %s d_%s"};
+	for (size_t i = 0; i < ARRAY_SIZE(what); i++) {
+		char cmd[256];
+		int k = snprintf(cmd, sizeof(cmd), "delete ");
+		_Pragma("GCC diagnostic push");
+		_Pragma("GCC diagnostic ignored \"-Wformat-nonliteral\"");
+		snprintf(cmd + k, sizeof(cmd) - (size_t)k, what[i], n->name, cid);
+		_Pragma("GCC diagnostic pop");
+		nft_run(n, NULL, cmd);
+	}
+}
+
+/* The kernel's part of net_sandbox_remove(): nothing in n changes (n->nft is used). */
+static int remove_kernel(struct net *n, const char *sandbox_id, struct error *err)
+{
+	if (!id_ok(sandbox_id))
+		return error_set(err, EINVAL, "sandbox id '%s' is not a uuid", sandbox_id);
+	char cid[UUID_STR_LEN], veth[IF_NAMESIZE];
+	nft_id(sandbox_id, cid);
+	veth_name(sandbox_id, veth);
+	struct nl nl = {0};
+	int r = nl_open(&nl);
+	if (r >= 0) {
+		r = nl_link_del(&nl, veth);
+		nl_close(&nl);
+	}
+	if (r < 0)
+		return error_set_errno(err, -r, "sandbox %s: delete veth %s", sandbox_id, veth);
+	struct net_sandbox *sb = find(n, sandbox_id);
+	if (sb) {
+		char as[INET_ADDRSTRLEN];
+		inet_ntop(AF_INET, &sb->addr, as, sizeof(as));
+		const char *N = n->name;
+		/* All at once when all is there (the usual case), else piece by piece. */
+		if (nft_runf(n, NULL,
+			     "delete element inet %1$s src4 { %2$s }\n"
+			     "delete element inet %1$s drops { %2$s }\n"
+			     "delete element bridge %1$s ports { \"%3$s\" . %2$s }\n"
+			     "delete element bridge %1$s port_names { \"%3$s\" }\n"
+			     "delete chain inet %1$s sb_%4$s\n"
+			     "delete set inet %1$s l_%4$s\n"
+			     "delete counter inet %1$s d_%4$s\n",
+			     N, as, veth, cid) < 0) {
+			nft_runf(n, NULL, "delete element inet %s src4 { %s }\n", N, as);
+			nft_runf(n, NULL, "delete element inet %s drops { %s }\n", N, as);
+			nft_runf(n, NULL, "delete element bridge %s ports { \"%s\" . %s }\n", N, veth,
+				 as);
+			nft_runf(n, NULL, "delete element bridge %s port_names { \"%s\" }\n", N, veth);
+			nft_remove_objects(n, cid);
+		}
+	} else {
+		nft_remove_objects(n, cid);
+	}
+	return 0;
+}
+
+void net_sandbox_forget(struct net *n, const char *sandbox_id)
+{
+	struct net_sandbox *sb = find(n, sandbox_id ? sandbox_id : "");
+	if (sb)
+		*sb = n->sb[--n->n_sb];
+}
+
+int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
+{
+	int r = remove_kernel(n, sandbox_id, err);
+	net_sandbox_forget(n, sandbox_id);
+	return r;
+}
+
+int net_sandbox_teardown(const struct net *n, const char *sandbox_id, struct error *err)
+{
+	/* An nftables context of this process's own: the caller's is a socket shared with the
+	 * process that forked it. */
+	struct net w = *n;
+	w.nft = nft_ctx_new(NFT_CTX_DEFAULT);
+	if (!w.nft)
+		return error_set(err, ENOMEM, "nftables context");
+	nft_ctx_buffer_output(w.nft);
+	nft_ctx_buffer_error(w.nft);
+	int r = remove_kernel(&w, sandbox_id, err);
+	nft_ctx_free(w.nft);
+	return r;
+}
+
+struct gc_links {
+	struct net *n;
+	char (*doomed)[IF_NAMESIZE];
+	size_t n_doomed, cap;
+};
+
+static void gc_link(int ifindex, const char *name, const char *alias, int master, void *arg)
+{
+	struct gc_links *g = arg;
+	char prefix[64];
+	int k = snprintf(prefix, sizeof(prefix), ALIAS_PREFIX "%s:", g->n->name);
+	if (strncmp(alias, prefix, (size_t)k) != 0)
+		return;
+	const char *id = alias + k;
+	struct net_sandbox *sb = find(g->n, id);
+	if (sb && sb->seen)
+		return;
+	if (g->n_doomed == g->cap) {
+		size_t cap = g->cap ? 2 * g->cap : 16;
+		void *v = realloc(g->doomed, cap * sizeof(*g->doomed));
+		if (!v)
+			return;
+		g->doomed = v;
+		g->cap = cap;
+	}
+	snprintf(g->doomed[g->n_doomed++], IF_NAMESIZE, "%s", name);
+}
+
+/* "sb_<cid>" and the like back to an id; NULL when name is none of ours. */
+static bool object_id(const char *name, const char *prefix, char id[UUID_STR_LEN])
+{
+	size_t pl = strlen(prefix);
+	if (strncmp(name, prefix, pl) != 0 || strlen(name + pl) != UUID_STR_LEN - 1)
+		return false;
+	for (size_t i = 0; i < UUID_STR_LEN; i++)
+		id[i] = name[pl + i] == '_' ? '-' : name[pl + i];
+	return id_is_uuid(id);
+}
+
+/* The table's objects as JSON (libnftables' JSON output), or NULL. */
+static json_t *nft_list_json(struct net *n, const char *cmd)
+{
+	unsigned flags = nft_ctx_output_get_flags(n->nft);
+	nft_ctx_output_set_flags(n->nft, flags | NFT_CTX_OUTPUT_JSON);
+	int r = nft_run_cmd_from_buffer(n->nft, cmd);
+	nft_ctx_output_set_flags(n->nft, flags);
+	if (r != 0)
+		return NULL;
+	const char *out = nft_ctx_get_output_buffer(n->nft);
+	return out ? json_loads(out, 0, NULL) : NULL;
+}
+
+/* The table (a "list table" JSON) holds the sandbox's chain and counter (the map elements'
+ * targets). */
+static bool has_objects(json_t *table, const char *cid)
+{
+	char chain[UUID_STR_LEN + 4], counter[UUID_STR_LEN + 4];
+	snprintf(chain, sizeof(chain), "sb_%s", cid);
+	snprintf(counter, sizeof(counter), "d_%s", cid);
+	bool c1 = false, c2 = false;
+	json_t *it;
+	size_t i;
+	json_array_foreach(json_object_get(table, "nftables"), i, it) {
+		const char *a = json_string_value(json_object_get(json_object_get(it, "chain"), "name"));
+		const char *b =
+		    json_string_value(json_object_get(json_object_get(it, "counter"), "name"));
+		c1 |= a && strcmp(a, chain) == 0;
+		c2 |= b && strcmp(b, counter) == 0;
+	}
+	return c1 && c2;
+}
+
+int net_gc(struct net *n, struct error *err)
+{
+	int removed = 0;
+	struct gc_links g = {.n = n};
+	struct nl nl = {0};
+	int r = nl_open(&nl);
+	if (r < 0)
+		return error_set_errno(err, -r, "netlink socket");
+	r = nl_links(&nl, gc_link, &g);
+	for (size_t i = 0; r >= 0 && i < g.n_doomed; i++)
+		if (nl_link_del(&nl, g.doomed[i]) >= 0)
+			removed++;
+	nl_close(&nl);
+	free(g.doomed);
+	if (r < 0)
+		return error_set_errno(err, -r, "list links");
+
+	/* nftables: the maps hold exactly the known sandboxes; objects of others go. One
+	 * transaction, so no known sandbox is ever without its elements. */
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "list table inet %s", n->name);
+	json_t *j = nft_list_json(n, cmd);
+	if (!j)
+		return error_set(err, EIO, "nftables: list table inet %s failed", n->name);
+	FILE *f;
+	_cleanup_free_ char *s = NULL;
+	size_t len = 0;
+	if (!(f = open_memstream(&s, &len))) {
+		json_decref(j);
+		return error_set(err, ENOMEM, "nftables script");
+	}
+	const char *N = n->name;
+	fprintf(f, "flush map inet %1$s src4\nflush map inet %1$s drops\nflush set bridge %1$s ports\n"
+		   "flush set bridge %1$s port_names\n", N);
+	for (size_t i = 0; i < n->n_sb; i++) {
+		char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
+		nft_id(n->sb[i].id, cid);
+		if (!has_objects(j, cid))
+			continue; /* e.g. after a reboot: its chain is gone, its packets are dropped */
+		veth_name(n->sb[i].id, veth);
+		inet_ntop(AF_INET, &n->sb[i].addr, as, sizeof(as));
+		fprintf(f,
+			"add element inet %1$s drops { %2$s : \"d_%3$s\" }\n"
+			"add element inet %1$s src4 { %2$s : goto sb_%3$s }\n"
+			"add element bridge %1$s ports { \"%4$s\" . %2$s }\n"
+			"add element bridge %1$s port_names { \"%4$s\" }\n",
+			N, as, cid, veth);
+	}
+	json_t *items = json_object_get(j, "nftables"), *it;
+	size_t idx;
+	int stale = 0;
+	static const struct {
+		const char *kind, *prefix, *cmd;
+	} kinds[] = {{"chain", "sb_", "chain"}, {"set", "l_", "set"}, {"counter", "d_", "counter"}};
+	/* Chains before the sets and counters their rules name, or those are busy. */
+	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++) {
+		json_array_foreach(items, idx, it) {
+			json_t *o = json_object_get(it, kinds[k].kind);
+			const char *name = json_string_value(json_object_get(o, "name"));
+			char id[UUID_STR_LEN];
+			if (!name || !object_id(name, kinds[k].prefix, id))
+				continue;
+			struct net_sandbox *sb = find(n, id);
+			if (sb && sb->seen)
+				continue;
+			fprintf(f, "delete %s inet %s %s\n", kinds[k].cmd, N, name);
+			stale++;
+		}
+	}
+	json_decref(j);
+	if (fclose(f) != 0)
+		return error_set(err, ENOMEM, "nftables script");
+	if ((r = nft_run(n, err, s)) < 0)
+		return error_prefix(err, "remove leftovers");
+	return removed + stale / 3;
+}
+
+/* ---- attach (create worker) ------------------------------------------------------------------ */
+
+int net_attach(const struct net *n, const char *sandbox_id, int netns_fd, struct in_addr addr,
+	       struct error *err)
+{
+	if (!id_ok(sandbox_id))
+		return error_set(err, EINVAL, "sandbox id '%s' is not a uuid", sandbox_id);
+	char veth[IF_NAMESIZE], alias[96];
+	veth_name(sandbox_id, veth);
+	snprintf(alias, sizeof(alias), ALIAS_PREFIX "%s:%s", n->name, sandbox_id);
+	struct nl host = {0}, in = {0};
+	int r = nl_open(&host);
+	if (r < 0)
+		return error_set_errno(err, -r, "netlink socket");
+	r = nl_veth_add(&host, veth, alias, n->bridge_ifindex, "eth0", netns_fd);
+	if (r < 0) {
+		error_set_errno(err, -r, "create veth %s%s%s", veth, host.ext[0] ? ": " : "",
+				host.ext);
+		goto out;
+	}
+	/* A netlink socket made in the sandbox's namespace stays there: configure eth0 through it. */
+	int here = open_own_netns();
+	if (here < 0) {
+		r = error_set_errno(err, -here, "open this process's network namespace");
+		goto fail;
+	}
+	if (setns(netns_fd, CLONE_NEWNET) < 0) {
+		close(here);
+		r = error_set_errno(err, errno, "enter the sandbox's network namespace");
+		goto fail;
+	}
+	r = nl_open(&in);
+	if (setns(here, CLONE_NEWNET) < 0) {
+		r = error_set_errno(err, errno, "return to the host's network namespace");
+		close(here);
+		goto fail;
+	}
+	close(here);
+	if (r < 0) {
+		error_set_errno(err, -r, "netlink socket in the sandbox");
+		goto fail;
+	}
+	const char *step = "lo up";
+	int eth0 = 0;
+	if ((r = nl_link_up(&in, 0, "lo")) < 0 ||
+	    (step = "find eth0", r = eth0 = nl_link_index(&in, "eth0")) < 0 ||
+	    (step = "no IPv6 on eth0", r = nl_link_no_ipv6(&in, eth0)) < 0 ||
+	    (step = "address eth0", r = nl_addr4_add(&in, eth0, addr, n->prefix)) < 0 ||
+	    (step = "eth0 up", r = nl_link_up(&in, eth0, NULL)) < 0 ||
+	    (step = "default route", r = nl_route4_default(&in, eth0, n->gateway)) < 0) {
+		error_set_errno(err, -r, "sandbox network: %s%s%s", step, in.ext[0] ? ": " : "",
+				in.ext);
+		goto fail;
+	}
+	r = 0;
+	goto out;
+fail:
+	nl_link_del(&host, veth);
+out:
+	nl_close(&in);
+	nl_close(&host);
+	return r;
+}
+
+/* ---- policy ------------------------------------------------------------------------------------ */
+
+int net_policy_apply(struct net *n, const char *sandbox_id, const struct egress_policy *p,
+		     enum net_mode mode, struct error *err)
+{
+	struct net_sandbox *sb = find(n, sandbox_id ? sandbox_id : "");
+	if (!sb)
+		return error_set(err, ENOENT, "sandbox %s has no network", sandbox_id);
+	char cid[UUID_STR_LEN];
+	nft_id(sandbox_id, cid);
+	_cleanup_free_ char *s = NULL;
+	size_t len = 0;
+	if (chain_rules(&s, &len, n->name, cid, mode, p, p ? p->default_action : EGRESS_DENY) < 0)
+		return error_set(err, ENOMEM, "nftables script");
+	_cleanup_free_ char *all = NULL;
+	if (asprintf(&all, "%sflush set inet %s l_%s\n", s, n->name, cid) < 0)
+		return error_set(err, ENOMEM, "nftables script");
+	int r = nft_run(n, err, all);
+	if (r < 0)
+		return error_prefix(err, "sandbox %s: apply policy", sandbox_id);
+	sb->mode = mode;
+	return 0;
+}
+
+int net_learn(struct net *n, const char *sandbox_id, int family, const void *addr, uint32_t ttl_s,
+	      struct error *err)
+{
+	struct net_sandbox *sb = find(n, sandbox_id ? sandbox_id : "");
+	if (!sb)
+		return error_set(err, ENOENT, "sandbox %s has no network", sandbox_id);
+	if (family == AF_INET6 || sb->mode != NET_MODE_DNS_NFT)
+		return 0; /* IPv6 is dropped anyway; dns mode admits every address */
+	if (family != AF_INET)
+		return error_set(err, EAFNOSUPPORT, "address family %d", family);
+	if (ttl_s < NET_LEARN_TTL_FLOOR_S)
+		ttl_s = NET_LEARN_TTL_FLOOR_S;
+	if (ttl_s > NET_LEARN_TTL_MAX_S)
+		ttl_s = NET_LEARN_TTL_MAX_S;
+	char cid[UUID_STR_LEN], as[INET_ADDRSTRLEN];
+	nft_id(sandbox_id, cid);
+	inet_ntop(AF_INET, addr, as, sizeof(as));
+	char set[UUID_STR_LEN + 2];
+	snprintf(set, sizeof(set), "l_%s", cid);
+	int r = nftnl_elem_refresh(n->name, set, addr, 4, (uint64_t)ttl_s * 1000,
+				   n->timeout_update);
+	return r < 0 ? error_set_errno(err, -r, "sandbox %s: learn %s", sandbox_id, as) : 0;
+}
+
+int net_sandbox_by_addr(struct net *n, int family, const void *addr, char id_out[UUID_STR_LEN])
+{
+	if (family != AF_INET)
+		return -ENOENT;
+	struct in_addr a;
+	memcpy(&a, addr, sizeof(a));
+	for (size_t i = 0; i < n->n_sb; i++)
+		if (n->sb[i].addr.s_addr == a.s_addr) {
+			memcpy(id_out, n->sb[i].id, UUID_STR_LEN);
+			return 0;
+		}
+	return -ENOENT;
+}
+
+int net_sandbox_drops(struct net *n, const char *sandbox_id, uint64_t *ret_packets,
+		      struct error *err)
+{
+	if (!id_ok(sandbox_id))
+		return error_set(err, EINVAL, "sandbox id '%s' is not a uuid", sandbox_id);
+	char cid[UUID_STR_LEN], name[UUID_STR_LEN + 2];
+	nft_id(sandbox_id, cid);
+	snprintf(name, sizeof(name), "d_%s", cid);
+	int r = nftnl_counter_packets(n->name, name, ret_packets);
+	return r < 0 ? error_set_errno(err, -r, "sandbox %s: read its drop counter", sandbox_id) : 0;
+}

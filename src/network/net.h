@@ -1,0 +1,130 @@
+/*
+ * The data plane of sandbox networking (docs/network.md): a bridge with the gateway address, NAT
+ * out of one uplink, one nftables table of corral's own, and per sandbox a veth pair, an address and
+ * the nftables state that enforces its egress policy on the host side of the veth.
+ *
+ * Kernel objects, all named from cfg->name (default "corral"):
+ *   bridge NAME                    gateway address (first host of the subnet), IPv6 off, every port
+ *                                  isolated (no sandbox->sandbox frames)
+ *   veth "cr" + 13 hex of the id   bridge port of one sandbox; alias "corral:NAME:<id>"; its peer
+ *                                  is eth0 in the sandbox's network namespace
+ *   table bridge NAME              anti-spoofing: a port sends only IPv4 and ARP from its own address
+ *   table inet NAME                input/forward filter of everything from the bridge, masquerade;
+ *                                  per sandbox: chain sb_<id>, set l_<id> (learned addresses,
+ *                                  timeout flag), counter d_<id> (dropped packets)
+ *
+ * Always dropped, whatever the policy: sandbox -> sandbox, -> any host address (but the gateway's
+ * port 53), -> 169.254.0.0/16, 127/8, 0/8, 224/3, DNS (53) to any other resolver, 853 (DoT/DoQ),
+ * everything IPv6, anything not leaving through the uplink.
+ *
+ * Processes: net_new(), net_sandbox_add*(), net_sandbox_forget(), net_policy_apply(), net_learn()
+ * and the readers run in corrald's process (quick netlink and nftables requests, no child
+ * process). net_attach() (a create's blocking part) and net_sandbox_teardown() (a removal, whose
+ * nftables commit waits for an RCU grace period) run in corrald's workers (forked children that
+ * closed every inherited fd): they use only the values net_new() left in struct net and sockets
+ * of their own.
+ *
+ * The library never logs; it returns -errno with a message in struct error.
+ */
+#pragma once
+
+#include <net/if.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "network/policy.h"
+#include "shared/error.h"
+#include "shared/id.h"
+
+#define NET_DEFAULT_NAME "corral"
+#define NET_DEFAULT_SUBNET "10.177.0.0/16"
+#define NET_LEARN_TTL_FLOOR_S 5      /* a learned address stays at least this long */
+#define NET_LEARN_TTL_MAX_S 86400    /* and at most this long */
+#define NET_NAME_MAX 12              /* bridge and table name: leaves room in IFNAMSIZ */
+#define NET_LOCK_DIR "/run/corral"   /* <name>.lock: one corrald per network name */
+
+enum net_mode {
+	NET_MODE_DNS,     /* nftables enforces only the always-blocked rules */
+	NET_MODE_DNS_NFT, /* everything not admitted is dropped */
+};
+
+struct net_config {
+	const char *name;   /* bridge and nft table name, NULL = NET_DEFAULT_NAME */
+	const char *subnet; /* "A.B.C.D/P", NULL = NET_DEFAULT_SUBNET; P between 8 and 28 */
+	const char *uplink; /* NULL: the interface of the host's default route (if any) */
+};
+
+struct net_sandbox;
+
+struct net {
+	char name[NET_NAME_MAX + 1];
+	char uplink[IF_NAMESIZE]; /* "" = none: sandboxes reach nothing beyond the host */
+	bool uplink_auto;         /* found from the default route */
+	struct in_addr subnet;    /* network address */
+	unsigned prefix;
+	struct in_addr gateway; /* the bridge's address, first host of the subnet */
+	int bridge_ifindex;
+	struct nft_ctx *nft;
+	/* Sandboxes with an address, in memory only (the record keeps the address). */
+	struct net_sandbox *sb;
+	size_t n_sb, cap_sb;
+	uint32_t next_host; /* allocation cursor (host part) */
+	bool timeout_update; /* the kernel restarts an element's timeout on a re-add (6.10+) */
+	int lock_fd;         /* NET_LOCK_DIR/<name>.lock, held while n lives */
+};
+
+/* Bridge, gateway address, forwarding on the bridge and the uplink, the nftables tables (base
+ * chains refilled, per-sandbox state kept: a restart re-adopts it). Idempotent. */
+int net_new(const struct net_config *cfg, struct net **ret, struct error *err);
+void net_free(struct net *n);
+
+/* A sandbox's network state: allocate an address (addr->s_addr == 0) or take the recorded one
+ * (re-adoption after a restart), then make its nftables chain, learned set and drop counter,
+ * unless they exist already (a restart keeps them and their contents). The default action for
+ * a sandbox whose policy net_policy_apply() has not set yet is default_action. */
+int net_sandbox_add(struct net *n, const char *sandbox_id, enum net_mode mode,
+		    enum egress_action default_action, struct in_addr *addr, struct error *err);
+/* The same with the sandbox's first policy p (NULL: default_action alone) in its chain from the
+ * start: one transaction, where a net_policy_apply() after the add would replace the chain's
+ * rules, and a rule deletion costs the kernel's commit an RCU grace period (~6-13 ms). */
+int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode mode,
+			   const struct egress_policy *p, enum egress_action default_action,
+			   struct in_addr *addr, struct error *err);
+/* Everything of the sandbox: veth, nftables elements, chain, set and counter. Parts already gone
+ * are success. */
+int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err);
+/* net_sandbox_remove() in two halves, for a worker: the kernel's state (blocking: its nftables
+ * commit waits for an RCU grace period, ~6-13 ms), in a forked child; then, in the process that
+ * owns n, its address back to the pool. */
+int net_sandbox_teardown(const struct net *n, const char *sandbox_id, struct error *err);
+void net_sandbox_forget(struct net *n, const char *sandbox_id);
+/* After re-adoption: remove veths and nftables state of sandboxes net_sandbox_add() did not
+ * name since net_new(). Returns how many sandboxes' leftovers were removed, or -errno. */
+int net_gc(struct net *n, struct error *err);
+
+/* Blocking; for the create worker. The veth pair: the host end in the bridge (isolated port),
+ * the other end moved into netns_fd as eth0 with the sandbox's address, up, a default route via
+ * the gateway, lo up, no IPv6 address. The calling thread enters netns_fd for a moment. */
+int net_attach(const struct net *n, const char *sandbox_id, int netns_fd, struct in_addr addr,
+	       struct error *err);
+
+/* The sandbox's static IP/CIDR rules (p's EGRESS_CIDR rules, in order; IPv6 ones are moot, IPv6
+ * being dropped), its default action, and a flush of all its learned addresses. In NET_MODE_DNS
+ * only the mode is recorded: nftables then admits everything not always-blocked. */
+int net_policy_apply(struct net *n, const char *sandbox_id, const struct egress_policy *p,
+		     enum net_mode mode, struct error *err);
+/* dns+nft: admit addr (an allowed name's answer) for ttl_s seconds (clamped to
+ * [NET_LEARN_TTL_FLOOR_S, NET_LEARN_TTL_MAX_S]); a second learn of the same address restarts
+ * its timeout. AF_INET6 addresses are accepted and ignored (IPv6 is dropped). */
+int net_learn(struct net *n, const char *sandbox_id, int family, const void *addr, uint32_t ttl_s,
+	      struct error *err);
+/* The sandbox whose address is addr: 0 and its id in id_out, or -ENOENT. */
+int net_sandbox_by_addr(struct net *n, int family, const void *addr, char id_out[UUID_STR_LEN]);
+/* Packets from the sandbox dropped by the host (policy or always-blocked), since its create. */
+int net_sandbox_drops(struct net *n, const char *sandbox_id, uint64_t *ret_packets,
+		      struct error *err);
+
+/* Parsing and names, for flags and records. */
+const char *net_mode_name(enum net_mode m); /* "dns", "dns+nft" */
+int net_mode_parse(const char *s, enum net_mode *ret);

@@ -1,0 +1,302 @@
+"""
+A private "internet" for the network tests: a network namespace this test creates, joined to the
+host by a veth pair (corrald's --egress-uplink), holding a DNS server (Debian's dnsmasq with
+--no-resolv: it knows only the test names below and asks nobody else) and small HTTP servers on
+addresses that exist only inside it. The host routes those addresses to the veth, so sandbox
+traffic that corrald lets out reaches them and nothing else.
+
+No packet goes toward any address outside this machine: every address is in 198.18.0.0/15 (the
+benchmarking range, RFC 2544), picked at random per lab so parallel suites do not collide, and,
+as in dplab.py (the data-plane tests' lab), a policy route sends everything from the sandbox
+subnet into the lab whatever the host's own routes say, so even a broken rule cannot let a
+sandbox packet leave the machine.
+
+    lab = NetLab()             # creates everything; lab.close() removes it (also at exit)
+    lab.addr["allowed.test"]   # 198.19.R.10, where allowed.test points
+    lab.dns                    # "198.18.R.2:53", for --dns-upstream
+    lab.uplink, lab.bridge, lab.sandbox_subnet   # what harness.Corrald(network=lab) passes
+"""
+import atexit
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+# name -> (host part of the address, TTL of its DNS record)
+NAMES = {
+    "allowed.test": (10, 300),
+    "denied.test": (20, 300),
+    "wild.test": (30, 300),
+    "a.wild.test": (31, 300),
+    "a.b.wild.test": (32, 300),
+    "other.test": (40, 300),
+    "short.test": (50, 1),     # learned with the floor TTL (net.h NET_LEARN_TTL_FLOOR_S)
+    "cidr.test": (60, 300),
+    "patch.test": (70, 300),
+}
+# Servers without a name: reachable only as IP literals.
+EXTRA = {"literal": 80, "dot": 90, "resolver2": 100}
+
+_labs = []
+
+
+def _run(*argv, check=True, **kw):
+    return subprocess.run(list(argv), check=check, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, **kw)
+
+
+HTTP_SERVER = r"""
+import http.server, socketserver, sys, threading
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("hello from %s\n" % self.server.server_address[0]).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+# TCPServer, not HTTPServer: HTTPServer's bind looks its own name up (a DNS query to the host's
+# resolver from inside the lab).
+class S(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+for spec in sys.argv[1:]:
+    host, port = spec.rsplit(":", 1)
+    s = S((host, int(port)), H)
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+
+class NetLab:
+    def __init__(self):
+        self.tag = secrets.token_hex(3)
+        self.ns = "corral-inet-" + self.tag
+        self.uplink = "ci" + self.tag           # host side of the veth
+        self.peer = "cp" + self.tag
+        self.bridge = "cnb" + self.tag          # corrald's --network-name
+        routes = _run("ip", "-4", "route", "show", "table", "all").stdout + \
+            _run("ip", "-4", "addr").stdout
+        for _ in range(200):
+            r = secrets.randbelow(254) + 1
+            if "198.18.%d." % r not in routes and "198.19.%d." % r not in routes:
+                break
+        for _ in range(200):
+            a, b = 64 + secrets.randbelow(64), secrets.randbelow(256)
+            if "10.%d.%d." % (a, b) not in routes:
+                break
+        self.sandbox_subnet = "10.%d.%d.0/24" % (a, b)
+        self.table = 30000 + secrets.randbelow(10000)
+        self.host_ip = "198.18.%d.1" % r         # host end of the link
+        self.ns_ip = "198.18.%d.2" % r           # the namespace's end: dnsmasq listens here
+        self.net = "198.19.%d" % r               # the servers' /24, routed to the namespace
+        self.addr = {n: "%s.%d" % (self.net, h) for n, (h, _) in NAMES.items()}
+        self.addr.update({n: "%s.%d" % (self.net, h) for n, h in EXTRA.items()})
+        self.dns = self.ns_ip + ":53"
+        self.tmp = tempfile.mkdtemp(prefix="corral-netlab-")
+        self.dns_log = os.path.join(self.tmp, "dnsmasq.log")
+        self.procs = []
+        _labs.append(self)
+        try:
+            self._setup()
+        except Exception:
+            self.close()
+            raise
+
+    def nsexec(self, *argv):
+        return ["ip", "netns", "exec", self.ns] + list(argv)
+
+    def _setup(self):
+        _run("ip", "netns", "add", self.ns)
+        _run("ip", "link", "add", self.uplink, "type", "veth", "peer", "name", self.peer)
+        _run("ip", "link", "set", self.peer, "netns", self.ns)
+        _run("ip", "addr", "add", self.host_ip + "/30", "dev", self.uplink)
+        _run("ip", "link", "set", self.uplink, "up")
+        ns = self.nsexec
+        _run(*ns("ip", "link", "set", "lo", "up"))
+        _run(*ns("ip", "addr", "add", self.ns_ip + "/30", "dev", self.peer))
+        _run(*ns("ip", "link", "set", self.peer, "up"))
+        for a in sorted(set(self.addr.values())):
+            _run(*ns("ip", "addr", "add", a + "/32", "dev", "lo"))
+        # no default route: the lab answers the link's address (sandboxes are masqueraded to it)
+        # and cannot send anywhere else
+        # the host reaches the servers through the veth (a more specific route than its default)
+        _run("ip", "route", "add", self.net + ".0/24", "via", self.ns_ip, "dev", self.uplink)
+        # and whatever a sandbox sends through the host goes into the lab, never elsewhere
+        _run("ip", "route", "add", "default", "via", self.ns_ip, "dev", self.uplink,
+             "table", str(self.table))
+        _run("ip", "rule", "add", "from", self.sandbox_subnet, "iif", self.bridge, "lookup",
+             str(self.table), "priority", str(self.table))
+        self.rule = True
+        # the DNS server: the test names only, each with its TTL; never asks anyone else
+        argv = ["dnsmasq", "--no-resolv", "--no-hosts", "--no-poll", "--keep-in-foreground",
+                "--bind-interfaces", "--listen-address=" + self.ns_ip,
+                "--listen-address=" + self.addr["resolver2"],
+                "--port=53", "--pid-file=", "--user=root", "--group=root", "--log-queries",
+                "--log-facility=" + self.dns_log, "--cache-size=0"]
+        for name, (host, ttl) in NAMES.items():
+            argv.append("--host-record=%s,%s.%d,%d" % (name, self.net, host, ttl))
+        self.procs.append(subprocess.Popen(ns(*argv), stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                           start_new_session=True))
+        # HTTP on port 80 of every server address, plus a "DoT" listener on 853
+        specs = ["%s:80" % a for a in sorted(set(self.addr.values()))]
+        specs += ["%s:853" % self.addr["dot"]]
+        with open(os.path.join(self.tmp, "http.log"), "w") as errf:
+            p = subprocess.Popen(ns("/usr/bin/python3", "-c", HTTP_SERVER, *specs),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errf,
+                                 start_new_session=True, text=True)
+        self.procs.append(p)
+        ready = p.stdout.readline().strip()
+        p.stdout.close()
+        if ready != "ready":
+            raise RuntimeError("the lab's HTTP servers did not start")
+        # dnsmasq answers: ask it from inside the namespace until it does
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.dns_queries():
+                break
+            out = _run(*ns("/usr/bin/python3", "-c", DNS_PROBE, self.ns_ip, "allowed.test"),
+                       check=False)
+            if out.stdout.strip() == self.addr["allowed.test"]:
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("dnsmasq in %s did not answer" % self.ns)
+
+    def dns_queries(self):
+        """The names dnsmasq was asked for, in order (from its query log)."""
+        try:
+            with open(self.dns_log) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return []
+        out = []
+        for ln in lines:
+            i = ln.find("query[")
+            if i >= 0:
+                out.append(ln[i:].split()[1])
+        return out
+
+    def corrald_args(self, mode="dns+nft", default=None, full=False):
+        """corrald's flags for this lab. harness.Corrald(network=lab) adds the data plane's
+        (--sandbox-subnet, --network-name, --egress-uplink) itself; full=True includes them."""
+        a = ["--dns-upstream", self.dns, "--egress-mode", mode]
+        if default:
+            a += ["--egress-default", default]
+        if full:
+            a += ["--sandbox-subnet", self.sandbox_subnet, "--network-name", self.bridge,
+                  "--egress-uplink", self.uplink]
+        return a
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                p.wait()
+        self.procs = []
+        if getattr(self, "rule", False):
+            _run("ip", "rule", "del", "from", self.sandbox_subnet, "iif", self.bridge, "lookup",
+                 str(self.table), "priority", str(self.table), check=False)
+            _run("ip", "route", "flush", "table", str(self.table), check=False)
+            self.rule = False
+        _run("ip", "route", "del", self.net + ".0/24", check=False)
+        _run("ip", "link", "del", self.uplink, check=False)
+        _run("ip", "netns", "del", self.ns, check=False)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self in _labs:
+            _labs.remove(self)
+
+
+@atexit.register
+def _close_all():
+    for lab in list(_labs):
+        lab.close()
+
+
+# A DNS client in the standard library, for sandboxes and the lab: DNS_PROBE SERVER[:PORT] NAME
+# [tcp] prints the A records' addresses one per line, "NXDOMAIN", "RCODE n", or "TIMEOUT".
+DNS_PROBE = r"""
+import random, socket, struct, sys
+server, name = sys.argv[1], sys.argv[2]
+tcp = len(sys.argv) > 3 and sys.argv[3] == "tcp"
+host, _, port = server.partition(":")
+port = int(port or 53)
+qid = random.randrange(65536)
+q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+for label in name.rstrip(".").split("."):
+    q += bytes([len(label)]) + label.encode()
+q += b"\0" + struct.pack(">HH", 1, 1)
+try:
+    if tcp:
+        s = socket.create_connection((host, port), timeout=3)
+        s.sendall(struct.pack(">H", len(q)) + q)
+        buf = b""
+        while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            buf += chunk
+        a = buf[2:]
+    else:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(3)
+        s.sendto(q, (host, port))
+        a, _ = s.recvfrom(4096)
+except (socket.timeout, OSError):
+    print("TIMEOUT")
+    sys.exit(0)
+rid, flags, qd, an = struct.unpack(">HHHH", a[:8])
+rcode = flags & 15
+if rcode == 3:
+    print("NXDOMAIN")
+    sys.exit(0)
+if rcode:
+    print("RCODE %d" % rcode)
+    sys.exit(0)
+i = 12
+def skip_name(i):
+    while True:
+        l = a[i]
+        if l >= 192:
+            return i + 2
+        if l == 0:
+            return i + 1
+        i += 1 + l
+for _ in range(qd):
+    i = skip_name(i) + 4
+for _ in range(an):
+    i = skip_name(i)
+    t, c, ttl, rdl = struct.unpack(">HHIH", a[i:i + 10])
+    i += 10
+    if t == 1 and rdl == 4:
+        print(socket.inet_ntoa(a[i:i + 4]))
+    i += rdl
+"""
+
+
+if __name__ == "__main__":
+    # For shell scripts (tests/compat/run.sh): set the lab up, print what corrald needs as
+    # KEY=VALUE lines (ARGS: its flags), an empty line, then wait for SIGTERM/SIGINT and clean up.
+    import sys
+    lab = NetLab()
+    print("ARGS=" + " ".join(lab.corrald_args(full=True)))
+    print("BRIDGE=" + lab.bridge)
+    for name, a in sorted(lab.addr.items()):
+        print("%s=%s" % (name.replace(".", "_").replace("-", "_").upper(), a))
+    print("", flush=True)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    signal.signal(signal.SIGINT, lambda *a: stop.append(1))
+    while not stop:
+        signal.pause()
+    lab.close()
+    sys.exit(0)

@@ -1,0 +1,214 @@
+"""
+Attacks on the egress policy from inside a sandbox (docs/network.md, docs/security.md): reaching
+or changing its own policy, DNS around corral's resolver, queries with another sandbox's source
+address, and a flood of malformed DNS. The "internet" is the test's own network namespace
+(tests/integration/netlab.py); no packet goes toward any address outside this machine.
+"""
+import json
+import os
+import random
+import sys
+import time
+
+from sec import AttackCase, log, main
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "integration"))
+from netlab import DNS_PROBE, NetLab  # noqa: E402
+
+SMALL = {"cpu": "100m", "memory": "64Mi", "pids": "64"}
+KEY = "egress-attack-key-%d" % random.randint(0, 1 << 30)
+
+
+def q(s):
+    return "'" + s.replace("'", "'\\''") + "'"
+
+
+class EgressAttacks(AttackCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.lab = NetLab()
+        # corrald listens on every host address (with a key, as it must then), so that an attacker
+        # has something to aim at: the bridge gateway and the lab link's host end are host addresses
+        cls.corrald_kwargs = {"api_key": KEY, "listen_host": "0.0.0.0", "network": cls.lab,
+                              "extra_args": cls.lab.corrald_args("dns+nft")}
+        try:
+            super().setUpClass()
+        except Exception:
+            cls.lab.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.lab.close()
+
+    def sandbox(self, policy):
+        return self.create(resourceLimits=SMALL, resourceRequests={"cpu": "10m", "memory": "16Mi"},
+                           networkPolicy=policy)["id"]
+
+    def nameserver(self, sid):
+        return self.sh(sid, "awk '/^nameserver/ {print $2; exit}' /etc/resolv.conf").strip()
+
+    def resolve(self, sid, name, server=None):
+        srv = server or self.nameserver(sid)
+        out = self.sh(sid, "/usr/bin/python3 -c %s %s %s" % (q(DNS_PROBE), srv, name)).split()
+        return out[0] if len(out) == 1 and not out[0][0].isdigit() else out
+
+    def egress_headers(self, sid):
+        return self.client.get("/v1/sandboxes/%s/endpoints/18080" % sid).json()["headers"]
+
+    def policy_of(self, sid):
+        r = self.client.request("GET", "/sandboxes/%s/proxy/18080/policy" % sid,
+                                headers=self.egress_headers(sid))
+        self.assertEqual(r.status, 200, r)
+        return r.json()["policy"]
+
+    def test_sandbox_cannot_reach_or_change_its_policy(self):
+        # attack: from inside, call corrald's API (and the policy API) on every host address it
+        # can name, and serve a fake policy API on its own port 18080 hoping to be proxied to
+        pol = {"defaultAction": "deny", "egress": [{"action": "allow", "target": "allowed.test"}]}
+        sid = self.sandbox(pol)
+        gw = self.nameserver(sid)
+        hdrs = self.egress_headers(sid)
+        body = json.dumps({"defaultAction": "allow", "egress": []})
+        for host in (gw, self.lab.host_ip, "127.0.0.1"):
+            cmd = ("curl -s -m 3 -o /dev/null -w '%%{http_code}' -X POST "
+                   "-H 'OPEN-SANDBOX-API-KEY: %s' -H 'OPENSANDBOX-EGRESS-AUTH: %s' -d %s "
+                   "http://%s:%d/sandboxes/%s/proxy/18080/policy; echo \" rc=$?\""
+                   % (KEY, hdrs["OPENSANDBOX-EGRESS-AUTH"], q(body), host, self.corrald.port, sid))
+            out = self.sh(sid, cmd)
+            self.assertNotIn("200", out.split()[0] if out.split() else "", "%s: %s" % (host, out))
+            self.assertNotIn("rc=0", out, "corrald's API answered the sandbox on %s" % host)
+        self.assertEqual(self.policy_of(sid), pol)
+        # a fake sidecar on the sandbox's own 18080: the policy API is corrald's, never proxied
+        self.sh(sid, "nohup /usr/bin/python3 -c %s >/tmp/fake.log 2>&1 & sleep 0.5" % q(
+            "import http.server\n"
+            "class H(http.server.BaseHTTPRequestHandler):\n"
+            "    def do_GET(self):\n"
+            "        open('/tmp/hit', 'w').write('hit')\n"
+            "        b = b'{\"status\":\"ok\",\"mode\":\"allow_all\",\"policy\":{\"defaultAction\":\"allow\",\"egress\":[]}}'\n"
+            "        self.send_response(200); self.end_headers(); self.wfile.write(b)\n"
+            "    do_POST = do_PATCH = do_PUT = do_DELETE = do_GET\n"
+            "http.server.HTTPServer(('0.0.0.0', 18080), H).serve_forever()\n"))
+        self.assertEqual(self.policy_of(sid), pol)
+        r = self.client.request("PATCH", "/sandboxes/%s/proxy/18080/policy" % sid,
+                                body=[{"action": "allow", "target": "patch.test"}],
+                                headers=self.egress_headers(sid))
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.sh(sid, "cat /tmp/hit 2>/dev/null || echo none").strip(), "none")
+        # the sandbox cannot learn its own token either: it is only in corrald's replies
+        self.assertEqual(self.resolve(sid, "denied.test"), "NXDOMAIN")
+        self.assert_platform_alive(sid)
+
+    def test_dns_around_the_resolver_is_blocked(self):
+        # attack: a sandbox allowed everything sends DNS straight to the upstream and to another
+        # resolver, over UDP and TCP, and tries DNS over TLS
+        sid = self.sandbox({"defaultAction": "allow", "egress": []})
+        before = len(self.lab.dns_queries())
+        for server in (self.lab.ns_ip, self.lab.addr["resolver2"]):
+            self.assertEqual(self.resolve(sid, "allowed.test", server=server), "TIMEOUT")
+            out = self.sh(sid, "/usr/bin/python3 -c %s %s allowed.test tcp" % (q(DNS_PROBE), server))
+            self.assertEqual(out.strip(), "TIMEOUT")
+        out = self.sh(sid, "curl -s -m 3 http://%s:853/; echo rc=$?" % self.lab.addr["dot"])
+        self.assertNotIn("hello", out)
+        self.assertEqual(len(self.lab.dns_queries()), before,
+                         "a query around corral's resolver reached a DNS server")
+        self.assert_platform_alive(sid)
+
+    def test_spoofed_source_cannot_use_another_sandboxs_policy(self):
+        # attack: sandbox A (denied everything) sends DNS queries with sandbox B's address as
+        # source (raw socket, or B's address added to its own interface) for a name only B may
+        # resolve, and then tries to connect to its address
+        a = self.sandbox({"defaultAction": "deny", "egress": []})
+        b = self.sandbox({"defaultAction": "deny",
+                          "egress": [{"action": "allow", "target": "allowed.test"}]})
+        b_ip = self.sh(b, "ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1").strip()
+        a_ip = self.sh(a, "ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1").strip()
+        self.assertTrue(b_ip and a_ip and a_ip != b_ip, (a_ip, b_ip))
+        gw = self.nameserver(a)
+        spoof = r"""
+import socket, struct, sys
+src, dst, name = sys.argv[1], sys.argv[2], sys.argv[3]
+q = struct.pack(">HHHHHH", 4242, 0x0100, 1, 0, 0, 0)
+for l in name.split("."):
+    q += bytes([len(l)]) + l.encode()
+q += b"\0" + struct.pack(">HH", 1, 1)
+udp = struct.pack(">HHHH", 5353, 53, 8 + len(q), 0) + q
+ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0,
+                 socket.inet_aton(src), socket.inet_aton(dst))
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    for _ in range(50):
+        s.sendto(ip + udp, (dst, 0))
+    print("sent")
+except OSError as e:
+    print("raw:", e.errno)
+"""
+        out = self.sh(a, "/usr/bin/python3 -c %s %s %s allowed.test" % (q(spoof), b_ip, gw))
+        log("raw spoof from A:", out.strip())
+        out2 = self.sh(a, "ip addr add %s/32 dev eth0 2>&1; echo rc=$?" % b_ip)
+        log("address theft in A:", out2.strip())
+        time.sleep(1)
+        # B's counters saw no query: the spoofed packets never reached the resolver as B
+        st = self.client.get("/v1/sandboxes/%s/stats" % b).json()["network"]
+        self.assertEqual(st["dnsAllowed"], 0, st)
+        # A still gets nothing for the name, neither by name nor by address
+        self.assertEqual(self.resolve(a, "allowed.test"), "NXDOMAIN")
+        out = self.sh(a, "curl -s -m 3 http://%s/; echo rc=$?" % self.lab.addr["allowed.test"])
+        self.assertNotIn("hello", out)
+        # and B's policy is what it was
+        self.assertEqual(self.policy_of(b)["egress"], [{"action": "allow", "target": "allowed.test"}])
+        self.assert_platform_alive(a, b)
+
+    def test_malformed_dns_flood_leaves_the_resolver_answering(self):
+        # attack: 20000 malformed, truncated and oversized datagrams and junk TCP streams at the
+        # resolver, then ask it for a name
+        sid = self.sandbox({"defaultAction": "deny",
+                            "egress": [{"action": "allow", "target": "allowed.test"}]})
+        other = self.sandbox({"defaultAction": "allow", "egress": []})
+        gw = self.nameserver(sid)
+        flood = r"""
+import os, random, socket, struct, sys
+gw = sys.argv[1]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+sent = 0
+for i in range(20000):
+    kind = i % 5
+    if kind == 0:
+        p = os.urandom(random.randrange(0, 600))
+    elif kind == 1:
+        p = struct.pack(">HHHHHH", i & 0xffff, 0x0100, 1, 0, 0, 0) + b"\x3f" + b"a" * 63
+    elif kind == 2:
+        p = struct.pack(">HHHHHH", i & 0xffff, 0x0100, 0xffff, 0xffff, 0, 0) + b"\xc0\x0c" * 50
+    elif kind == 3:
+        p = os.urandom(1400)
+    else:
+        p = struct.pack(">HHHHHH", i & 0xffff, 0x8100, 1, 0, 0, 0) + b"\x07allowed\x04test\0\0\1\0\1"
+    try:
+        s.sendto(p, (gw, 53))
+        sent += 1
+    except BlockingIOError:
+        pass
+for _ in range(20):
+    try:
+        t = socket.create_connection((gw, 53), timeout=2)
+        t.sendall(b"\xff\xff" + os.urandom(3000))
+        t.close()
+    except OSError:
+        pass
+print(sent)
+"""
+        out = self.sh(sid, "/usr/bin/python3 -c %s %s" % (q(flood), gw), read_timeout=300)
+        log("malformed datagrams sent:", out.strip())
+        self.assertGreater(int(out.strip()), 1000)
+        self.assertEqual(self.resolve(sid, "allowed.test"), [self.lab.addr["allowed.test"]])
+        self.assertEqual(self.resolve(other, "denied.test"), [self.lab.addr["denied.test"]])
+        self.assert_platform_alive(sid, other)
+
+
+if __name__ == "__main__":
+    main()
