@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
 #include <limits.h>
 #include <jansson.h>
 #include <openssl/evp.h>
@@ -12,7 +13,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -453,56 +456,88 @@ static int fetch_config(struct pull *p, const char *digest, uint64_t size, char 
 	return 0;
 }
 
-/* One layer into layers/<hex>, unless it is there already. */
-static int fetch_layer(struct pull *p, const char *digest, uint64_t size, struct error *err)
+unsigned image_layer_confine(const char *work, struct registry *reg, const char *read_path,
+			     uint64_t fsize_max)
 {
-	const char *hex = digest + 7;
-	char final[PATH_MAX], blob[PATH_MAX], dir[PATH_MAX];
-	path_in(final, sizeof(final), p->o->store, "layers/%s", hex);
-	if (access(final, F_OK) == 0)
-		return 0;
-	path_in(blob, sizeof(blob), p->o->store, "tmp/%s.%d", hex, (int)getpid());
-	path_in(dir, sizeof(dir), p->o->store, "tmp/layer-%.16s-XXXXXX", hex);
+	struct image_confine c = {.write_path = work, .read_path = read_path,
+				  .fsize_max = fsize_max};
+	if (reg) {
+		int n = registry_ports(reg, c.ports, ARRAY_SIZE(c.ports));
+		if (n < 0)
+			c.any_port = true;
+		else
+			c.n_ports = (size_t)n;
+	}
+	return image_confine(&c);
+}
+
+/*
+ * The confined part of one layer, in its child: the blob downloaded into work/blob (or the
+ * layout's verified in place), unpacked into work/root, opaque directories listed in work/opaque.
+ * Everything after image_layer_confine() parses hostile bytes, and can write beneath work only;
+ * the parent finishes the layer (finish_layer()).
+ */
+static int fetch_layer(struct pull *p, const char *digest, uint64_t size, const char *work,
+		       struct error *err)
+{
+	char blob[PATH_MAX], root[PATH_MAX], opaque[PATH_MAX];
+	snprintf(blob, sizeof(blob), "%s/blob", work);
+	snprintf(root, sizeof(root), "%s/root", work);
+	snprintf(opaque, sizeof(opaque), "%s/opaque", work);
+	uint64_t fsize = MAX(size, p->budget.max_bytes) + (1u << 20);
+	(void)image_layer_confine(work, p->reg, p->layout, fsize);
 	bool own_blob = !p->layout; /* an import unpacks the layout's verified file in place */
 	int r = p->layout ? layout_blob(p, digest, size, blob, sizeof(blob), err)
 			  : registry_get_blob(p->reg, digest, size, blob, err);
 	if (r < 0)
 		return r;
-	if (!mkdtemp(dir)) {
-		r = error_set_errno(err, errno, "mkdtemp '%s'", dir);
-		if (own_blob)
-			unlink(blob);
-		return r;
-	}
-	if (chmod(dir, 0755) < 0)
-		r = error_set_errno(err, errno, "chmod '%s'", dir);
+	_cleanup_close_ int ofd = -1;
+	if (mkdir(root, 0755) < 0 || chmod(root, 0755) < 0)
+		r = error_set_errno(err, errno, "mkdir the layer's directory");
+	else if ((ofd = open(opaque, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
+		r = error_set_errno(err, errno, "create the opaque list");
 	if (r == 0)
-		r = image_layer_unpack(blob, dir, &p->budget, err);
+		r = image_layer_unpack_list_opaque(blob, root, &p->budget, ofd, err);
 	if (own_blob)
 		unlink(blob);
+	return r;
+}
+
+/* The layer unpacked in work (by a confined child, so nothing in work is trusted) into
+ * layers/<hex>: opaque directories marked, its size measured, renamed into place. */
+static int finish_layer(struct pull *p, const char *hex, const char *work, struct error *err)
+{
+	char final[PATH_MAX], root[PATH_MAX + 8], opaque[PATH_MAX + 8];
+	path_in(final, sizeof(final), p->o->store, "layers/%s", hex);
+	snprintf(root, sizeof(root), "%s/root", work);
+	snprintf(opaque, sizeof(opaque), "%s/opaque", work);
+	int r = image_layer_mark_opaque(root, opaque, err);
 	if (r == 0)
-		size_write(p->o->store, hex, tree_usage(dir));
-	if (r == 0 && rename(dir, final) < 0) {
-		if (errno != EEXIST && errno != ENOTEMPTY) /* else: another pull got there first */
-			r = error_set_errno(err, errno, "rename '%s' to '%s'", dir, final);
-	} else if (r == 0) {
-		return 0;
-	}
-	fs_remove_tree(dir);
-	if (r < 0)
-		error_prefix(err, "layer %s of %s", digest, p->ref->name);
+		size_write(p->o->store, hex, tree_usage(root));
+	if (r == 0 && rename(root, final) < 0 && errno != EEXIST && errno != ENOTEMPTY)
+		r = error_set_errno(err, errno, "rename '%s' to '%s'", root, final);
+	/* EEXIST, ENOTEMPTY: another pull got there first */
 	return r;
 }
 
 /* A layer fetched in a child: its result comes back over fd as a struct error. */
-static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t size, int fd)
+static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t size,
+				   const char *work, int fd)
 {
+	/* Nothing of the worker's: not its pipe to corrald, the store lock or the other
+	 * children's pipes (the curl handle's cached connections go with them, unused). */
+	if (fd > 3)
+		syscall(SYS_close_range, 3U, (unsigned)fd - 1, 0U);
+	syscall(SYS_close_range, (unsigned)fd + 1, ~0U, 0U);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	struct error e = {0};
 	int r = p->reg ? registry_after_fork(p->reg) : 0;
 	if (r < 0)
 		error_set(&e, -r, "registry client");
 	else
-		r = fetch_layer(p, digest, size, &e);
+		r = fetch_layer(p, digest, size, work, &e);
+	if (r < 0)
+		error_prefix(&e, "layer %s of %s", digest, p->ref->name);
 	e.code = r;
 	ssize_t _unused_ w = write(fd, &e, sizeof(e));
 	_exit(r < 0 ? 1 : 0);
@@ -520,6 +555,8 @@ static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
 	struct {
 		pid_t pid;
 		int fd;
+		char hex[IMAGE_HEX_LEN + 1];
+		char work[PATH_MAX];
 	} run[PULL_PARALLEL];
 	size_t n = json_array_size(layers), next = 0, running = 0;
 	int first = 0;
@@ -530,30 +567,39 @@ static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
 			json_t *l = json_array_get(layers, next++);
 			const char *d = json_string_value(json_object_get(l, "digest"));
 			uint64_t size = (uint64_t)json_integer_value(json_object_get(l, "size"));
-			char lp[PATH_MAX];
+			char lp[PATH_MAX], work[PATH_MAX];
 			path_in(lp, sizeof(lp), p->o->store, "layers/%s", d + 7);
 			if (access(lp, F_OK) == 0)
 				continue;
+			path_in(work, sizeof(work), p->o->store, "tmp/layer-%.16s-XXXXXX", d + 7);
+			if (!mkdtemp(work)) {
+				first = error_set_errno(err, errno, "mkdtemp '%s'", work);
+				break;
+			}
 			int fds[2];
 			if (pipe2(fds, O_CLOEXEC) < 0) {
 				first = error_set_errno(err, errno, "pipe");
+				fs_remove_tree(work);
 				break;
 			}
 			pid_t pid = fork();
 			if (pid == 0) {
 				close(fds[0]);
-				layer_child(p, d, size, fds[1]);
+				layer_child(p, d, size, work, fds[1]);
 			}
 			close(fds[1]);
 			if (pid < 0) {
 				close(fds[0]);
 				first = error_set_errno(err, errno, "fork");
+				fs_remove_tree(work);
 				break;
 			}
 			for (size_t k = 0; k < PULL_PARALLEL; k++)
 				if (run[k].pid < 0) {
 					run[k].pid = pid;
 					run[k].fd = fds[0];
+					snprintf(run[k].hex, sizeof(run[k].hex), "%s", d + 7);
+					snprintf(run[k].work, sizeof(run[k].work), "%s", work);
 					break;
 				}
 			running++;
@@ -574,8 +620,21 @@ static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
 			close(run[k].fd);
 			run[k].pid = -1;
 			running--;
-			if (first == 0 && (got != (ssize_t)sizeof(e) || e.code < 0)) {
-				if (got == (ssize_t)sizeof(e)) {
+			bool ok = got == (ssize_t)sizeof(e) && e.code == 0 && WIFEXITED(status) &&
+				  WEXITSTATUS(status) == 0;
+			if (ok) {
+				struct error fe = {0};
+				if (finish_layer(p, run[k].hex, run[k].work, &fe) < 0) {
+					ok = false;
+					e = fe;
+					got = sizeof(e);
+					error_prefix(&e, "layer sha256:%s of %s", run[k].hex,
+						     p->ref->name);
+				}
+			}
+			fs_remove_tree(run[k].work);
+			if (first == 0 && !ok) {
+				if (got == (ssize_t)sizeof(e) && e.code < 0) {
 					e.msg[sizeof(e.msg) - 1] = '\0';
 					first = error_set(err, -e.code, "%s", e.msg);
 				} else {

@@ -1,0 +1,154 @@
+/*
+ * The confinement of a layer child, tried from inside (test_image_confine.py).
+ *
+ *   image_confine_probe WORK LAYER_TAR OUTSIDE STATE PORT_OK PORT_DENIED
+ *
+ * confines itself exactly as a layer child does (image_layer_confine() with a registry client
+ * of 127.0.0.1:PORT_OK over plain HTTP), then attempts what a compromised unpack would: each
+ * attempt prints "name errno" (0: it succeeded). Last, it unpacks LAYER_TAR into WORK/root as a
+ * layer child does, and prints "unpack <errno>". The first line is "level <IMAGE_CONFINED_*>".
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "images/images.h"
+#include "images/registry.h"
+
+#define FSIZE_MAX (8ULL << 20)
+
+static void report(const char *name, int rc)
+{
+	printf("%s %d\n", name, rc < 0 ? errno : 0);
+	fflush(stdout);
+}
+
+static int create_at(const char *dir, const char *name, mode_t mode)
+{
+	char p[4096];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+	if (fd >= 0)
+		close(fd);
+	return fd;
+}
+
+static int tcp(int port, bool do_bind)
+{
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -1;
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int r = do_bind ? bind(s, (struct sockaddr *)&a, sizeof(a))
+			: connect(s, (struct sockaddr *)&a, sizeof(a));
+	int e = errno;
+	close(s);
+	errno = e;
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 7) {
+		fprintf(stderr, "usage: %s WORK LAYER_TAR OUTSIDE STATE PORT_OK PORT_DENIED\n",
+			argv[0]);
+		return 2;
+	}
+	const char *work = argv[1], *layer = argv[2], *outside = argv[3], *state = argv[4];
+	int port_ok = atoi(argv[5]), port_denied = atoi(argv[6]);
+	char host[64], victim[4096], path[4096];
+	snprintf(host, sizeof(host), "127.0.0.1:%d", port_ok);
+	const char *insecure[] = {host, NULL};
+	struct image_pull_opts o = {.insecure = insecure};
+	struct image_ref ref;
+	struct error err = {0};
+	struct registry *reg = NULL;
+	char refs[128];
+	snprintf(refs, sizeof(refs), "%s/probe:latest", host);
+	if (image_ref_parse(refs, &ref, &err) < 0 || registry_open(&o, &ref, &reg, &err) < 0) {
+		fprintf(stderr, "registry client: %s\n", err.msg);
+		return 2;
+	}
+	pid_t parent = getppid();
+
+	printf("level %u\n", image_layer_confine(work, reg, NULL, FSIZE_MAX));
+
+	/* Writes outside the work directory: a host dir, /etc, the store beside the layer. */
+	report("write_outside", create_at(outside, "pwned", 0644));
+	report("write_etc", create_at("/etc", "corral-confine-pwned", 0644));
+	snprintf(path, sizeof(path), "%s/layers", state);
+	report("write_state", create_at(path, "pwned", 0644));
+	report("suid_outside", create_at(outside, "suid", 04755));
+	/* Metadata of an existing host file: Landlock does not cover it, the mount view does. */
+	snprintf(victim, sizeof(victim), "%s/victim", outside);
+	report("chmod_suid_outside", chmod(victim, 04755));
+	report("chown_outside", chown(victim, 1000, 1000));
+	report("link_outside_in", link(victim, strcat(strcpy(path, work), "/linked")));
+	/* Reads the unpack has no use for. */
+	report("read_shadow", open("/etc/shadow", O_RDONLY | O_CLOEXEC));
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)parent);
+	report("read_parent_environ", open(path, O_RDONLY | O_CLOEXEC));
+	/* Kernel surface. */
+	snprintf(path, sizeof(path), "%s/m", work);
+	mkdir(path, 0755);
+	report("mount", mount("none", path, "tmpfs", 0, NULL));
+	report("ptrace", (int)ptrace(PTRACE_ATTACH, parent, NULL, NULL));
+	report("unshare_user", unshare(CLONE_NEWUSER));
+	report("unshare_mount", unshare(CLONE_NEWNS));
+	report("raw_socket", socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMP));
+	report("packet_socket", socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0));
+	report("unix_socket", socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	pid_t child = fork();
+	if (child == 0)
+		_exit(0);
+	report("fork", (int)child);
+	report("execve", execl("/bin/true", "true", (char *)NULL));
+	report("signal_parent", kill(parent, 0));
+	snprintf(path, sizeof(path), "%s/xattr", work);
+	(void)create_at(work, "xattr", 0644);
+	report("setxattr_trusted", setxattr(path, "trusted.overlay.redirect", "/etc", 4, 0));
+	report("connect_registry_port", tcp(port_ok, false));
+	report("connect_other_port", tcp(port_denied, false));
+	report("bind", tcp(0, true));
+	/* What the child needs must still work. */
+	report("read_resolv_conf", open("/etc/resolv.conf", O_RDONLY | O_CLOEXEC));
+	report("read_ca_certs", open("/etc/ssl/certs", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+	report("write_work", create_at(work, "ok", 0644));
+	/* A file past RLIMIT_FSIZE. */
+	snprintf(path, sizeof(path), "%s/big", work);
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	int fr = fd < 0 ? -1 : (pwrite(fd, "x", 1, (off_t)FSIZE_MAX) < 0 ? -1 : 0);
+	report("write_past_fsize", fr);
+	if (fd >= 0)
+		close(fd);
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+	if (syscall(SYS_capget, &h, d) == 0)
+		printf("caps %llu\n",
+		       (unsigned long long)(d[0].effective | ((uint64_t)d[1].effective << 32)));
+
+	/* And the job itself, as a layer child does it. */
+	char root[4096], opaque[4096];
+	snprintf(root, sizeof(root), "%s/root", work);
+	snprintf(opaque, sizeof(opaque), "%s/opaque", work);
+	int ofd = open(opaque, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	int r = mkdir(root, 0755) < 0 || ofd < 0 ? -errno
+						 : image_layer_unpack_list_opaque(layer, root, NULL,
+										  ofd, &err);
+	printf("unpack %d%s%s\n", r < 0 ? -r : 0, r < 0 ? " " : "", r < 0 ? err.msg : "");
+	return 0;
+}
