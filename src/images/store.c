@@ -779,6 +779,65 @@ int image_pull(const struct image_pull_opts *o, const struct image_ref *ref, str
 	return pull_via(o, ref, ref, NULL, err);
 }
 
+/* The tar at path into work/root, in a child confined as a layer child is (no network; it reads
+ * path, writes beneath work). The tar holds the blobs, compressed: its own limit is the image's. */
+static int unpack_confined(const struct image_pull_opts *o, const char *path, const char *work,
+			   struct error *err)
+{
+	int fds[2];
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return error_set_errno(err, errno, "pipe");
+	pid_t pid = fork();
+	if (pid < 0) {
+		close(fds[0]);
+		close(fds[1]);
+		return error_set_errno(err, errno, "fork");
+	}
+	if (pid == 0) {
+		close(fds[0]);
+		if (fds[1] > 3)
+			syscall(SYS_close_range, 3U, (unsigned)fds[1] - 1, 0U);
+		syscall(SYS_close_range, (unsigned)fds[1] + 1, ~0U, 0U);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		uint64_t counted[2] = {0, 0};
+		struct image_budget b = {
+		    .max_bytes = o->unpacked_max ? o->unpacked_max : IMAGE_UNPACKED_MAX_DEFAULT,
+		    .max_entries = o->entries_max ? o->entries_max : IMAGE_ENTRIES_MAX_DEFAULT,
+		    .bytes = &counted[0],
+		    .entries = &counted[1],
+		    .limit_name = "--image-unpacked-max",
+		};
+		char root[PATH_MAX + 8], opaque[PATH_MAX + 8];
+		snprintf(root, sizeof(root), "%s/root", work);
+		snprintf(opaque, sizeof(opaque), "%s/opaque", work);
+		(void)image_layer_confine(work, NULL, path, b.max_bytes + (1u << 20));
+		struct error e = {0};
+		int ofd = open(opaque, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		int r = mkdir(root, 0700) < 0 || ofd < 0
+			    ? error_set_errno(&e, errno, "mkdir the layout's directory")
+			    : image_layer_unpack_list_opaque(path, root, &b, ofd, &e);
+		e.code = r;
+		ssize_t _unused_ w = write(fds[1], &e, sizeof(e));
+		_exit(r < 0 ? 1 : 0);
+	}
+	close(fds[1]);
+	int status = 0;
+	struct error e = {0};
+	ssize_t got = read(fds[0], &e, sizeof(e));
+	close(fds[0]);
+	if (RETRY_EINTR(waitpid(pid, &status, 0)) < 0)
+		return error_set_errno(err, errno, "waitpid");
+	if (got != (ssize_t)sizeof(e))
+		return error_set(err, EIO, "unpack process died (status 0x%x)", status);
+	if (e.code < 0) {
+		e.msg[sizeof(e.msg) - 1] = '\0';
+		return error_set(err, -e.code, "%s", e.msg);
+	}
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0
+		   ? 0
+		   : error_set(err, EIO, "unpack process failed (status 0x%x)", status);
+}
+
 int image_import(const struct image_pull_opts *o, const char *path, const struct image_ref *ref,
 		 struct error *err)
 {
@@ -790,26 +849,18 @@ int image_import(const struct image_pull_opts *o, const char *path, const struct
 	if (!S_ISREG(st.st_mode))
 		return error_set(err, EINVAL, "'%s' is neither a directory nor a tar file", path);
 	/* A tar of a layout (docker save of Docker 25+, skopeo oci-archive): unpacked into tmp/
-	 * with the same confinement as a layer, imported, removed. */
-	char dir[PATH_MAX];
-	path_in(dir, sizeof(dir), o->store, "tmp/import-XXXXXX");
-	if (!mkdtemp(dir))
-		return error_set_errno(err, errno, "mkdtemp '%s'", dir);
-	/* The tar holds the blobs, compressed: its own limit is the image's (counted apart). */
-	uint64_t counted[2] = {0, 0};
-	struct image_budget b = {
-	    .max_bytes = o->unpacked_max ? o->unpacked_max : IMAGE_UNPACKED_MAX_DEFAULT,
-	    .max_entries = o->entries_max ? o->entries_max : IMAGE_ENTRIES_MAX_DEFAULT,
-	    .bytes = &counted[0],
-	    .entries = &counted[1],
-	    .limit_name = "--image-unpacked-max",
-	};
-	int r = image_layer_unpack(path, dir, &b, err);
+	 * by a child confined as a layer child is, imported, removed. */
+	char work[PATH_MAX], root[PATH_MAX + 8];
+	path_in(work, sizeof(work), o->store, "tmp/import-XXXXXX");
+	if (!mkdtemp(work))
+		return error_set_errno(err, errno, "mkdtemp '%s'", work);
+	snprintf(root, sizeof(root), "%s/root", work);
+	int r = unpack_confined(o, path, work, err);
 	if (r < 0)
 		error_prefix(err, "unpack '%s'", path);
 	else
-		r = pull_via(o, ref, ref, dir, err);
-	fs_remove_tree(dir);
+		r = pull_via(o, ref, ref, root, err);
+	fs_remove_tree(work);
 	return r;
 }
 
