@@ -176,9 +176,11 @@ static bool mount_view(const char *dir)
 	if (syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &ro, sizeof(ro)) < 0)
 		return false;
 	struct mnt_attr rw = {.attr_clr = MNT_ATTR_RDONLY};
-	if (syscall(SYS_mount_setattr, AT_FDCWD, dir, 0, &rw, sizeof(rw)) < 0)
-		return false;
-	return true;
+	if (syscall(SYS_mount_setattr, AT_FDCWD, dir, 0, &rw, sizeof(rw)) == 0)
+		return true;
+	/* Never leave the work directory read-only: the pull must go on, unconfined here. */
+	(void)syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &rw, sizeof(rw));
+	return false;
 }
 
 static int ll_add_path(int ruleset, const char *path, uint64_t access)

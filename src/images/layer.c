@@ -9,7 +9,8 @@
  * invalid (-EPROTO): a layer that tries to escape is not half-trusted.
  *
  * OCI whiteouts become overlayfs ones: ".wh.NAME" a 0/0 character device NAME, ".wh..wh..opq"
- * the xattr trusted.overlay.opaque=y on its directory. Owners are kept as numeric ids (no name
+ * the xattr trusted.overlay.opaque=y on its directory (set by the unconfined parent from the list
+ * a confined layer child writes: image_layer_mark_opaque()). Owners are kept as numeric ids (no name
  * lookup), and so are modes with setuid bits, hard links, symlinks, device nodes and xattrs, except
  * trusted.* ones (overlayfs metadata such as trusted.overlay.redirect is ours to write, not the
  * image's).

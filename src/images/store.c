@@ -511,6 +511,9 @@ static int finish_layer(struct pull *p, const char *hex, const char *work, struc
 	path_in(final, sizeof(final), p->o->store, "layers/%s", hex);
 	snprintf(root, sizeof(root), "%s/root", work);
 	snprintf(opaque, sizeof(opaque), "%s/opaque", work);
+	struct stat st;
+	if (lstat(root, &st) < 0 || !S_ISDIR(st.st_mode)) /* never a symlink into layers/ */
+		return error_set(err, EPROTO, "the unpacked layer is not a directory");
 	int r = image_layer_mark_opaque(root, opaque, err);
 	if (r == 0)
 		size_write(p->o->store, hex, tree_usage(root));

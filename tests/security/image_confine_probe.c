@@ -6,7 +6,8 @@
  * confines itself exactly as a layer child does (image_layer_confine() with a registry client
  * of 127.0.0.1:PORT_OK over plain HTTP), then attempts what a compromised unpack would: each
  * attempt prints "name errno" (0: it succeeded). Last, it unpacks LAYER_TAR into WORK/root as a
- * layer child does, and prints "unpack <errno>". The first line is "level <IMAGE_CONFINED_*>".
+ * layer child does, and prints "unpack <errno>". The first lines are "expect <IMAGE_CONFINED_*>"
+ * (what image_confine_probe() says this kernel allows) and "level <IMAGE_CONFINED_*>" (reached).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -85,11 +86,13 @@ int main(int argc, char **argv)
 	}
 	pid_t parent = getppid();
 
+	printf("expect %u\n", image_confine_probe());
 	printf("level %u\n", image_layer_confine(work, reg, NULL, FSIZE_MAX));
 
 	/* Writes outside the work directory: a host dir, /etc, the store beside the layer. */
 	report("write_outside", create_at(outside, "pwned", 0644));
-	report("write_etc", create_at("/etc", "corral-confine-pwned", 0644));
+	snprintf(path, sizeof(path), "corral-confine-pwned-%d", (int)getpid());
+	report("write_etc", create_at("/etc", path, 0644));
 	snprintf(path, sizeof(path), "%s/layers", state);
 	report("write_state", create_at(path, "pwned", 0644));
 	report("suid_outside", create_at(outside, "suid", 04755));
