@@ -9,10 +9,13 @@
  * layer child does, and prints "unpack <errno>". The first lines are "expect <IMAGE_CONFINED_*>"
  * (what image_confine_probe() says this kernel allows) and "level <IMAGE_CONFINED_*>" (reached).
  */
+#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -45,6 +48,47 @@ static int create_at(const char *dir, const char *name, mode_t mode)
 	if (fd >= 0)
 		close(fd);
 	return fd;
+}
+
+static void *thread_main(void *arg)
+{
+	return arg;
+}
+
+/* What libcurl's threaded resolver does: a thread, then getaddrinfo() through NSS. */
+static int resolve_in_thread(void)
+{
+	pthread_t t;
+	int e = pthread_create(&t, NULL, thread_main, NULL);
+	if (e) {
+		errno = e;
+		return -1;
+	}
+	pthread_join(t, NULL);
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+	e = getaddrinfo("localhost", "80", &hints, &res);
+	if (res)
+		freeaddrinfo(res);
+	errno = e == 0 ? 0 : e == EAI_SYSTEM ? errno : EHOSTUNREACH;
+	return e == 0 ? 0 : -1;
+}
+
+/* An HTTPS request to the test's TLS server (a self-signed certificate): with the CA files
+ * readable, the handshake runs and verification fails (CURLE_PEER_FAILED_VERIFICATION); without
+ * them it fails to load them (CURLE_SSL_CACERT_BADFILE). The curl code, not an errno. */
+static int tls_request(int port)
+{
+	char url[64];
+	snprintf(url, sizeof(url), "https://127.0.0.1:%d/v2/", port);
+	CURL *h = curl_easy_init();
+	if (!h)
+		return -1;
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, 20L);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	int rc = (int)curl_easy_perform(h);
+	curl_easy_cleanup(h);
+	return rc;
 }
 
 static int tcp(int port, bool do_bind)
@@ -130,6 +174,8 @@ int main(int argc, char **argv)
 	/* What the child needs must still work. */
 	report("read_resolv_conf", open("/etc/resolv.conf", O_RDONLY | O_CLOEXEC));
 	report("read_ca_certs", open("/etc/ssl/certs", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+	report("thread_and_resolve", resolve_in_thread());
+	printf("tls_request %d\n", tls_request(port_ok));
 	report("write_work", create_at(work, "ok", 0644));
 	/* A file past RLIMIT_FSIZE. */
 	snprintf(path, sizeof(path), "%s/big", work);

@@ -12,9 +12,11 @@ import io
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,7 +78,8 @@ class ConfinedLayerChild(unittest.TestCase):
         with open(self.victim, "w") as f:
             f.write("host file\n")
         os.chmod(self.victim, 0o644)
-        # Two loopback listeners: the registry's port, and another service on the host.
+        # Two loopback listeners: the registry's port (TLS, a self-signed certificate), and
+        # another service on the host.
         self.listeners = []
         for _ in range(2):
             s = socket.socket()
@@ -84,6 +87,29 @@ class ConfinedLayerChild(unittest.TestCase):
             s.listen(8)
             self.addCleanup(s.close)
             self.listeners.append(s.getsockname()[1])
+            if len(self.listeners) == 1:
+                self.tls_server(s)
+
+    def tls_server(self, sock):
+        cert = os.path.join(self.tmp, "cert.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=127.0.0.1", "-keyout", cert, "-out", cert],
+                       check=True, capture_output=True)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert)
+
+        def serve():
+            while True:
+                try:
+                    c, _ = sock.accept()
+                except OSError:
+                    return
+                try:
+                    c.settimeout(10)
+                    ctx.wrap_socket(c, server_side=True).close()
+                except (OSError, ssl.SSLError):
+                    c.close()
+        threading.Thread(target=serve, daemon=True).start()
 
     def probe(self, blob):
         work = tempfile.mkdtemp(prefix="layer-", dir=os.path.join(self.state, "tmp"))
@@ -152,8 +178,12 @@ class ConfinedLayerChild(unittest.TestCase):
         caps = int(out["caps"])
         self.assertEqual({c for c in range(64) if caps >> c & 1}, KEPT_CAPS)
         # What the child needs still works: the registry's port, resolver and CA files, its dir.
-        for name in ("connect_registry_port", "read_resolv_conf", "read_ca_certs", "write_work"):
+        for name in ("connect_registry_port", "read_resolv_conf", "read_ca_certs",
+                     "thread_and_resolve", "write_work"):
             self.assert_errno(out, name, 0)
+        # TLS to the registry: the CA files load, the handshake runs, the self-signed
+        # certificate is refused (60), not "cannot read the CA bundle" (77).
+        self.assertEqual(out["tls_request"], "60", out)
         # ...and the unpack itself, with everything a layer keeps.
         self.assertEqual(out["unpack"], "0")
         root = os.path.join(work, "root")
