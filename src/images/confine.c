@@ -25,13 +25,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
 #include <linux/netlink.h>
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -287,7 +291,11 @@ static bool drop_caps(void)
 	return syscall(SYS_capset, &h, d) == 0;
 }
 
-static bool load_seccomp(void)
+/* The filter, compiled by libseccomp once per process (milliseconds: prepared in the pull worker,
+ * before it forks its layer children, which then only load it). */
+static struct sock_fprog filter;
+
+static int build_seccomp(void)
 {
 	static const char *const denied[] = {
 	    "mount", "umount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount",
@@ -305,9 +313,11 @@ static bool load_seccomp(void)
 	static const uint64_t ns_flags[] = {CLONE_NEWNS,   CLONE_NEWUTS, CLONE_NEWIPC,
 					    CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
 					    CLONE_NEWCGROUP};
+	if (filter.filter)
+		return 0;
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
 	if (!ctx)
-		return false;
+		return -ENOMEM;
 	int r = 0;
 #ifdef __x86_64__
 	/* The same rules for 32-bit and x32 calls: injected code is not bound to the native ABI. */
@@ -343,11 +353,43 @@ static bool load_seccomp(void)
 		r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), SCMP_SYS(socket), 2,
 				     SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, AF_NETLINK),
 				     SCMP_A2(SCMP_CMP_MASKED_EQ, 0xffffffffu, proto));
+	int fd = r < 0 ? -1 : memfd_create("corral-image-seccomp", MFD_CLOEXEC);
+	if (r == 0 && fd < 0)
+		r = -errno;
 	if (r == 0)
-		r = seccomp_load(ctx);
+		r = seccomp_export_bpf(ctx, fd);
 	seccomp_release(ctx);
-	return r == 0;
+	off_t len = r == 0 ? lseek(fd, 0, SEEK_END) : -1;
+	if (r == 0 && (len <= 0 || len % (off_t)sizeof(struct sock_filter) ||
+		       len / (off_t)sizeof(struct sock_filter) > BPF_MAXINSNS))
+		r = -EINVAL;
+	struct sock_filter *f = r == 0 ? malloc((size_t)len) : NULL;
+	if (r == 0 && !f)
+		r = -ENOMEM;
+	if (r == 0 && pread(fd, f, (size_t)len, 0) != len)
+		r = -EIO;
+	if (fd >= 0)
+		close(fd);
+	if (r < 0) {
+		free(f);
+		return r;
+	}
+	filter.len = (unsigned short)(len / (off_t)sizeof(struct sock_filter));
+	filter.filter = f;
+	return 0;
 }
+
+int image_confine_prepare(void)
+{
+	return build_seccomp();
+}
+
+static bool load_seccomp(void)
+{
+	return build_seccomp() == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter, 0, 0) == 0;
+}
+
+
 
 unsigned image_confine(const struct image_confine *c)
 {

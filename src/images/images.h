@@ -192,6 +192,9 @@ struct image_confine {
 	uint64_t fsize_max;     /* RLIMIT_FSIZE; 0 = unchanged */
 };
 unsigned image_confine(const struct image_confine *c);
+/* Compile what image_confine() loads (the seccomp filter: milliseconds) once, in the process that
+ * forks the confined children; optional (each child compiles it otherwise). 0 or -errno. */
+int image_confine_prepare(void);
 /* What image_confine() can reach on this kernel, without changing the calling process. */
 unsigned image_confine_probe(void);
 /* "read-only mount view, landlock-fs, ..." or "none". */

@@ -500,6 +500,12 @@ static int fetch_layer(struct pull *p, const char *digest, uint64_t size, const 
 		r = image_layer_unpack_list_opaque(blob, root, &p->budget, ofd, err);
 	if (own_blob)
 		unlink(blob);
+	if (r == 0) { /* measured (and synced) here, in parallel: the parent only renames it */
+		char size_path[PATH_MAX], v[32];
+		snprintf(size_path, sizeof(size_path), "%s/size", work);
+		int n = snprintf(v, sizeof(v), "%llu\n", (unsigned long long)tree_usage(root));
+		(void)fs_write_atomic(size_path, v, (size_t)n, 0600);
+	}
 	return r;
 }
 
@@ -515,7 +521,13 @@ static int finish_layer(struct pull *p, const char *hex, const char *work, struc
 	if (lstat(root, &st) < 0 || !S_ISDIR(st.st_mode)) /* never a symlink into layers/ */
 		return error_set(err, EPROTO, "the unpacked layer is not a directory");
 	int r = image_layer_mark_opaque(root, opaque, err);
-	if (r == 0)
+	/* The child's measure, if it is a small regular file (its number is the child's claim, as
+	 * the unpack budget is); else measured here. */
+	char size_path[PATH_MAX + 8], sizes[PATH_MAX];
+	snprintf(size_path, sizeof(size_path), "%s/size", work);
+	path_in(sizes, sizeof(sizes), p->o->store, "sizes/%s", hex);
+	if (r == 0 && (lstat(size_path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 24 ||
+		       rename(size_path, sizes) < 0))
 		size_write(p->o->store, hex, tree_usage(root));
 	if (r == 0 && rename(root, final) < 0 && errno != EEXIST && errno != ENOTEMPTY)
 		r = error_set_errno(err, errno, "rename '%s' to '%s'", root, final);
@@ -565,6 +577,7 @@ static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
 	int first = 0;
 	for (size_t k = 0; k < PULL_PARALLEL; k++)
 		run[k].pid = -1;
+	(void)image_confine_prepare(); /* once here, not in every child */
 	while (next < n || running) {
 		while (next < n && running < PULL_PARALLEL && first == 0) {
 			json_t *l = json_array_get(layers, next++);
@@ -788,6 +801,7 @@ static int unpack_confined(const struct image_pull_opts *o, const char *path, co
 			   struct error *err)
 {
 	int fds[2];
+	(void)image_confine_prepare();
 	if (pipe2(fds, O_CLOEXEC) < 0)
 		return error_set_errno(err, errno, "pipe");
 	pid_t pid = fork();
