@@ -1,8 +1,11 @@
 /*
  * The confinement of a layer child, tried from inside (test_image_confine.py).
  *
- *   image_confine_probe WORK LAYER_TAR OUTSIDE STATE PORT_OK PORT_DENIED
+ *   image_confine_probe [--old-kernel] WORK LAYER_TAR OUTSIDE STATE PORT_OK PORT_DENIED
  *
+ * --old-kernel first makes this process look like one on a kernel without Landlock and without
+ * mount namespaces for it (landlock_* fail with ENOSYS, unshare and mount_setattr with EPERM), to
+ * check that confinement falls back to what is left and the unpack still works.
  * confines itself exactly as a layer child does (image_layer_confine() with a registry client
  * of 127.0.0.1:PORT_OK over plain HTTP), then attempts what a compromised unpack would: each
  * attempt prints "name errno" (0: it succeeded). Last, it unpacks LAYER_TAR into WORK/root as a
@@ -17,6 +20,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
+#include <seccomp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,8 +110,35 @@ static int tcp(int port, bool do_bind)
 	return r;
 }
 
+static int pretend_old_kernel(void)
+{
+	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+	if (!ctx)
+		return -1;
+	int r = 0;
+	static const char *const enosys[] = {"landlock_create_ruleset", "landlock_add_rule",
+					     "landlock_restrict_self", "mount_setattr"};
+	for (size_t i = 0; r == 0 && i < ARRAY_SIZE(enosys); i++)
+		r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS),
+				     seccomp_syscall_resolve_name(enosys[i]), 0);
+	if (r == 0)
+		r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(unshare), 0);
+	if (r == 0)
+		r = seccomp_load(ctx);
+	seccomp_release(ctx);
+	return r;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 8 && strcmp(argv[1], "--old-kernel") == 0) {
+		if (pretend_old_kernel() < 0) {
+			fprintf(stderr, "cannot pretend to be an old kernel\n");
+			return 2;
+		}
+		argv++;
+		argc--;
+	}
 	if (argc != 7) {
 		fprintf(stderr, "usage: %s WORK LAYER_TAR OUTSIDE STATE PORT_OK PORT_DENIED\n",
 			argv[0]);

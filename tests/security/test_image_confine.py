@@ -111,11 +111,11 @@ class ConfinedLayerChild(unittest.TestCase):
                     c.close()
         threading.Thread(target=serve, daemon=True).start()
 
-    def probe(self, blob):
+    def probe(self, blob, old_kernel=False):
         work = tempfile.mkdtemp(prefix="layer-", dir=os.path.join(self.state, "tmp"))
         with open(os.path.join(work, "blob"), "wb") as f:
             f.write(blob)
-        p = subprocess.run([PROBE, work, os.path.join(work, "blob"), self.outside,
+        p = subprocess.run([PROBE] + (["--old-kernel"] if old_kernel else []) + [work, os.path.join(work, "blob"), self.outside,
                             self.state, str(self.listeners[0]), str(self.listeners[1])],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -208,6 +208,24 @@ class ConfinedLayerChild(unittest.TestCase):
                 work, out = self.probe(f.read())
             self.assertEqual(out["unpack"].split()[0], want, "%s: %s" % (name, out["unpack"]))
             self.assertEqual(os.listdir(self.outside), ["victim"])
+
+
+    def test_old_kernel_falls_back_and_unpacks(self):
+        # Attack: none; on a kernel without Landlock (or mount namespaces for it) the child
+        # keeps what is left (capabilities, seccomp, rlimits) and the layer still unpacks.
+        work, out = self.probe(rich_layer(), old_kernel=True)
+        level = int(out["level"])
+        self.assertEqual(level, RLIMITS | CAPS | SECCOMP, out)
+        self.assertEqual(int(out["expect"]) & (LANDLOCK_FS | LANDLOCK_NET | LANDLOCK_SCOPE), 0,
+                         "the start-up probe sees the missing Landlock (corrald warns once)")
+        self.assertEqual(out["unpack"], "0")
+        self.assert_errno(out, "write_work", 0)
+        self.assert_errno(out, "mount", E.EPERM)
+        self.assert_errno(out, "unshare_user", E.EPERM)
+        self.assert_errno(out, "fork", E.EPERM)
+        self.assert_errno(out, "raw_socket", E.EPERM)
+        self.assert_errno(out, "setxattr_trusted", E.EPERM)
+        self.assertEqual(os.stat(os.path.join(work, "root", "bin-suid")).st_mode & 0o7777, 0o4755)
 
 
 class ConfinedPull(AttackCase):
