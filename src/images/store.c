@@ -3,10 +3,10 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <signal.h>
 #include <limits.h>
 #include <jansson.h>
 #include <openssl/evp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
