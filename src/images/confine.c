@@ -8,8 +8,9 @@
  * pull goes on (corrald logs the level once, at start, from image_confine_probe()).
  *
  *   mount view  a mount namespace of its own (slave of the host's, so host unmounts reach it) where
- *               every mount is read-only but a bind of the work directory: no chmod, chown, utimes
- *               or setuid bit on any other file, which Landlock does not cover.
+ *               every mount is read-only but a bind of the work directory (nodev, nosuid,
+ *               noexec): no chmod, chown, utimes or setuid bit on any other file, which Landlock
+ *               does not cover, and no device node the child makes (CAP_MKNOD) can be opened.
  *   Landlock    writes only beneath the work directory; reads only of the libraries, the TLS and
  *               resolver files and (an import) the image layout; with ABI >= 4 TCP connect only to
  *               the given ports and no bind; with ABI >= 6 no signals or abstract unix sockets out
@@ -20,7 +21,8 @@
  *               CAP_MKNOD, CAP_SETFCAP; nothing else, in no set, and no_new_privs.
  *   seccomp     a deny list: mounts, namespaces, ptrace and other processes' memory, kernel
  *               modules, kexec, bpf, keys, perf, userfaultfd, io_uring, new processes (threads
- *               only), sockets other than IPv4, IPv6 and NETLINK_ROUTE.
+ *               only), sockets other than IPv4, IPv6 and NETLINK_ROUTE. Without the mount view,
+ *               also block and character devices (whiteouts, 0/0, are still made).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -93,6 +95,9 @@ struct ll_net_port_attr {
 #define AT_RECURSIVE 0x8000
 #endif
 #define MNT_ATTR_RDONLY 0x1ULL
+#define MNT_ATTR_NOSUID 0x2ULL
+#define MNT_ATTR_NODEV 0x4ULL
+#define MNT_ATTR_NOEXEC 0x8ULL
 struct mnt_attr {
 	uint64_t attr_set, attr_clr, propagation, userns_fd;
 };
@@ -179,9 +184,13 @@ static bool mount_view(const char *dir)
 	struct mnt_attr ro = {.attr_set = MNT_ATTR_RDONLY};
 	if (syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &ro, sizeof(ro)) < 0)
 		return false;
-	struct mnt_attr rw = {.attr_clr = MNT_ATTR_RDONLY};
+	/* Writable, but no device node the child makes there opens (CAP_MKNOD is kept for the
+	 * image's own nodes: a node of the host's disk would otherwise be a way out). */
+	struct mnt_attr rw = {.attr_clr = MNT_ATTR_RDONLY,
+			      .attr_set = MNT_ATTR_NODEV | MNT_ATTR_NOSUID | MNT_ATTR_NOEXEC};
 	if (syscall(SYS_mount_setattr, AT_FDCWD, dir, 0, &rw, sizeof(rw)) == 0)
 		return true;
+	rw.attr_set = 0;
 	/* Never leave the work directory read-only: the pull must go on, unconfined here. */
 	(void)syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &rw, sizeof(rw));
 	return false;
@@ -295,7 +304,9 @@ static bool drop_caps(void)
  * before it forks its layer children, which then only load it). */
 static struct sock_fprog filter;
 
-static int build_seccomp(void)
+/* deny_devices: no block or character device but a whiteout (0/0) may be made, for a child
+ * without the nodev work mount of mount_view(); compiled there and then, a rare path. */
+static int build_seccomp(struct sock_fprog *out, bool deny_devices)
 {
 	static const char *const denied[] = {
 	    "mount", "umount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount",
@@ -313,7 +324,7 @@ static int build_seccomp(void)
 	static const uint64_t ns_flags[] = {CLONE_NEWNS,   CLONE_NEWUTS, CLONE_NEWIPC,
 					    CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
 					    CLONE_NEWCGROUP};
-	if (filter.filter)
+	if (out->filter)
 		return 0;
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
 	if (!ctx)
@@ -345,6 +356,21 @@ static int build_seccomp(void)
 	/* Sockets: IPv4 and IPv6 (the registry, DNS) and NETLINK_ROUTE (getaddrinfo's address
 	 * probe) only. No unix sockets: no docker.sock, no corrald socket, no nscd (glibc then
 	 * resolves itself). The kernel reads these arguments as ints: compare the low 32 bits. */
+	if (r == 0 && deny_devices) {
+		r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mknod), 1,
+				     SCMP_A1(SCMP_CMP_MASKED_EQ, S_IFMT, S_IFBLK));
+		if (r == 0)
+			r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mknodat), 1,
+					     SCMP_A2(SCMP_CMP_MASKED_EQ, S_IFMT, S_IFBLK));
+		if (r == 0)
+			r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mknod), 2,
+					     SCMP_A1(SCMP_CMP_MASKED_EQ, S_IFMT, S_IFCHR),
+					     SCMP_A2(SCMP_CMP_NE, 0));
+		if (r == 0)
+			r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mknodat), 2,
+					     SCMP_A2(SCMP_CMP_MASKED_EQ, S_IFMT, S_IFCHR),
+					     SCMP_A3(SCMP_CMP_NE, 0));
+	}
 	for (unsigned fam = 0; r == 0 && fam < 64; fam++)
 		if (fam != AF_INET && fam != AF_INET6 && fam != AF_NETLINK)
 			r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
@@ -374,19 +400,22 @@ static int build_seccomp(void)
 		free(f);
 		return r;
 	}
-	filter.len = (unsigned short)(len / (off_t)sizeof(struct sock_filter));
-	filter.filter = f;
+	out->len = (unsigned short)(len / (off_t)sizeof(struct sock_filter));
+	out->filter = f;
 	return 0;
 }
 
 int image_confine_prepare(void)
 {
-	return build_seccomp();
+	return build_seccomp(&filter, false);
 }
 
-static bool load_seccomp(void)
+static bool load_seccomp(bool deny_devices)
 {
-	return build_seccomp() == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter, 0, 0) == 0;
+	struct sock_fprog own = {0};
+	struct sock_fprog *f = deny_devices ? &own : &filter;
+	return build_seccomp(f, deny_devices) == 0 &&
+	       prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, f, 0, 0) == 0;
 }
 
 
@@ -408,7 +437,7 @@ unsigned image_confine(const struct image_confine *c)
 					     IMAGE_CONFINED_LANDLOCK_SCOPE);
 		close(rs);
 	}
-	if (nnp && load_seccomp())
+	if (nnp && load_seccomp(!(level & IMAGE_CONFINED_MOUNTS)))
 		level |= IMAGE_CONFINED_SECCOMP;
 	return level;
 }

@@ -30,6 +30,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -201,6 +202,14 @@ int main(int argc, char **argv)
 	snprintf(path, sizeof(path), "%s/xattr", work);
 	(void)create_at(work, "xattr", 0644);
 	report("setxattr_trusted", setxattr(path, "trusted.overlay.redirect", "/etc", 4, 0));
+	/* A device node (CAP_MKNOD is kept for the image's): /dev/null's numbers, so harmless if it
+	 * opened; a host disk's would be the same call. */
+	snprintf(path, sizeof(path), "%s/dev", work);
+	int mk = mknod(path, S_IFCHR | 0600, makedev(1, 3));
+	report("mknod_char", mk);
+	report("open_made_device", mk < 0 ? (errno = EPERM, -1) : open(path, O_RDWR | O_CLOEXEC));
+	snprintf(path, sizeof(path), "%s/wh", work);
+	report("mknod_whiteout", mknod(path, S_IFCHR | 0600, makedev(0, 0)));
 	report("connect_registry_port", tcp(port_ok, false));
 	report("connect_other_port", tcp(port_denied, false));
 	report("bind", tcp(0, true));

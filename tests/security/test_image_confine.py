@@ -48,12 +48,13 @@ def landlock_abi():
     return v if v > 0 else 0
 
 
-def rich_layer():
+def rich_layer(devices=True):
     """What a real image layer holds: whiteouts, an opaque dir, links, setuid, devices, xattrs."""
     return oci.layer_tar([
         D("data"), F("data/.wh.gone"), D("opq"), F("opq/.wh..wh..opq"), F("opq/new", "new"),
         F("bin-suid", "#!/bin/sh\n", mode=0o4755), F("target", "T"), H("hard", "target"),
-        L("soft", "target"), C("devnode", 1, 3), D("home/u", uid=1000, gid=1000, mode=0o700),
+        L("soft", "target")] + ([C("devnode", 1, 3)] if devices else []) + [
+        D("home/u", uid=1000, gid=1000, mode=0o700),
         F("home/u/secret", "mine", uid=1000, gid=1000, mode=0o600),
         X(F("capped", "c", mode=0o755),
           security__capability=struct.pack("<IIIII", 0x02000001, 1 << 13, 0, 0, 0),
@@ -175,6 +176,10 @@ class ConfinedLayerChild(unittest.TestCase):
         self.assert_errno(out, "execve", E.EPERM)
         self.assert_errno(out, "setxattr_trusted", E.EPERM)
         self.assert_errno(out, "write_past_fsize", E.EFBIG)
+        # A device node made in the work dir (a host disk's numbers would do the same) does not
+        # open: the work mount is nodev.
+        self.assert_errno(out, "mknod_char", 0)
+        self.assert_errno(out, "open_made_device", E.EACCES)
         caps = int(out["caps"])
         self.assertEqual({c for c in range(64) if caps >> c & 1}, KEPT_CAPS)
         # What the child needs still works: the registry's port, resolver and CA files, its dir.
@@ -211,9 +216,9 @@ class ConfinedLayerChild(unittest.TestCase):
 
 
     def test_old_kernel_falls_back_and_unpacks(self):
-        # Attack: none; on a kernel without Landlock (or mount namespaces for it) the child
-        # keeps what is left (capabilities, seccomp, rlimits) and the layer still unpacks.
-        work, out = self.probe(rich_layer(), old_kernel=True)
+        # Attack: a device node made to be opened, on a kernel without Landlock (or mount
+        # namespaces): the child keeps capabilities, seccomp, rlimits, and the layer unpacks.
+        work, out = self.probe(rich_layer(devices=False), old_kernel=True)
         level = int(out["level"])
         self.assertEqual(level, RLIMITS | CAPS | SECCOMP, out)
         self.assertEqual(int(out["expect"]) & (LANDLOCK_FS | LANDLOCK_NET | LANDLOCK_SCOPE), 0,
@@ -225,7 +230,17 @@ class ConfinedLayerChild(unittest.TestCase):
         self.assert_errno(out, "fork", E.EPERM)
         self.assert_errno(out, "raw_socket", E.EPERM)
         self.assert_errno(out, "setxattr_trusted", E.EPERM)
+        # Without the nodev mount, no device node may be made at all; whiteouts still are.
+        self.assert_errno(out, "mknod_char", E.EPERM)
+        self.assert_errno(out, "open_made_device", E.EPERM)
+        self.assert_errno(out, "mknod_whiteout", 0)
         self.assertEqual(os.stat(os.path.join(work, "root", "bin-suid")).st_mode & 0o7777, 0o4755)
+        self.assertEqual(os.stat(os.path.join(work, "root", "data", "gone")).st_rdev,
+                         os.makedev(0, 0), "whiteouts are made")
+        # A layer with a device node cannot be unpacked there: the pull fails, typed, cleanly.
+        work, out = self.probe(rich_layer(), old_kernel=True)
+        self.assertTrue(out["unpack"].startswith("%d " % E.EPROTO), out["unpack"])
+        self.assertIn("devnode", out["unpack"])
 
 
 class ConfinedPull(AttackCase):
