@@ -8,9 +8,10 @@
  * pull goes on (corrald logs the level once, at start, from image_confine_probe()).
  *
  *   mount view  a mount namespace of its own (slave of the host's, so host unmounts reach it) where
- *               every mount is read-only but a bind of the work directory (nodev, nosuid,
- *               noexec): no chmod, chown, utimes or setuid bit on any other file, which Landlock
- *               does not cover, and no device node the child makes (CAP_MKNOD) can be opened.
+ *               every mount is read-only and nodev but a bind of the work directory (writable,
+ *               nodev, nosuid, noexec): no chmod, chown, utimes or setuid bit on any other file,
+ *               which Landlock does not cover, and no device opens, the host's or one the child
+ *               makes (it keeps CAP_MKNOD for the image's own nodes).
  *   Landlock    writes only beneath the work directory; reads only of the libraries, the TLS and
  *               resolver files and (an import) the image layout; with ABI >= 4 TCP connect only to
  *               the given ports and no bind; with ABI >= 6 no signals or abstract unix sockets out
@@ -181,7 +182,9 @@ static bool mount_view(const char *dir)
 	if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 ||
 	    mount(dir, dir, NULL, MS_BIND, NULL) < 0)
 		return false;
-	struct mnt_attr ro = {.attr_set = MNT_ATTR_RDONLY};
+	/* Read-only, and no device opens either (a read-only /dev still opens /dev/sda for writing;
+	 * nothing the child runs needs a device: getrandom() for randomness). */
+	struct mnt_attr ro = {.attr_set = MNT_ATTR_RDONLY | MNT_ATTR_NODEV | MNT_ATTR_NOSUID};
 	if (syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &ro, sizeof(ro)) < 0)
 		return false;
 	/* Writable, but no device node the child makes there opens (CAP_MKNOD is kept for the

@@ -208,6 +208,8 @@ int main(int argc, char **argv)
 	int mk = mknod(path, S_IFCHR | 0600, makedev(1, 3));
 	report("mknod_char", mk);
 	report("open_made_device", mk < 0 ? (errno = EPERM, -1) : open(path, O_RDWR | O_CLOEXEC));
+	/* A host device (a read-only /dev still opens for writing): /dev/null as the harmless one. */
+	report("open_host_device", open("/dev/null", O_RDWR | O_CLOEXEC));
 	snprintf(path, sizeof(path), "%s/wh", work);
 	report("mknod_whiteout", mknod(path, S_IFCHR | 0600, makedev(0, 0)));
 	report("connect_registry_port", tcp(port_ok, false));

@@ -180,6 +180,7 @@ class ConfinedLayerChild(unittest.TestCase):
         # open: the work mount is nodev.
         self.assert_errno(out, "mknod_char", 0)
         self.assert_errno(out, "open_made_device", E.EACCES)
+        self.assert_errno(out, "open_host_device", E.EACCES)
         caps = int(out["caps"])
         self.assertEqual({c for c in range(64) if caps >> c & 1}, KEPT_CAPS)
         # What the child needs still works: the registry's port, resolver and CA files, its dir.
