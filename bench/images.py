@@ -2,12 +2,14 @@
 """
 Registry images against local anchors, measured in the same run (docs/images.md):
 
-  python3 bench/images.py [--n 30] [--burst 50] [--large-mb 500]
+  python3 bench/images.py [--n 30] [--burst 50] [--cold 12] [--large-mb 500]
 
   1. create -> first command from a cached 10-layer registry image vs from `host`, interleaved
      (p50 of each and the ratio; the issue's target is within 1.1x);
   2. a burst of creates of one cold image at once (one pull; wall time, p50/max per create);
-  3. with --large-mb: cold pull + unpack of a multi-layer image of that many MB (uncompressed,
+  3. with --cold N: create -> first command of N distinct cold 10-layer images (each a pull of
+     ten small layers: what the per-layer work costs, confinement included), p50;
+  4. with --large-mb: cold pull + unpack of a multi-layer image of that many MB (uncompressed,
      incompressible) from the local registry in MB/s, beside `skopeo copy` to a directory plus
      `tar -x` of the same layers.
 
@@ -53,6 +55,7 @@ def main():
     ap.add_argument("--n", type=int, default=30, help="create -> first command pairs")
     ap.add_argument("--burst", type=int, default=50, help="creates of one cold image at once")
     ap.add_argument("--large-mb", type=int, default=0, help="size of the cold-pull image (0: skip)")
+    ap.add_argument("--cold", type=int, default=0, help="distinct cold 10-layer images (0: skip)")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="corral-bench-images-")
@@ -83,6 +86,17 @@ def main():
         print("  host                      %7.1f ms" % (ph * 1000))
         print("  cached 10-layer image     %7.1f ms   ratio %.2fx" % (pi * 1000, pi / ph))
         print("  first create (cold pull)  %7.1f ms" % (cold * 1000))
+
+        if args.cold:
+            refs = []
+            for k in range(args.cold):
+                d = os.path.join(tmp, "cold%d" % k)
+                oci.write_layout(d, [base] + [oci.layer_tar([F("c%d/l%d" % (k, i), "y" * i)])
+                                              for i in range(1, 10)])
+                refs.append(reg.push(d, "bench/cold%d" % k))
+            colds = [create_first_command(cl, r) for r in refs]
+            print("create -> first command of %d cold 10-layer images: p50 %.1f ms, min %.1f ms"
+                  % (args.cold, statistics.median(colds) * 1000, min(colds) * 1000))
 
         if args.burst:
             d = os.path.join(tmp, "burst")

@@ -787,6 +787,14 @@ int main(int argc, char **argv)
 			fprintf(stderr, "corrald: %s\n", err.msg);
 			return 1;
 		}
+		/* Once: a kernel without Landlock (or too old a one) pulls with less confinement. */
+		unsigned cl = image_confine_probe();
+		if (cl != IMAGE_CONFINED_ALL) {
+			char have[160], miss[160];
+			log_warn("image pulls: layers are downloaded and unpacked with %s only; this kernel lacks %s (docs/security.md)",
+				 image_confine_describe(cl, have, sizeof(have)),
+				 image_confine_describe(IMAGE_CONFINED_ALL & ~cl, miss, sizeof(miss)));
+		}
 	}
 	if (d->registry_auth && access(d->registry_auth, R_OK) < 0) {
 		fprintf(stderr, "corrald: --registry-auth %s: %s\n", d->registry_auth, strerror(errno));

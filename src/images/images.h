@@ -165,6 +165,52 @@ int image_evict(const char *store, const char *sandboxes_dir, uint64_t max, cons
  * image records whose layers are not all in the store (the image is pulled again when needed). */
 int image_store_init(const char *store, struct error *err);
 
+/*
+ * confine.c: what a layer child does to itself before it touches the network or the blob, so that
+ * a bug in libcurl, OpenSSL, a decompressor, libarchive or the path checks can write beneath
+ * write_path and little else (the layers are attacker-controlled). Best effort: each step the
+ * kernel refuses is skipped and left out of the level returned (IMAGE_CONFINED_* bits); the caller
+ * goes on. Irreversible: only in a child made for it.
+ */
+#define IMAGE_CONFINED_MOUNTS (1u << 0)         /* a mount namespace, read-only but write_path */
+#define IMAGE_CONFINED_LANDLOCK_FS (1u << 1)    /* writes beneath write_path, narrow reads */
+#define IMAGE_CONFINED_LANDLOCK_NET (1u << 2)   /* TCP connect to ports[] only, no bind */
+#define IMAGE_CONFINED_LANDLOCK_SCOPE (1u << 3) /* no signals, no abstract sockets out */
+#define IMAGE_CONFINED_RLIMITS (1u << 4)        /* FSIZE, NOFILE, CORE 0 */
+#define IMAGE_CONFINED_CAPS (1u << 5)           /* the file-owner caps unpacking needs only */
+#define IMAGE_CONFINED_SECCOMP (1u << 6)        /* the deny list of confine.c */
+#define IMAGE_CONFINED_ALL ((1u << 7) - 1)
+#define IMAGE_CONFINE_NOFILE 1024
+#define IMAGE_CONFINE_PORTS_MAX 16
+
+struct image_confine {
+	const char *write_path; /* the work directory: the only place the child may write */
+	const char *read_path;  /* another tree it may read (an import's image layout), or NULL */
+	uint16_t ports[IMAGE_CONFINE_PORTS_MAX]; /* TCP ports connect() may reach (none: no TCP) */
+	size_t n_ports;
+	bool any_port;          /* leave TCP alone (the ports could not be known) */
+	uint64_t fsize_max;     /* RLIMIT_FSIZE; 0 = unchanged */
+};
+unsigned image_confine(const struct image_confine *c);
+/* Compile what image_confine() loads (the seccomp filter: milliseconds) once, in the process that
+ * forks the confined children; optional (each child compiles it otherwise). 0 or -errno. */
+int image_confine_prepare(void);
+/* What image_confine() can reach on this kernel, without changing the calling process. */
+unsigned image_confine_probe(void);
+/* "read-only mount view, landlock-fs, ..." or "none". */
+const char *image_confine_describe(unsigned level, char *buf, size_t len);
+
+/*
+ * store.c: confine a layer child whose work directory is work (the layer is unpacked into
+ * work/root, a download goes to work/blob): the ports of reg's registry (its own, 443 for
+ * redirects to blob storage, 80 when it is insecure, the proxies of the environment; NULL: no
+ * TCP at all), read_path readable (an import's layout, or NULL), files up to fsize_max bytes.
+ * The one call every layer child makes; exported for the confinement test.
+ */
+struct registry;
+unsigned image_layer_confine(const char *work, struct registry *reg, const char *read_path,
+			     uint64_t fsize_max);
+
 /* layer.c: unpack the tar blob (plain, gzip or zstd) at blob into the existing empty directory
  * dir, turning OCI whiteouts into overlayfs ones. Any entry that would land outside dir (absolute
  * path, "..", a path or hard link through a symlink) fails with -EPROTO: the layer is invalid.
@@ -172,3 +218,13 @@ int image_store_init(const char *store, struct error *err);
  * is written; past its limits the unpack stops with -EFBIG (the caller removes dir). */
 int image_layer_unpack(const char *blob, const char *dir, const struct image_budget *budget,
 		       struct error *err);
+/* The same, for a process without CAP_SYS_ADMIN (a confined layer child), which may not write
+ * trusted.* xattrs: with opaque_fd >= 0, each opaque directory is not marked but its path
+ * (relative to dir, NUL-terminated) is written to opaque_fd, for image_layer_mark_opaque(). */
+int image_layer_unpack_list_opaque(const char *blob, const char *dir,
+				   const struct image_budget *budget, int opaque_fd,
+				   struct error *err);
+/* Mark the directories listed at list (image_layer_unpack_list_opaque()'s file, written by a
+ * process not trusted: bounded, each path checked again) opaque, beneath dir without following
+ * any symlink. A listed path that is no longer a directory of the layer is skipped. */
+int image_layer_mark_opaque(const char *dir, const char *list, struct error *err);

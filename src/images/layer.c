@@ -9,7 +9,8 @@
  * invalid (-EPROTO): a layer that tries to escape is not half-trusted.
  *
  * OCI whiteouts become overlayfs ones: ".wh.NAME" a 0/0 character device NAME, ".wh..wh..opq"
- * the xattr trusted.overlay.opaque=y on its directory. Owners are kept as numeric ids (no name
+ * the xattr trusted.overlay.opaque=y on its directory (set by the unconfined parent from the list
+ * a confined layer child writes: image_layer_mark_opaque()). Owners are kept as numeric ids (no name
  * lookup), and so are modes with setuid bits, hard links, symlinks, device nodes and xattrs, except
  * trusted.* ones (overlayfs metadata such as trusted.overlay.redirect is ours to write, not the
  * image's).
@@ -109,7 +110,23 @@ static int make_parent(int dfd, const char *rel)
 	return 0;
 }
 
-static int whiteout(int dfd, const char *rel, const char *base, struct error *err)
+/* All of buf to fd. */
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int whiteout(int dfd, const char *rel, const char *base, int opaque_fd, struct error *err)
 {
 	int r = make_parent(dfd, rel);
 	const char *b;
@@ -119,6 +136,14 @@ static int whiteout(int dfd, const char *rel, const char *base, struct error *er
 						  "layer entry '%s' lies outside the layer (through a symlink)",
 						  rel)
 				      : error_set_errno(err, -pfd, "whiteout '%s'", rel);
+	if (strcmp(base, WH_OPAQUE) == 0 && opaque_fd >= 0) {
+		/* Marked by image_layer_mark_opaque(): the directory, relative to the layer. */
+		size_t n = (size_t)(base - rel);
+		int k = write_all(opaque_fd, n ? rel : ".", n ? n - 1 : 1);
+		if (k == 0)
+			k = write_all(opaque_fd, "", 1);
+		return k < 0 ? error_set_errno(err, -k, "list '%s' as opaque", rel) : 0;
+	}
 	if (strcmp(base, WH_OPAQUE) == 0) {
 		if (fsetxattr(pfd, "trusted.overlay.opaque", "y", 1, 0) < 0)
 			return error_set_errno(err, errno, "mark '%s' opaque", rel);
@@ -236,7 +261,7 @@ static uint64_t entry_meta_bytes(struct archive_entry *e)
 }
 
 static int unpack_entries(struct archive *a, struct archive *w, int dfd,
-			  const struct image_budget *budget, struct error *err)
+			  const struct image_budget *budget, int opaque_fd, struct error *err)
 {
 	struct archive_entry *e;
 	char rel[PATH_MAX], link[PATH_MAX];
@@ -265,7 +290,7 @@ static int unpack_entries(struct archive *a, struct archive *w, int dfd,
 		if (pfd < 0 && pfd != -ENOENT)
 			return error_set_errno(err, -pfd, "open the directory of '%s'", rel);
 		if (strncmp(base, WH_PREFIX, strlen(WH_PREFIX)) == 0) {
-			if ((k = whiteout(dfd, rel, base, err)) < 0)
+			if ((k = whiteout(dfd, rel, base, opaque_fd, err)) < 0)
 				return k;
 			continue;
 		}
@@ -327,6 +352,13 @@ static int unpack_entries(struct archive *a, struct archive *w, int dfd,
 int image_layer_unpack(const char *blob, const char *dir, const struct image_budget *budget,
 		       struct error *err)
 {
+	return image_layer_unpack_list_opaque(blob, dir, budget, -1, err);
+}
+
+int image_layer_unpack_list_opaque(const char *blob, const char *dir,
+				   const struct image_budget *budget, int opaque_fd,
+				   struct error *err)
+{
 	_cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0)
 		return error_set_errno(err, errno, "open '%s'", dir);
@@ -358,7 +390,7 @@ int image_layer_unpack(const char *blob, const char *dir, const struct image_bud
 		r = error_set_errno(err, errno, "chdir '%s'", dir);
 		goto out;
 	}
-	r = unpack_entries(a, w, dfd, budget, err);
+	r = unpack_entries(a, w, dfd, budget, opaque_fd, err);
 	/* Freed here: its deferred directory fix-ups are relative to the working directory. */
 	archive_write_free(w);
 	w = NULL;
@@ -372,4 +404,50 @@ out:
 	if (a)
 		archive_read_free(a);
 	return r; /* the caller names the layer: no host path in a message a client sees */
+}
+
+/* A list longer than this is no list an unpack of IMAGE_ENTRIES_MAX_DEFAULT entries writes. */
+#define OPAQUE_LIST_MAX (256ULL << 20)
+
+int image_layer_mark_opaque(const char *dir, const char *list, struct error *err)
+{
+	_cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return error_set_errno(err, errno, "open '%s'", dir);
+	/* Written by the confined child: never a FIFO to block on, never through a symlink. */
+	int fd = open(list, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : error_set_errno(err, errno, "open the opaque list");
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > OPAQUE_LIST_MAX) {
+		close(fd);
+		return error_set(err, EPROTO, "the opaque list is not a regular file of at most %llu bytes",
+				 OPAQUE_LIST_MAX);
+	}
+	_cleanup_fclose_ FILE *f = fdopen(fd, "re");
+	if (!f) {
+		close(fd);
+		return error_set_errno(err, errno, "read the opaque list");
+	}
+	_cleanup_free_ char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	char rel[PATH_MAX];
+	while ((n = getdelim(&line, &cap, '\0', f)) > 0) {
+		if (line[n - 1] == '\0')
+			n--;
+		line[n] = '\0';
+		if ((size_t)n >= sizeof(rel) || clean_path(line, rel, sizeof(rel)) < 0)
+			return error_set(err, EPROTO, "the opaque list names an invalid path");
+		_cleanup_close_ int od = open_beneath(dfd, rel, O_RDONLY | O_DIRECTORY | O_NONBLOCK);
+		if (od == -ENOENT || od == -ENOTDIR || od == -ELOOP || od == -EXDEV)
+			continue; /* replaced by a later entry of the layer: nothing left to mark */
+		if (od < 0)
+			return error_set_errno(err, -od, "open '%s' to mark it opaque", rel);
+		if (fsetxattr(od, "trusted.overlay.opaque", "y", 1, 0) < 0)
+			return error_set_errno(err, errno, "mark '%s' opaque", rel);
+	}
+	if (ferror(f))
+		return error_set_errno(err, errno ? errno : EIO, "read the opaque list");
+	return 0;
 }

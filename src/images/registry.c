@@ -31,6 +31,7 @@ struct registry {
 	char *user, *pass;
 	char *bearer;            /* Authorization value once a challenge was answered */
 	bool basic;              /* the registry asked for Basic: send it from then on */
+	uint16_t realm_port;     /* of the last Bearer realm, 0 = none */
 	int64_t deadline_mono_ms; /* 0 = none */
 };
 
@@ -291,6 +292,63 @@ static void url_escape(CURL *h, const char *s, char *out, size_t len)
 	curl_free(e);
 }
 
+/* The TCP port url reaches (its scheme's default when it names none; with CURLU_GUESS_SCHEME for
+ * a proxy, curl's 1080 for a proxy without one); 0 when it is not a URL. */
+static uint16_t url_port(const char *url, unsigned guess)
+{
+	CURLU *u = curl_url();
+	char *port = NULL, *scheme = NULL;
+	long n = 0;
+	if (u && curl_url_set(u, CURLUPART_URL, url, guess) == CURLUE_OK) {
+		if (curl_url_get(u, CURLUPART_PORT, &port, guess ? 0 : CURLU_DEFAULT_PORT) ==
+		    CURLUE_OK)
+			n = strtol(port, NULL, 10);
+		else if (guess && curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK)
+			n = strcmp(scheme, "https") == 0 ? 443 : 1080;
+	}
+	curl_free(port);
+	curl_free(scheme);
+	curl_url_cleanup(u);
+	return n > 0 && n < 65536 ? (uint16_t)n : 0;
+}
+
+int registry_ports(const struct registry *r, uint16_t *ports, size_t max)
+{
+	static const char *const proxy_vars[] = {"http_proxy",	"HTTPS_PROXY", "https_proxy",
+						 "ALL_PROXY",	"all_proxy"};
+	char url[300];
+	size_t n = 0;
+	uint16_t want[3 + ARRAY_SIZE(proxy_vars) + 1];
+	snprintf(url, sizeof(url), "%s://%s/", r->insecure ? "http" : "https", r->ref->host);
+	want[n++] = url_port(url, 0);
+	want[n++] = 443; /* redirects to blob storage */
+	if (r->insecure)
+		want[n++] = 80;
+	if (r->realm_port)
+		want[n++] = r->realm_port;
+	for (size_t i = 0; i < ARRAY_SIZE(proxy_vars); i++) {
+		const char *v = getenv(proxy_vars[i]);
+		if (!v || !*v)
+			continue;
+		uint16_t p = url_port(v, CURLU_GUESS_SCHEME);
+		if (!p)
+			return -EINVAL; /* a proxy curl may understand and we do not */
+		want[n++] = p;
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		bool dup = want[i] == 0;
+		for (size_t j = 0; j < k && !dup; j++)
+			dup = ports[j] == want[i];
+		if (dup)
+			continue;
+		if (k == max)
+			return -E2BIG;
+		ports[k++] = want[i];
+	}
+	return (int)k;
+}
+
 /* Answer a Bearer challenge: GET realm?service=&scope= (with Basic credentials when we have
  * them) and keep "Bearer <token>". */
 static int fetch_token(struct registry *r, const char *challenge, struct error *err)
@@ -304,6 +362,9 @@ static int fetch_token(struct registry *r, const char *challenge, struct error *
 		return error_set(err, EPROTO,
 				 "registry %s: token realm '%s' is not https (plain http only for --insecure-registry)",
 				 r->ref->registry, realm);
+	uint16_t rp = url_port(realm, 0);
+	if (rp)
+		r->realm_port = rp;
 	challenge_param(challenge, "service", service, sizeof(service));
 	if (!challenge_param(challenge, "scope", scope, sizeof(scope)))
 		snprintf(scope, sizeof(scope), "repository:%s:pull", r->ref->repo);

@@ -18,6 +18,10 @@ void registry_close(struct registry *r);
 /* In a child forked while r was open: a fresh curl handle, so the parent's cached connections
  * (shared sockets) are never used by two processes. The inherited handle is dropped unused. */
 int registry_after_fork(struct registry *r);
+/* The TCP ports a client of r connects to: the registry's, 443 (redirects to blob storage), 80
+ * when it is insecure, the last token realm's, the proxies' of the environment; at most max of
+ * them, deduplicated. Their count, or -EINVAL (a proxy whose port cannot be told), -E2BIG. */
+int registry_ports(const struct registry *r, uint16_t *ports, size_t max);
 
 /* GET /v2/<repo>/manifests/<reference> accepting the four manifest types: the body (malloc'd,
  * NUL-terminated, at most REGISTRY_MANIFEST_MAX) and its Content-Type. */

@@ -6,13 +6,16 @@
 #include <limits.h>
 #include <jansson.h>
 #include <openssl/evp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -453,56 +456,103 @@ static int fetch_config(struct pull *p, const char *digest, uint64_t size, char 
 	return 0;
 }
 
-/* One layer into layers/<hex>, unless it is there already. */
-static int fetch_layer(struct pull *p, const char *digest, uint64_t size, struct error *err)
+unsigned image_layer_confine(const char *work, struct registry *reg, const char *read_path,
+			     uint64_t fsize_max)
 {
-	const char *hex = digest + 7;
-	char final[PATH_MAX], blob[PATH_MAX], dir[PATH_MAX];
-	path_in(final, sizeof(final), p->o->store, "layers/%s", hex);
-	if (access(final, F_OK) == 0)
-		return 0;
-	path_in(blob, sizeof(blob), p->o->store, "tmp/%s.%d", hex, (int)getpid());
-	path_in(dir, sizeof(dir), p->o->store, "tmp/layer-%.16s-XXXXXX", hex);
+	struct image_confine c = {.write_path = work, .read_path = read_path,
+				  .fsize_max = fsize_max};
+	if (reg) {
+		int n = registry_ports(reg, c.ports, ARRAY_SIZE(c.ports));
+		if (n < 0)
+			c.any_port = true;
+		else
+			c.n_ports = (size_t)n;
+	}
+	return image_confine(&c);
+}
+
+/*
+ * The confined part of one layer, in its child: the blob downloaded into work/blob (or the
+ * layout's verified in place), unpacked into work/root, opaque directories listed in work/opaque.
+ * Everything after image_layer_confine() parses hostile bytes, and can write beneath work only;
+ * the parent finishes the layer (finish_layer()).
+ */
+static int fetch_layer(struct pull *p, const char *digest, uint64_t size, const char *work,
+		       struct error *err)
+{
+	char blob[PATH_MAX], root[PATH_MAX], opaque[PATH_MAX];
+	snprintf(blob, sizeof(blob), "%s/blob", work);
+	snprintf(root, sizeof(root), "%s/root", work);
+	snprintf(opaque, sizeof(opaque), "%s/opaque", work);
+	uint64_t fsize = MAX(size, p->budget.max_bytes) + (1u << 20);
+	(void)image_layer_confine(work, p->reg, p->layout, fsize);
 	bool own_blob = !p->layout; /* an import unpacks the layout's verified file in place */
 	int r = p->layout ? layout_blob(p, digest, size, blob, sizeof(blob), err)
 			  : registry_get_blob(p->reg, digest, size, blob, err);
 	if (r < 0)
 		return r;
-	if (!mkdtemp(dir)) {
-		r = error_set_errno(err, errno, "mkdtemp '%s'", dir);
-		if (own_blob)
-			unlink(blob);
-		return r;
-	}
-	if (chmod(dir, 0755) < 0)
-		r = error_set_errno(err, errno, "chmod '%s'", dir);
+	_cleanup_close_ int ofd = -1;
+	if (mkdir(root, 0755) < 0 || chmod(root, 0755) < 0)
+		r = error_set_errno(err, errno, "mkdir the layer's directory");
+	else if ((ofd = open(opaque, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
+		r = error_set_errno(err, errno, "create the opaque list");
 	if (r == 0)
-		r = image_layer_unpack(blob, dir, &p->budget, err);
+		r = image_layer_unpack_list_opaque(blob, root, &p->budget, ofd, err);
 	if (own_blob)
 		unlink(blob);
-	if (r == 0)
-		size_write(p->o->store, hex, tree_usage(dir));
-	if (r == 0 && rename(dir, final) < 0) {
-		if (errno != EEXIST && errno != ENOTEMPTY) /* else: another pull got there first */
-			r = error_set_errno(err, errno, "rename '%s' to '%s'", dir, final);
-	} else if (r == 0) {
-		return 0;
+	if (r == 0) { /* measured (and synced) here, in parallel: the parent only renames it */
+		char size_path[PATH_MAX], v[32];
+		snprintf(size_path, sizeof(size_path), "%s/size", work);
+		int n = snprintf(v, sizeof(v), "%llu\n", (unsigned long long)tree_usage(root));
+		(void)fs_write_atomic(size_path, v, (size_t)n, 0600);
 	}
-	fs_remove_tree(dir);
-	if (r < 0)
-		error_prefix(err, "layer %s of %s", digest, p->ref->name);
+	return r;
+}
+
+/* The layer unpacked in work (by a confined child, so nothing in work is trusted) into
+ * layers/<hex>: opaque directories marked, its size measured, renamed into place. */
+static int finish_layer(struct pull *p, const char *hex, const char *work, struct error *err)
+{
+	char final[PATH_MAX], root[PATH_MAX + 8], opaque[PATH_MAX + 8];
+	path_in(final, sizeof(final), p->o->store, "layers/%s", hex);
+	snprintf(root, sizeof(root), "%s/root", work);
+	snprintf(opaque, sizeof(opaque), "%s/opaque", work);
+	struct stat st;
+	if (lstat(root, &st) < 0 || !S_ISDIR(st.st_mode)) /* never a symlink into layers/ */
+		return error_set(err, EPROTO, "the unpacked layer is not a directory");
+	int r = image_layer_mark_opaque(root, opaque, err);
+	/* The child's measure, if it is a small regular file (its number is the child's claim, as
+	 * the unpack budget is); else measured here. */
+	char size_path[PATH_MAX + 8], sizes[PATH_MAX];
+	snprintf(size_path, sizeof(size_path), "%s/size", work);
+	path_in(sizes, sizeof(sizes), p->o->store, "sizes/%s", hex);
+	if (r == 0 && (lstat(size_path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 24 ||
+		       rename(size_path, sizes) < 0))
+		size_write(p->o->store, hex, tree_usage(root));
+	if (r == 0 && rename(root, final) < 0 && errno != EEXIST && errno != ENOTEMPTY)
+		r = error_set_errno(err, errno, "rename '%s' to '%s'", root, final);
+	/* EEXIST, ENOTEMPTY: another pull got there first */
 	return r;
 }
 
 /* A layer fetched in a child: its result comes back over fd as a struct error. */
-static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t size, int fd)
+static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t size,
+				   const char *work, int fd)
 {
+	/* Nothing of the worker's: not its pipe to corrald, the store lock or the other
+	 * children's pipes (the curl handle's cached connections go with them, unused). */
+	if (fd > 3)
+		syscall(SYS_close_range, 3U, (unsigned)fd - 1, 0U);
+	syscall(SYS_close_range, (unsigned)fd + 1, ~0U, 0U);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	struct error e = {0};
 	int r = p->reg ? registry_after_fork(p->reg) : 0;
 	if (r < 0)
 		error_set(&e, -r, "registry client");
 	else
-		r = fetch_layer(p, digest, size, &e);
+		r = fetch_layer(p, digest, size, work, &e);
+	if (r < 0)
+		error_prefix(&e, "layer %s of %s", digest, p->ref->name);
 	e.code = r;
 	ssize_t _unused_ w = write(fd, &e, sizeof(e));
 	_exit(r < 0 ? 1 : 0);
@@ -520,40 +570,52 @@ static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
 	struct {
 		pid_t pid;
 		int fd;
+		char hex[IMAGE_HEX_LEN + 1];
+		char work[PATH_MAX];
 	} run[PULL_PARALLEL];
 	size_t n = json_array_size(layers), next = 0, running = 0;
 	int first = 0;
 	for (size_t k = 0; k < PULL_PARALLEL; k++)
 		run[k].pid = -1;
+	(void)image_confine_prepare(); /* once here, not in every child */
 	while (next < n || running) {
 		while (next < n && running < PULL_PARALLEL && first == 0) {
 			json_t *l = json_array_get(layers, next++);
 			const char *d = json_string_value(json_object_get(l, "digest"));
 			uint64_t size = (uint64_t)json_integer_value(json_object_get(l, "size"));
-			char lp[PATH_MAX];
+			char lp[PATH_MAX], work[PATH_MAX];
 			path_in(lp, sizeof(lp), p->o->store, "layers/%s", d + 7);
 			if (access(lp, F_OK) == 0)
 				continue;
+			path_in(work, sizeof(work), p->o->store, "tmp/layer-%.16s-XXXXXX", d + 7);
+			if (!mkdtemp(work)) {
+				first = error_set_errno(err, errno, "mkdtemp '%s'", work);
+				break;
+			}
 			int fds[2];
 			if (pipe2(fds, O_CLOEXEC) < 0) {
 				first = error_set_errno(err, errno, "pipe");
+				fs_remove_tree(work);
 				break;
 			}
 			pid_t pid = fork();
 			if (pid == 0) {
 				close(fds[0]);
-				layer_child(p, d, size, fds[1]);
+				layer_child(p, d, size, work, fds[1]);
 			}
 			close(fds[1]);
 			if (pid < 0) {
 				close(fds[0]);
 				first = error_set_errno(err, errno, "fork");
+				fs_remove_tree(work);
 				break;
 			}
 			for (size_t k = 0; k < PULL_PARALLEL; k++)
 				if (run[k].pid < 0) {
 					run[k].pid = pid;
 					run[k].fd = fds[0];
+					snprintf(run[k].hex, sizeof(run[k].hex), "%s", d + 7);
+					snprintf(run[k].work, sizeof(run[k].work), "%s", work);
 					break;
 				}
 			running++;
@@ -574,8 +636,21 @@ static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
 			close(run[k].fd);
 			run[k].pid = -1;
 			running--;
-			if (first == 0 && (got != (ssize_t)sizeof(e) || e.code < 0)) {
-				if (got == (ssize_t)sizeof(e)) {
+			bool ok = got == (ssize_t)sizeof(e) && e.code == 0 && WIFEXITED(status) &&
+				  WEXITSTATUS(status) == 0;
+			if (ok) {
+				struct error fe = {0};
+				if (finish_layer(p, run[k].hex, run[k].work, &fe) < 0) {
+					ok = false;
+					e = fe;
+					got = sizeof(e);
+					error_prefix(&e, "layer sha256:%s of %s", run[k].hex,
+						     p->ref->name);
+				}
+			}
+			fs_remove_tree(run[k].work);
+			if (first == 0 && !ok) {
+				if (got == (ssize_t)sizeof(e) && e.code < 0) {
 					e.msg[sizeof(e.msg) - 1] = '\0';
 					first = error_set(err, -e.code, "%s", e.msg);
 				} else {
@@ -741,6 +816,66 @@ int image_pull(const struct image_pull_opts *o, const struct image_ref *ref, str
 	return pull_via(o, ref, ref, NULL, err);
 }
 
+/* The tar at path into work/root, in a child confined as a layer child is (no network; it reads
+ * path, writes beneath work). The tar holds the blobs, compressed: its own limit is the image's. */
+static int unpack_confined(const struct image_pull_opts *o, const char *path, const char *work,
+			   struct error *err)
+{
+	int fds[2];
+	(void)image_confine_prepare();
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return error_set_errno(err, errno, "pipe");
+	pid_t pid = fork();
+	if (pid < 0) {
+		close(fds[0]);
+		close(fds[1]);
+		return error_set_errno(err, errno, "fork");
+	}
+	if (pid == 0) {
+		close(fds[0]);
+		if (fds[1] > 3)
+			syscall(SYS_close_range, 3U, (unsigned)fds[1] - 1, 0U);
+		syscall(SYS_close_range, (unsigned)fds[1] + 1, ~0U, 0U);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		uint64_t counted[2] = {0, 0};
+		struct image_budget b = {
+		    .max_bytes = o->unpacked_max ? o->unpacked_max : IMAGE_UNPACKED_MAX_DEFAULT,
+		    .max_entries = o->entries_max ? o->entries_max : IMAGE_ENTRIES_MAX_DEFAULT,
+		    .bytes = &counted[0],
+		    .entries = &counted[1],
+		    .limit_name = "--image-unpacked-max",
+		};
+		char root[PATH_MAX + 8], opaque[PATH_MAX + 8];
+		snprintf(root, sizeof(root), "%s/root", work);
+		snprintf(opaque, sizeof(opaque), "%s/opaque", work);
+		(void)image_layer_confine(work, NULL, path, b.max_bytes + (1u << 20));
+		struct error e = {0};
+		int ofd = open(opaque, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		int r = mkdir(root, 0700) < 0 || ofd < 0
+			    ? error_set_errno(&e, errno, "mkdir the layout's directory")
+			    : image_layer_unpack_list_opaque(path, root, &b, ofd, &e);
+		e.code = r;
+		ssize_t _unused_ w = write(fds[1], &e, sizeof(e));
+		_exit(r < 0 ? 1 : 0);
+	}
+	close(fds[1]);
+	int status = 0;
+	struct error e = {0};
+	ssize_t got = read(fds[0], &e, sizeof(e));
+	close(fds[0]);
+	if (RETRY_EINTR(waitpid(pid, &status, 0)) < 0)
+		return error_set_errno(err, errno, "waitpid");
+	if (got != (ssize_t)sizeof(e))
+		return error_set(err, EIO, "unpack process died (status 0x%x)", status);
+	if (e.code < 0) {
+		e.msg[sizeof(e.msg) - 1] = '\0';
+		return error_set(err, -e.code, "%s", e.msg);
+	}
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0
+		   ? 0
+		   : error_set(err, EIO, "unpack process failed (status 0x%x)", status);
+}
+
 int image_import(const struct image_pull_opts *o, const char *path, const struct image_ref *ref,
 		 struct error *err)
 {
@@ -752,26 +887,18 @@ int image_import(const struct image_pull_opts *o, const char *path, const struct
 	if (!S_ISREG(st.st_mode))
 		return error_set(err, EINVAL, "'%s' is neither a directory nor a tar file", path);
 	/* A tar of a layout (docker save of Docker 25+, skopeo oci-archive): unpacked into tmp/
-	 * with the same confinement as a layer, imported, removed. */
-	char dir[PATH_MAX];
-	path_in(dir, sizeof(dir), o->store, "tmp/import-XXXXXX");
-	if (!mkdtemp(dir))
-		return error_set_errno(err, errno, "mkdtemp '%s'", dir);
-	/* The tar holds the blobs, compressed: its own limit is the image's (counted apart). */
-	uint64_t counted[2] = {0, 0};
-	struct image_budget b = {
-	    .max_bytes = o->unpacked_max ? o->unpacked_max : IMAGE_UNPACKED_MAX_DEFAULT,
-	    .max_entries = o->entries_max ? o->entries_max : IMAGE_ENTRIES_MAX_DEFAULT,
-	    .bytes = &counted[0],
-	    .entries = &counted[1],
-	    .limit_name = "--image-unpacked-max",
-	};
-	int r = image_layer_unpack(path, dir, &b, err);
+	 * by a child confined as a layer child is, imported, removed. */
+	char work[PATH_MAX], root[PATH_MAX + 8];
+	path_in(work, sizeof(work), o->store, "tmp/import-XXXXXX");
+	if (!mkdtemp(work))
+		return error_set_errno(err, errno, "mkdtemp '%s'", work);
+	snprintf(root, sizeof(root), "%s/root", work);
+	int r = unpack_confined(o, path, work, err);
 	if (r < 0)
 		error_prefix(err, "unpack '%s'", path);
 	else
-		r = pull_via(o, ref, ref, dir, err);
-	fs_remove_tree(dir);
+		r = pull_via(o, ref, ref, root, err);
+	fs_remove_tree(work);
 	return r;
 }
 

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""
+The layer child's confinement (docs/security.md, docs/images.md): a layer child downloads and
+unpacks attacker-controlled bytes as host root, so a bug in libcurl, OpenSSL, a decompressor or
+libarchive must not be a host compromise. image_confine_probe confines itself with the very call
+every layer child makes (image_layer_confine()), then performs what code running in a compromised
+child would try; each attempt must fail with the errno of the layer that stops it, and unpacking
+a real layer into its work directory must still work. A pull through a real corrald and registry
+then checks the layer the confined child unpacked is complete in the store.
+"""
+import io
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
+
+from sec import AttackCase, main  # noqa: E402
+import oci  # noqa: E402
+from oci import C, D, F, H, L, X  # noqa: E402
+
+import errno as E  # noqa: E402
+import struct  # noqa: E402
+
+BUILD = os.environ.get("CORRAL_BUILD_DIR", os.path.join(os.path.dirname(HERE), "..", "build"))
+SOURCE = os.environ.get("CORRAL_SOURCE_DIR", os.path.join(HERE, "..", ".."))
+PROBE = os.path.join(BUILD, "tests", "security", "image_confine_probe")
+CORPUS = os.path.join(SOURCE, "tests", "fuzz", "corpus", "layer")
+# IMAGE_CONFINED_* of src/images/images.h
+MOUNTS, LANDLOCK_FS, LANDLOCK_NET, LANDLOCK_SCOPE, RLIMITS, CAPS, SECCOMP = (1 << i for i in range(7))
+ALL_LEVELS = (1 << 7) - 1
+KEPT_CAPS = {0, 1, 3, 4, 27, 31}  # CHOWN DAC_OVERRIDE FOWNER FSETID MKNOD SETFCAP
+DENIED_WRITE = (E.EACCES, E.EROFS)  # Landlock, or the read-only mount view before it
+
+
+def landlock_abi():
+    """The kernel's Landlock ABI version (0: none), as the probe's own check would say."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    v = libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(NULL, 0, VERSION), x86-64/arm64
+    return v if v > 0 else 0
+
+
+def rich_layer(devices=True):
+    """What a real image layer holds: whiteouts, an opaque dir, links, setuid, devices, xattrs."""
+    return oci.layer_tar([
+        D("data"), F("data/.wh.gone"), D("opq"), F("opq/.wh..wh..opq"), F("opq/new", "new"),
+        F("bin-suid", "#!/bin/sh\n", mode=0o4755), F("target", "T"), H("hard", "target"),
+        L("soft", "target")] + ([C("devnode", 1, 3)] if devices else []) + [
+        D("home/u", uid=1000, gid=1000, mode=0o700),
+        F("home/u/secret", "mine", uid=1000, gid=1000, mode=0o600),
+        X(F("capped", "c", mode=0o755),
+          security__capability=struct.pack("<IIIII", 0x02000001, 1 << 13, 0, 0, 0),
+          user__note=b"kept"),
+    ])
+
+
+class ConfinedLayerChild(unittest.TestCase):
+
+    def setUp(self):
+        if not os.path.exists(PROBE):
+            self.fail("%s is not built" % PROBE)
+        self.tmp = tempfile.mkdtemp(prefix="corral-sec-confine-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        # A store as corrald lays it out, and a host directory outside it.
+        self.state = os.path.join(self.tmp, "state", "images")
+        for d in ("layers", "tmp"):
+            os.makedirs(os.path.join(self.state, d))
+        self.outside = os.path.join(self.tmp, "host")
+        os.mkdir(self.outside)
+        self.victim = os.path.join(self.outside, "victim")
+        with open(self.victim, "w") as f:
+            f.write("host file\n")
+        os.chmod(self.victim, 0o644)
+        # Two loopback listeners: the registry's port (TLS, a self-signed certificate), and
+        # another service on the host.
+        self.listeners = []
+        for _ in range(2):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen(8)
+            self.addCleanup(s.close)
+            self.listeners.append(s.getsockname()[1])
+            if len(self.listeners) == 1:
+                self.tls_server(s)
+
+    def tls_server(self, sock):
+        cert = os.path.join(self.tmp, "cert.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=127.0.0.1", "-keyout", cert, "-out", cert],
+                       check=True, capture_output=True)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert)
+
+        def serve():
+            while True:
+                try:
+                    c, _ = sock.accept()
+                except OSError:
+                    return
+                try:
+                    c.settimeout(10)
+                    ctx.wrap_socket(c, server_side=True).close()
+                except (OSError, ssl.SSLError):
+                    c.close()
+        threading.Thread(target=serve, daemon=True).start()
+
+    def probe(self, blob, old_kernel=False):
+        work = tempfile.mkdtemp(prefix="layer-", dir=os.path.join(self.state, "tmp"))
+        with open(os.path.join(work, "blob"), "wb") as f:
+            f.write(blob)
+        p = subprocess.run([PROBE] + (["--old-kernel"] if old_kernel else []) + [work, os.path.join(work, "blob"), self.outside,
+                            self.state, str(self.listeners[0]), str(self.listeners[1])],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = {}
+        for line in p.stdout.splitlines():
+            name, _, rest = line.partition(" ")
+            out[name] = rest
+        return work, out
+
+    def assert_errno(self, out, name, *want):
+        got = int(out[name].split()[0])
+        self.assertIn(got, want, "%s: got %s (%s), want one of %s" %
+                      (name, got, os.strerror(got) if got else "succeeded",
+                       [os.strerror(w) for w in want]))
+
+    def test_compromised_child_is_contained(self):
+        # Attack: code running in a layer child (an exploited libarchive, zlib, zstd, libcurl or
+        # OpenSSL) writes, chmods and links host files, reads secrets, mounts, ptraces, unshares,
+        # opens raw, packet and unix sockets, forks, execs, signals corrald, connects elsewhere.
+        work, out = self.probe(rich_layer())
+        level, expect = int(out["level"]), int(out["expect"])
+        # Every step this kernel allows holds (here: all of them; a CI kernel without Landlock
+        # still has the mount view, capabilities, seccomp and rlimits).
+        self.assertEqual(level, expect, "confinement fell short of what the kernel allows: %s" % out)
+        for bit in (MOUNTS, RLIMITS, CAPS, SECCOMP):
+            self.assertTrue(level & bit, "step %#x missing: %s" % (bit, out))
+        if landlock_abi() >= 6:
+            self.assertEqual(level, ALL_LEVELS, "this kernel has Landlock ABI >= 6")
+        for name in ("write_outside", "write_etc", "write_state", "suid_outside"):
+            self.assert_errno(out, name, *DENIED_WRITE)
+        # Landlock does not cover chmod/chown: the read-only mount view does.
+        self.assert_errno(out, "chmod_suid_outside", E.EROFS)
+        self.assert_errno(out, "chown_outside", E.EROFS)
+        self.assert_errno(out, "link_outside_in", E.EXDEV, E.EACCES)
+        self.assertEqual(os.listdir(self.outside), ["victim"], "nothing written outside")
+        st = os.stat(self.victim)
+        self.assertEqual((st.st_mode & 0o7777, st.st_uid), (0o644, 0), "host file untouched")
+        self.assertEqual([n for n in os.listdir("/etc") if n.startswith("corral-confine-pwned")],
+                         [])
+        self.assertEqual(os.listdir(os.path.join(self.state, "layers")), [])
+        if level & LANDLOCK_FS:
+            self.assert_errno(out, "read_shadow", E.EACCES)
+            self.assert_errno(out, "read_parent_environ", E.EACCES)
+        if level & LANDLOCK_NET:
+            self.assert_errno(out, "connect_other_port", E.EACCES)
+            self.assert_errno(out, "bind", E.EACCES)
+        if level & LANDLOCK_SCOPE:
+            self.assert_errno(out, "signal_parent", E.EPERM)
+        self.assert_errno(out, "mount", E.EPERM)
+        self.assert_errno(out, "ptrace", E.EPERM)
+        self.assert_errno(out, "unshare_user", E.EPERM)
+        self.assert_errno(out, "unshare_mount", E.EPERM)
+        self.assert_errno(out, "raw_socket", E.EPERM)
+        self.assert_errno(out, "packet_socket", E.EAFNOSUPPORT)
+        self.assert_errno(out, "unix_socket", E.EAFNOSUPPORT)
+        self.assert_errno(out, "fork", E.EPERM)
+        self.assert_errno(out, "execve", E.EPERM)
+        self.assert_errno(out, "setxattr_trusted", E.EPERM)
+        self.assert_errno(out, "write_past_fsize", E.EFBIG)
+        # A device node made in the work dir (a host disk's numbers would do the same) does not
+        # open: the work mount is nodev.
+        self.assert_errno(out, "mknod_char", 0)
+        self.assert_errno(out, "open_made_device", E.EACCES)
+        self.assert_errno(out, "open_host_device", E.EACCES)
+        caps = int(out["caps"])
+        self.assertEqual({c for c in range(64) if caps >> c & 1}, KEPT_CAPS)
+        # What the child needs still works: the registry's port, resolver and CA files, its dir.
+        for name in ("connect_registry_port", "read_resolv_conf", "read_ca_certs",
+                     "thread_and_resolve", "write_work"):
+            self.assert_errno(out, name, 0)
+        # TLS to the registry: the CA files load, the handshake runs, the self-signed
+        # certificate is refused (60), not "cannot read the CA bundle" (77).
+        self.assertEqual(out["tls_request"], "60", out)
+        # ...and the unpack itself, with everything a layer keeps.
+        self.assertEqual(out["unpack"], "0")
+        root = os.path.join(work, "root")
+        self.assertEqual(os.stat(os.path.join(root, "bin-suid")).st_mode & 0o7777, 0o4755)
+        self.assertEqual(os.stat(os.path.join(root, "hard")).st_nlink, 2)
+        self.assertEqual(os.readlink(os.path.join(root, "soft")), "target")
+        self.assertEqual(os.stat(os.path.join(root, "devnode")).st_rdev, os.makedev(1, 3))
+        self.assertEqual(os.stat(os.path.join(root, "data", "gone")).st_rdev, os.makedev(0, 0))
+        self.assertEqual(os.stat(os.path.join(root, "home", "u", "secret")).st_uid, 1000)
+        self.assertEqual(os.getxattr(os.path.join(root, "capped"), "user.note"), b"kept")
+        self.assertEqual(os.getxattr(os.path.join(root, "capped"), "security.capability")[4:8],
+                         struct.pack("<I", 1 << 13))
+        # The opaque mark (a trusted.* xattr, CAP_SYS_ADMIN) is left to the parent: listed.
+        with open(os.path.join(work, "opaque"), "rb") as f:
+            self.assertEqual(f.read(), b"opq\0")
+
+    def test_corpus_layers_still_unpack_or_fail_as_before(self):
+        # Attack: the fuzz corpus's escaping layers (plain, gzip, zstd) unpacked confined still fail as invalid.
+        for name, want in (("normal", "0"), ("normal-gz", "0"), ("symlink-dir-zst", str(E.EPROTO)),
+                           ("dotdot", str(E.EPROTO)), ("hardlink-out", str(E.EPROTO))):
+            with open(os.path.join(CORPUS, name), "rb") as f:
+                work, out = self.probe(f.read())
+            self.assertEqual(out["unpack"].split()[0], want, "%s: %s" % (name, out["unpack"]))
+            self.assertEqual(os.listdir(self.outside), ["victim"])
+
+
+    def test_old_kernel_falls_back_and_unpacks(self):
+        # Attack: a device node made to be opened, on a kernel without Landlock (or mount
+        # namespaces): the child keeps capabilities, seccomp, rlimits, and the layer unpacks.
+        work, out = self.probe(rich_layer(devices=False), old_kernel=True)
+        level = int(out["level"])
+        self.assertEqual(level, RLIMITS | CAPS | SECCOMP, out)
+        self.assertEqual(int(out["expect"]) & (LANDLOCK_FS | LANDLOCK_NET | LANDLOCK_SCOPE), 0,
+                         "the start-up probe sees the missing Landlock (corrald warns once)")
+        self.assertEqual(out["unpack"], "0")
+        self.assert_errno(out, "write_work", 0)
+        self.assert_errno(out, "mount", E.EPERM)
+        self.assert_errno(out, "unshare_user", E.EPERM)
+        self.assert_errno(out, "fork", E.EPERM)
+        self.assert_errno(out, "raw_socket", E.EPERM)
+        self.assert_errno(out, "setxattr_trusted", E.EPERM)
+        # Without the nodev mount, no device node may be made at all; whiteouts still are.
+        self.assert_errno(out, "mknod_char", E.EPERM)
+        self.assert_errno(out, "open_made_device", E.EPERM)
+        self.assert_errno(out, "mknod_whiteout", 0)
+        self.assertEqual(os.stat(os.path.join(work, "root", "bin-suid")).st_mode & 0o7777, 0o4755)
+        self.assertEqual(os.stat(os.path.join(work, "root", "data", "gone")).st_rdev,
+                         os.makedev(0, 0), "whiteouts are made")
+        # A layer with a device node cannot be unpacked there: the pull fails, typed, cleanly.
+        work, out = self.probe(rich_layer(), old_kernel=True)
+        self.assertTrue(out["unpack"].startswith("%d " % E.EPROTO), out["unpack"])
+        self.assertIn("devnode", out["unpack"])
+
+
+class ConfinedPull(AttackCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.reg = oci.Registry()
+        cls.corrald_kwargs = {"extra_args": ["--insecure-registry", cls.reg.host]}
+        cls.tmp = tempfile.mkdtemp(prefix="corral-sec-confine-pull-")
+        try:
+            super().setUpClass()
+        except Exception:
+            cls.reg.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        cls.reg.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_confined_pull_completes_layers(self):
+        # Attack: none; the confined children must still produce whole layers, opaque marks
+        # (applied by the parent from the child's list) included, and leave no work dir behind.
+        d = os.path.join(self.tmp, "rich")
+        lower = oci.layer_tar([D("opq"), F("opq/old", "1"), D("data"), F("data/gone", "g")])
+        info = oci.write_layout(d, [oci.base_layer(), lower, rich_layer()])
+        ref = self.reg.push(d, "confine/rich")
+        sid = self.create(image={"uri": ref})["id"]
+        top = os.path.join(self.corrald.state_dir, "images", "layers", info["layers"][2][7:])
+        self.assertEqual(os.getxattr(os.path.join(top, "opq"), "trusted.overlay.opaque"), b"y")
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [], "no work dir left")
+        res = self.run_ok(sid, "ls /opq; ls /data; cat /target")
+        self.assertEqual(res.stdout, "new\nT")
+        self.assert_platform_alive(sid)
+
+
+if __name__ == "__main__":
+    main()
