@@ -2,11 +2,10 @@
 own, filling a file system, small sandbox specs."""
 
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from harness import Corrald, mounts_under  # noqa: E402,F401
+from harness import Corrald, TmpfsStateCorrald, mounts_under  # noqa: E402,F401
 
 # Small sandboxes: this VM's pid table (kernel.pid_max 32768) holds hundreds of them.
 SMALL = {"cpu": "250m", "memory": "128Mi", "pids": "32"}
@@ -33,30 +32,7 @@ def fill(path):
                     raise
 
 
-class SmallTmpfsCorrald(Corrald):
-    """corrald whose state dir is a tmpfs of TMPFS of its own, which a test may fill."""
-    TMPFS = "48m"
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        subprocess.check_call(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0700" % self.TMPFS,
-                               "corral-faults-state", self.state_dir])
-        self.state_mount = os.path.realpath(self.state_dir)
-        self.closing = False
-
-    def leaks(self):
-        problems = [p for p in super().leaks() if not p.startswith("still mounted under ")]
-        m = [x for x in mounts_under(self.tmp) if x != self.state_mount]
-        if m:
-            problems.append("still mounted under %s: %s" % (self.tmp, m))
-        return problems
-
-    def stop(self, timeout=15.0):
-        rc = super().stop(timeout)
-        if self.closing and mounts_under(self.state_mount) == [self.state_mount]:
-            subprocess.call(["umount", self.state_mount])
-        return rc
-
-    def shutdown_and_check(self):
-        self.closing = True
-        return super().shutdown_and_check()
+class SmallTmpfsCorrald(TmpfsStateCorrald):
+    """corrald whose state dir is a tmpfs of 48m of its own, which a test may fill."""
+    TMPFS_SIZE = "48m"
+    TMPFS_NAME = "corral-faults-state"

@@ -1017,6 +1017,37 @@ class Corrald:
 # unittest glue
 
 
+class TmpfsStateCorrald(Corrald):
+    """corrald whose --state-dir is a tmpfs of TMPFS_SIZE of its own: its free space moves only
+    with this corrald, and a test may fill it."""
+    TMPFS_SIZE = "48m"
+    TMPFS_NAME = "corral-test-state"
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        subprocess.check_call(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0700" % self.TMPFS_SIZE,
+                               self.TMPFS_NAME, self.state_dir])
+        self.state_mount = os.path.realpath(self.state_dir)
+        self.closing = False
+
+    def leaks(self):
+        problems = [p for p in super().leaks() if not p.startswith("still mounted under ")]
+        m = [x for x in mounts_under(self.tmp) if x != self.state_mount]
+        if m:
+            problems.append("still mounted under %s: %s" % (self.tmp, m))
+        return problems
+
+    def stop(self, timeout=15.0):
+        rc = super().stop(timeout)
+        if self.closing and mounts_under(self.state_mount) == [self.state_mount]:
+            subprocess.call(["umount", self.state_mount])
+        return rc
+
+    def shutdown_and_check(self):
+        self.closing = True
+        return super().shutdown_and_check()
+
+
 class CorralTestCase(unittest.TestCase):
     """One corrald per test class; self.client is a keep-alive client to it."""
 

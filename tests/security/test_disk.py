@@ -8,7 +8,6 @@ what the sandbox can take from the host is measured exactly and the test writes 
 """
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -16,6 +15,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sec import AttackCase, Corrald, main, mounts_under  # noqa: E402
+from harness import TmpfsStateCorrald  # noqa: E402
 import oci  # noqa: E402  (tests/integration, on the path through sec)
 
 MIB = 1024 * 1024
@@ -29,32 +29,10 @@ SPEC = {"image": {"uri": "host"}, "entrypoint": ["sleep", "infinity"],
         "resourceLimits": {"cpu": "1", "memory": "256Mi"}}
 
 
-class SmallStateCorrald(Corrald):
+class SmallStateCorrald(TmpfsStateCorrald):
     """corrald whose --state-dir is a tmpfs of its own: its free space moves only with corrald."""
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        subprocess.check_call(["mount", "-t", "tmpfs", "-o", "size=%dm,mode=0700" % STATE_MIB,
-                               "corral-sec-disk", self.state_dir])
-        self.state_mount = os.path.realpath(self.state_dir)
-        self.closing = False
-
-    def leaks(self):
-        problems = [p for p in super().leaks() if not p.startswith("still mounted under ")]
-        m = [x for x in mounts_under(self.tmp) if x != self.state_mount]
-        if m:
-            problems.append("still mounted under %s: %s" % (self.tmp, m))
-        return problems
-
-    def stop(self, timeout=15.0):
-        rc = super().stop(timeout)
-        if self.closing and mounts_under(self.state_mount) == [self.state_mount]:
-            subprocess.call(["umount", self.state_mount])
-        return rc
-
-    def shutdown_and_check(self):
-        self.closing = True
-        return super().shutdown_and_check()
+    TMPFS_SIZE = "%dm" % STATE_MIB
+    TMPFS_NAME = "corral-sec-disk"
 
 
 def free_bytes(path):
