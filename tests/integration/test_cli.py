@@ -250,8 +250,10 @@ class Cli(CorralTestCase):
         rc, out, err = self.corral("exec", sid, "--", "sh", "-c", 'kill -0 "$(cat /tmp/bg)" && echo alive',
                                    check=0)
         self.assertEqual(out, "alive\n", err)
+        # gone: no such process, or a zombie PID 1 has not reaped yet (it runs no more)
         rc, out, err = self.corral("exec", "--exclusive", sid, "--", "sh", "-c",
-                                   'kill -0 "$(cat /tmp/bg)" 2>/dev/null && echo alive || echo gone',
+                                   's=$(cut -d" " -f3 "/proc/$(cat /tmp/bg)/stat" 2>/dev/null); '
+                                   'if [ -z "$s" ] || [ "$s" = Z ]; then echo gone; else echo alive; fi',
                                    check=0)
         self.assertEqual(out, "gone\n", err)
         self.assertEqual(self.sh(sid, "echo up"), "up")
