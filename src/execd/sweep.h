@@ -13,7 +13,8 @@
 void sweep_keep(pid_t entrypoint);
 
 /* SIGSTOP, then SIGKILL, every other process of the sandbox, pass after pass over /proc, until a
- * pass finds none alive (zombies wait for execd's reaper) or 100 passes are done. Only as PID 1:
- * -EPERM elsewhere (on a host it would kill the host). Returns how many kills were sent, or
- * -EAGAIN when processes were still appearing after the last pass. */
+ * pass finds none alive (zombies wait for execd's reaper): killed ones still alive are waited for
+ * (up to 5 s), new ones killed (up to 100 passes that find new ones). Only as PID 1: -EPERM
+ * elsewhere (on a host it would kill the host). Returns how many kills were sent, or -EAGAIN when
+ * processes kept appearing or did not die. */
 int sweep_others(void);
