@@ -343,17 +343,30 @@ int main(void)
 	sin_set(&cfg.upstream[0], "127.0.0.1", 0);
 	sin_set(&cfg.upstream[1], "127.0.0.1", 0);
 	bind(silent, (struct sockaddr *)&cfg.upstream[0], sizeof(struct sockaddr_in));
-	bind(fake, (struct sockaddr *)&cfg.upstream[1], sizeof(struct sockaddr_in));
 	socklen_t l = sizeof(cfg.upstream[0]);
 	getsockname(silent, (struct sockaddr *)&cfg.upstream[0], &l);
-	l = sizeof(cfg.upstream[1]);
-	getsockname(fake, (struct sockaddr *)&cfg.upstream[1], &l);
+	/* The fake answers on one port over UDP and TCP: a port free for both (the TCP one of a
+	 * free UDP port may be taken by another program of the host: try the next). */
+	struct evconnlistener *fake_tcp = NULL;
+	for (int tries = 0; tries < 50 && !fake_tcp; tries++) {
+		sin_set(&cfg.upstream[1], "127.0.0.1", 0);
+		fake_tcp = evconnlistener_new_bind(base, on_fake_accept, NULL,
+						   LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 16,
+						   (struct sockaddr *)&cfg.upstream[1],
+						   sizeof(struct sockaddr_in));
+		if (!fake_tcp)
+			continue;
+		l = sizeof(cfg.upstream[1]);
+		getsockname(evconnlistener_get_fd(fake_tcp), (struct sockaddr *)&cfg.upstream[1], &l);
+		if (bind(fake, (struct sockaddr *)&cfg.upstream[1], sizeof(struct sockaddr_in)) < 0) {
+			if (fake_tcp)
+		evconnlistener_free(fake_tcp);
+			fake_tcp = NULL;
+		}
+	}
+	CHECK(fake_tcp != NULL);
 	struct event *fev = event_new(base, fake, EV_READ | EV_PERSIST, on_fake_upstream, NULL);
 	event_add(fev, NULL);
-	struct evconnlistener *fake_tcp = evconnlistener_new_bind(
-		base, on_fake_accept, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 16,
-		(struct sockaddr *)&cfg.upstream[1], sizeof(struct sockaddr_in));
-	CHECK(fake_tcp != NULL);
 
 	port = free_port();
 	sin_set(&cfg.listen, "127.0.0.1", port);
@@ -588,7 +601,8 @@ int main(void)
 	unlink(path);
 
 	resolver_free(r);
-	evconnlistener_free(fake_tcp);
+	if (fake_tcp)
+		evconnlistener_free(fake_tcp);
 	event_free(fev);
 	close(silent);
 	close(fake);
