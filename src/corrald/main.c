@@ -31,6 +31,7 @@
 #include "runtime/confine.h"
 #include "images/images.h"
 #include "shared/fsutil.h"
+#include "shared/libevent_private.h"
 #include "shared/log.h"
 #include "shared/quantity.h"
 #include "shared/timeutil.h"
@@ -941,7 +942,7 @@ static int listen_setup(struct corrald *d, struct cmdline *o)
 	int r = api_init(d);
 	if (r == -EPROTO) {
 		fprintf(stderr,
-			"corrald: libevent %s: its evhttp connection layout is not the one corrald knows (2.1.8 to 2.1.12); corrald cannot judge requests before their body and will not start\n",
+			"corrald: libevent %s: its evhttp connection layout is not the one corrald knows (" LIBEVENT_PRIVATE_KNOWN "); corrald cannot judge requests before their body and will not start\n",
 			event_get_version());
 		return 1;
 	}
