@@ -13,7 +13,6 @@
 
 #include <event2/buffer.h>
 #include <event2/http.h>
-#include <event2/http_struct.h> /* req->chunked */
 #include <event2/keyvalq_struct.h>
 
 #include "corrald/corrald.h"
@@ -27,6 +26,7 @@
 #include "corrald/upstream.h"
 #include "corrald/validate.h"
 #include "shared/httputil.h"
+#include "shared/libevent_private.h"
 #include "shared/log.h"
 #include "shared/timeutil.h"
 #include "shared/wire_error.h"
@@ -1105,7 +1105,7 @@ static bool on_proxy_broken(struct evhttp_request *req, const char *detail, void
 		 ended ? "; the sandbox ended: " : "", ended ? reason : "", ended ? ": " : "",
 		 ended ? msg : "");
 	const char *ct = evhttp_find_header(evhttp_request_get_output_headers(req), "Content-Type");
-	if (!req->chunked || !ct || !strstr(ct, "text/event-stream"))
+	if (!evhttp_peek_chunked(req) || !ct || !strstr(ct, "text/event-stream"))
 		return false;
 	json_t *ev = json_pack("{s:s, s:I, s:{s:s, s:s, s:[s]}}", "type", "error", "timestamp",
 			       (json_int_t)time_now_ms(), "error", "ename",
