@@ -15,7 +15,8 @@
  *
  * The fields below the mirror come from the *_struct.h headers, which libevent installs but
  * documents as unstable; corral reads them through these accessors only, for what 2.1 has no
- * getter for.
+ * getter for. (event_struct.h, to embed a struct event for event_assign(), is libevent's own
+ * documented use and stays with the code that embeds one.)
  */
 #pragma once
 
