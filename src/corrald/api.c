@@ -351,6 +351,32 @@ static bool sandbox_egress_init(struct corrald *d, struct sandbox *sb, json_t *n
 	return true;
 }
 
+/*
+ * A create that could never be admitted (table, msg from admission_never_fits()) as the client's
+ * error. Names the field the client sent: without resourceRequests its limits are the requests.
+ */
+static void never_fits_verr(enum admission_table table, bool requests_given, const char *msg,
+			    struct verr *e)
+{
+	if (table == ADMISSION_PIDS)
+		verr_set(e, 400, WIRE_CODE(SANDBOX_EXCEEDS_HOST_PID_TABLE),
+			 ((const char *const[]){"resourceLimits", "pids", NULL}), "%s", msg);
+	else if (table == ADMISSION_FILES)
+		verr_set(e, 400, WIRE_CODE(SANDBOX_EXCEEDS_HOST_FILE_TABLE), NULL, "%s", msg);
+	else if (table == ADMISSION_DISK)
+		verr_set(e, 400, WIRE_CODE(SANDBOX_EXCEEDS_DISK_CAPACITY),
+			 ((const char *const[]){"resourceLimits", "ephemeral-storage", NULL}),
+			 "%s", msg);
+	else if (requests_given)
+		verr_set(e, 400, WIRE_CODE(SANDBOX_REQUESTS_EXCEED_CAPACITY),
+			 ((const char *const[]){"resourceRequests", NULL}), "%s", msg);
+	else
+		verr_set(e, 400, WIRE_CODE(SANDBOX_REQUESTS_EXCEED_CAPACITY),
+			 ((const char *const[]){"resourceLimits", NULL}),
+			 "%s (no resourceRequests were given, so they default to resourceLimits)",
+			 msg);
+}
+
 static void h_create(struct corrald *d, struct evhttp_request *req)
 {
 	json_t *body = NULL;
@@ -418,24 +444,7 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	    .disk_limit_bytes = p.disk_limit_bytes,
 	};
 	if (admission_never_fits(d, &res, &table, msg, sizeof(msg))) {
-		/* Name the field the client sent: without resourceRequests its limits are the requests. */
-		if (table == ADMISSION_PIDS)
-			verr_set(&e, 400, WIRE_CODE(SANDBOX_EXCEEDS_HOST_PID_TABLE),
-				 ((const char *const[]){"resourceLimits", "pids", NULL}), "%s", msg);
-		else if (table == ADMISSION_FILES)
-			verr_set(&e, 400, WIRE_CODE(SANDBOX_EXCEEDS_HOST_FILE_TABLE), NULL, "%s", msg);
-		else if (table == ADMISSION_DISK)
-			verr_set(&e, 400, WIRE_CODE(SANDBOX_EXCEEDS_DISK_CAPACITY),
-				 ((const char *const[]){"resourceLimits", "ephemeral-storage", NULL}),
-				 "%s", msg);
-		else if (p.requests_given)
-			verr_set(&e, 400, WIRE_CODE(SANDBOX_REQUESTS_EXCEED_CAPACITY),
-				 ((const char *const[]){"resourceRequests", NULL}), "%s", msg);
-		else
-			verr_set(&e, 400, WIRE_CODE(SANDBOX_REQUESTS_EXCEED_CAPACITY),
-				 ((const char *const[]){"resourceLimits", NULL}),
-				 "%s (no resourceRequests were given, so they default to resourceLimits)",
-				 msg);
+		never_fits_verr(table, p.requests_given, msg, &e);
 		send_verr(req, &e, "body");
 		create_params_clear(&p);
 		return;
