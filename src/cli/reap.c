@@ -82,7 +82,14 @@ static void json_ids(const char *name, char **ids, bool comma)
 	printf("]%s", comma ? "," : "");
 }
 
-int cmd_reap(struct cli *cli, int argc, char **argv)
+/* What the command line asks of reap. */
+struct reap_args {
+	const char *run, *user, *prefix;
+	bool reap, json;
+};
+
+/* The options into a. Returns -1 to go on, or the exit status (after --help or a usage error). */
+static int reap_parse_args(struct cli *cli, int argc, char **argv, struct reap_args *a)
 {
 	enum { OPT_RUN = OPT_FIRST_COMMAND_OPTION + 0x40, OPT_USER, OPT_PREFIX, OPT_REAP };
 	static const struct option options[] = {
@@ -94,8 +101,6 @@ int cmd_reap(struct cli *cli, int argc, char **argv)
 		{"output", required_argument, NULL, 'o'},
 		{0},
 	};
-	const char *run = NULL, *user = NULL, *prefix = "corral/";
-	bool reap = false, json = false;
 	int c;
 	while ((c = getopt_long(argc, argv, "ho:", options, NULL)) != -1) {
 		if (cli_common_option(cli, c, optarg))
@@ -105,20 +110,20 @@ int cmd_reap(struct cli *cli, int argc, char **argv)
 			fputs(reap_help, stdout);
 			return EXIT_OK;
 		case OPT_RUN:
-			run = optarg;
+			a->run = optarg;
 			break;
 		case OPT_USER:
-			user = optarg;
+			a->user = optarg;
 			break;
 		case OPT_PREFIX:
-			prefix = optarg;
+			a->prefix = optarg;
 			break;
 		case OPT_REAP:
-			reap = true;
+			a->reap = true;
 			break;
 		case 'o':
 			if (strcmp(optarg, "json") == 0)
-				json = true;
+				a->json = true;
 			else if (strcmp(optarg, "text") != 0)
 				return cli_usage_error("reap", "--output: expected text or json");
 			break;
@@ -128,16 +133,101 @@ int cmd_reap(struct cli *cli, int argc, char **argv)
 	}
 	if (optind < argc)
 		return cli_usage_error("reap", "unexpected argument '%s'", argv[optind]);
-	if (!run || !*run || strspn(run, " \t") == strlen(run))
+	if (!a->run || !*a->run || strspn(a->run, " \t") == strlen(a->run))
 		return cli_usage_error("reap", "--run-id is required (and not blank)");
-	if (user && strspn(user, " \t") == strlen(user))
+	if (a->user && strspn(a->user, " \t") == strlen(a->user))
 		return cli_usage_error("reap", "--user must not be blank");
+	return -1;
+}
+
+/* Without --reap: what would be deleted. */
+static void reap_print_matched(const char *srun, const char *suser, const char *who, char **ids,
+			       size_t n, bool json)
+{
+	if (json) {
+		printf("{\"run\":\"%s\",\"user\":\"%s\",", srun, suser ? suser : "");
+		json_ids("matched", ids, false);
+		printf("}\n");
+	} else {
+		printf("Would delete %zu sandbox(es) %s\n", n, who);
+		for (size_t i = 0; i < n; i++)
+			printf("%s\n", ids[i]);
+	}
+}
+
+/* One sweep: delete the m sandboxes of cur on up to REAP_PARALLEL threads; how many went. */
+static size_t reap_sweep(corral_client *client, char **cur, size_t m, int sweep, bool json)
+{
+	struct progress pr;
+	progress_init(&pr, sweep == 1 ? "deleting" : "deleting (again)", m);
+	struct reap_job job = {.c = client, .ids = cur, .n = m, .json = json,
+			       .progress = &pr};
+	size_t nt = m < REAP_PARALLEL ? m : REAP_PARALLEL;
+	pthread_t t[REAP_PARALLEL];
+	size_t started = 0;
+	for (; started < nt; started++)
+		if (pthread_create(&t[started], NULL, reap_worker, &job) != 0)
+			break;
+	if (started == 0)
+		reap_worker(&job);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	progress_end(&pr);
+	return job.deleted;
+}
+
+/*
+ * Delete matched, then what filter still lists (created while we deleted), up to REAP_SWEEPS
+ * sweeps, until one deletes nothing. Adds the deletions to *deleted; *ret_left is the last listing
+ * (NULL if none was made), the caller's to free unless it is matched. Returns EXIT_OK,
+ * EXIT_INTERRUPTED or a listing's error.
+ */
+static int reap_sweeps(corral_client *client, const char *const *filter, char **matched, bool json,
+		       size_t *deleted, char ***ret_left)
+{
+	int ret = EXIT_OK;
+	corral_error e;
+	char **left = NULL;
+	for (int sweep = 1; sweep <= REAP_SWEEPS; sweep++) {
+		char **cur = sweep == 1 ? matched : left;
+		size_t m = 0;
+		while (cur && cur[m])
+			m++;
+		if (m == 0)
+			break;
+		size_t job_deleted = reap_sweep(client, cur, m, sweep, json);
+		*deleted += job_deleted;
+		if (cli_interrupted()) {
+			ret = EXIT_INTERRUPTED;
+			break;
+		}
+		if (left != matched)
+			corral_strv_free(left);
+		left = NULL;
+		/* Catch stragglers (created while we deleted); stop when a sweep deleted nothing. */
+		if (corral_sandbox_list(client, filter, &left, &e) < 0) {
+			ret = cli_report(NULL, &e);
+			break;
+		}
+		if (job_deleted == 0)
+			break;
+	}
+	*ret_left = left;
+	return ret;
+}
+
+int cmd_reap(struct cli *cli, int argc, char **argv)
+{
+	struct reap_args a = {.prefix = "corral/"};
+	int ret = reap_parse_args(cli, argc, argv, &a);
+	if (ret >= 0)
+		return ret;
 	_cleanup_free_ char *pfx = NULL;
-	if (corral_label_prefix_normalize(prefix, &pfx) < 0)
+	if (corral_label_prefix_normalize(a.prefix, &pfx) < 0)
 		return cli_usage_error("reap", "--label-prefix '%s': expected a lowercase DNS subdomain followed by '/', or \"\"",
-				       prefix);
-	_cleanup_free_ char *srun = corral_label_value_sanitize(run);
-	_cleanup_free_ char *suser = user ? corral_label_value_sanitize(user) : NULL;
+				       a.prefix);
+	_cleanup_free_ char *srun = corral_label_value_sanitize(a.run);
+	_cleanup_free_ char *suser = a.user ? corral_label_value_sanitize(a.user) : NULL;
 	_cleanup_free_ char *f_run = NULL, *f_user = NULL;
 	if (!srun || asprintf(&f_run, "%srun=%s", pfx, srun) < 0 ||
 	    (suser && asprintf(&f_user, "%suser=%s", pfx, suser) < 0))
@@ -146,7 +236,7 @@ int cmd_reap(struct cli *cli, int argc, char **argv)
 
 	corral_client *client;
 	corral_error e;
-	int ret = cli_client_new(cli, &client);
+	ret = cli_client_new(cli, &client);
 	if (ret)
 		return ret;
 	/* Ctrl-C: the deletions under way finish, no new one starts. */
@@ -163,64 +253,18 @@ int cmd_reap(struct cli *cli, int argc, char **argv)
 	char who[600];
 	snprintf(who, sizeof(who), "for run '%s'%s%s%s", srun, suser ? " and user '" : "",
 		 suser ? suser : "", suser ? "'" : "");
-	if (!reap) {
-		if (json) {
-			printf("{\"run\":\"%s\",\"user\":\"%s\",", srun, suser ? suser : "");
-			json_ids("matched", ids, false);
-			printf("}\n");
-		} else {
-			printf("Would delete %zu sandbox(es) %s\n", n, who);
-			for (size_t i = 0; i < n; i++)
-				printf("%s\n", ids[i]);
-		}
+	if (!a.reap) {
+		reap_print_matched(srun, suser, who, ids, n, a.json);
 		corral_strv_free(ids);
 		corral_client_free(client);
 		return EXIT_OK;
 	}
 	char **matched = ids;
-	ids = NULL;
 	size_t deleted = 0;
 	char **left = NULL;
-	if (!json)
+	if (!a.json)
 		printf("Deleting %zu sandbox(es) %s\n", n, who);
-	for (int sweep = 1; sweep <= REAP_SWEEPS; sweep++) {
-		char **cur = sweep == 1 ? matched : left;
-		size_t m = 0;
-		while (cur && cur[m])
-			m++;
-		if (m == 0)
-			break;
-		struct progress pr;
-		progress_init(&pr, sweep == 1 ? "deleting" : "deleting (again)", m);
-		struct reap_job job = {.c = client, .ids = cur, .n = m, .json = json,
-				       .progress = &pr};
-		size_t nt = m < REAP_PARALLEL ? m : REAP_PARALLEL;
-		pthread_t t[REAP_PARALLEL];
-		size_t started = 0;
-		for (; started < nt; started++)
-			if (pthread_create(&t[started], NULL, reap_worker, &job) != 0)
-				break;
-		if (started == 0)
-			reap_worker(&job);
-		for (size_t i = 0; i < started; i++)
-			pthread_join(t[i], NULL);
-		progress_end(&pr);
-		deleted += job.deleted;
-		if (cli_interrupted()) {
-			ret = EXIT_INTERRUPTED;
-			break;
-		}
-		if (left != matched)
-			corral_strv_free(left);
-		left = NULL;
-		/* Catch stragglers (created while we deleted); stop when a sweep deleted nothing. */
-		if (corral_sandbox_list(client, filter, &left, &e) < 0) {
-			ret = cli_report(NULL, &e);
-			break;
-		}
-		if (job.deleted == 0)
-			break;
-	}
+	ret = reap_sweeps(client, filter, matched, a.json, &deleted, &left);
 	size_t nleft = 0;
 	while (left && left[nleft])
 		nleft++;
@@ -228,7 +272,7 @@ int cmd_reap(struct cli *cli, int argc, char **argv)
 		fprintf(stderr, "corral: %zu sandbox(es) were not reaped\n", nleft);
 		ret = EXIT_API;
 	}
-	if (json) {
+	if (a.json) {
 		printf("{\"run\":\"%s\",\"user\":\"%s\",\"deleted\":%zu,", srun, suser ? suser : "",
 		       deleted);
 		json_ids("matched", matched, true);

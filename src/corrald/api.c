@@ -13,7 +13,6 @@
 
 #include <event2/buffer.h>
 #include <event2/http.h>
-#include <event2/http_struct.h> /* req->chunked */
 #include <event2/keyvalq_struct.h>
 
 #include "corrald/corrald.h"
@@ -27,6 +26,7 @@
 #include "corrald/upstream.h"
 #include "corrald/validate.h"
 #include "shared/httputil.h"
+#include "shared/libevent_private.h"
 #include "shared/log.h"
 #include "shared/timeutil.h"
 #include "shared/wire_error.h"
@@ -351,6 +351,32 @@ static bool sandbox_egress_init(struct corrald *d, struct sandbox *sb, json_t *n
 	return true;
 }
 
+/*
+ * A create that could never be admitted (table, msg from admission_never_fits()) as the client's
+ * error. Names the field the client sent: without resourceRequests its limits are the requests.
+ */
+static void never_fits_verr(enum admission_table table, bool requests_given, const char *msg,
+			    struct verr *e)
+{
+	if (table == ADMISSION_PIDS)
+		verr_set(e, 400, WIRE_CODE(SANDBOX_EXCEEDS_HOST_PID_TABLE),
+			 ((const char *const[]){"resourceLimits", "pids", NULL}), "%s", msg);
+	else if (table == ADMISSION_FILES)
+		verr_set(e, 400, WIRE_CODE(SANDBOX_EXCEEDS_HOST_FILE_TABLE), NULL, "%s", msg);
+	else if (table == ADMISSION_DISK)
+		verr_set(e, 400, WIRE_CODE(SANDBOX_EXCEEDS_DISK_CAPACITY),
+			 ((const char *const[]){"resourceLimits", "ephemeral-storage", NULL}),
+			 "%s", msg);
+	else if (requests_given)
+		verr_set(e, 400, WIRE_CODE(SANDBOX_REQUESTS_EXCEED_CAPACITY),
+			 ((const char *const[]){"resourceRequests", NULL}), "%s", msg);
+	else
+		verr_set(e, 400, WIRE_CODE(SANDBOX_REQUESTS_EXCEED_CAPACITY),
+			 ((const char *const[]){"resourceLimits", NULL}),
+			 "%s (no resourceRequests were given, so they default to resourceLimits)",
+			 msg);
+}
+
 static void h_create(struct corrald *d, struct evhttp_request *req)
 {
 	json_t *body = NULL;
@@ -418,24 +444,7 @@ static void h_create(struct corrald *d, struct evhttp_request *req)
 	    .disk_limit_bytes = p.disk_limit_bytes,
 	};
 	if (admission_never_fits(d, &res, &table, msg, sizeof(msg))) {
-		/* Name the field the client sent: without resourceRequests its limits are the requests. */
-		if (table == ADMISSION_PIDS)
-			verr_set(&e, 400, WIRE_CODE(SANDBOX_EXCEEDS_HOST_PID_TABLE),
-				 ((const char *const[]){"resourceLimits", "pids", NULL}), "%s", msg);
-		else if (table == ADMISSION_FILES)
-			verr_set(&e, 400, WIRE_CODE(SANDBOX_EXCEEDS_HOST_FILE_TABLE), NULL, "%s", msg);
-		else if (table == ADMISSION_DISK)
-			verr_set(&e, 400, WIRE_CODE(SANDBOX_EXCEEDS_DISK_CAPACITY),
-				 ((const char *const[]){"resourceLimits", "ephemeral-storage", NULL}),
-				 "%s", msg);
-		else if (p.requests_given)
-			verr_set(&e, 400, WIRE_CODE(SANDBOX_REQUESTS_EXCEED_CAPACITY),
-				 ((const char *const[]){"resourceRequests", NULL}), "%s", msg);
-		else
-			verr_set(&e, 400, WIRE_CODE(SANDBOX_REQUESTS_EXCEED_CAPACITY),
-				 ((const char *const[]){"resourceLimits", NULL}),
-				 "%s (no resourceRequests were given, so they default to resourceLimits)",
-				 msg);
+		never_fits_verr(table, p.requests_given, msg, &e);
 		send_verr(req, &e, "body");
 		create_params_clear(&p);
 		return;
@@ -1105,7 +1114,7 @@ static bool on_proxy_broken(struct evhttp_request *req, const char *detail, void
 		 ended ? "; the sandbox ended: " : "", ended ? reason : "", ended ? ": " : "",
 		 ended ? msg : "");
 	const char *ct = evhttp_find_header(evhttp_request_get_output_headers(req), "Content-Type");
-	if (!req->chunked || !ct || !strstr(ct, "text/event-stream"))
+	if (!evhttp_peek_chunked(req) || !ct || !strstr(ct, "text/event-stream"))
 		return false;
 	json_t *ev = json_pack("{s:s, s:I, s:{s:s, s:s, s:[s]}}", "type", "error", "timestamp",
 			       (json_int_t)time_now_ms(), "error", "ename",

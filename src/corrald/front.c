@@ -32,9 +32,9 @@
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 
-#include "corrald/evhttp_peek.h"
 #include "corrald/front.h"
 #include "shared/httputil.h"
+#include "shared/libevent_private.h"
 #include "shared/log.h"
 #include "shared/macro.h"
 #include "shared/timeutil.h"
@@ -414,7 +414,7 @@ static void refuse(struct hconn *c, struct evhttp_request *req, int status, cons
 	evhttp_remove_header(h, "Transfer-Encoding");
 	evhttp_remove_header(h, "Content-Length");
 	evhttp_add_header(h, "Content-Length", "0");
-	req->chunked = 0;
+	evhttp_peek_clear_chunked(req);
 	evhttp_connection_set_max_body_size(c->evcon, 0);
 }
 
@@ -553,41 +553,5 @@ int front_init(struct event_base *base, struct evhttp *http, const struct front_
 	event_assign(&F.attach_ev, base, -1, 0, on_attach, NULL);
 	evhttp_set_bevcb(http, on_accept, NULL);
 	http_set_closecb_hook(closecb_hook);
-	return 0;
-}
-
-/* ---- evhttp_peek.h ------------------------------------------------------------------------- */
-
-static void probe_closecb(struct evhttp_connection *evcon, void *arg)
-{
-}
-
-int evhttp_peek_check(struct event_base *base, void (**ret_readcb)(struct bufferevent *, void *))
-{
-	struct evhttp_connection *evcon = evhttp_connection_base_new(base, NULL, "127.0.0.1", 9);
-	if (!evcon)
-		return -ENOMEM;
-	struct evhttp_peek_conn *m = evhttp_peek(evcon);
-	struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
-	void (*readcb)(struct bufferevent *, void *) = NULL;
-	void *cbarg = NULL;
-	int marker;
-	bufferevent_getcb(bev, &readcb, NULL, NULL, &cbarg);
-	evhttp_connection_set_max_headers_size(evcon, 4321);
-	evhttp_connection_set_max_body_size(evcon, 12345);
-	evhttp_connection_set_timeout(evcon, 7);
-	evhttp_connection_set_retries(evcon, 3);
-	evhttp_connection_set_closecb(evcon, probe_closecb, &marker);
-	bool ok = m->fd == -1 && m->bufev == bev && m->port == 9 && m->max_headers_size == 4321 &&
-		  m->max_body_size == 12345 && m->timeout.tv_sec == 7 && m->retry_max == 3 &&
-		  m->state == EVHTTP_PEEK_DISCONNECTED && m->http_server == NULL &&
-		  m->requests.tqh_first == NULL &&
-		  m->requests.tqh_last == &m->requests.tqh_first && m->closecb == probe_closecb &&
-		  m->closecb_arg == &marker && cbarg == evcon && readcb;
-	evhttp_connection_set_closecb(evcon, NULL, NULL);
-	evhttp_connection_free(evcon);
-	if (!ok)
-		return -EPROTO;
-	*ret_readcb = readcb;
 	return 0;
 }

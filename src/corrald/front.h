@@ -48,7 +48,7 @@ struct front_options {
 	uint64_t body_budget;
 };
 
-/* Check libevent's evhttp (evhttp_peek.h) and hook http's new connections. -EPROTO: unknown layout. */
+/* Check libevent's evhttp (libevent_private.h) and hook http's new connections. -EPROTO: unknown layout. */
 int front_init(struct event_base *base, struct evhttp *http, const struct front_options *opts,
 	       front_head_fn judge, void *arg);
 /* Watch the listener of bound: pause it at the connection cap and on accept errors. */

@@ -1,10 +1,10 @@
 /* Client hang-up detection while a request waits for its reply: see hangup.h. */
 #include <event2/event.h>
 #include <event2/bufferevent.h>
-#include <event2/bufferevent_struct.h>
 
 #include "corrald/hangup.h"
 #include "shared/httputil.h"
+#include "shared/libevent_private.h"
 
 static void hangup_event_cb(struct bufferevent *bev, short what, void *arg)
 {
@@ -36,8 +36,7 @@ void hangup_watch(struct hangup *h, struct evhttp_connection *evcon, void (*cb)(
 	h->evcon = evcon;
 	h->cb = cb;
 	h->arg = arg;
-	h->read_tv = bev->timeout_read;
-	h->write_tv = bev->timeout_write;
+	bufferevent_peek_timeouts(bev, &h->read_tv, &h->write_tv);
 	http_conn_set_closecb(evcon, hangup_closed, h);
 	bufferevent_setcb(bev, NULL, NULL, hangup_event_cb, h);
 	bufferevent_setwatermark(bev, EV_READ, 0, HANGUP_EARLY_MAX);

@@ -31,6 +31,7 @@
 #include "runtime/confine.h"
 #include "images/images.h"
 #include "shared/fsutil.h"
+#include "shared/libevent_private.h"
 #include "shared/log.h"
 #include "shared/quantity.h"
 #include "shared/timeutil.h"
@@ -444,58 +445,78 @@ static int allow_host_path(struct corrald *d, const char *arg)
 	return 0;
 }
 
-int main(int argc, char **argv)
+enum {
+	OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
+	OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS,
+	OPT_NOFILE, OPT_DEFAULT_DISK, OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT, OPT_MIRROR,
+	OPT_IMPORT_DIR, OPT_HEADER_TIMEOUT, OPT_MAX_CONNECTIONS, OPT_ALLOW_HOST_PATH,
+	OPT_VOLUME_SIZE, OPT_IMAGE_UNPACKED_MAX, OPT_IMAGE_STORE_MAX, OPT_VERSION,
+	OPT_IDEM_WINDOW, OPT_SUBNET, OPT_NET_NAME, OPT_UPLINK, OPT_EGRESS_MODE,
+	OPT_EGRESS_DEFAULT, OPT_DNS_UPSTREAM
+};
+
+static const struct option opts[] = {
+	{"listen", required_argument, NULL, OPT_LISTEN},
+	{"state-dir", required_argument, NULL, OPT_STATE},
+	{"api-key", required_argument, NULL, OPT_KEY},
+	{"image-dir", required_argument, NULL, OPT_IMAGES},
+	{"log-level", required_argument, NULL, OPT_LOG},
+	{"idle-timeout", required_argument, NULL, OPT_IDLE},
+	{"execd", required_argument, NULL, OPT_EXECD},
+	{"cgroup-name", required_argument, NULL, OPT_CGROUP},
+	{"create-timeout", required_argument, NULL, OPT_CREATE_TIMEOUT},
+	{"capacity", required_argument, NULL, OPT_CAPACITY},
+	{"capacity-wait", required_argument, NULL, OPT_CAPACITY_WAIT},
+	{"no-userns", no_argument, NULL, OPT_NO_USERNS},
+	{"sandbox-nofile", required_argument, NULL, OPT_NOFILE},
+	{"default-disk", required_argument, NULL, OPT_DEFAULT_DISK},
+	{"insecure-registry", required_argument, NULL, OPT_INSECURE},
+	{"registry-auth", required_argument, NULL, OPT_REG_AUTH},
+	{"registry-mirror", required_argument, NULL, OPT_MIRROR},
+	{"pull-timeout", required_argument, NULL, OPT_PULL_TIMEOUT},
+	{"import-dir", required_argument, NULL, OPT_IMPORT_DIR},
+	{"header-timeout", required_argument, NULL, OPT_HEADER_TIMEOUT},
+	{"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
+	{"allow-host-path", required_argument, NULL, OPT_ALLOW_HOST_PATH},
+	{"volume-size", required_argument, NULL, OPT_VOLUME_SIZE},
+	{"image-unpacked-max", required_argument, NULL, OPT_IMAGE_UNPACKED_MAX},
+	{"image-store-max", required_argument, NULL, OPT_IMAGE_STORE_MAX},
+	{"idempotency-window", required_argument, NULL, OPT_IDEM_WINDOW},
+	{"sandbox-subnet", required_argument, NULL, OPT_SUBNET},
+	{"network-name", required_argument, NULL, OPT_NET_NAME},
+	{"egress-uplink", required_argument, NULL, OPT_UPLINK},
+	{"egress-mode", required_argument, NULL, OPT_EGRESS_MODE},
+	{"egress-default", required_argument, NULL, OPT_EGRESS_DEFAULT},
+	{"dns-upstream", required_argument, NULL, OPT_DNS_UPSTREAM},
+	{"help", no_argument, NULL, 'h'},
+	{"version", no_argument, NULL, OPT_VERSION},
+	{0},
+};
+
+/* What the command line sets besides the fields of struct corrald, for the start-up steps below. */
+struct cmdline {
+	const char *listen, *state_dir, *execd, *cgroup_name;
+	bool max_conn_given;
+	struct net_config net_cfg;
+	struct capacity cap;
+	char host[256]; /* and port: the parsed --listen */
+	unsigned short port;
+	char execd_buf[PATH_MAX];
+};
+
+/*
+ * main() is a sequence of steps; each returns GO_ON, or the exit status once it has said why on
+ * stderr (0 after --help and --version, 2 for a bad command line, 1 for a host that cannot serve).
+ */
+#define GO_ON (-1)
+
+static void cmdline_defaults(struct corrald *d, struct cmdline *o)
 {
-	enum { OPT_LISTEN = 1000, OPT_STATE, OPT_KEY, OPT_IMAGES, OPT_LOG, OPT_IDLE, OPT_EXECD,
-	       OPT_CGROUP, OPT_CREATE_TIMEOUT, OPT_CAPACITY, OPT_CAPACITY_WAIT, OPT_NO_USERNS,
-	       OPT_NOFILE, OPT_DEFAULT_DISK, OPT_INSECURE, OPT_REG_AUTH, OPT_PULL_TIMEOUT, OPT_MIRROR,
-	       OPT_IMPORT_DIR, OPT_HEADER_TIMEOUT, OPT_MAX_CONNECTIONS, OPT_ALLOW_HOST_PATH,
-	       OPT_VOLUME_SIZE, OPT_IMAGE_UNPACKED_MAX, OPT_IMAGE_STORE_MAX, OPT_VERSION,
-	       OPT_IDEM_WINDOW, OPT_SUBNET, OPT_NET_NAME, OPT_UPLINK, OPT_EGRESS_MODE,
-	       OPT_EGRESS_DEFAULT, OPT_DNS_UPSTREAM };
-	static const struct option opts[] = {
-		{"listen", required_argument, NULL, OPT_LISTEN},
-		{"state-dir", required_argument, NULL, OPT_STATE},
-		{"api-key", required_argument, NULL, OPT_KEY},
-		{"image-dir", required_argument, NULL, OPT_IMAGES},
-		{"log-level", required_argument, NULL, OPT_LOG},
-		{"idle-timeout", required_argument, NULL, OPT_IDLE},
-		{"execd", required_argument, NULL, OPT_EXECD},
-		{"cgroup-name", required_argument, NULL, OPT_CGROUP},
-		{"create-timeout", required_argument, NULL, OPT_CREATE_TIMEOUT},
-		{"capacity", required_argument, NULL, OPT_CAPACITY},
-		{"capacity-wait", required_argument, NULL, OPT_CAPACITY_WAIT},
-		{"no-userns", no_argument, NULL, OPT_NO_USERNS},
-		{"sandbox-nofile", required_argument, NULL, OPT_NOFILE},
-		{"default-disk", required_argument, NULL, OPT_DEFAULT_DISK},
-		{"insecure-registry", required_argument, NULL, OPT_INSECURE},
-		{"registry-auth", required_argument, NULL, OPT_REG_AUTH},
-		{"registry-mirror", required_argument, NULL, OPT_MIRROR},
-		{"pull-timeout", required_argument, NULL, OPT_PULL_TIMEOUT},
-		{"import-dir", required_argument, NULL, OPT_IMPORT_DIR},
-		{"header-timeout", required_argument, NULL, OPT_HEADER_TIMEOUT},
-		{"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
-		{"allow-host-path", required_argument, NULL, OPT_ALLOW_HOST_PATH},
-		{"volume-size", required_argument, NULL, OPT_VOLUME_SIZE},
-		{"image-unpacked-max", required_argument, NULL, OPT_IMAGE_UNPACKED_MAX},
-		{"image-store-max", required_argument, NULL, OPT_IMAGE_STORE_MAX},
-		{"idempotency-window", required_argument, NULL, OPT_IDEM_WINDOW},
-		{"sandbox-subnet", required_argument, NULL, OPT_SUBNET},
-		{"network-name", required_argument, NULL, OPT_NET_NAME},
-		{"egress-uplink", required_argument, NULL, OPT_UPLINK},
-		{"egress-mode", required_argument, NULL, OPT_EGRESS_MODE},
-		{"egress-default", required_argument, NULL, OPT_EGRESS_DEFAULT},
-		{"dns-upstream", required_argument, NULL, OPT_DNS_UPSTREAM},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, OPT_VERSION},
-		{0},
-	};
-	struct corrald *d = &D;
-	const char *listen = DEFAULT_LISTEN, *state_dir = DEFAULT_STATE_DIR, *execd = NULL;
-	const char *cgroup_name = "corral";
+	o->listen = DEFAULT_LISTEN;
+	o->state_dir = DEFAULT_STATE_DIR;
+	o->cgroup_name = "corral";
 	d->idle_timeout_s = DEFAULT_IDLE_TIMEOUT;
 	d->header_timeout_s = DEFAULT_HEADER_TIMEOUT;
-	bool max_conn_given = false;
 	d->create_timeout_s = DEFAULT_CREATE_TIMEOUT;
 	d->capacity_wait_s = DEFAULT_CAPACITY_WAIT;
 	d->default_disk = DEFAULT_DISK;
@@ -503,188 +524,240 @@ int main(int argc, char **argv)
 	d->pull_timeout_s = DEFAULT_PULL_TIMEOUT;
 	d->egress_mode = NET_MODE_DNS_NFT;
 	d->egress_default = EGRESS_ALLOW;
-	struct net_config net_cfg = {0};
 	d->api_key = getenv("CORRAL_API_KEY");
 	TAILQ_INIT(&d->sandboxes);
 	log_set_ident("corrald");
-	struct capacity cap;
 	{
 		cpu_set_t cpus;
 		unsigned ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0
 				    ? (unsigned)CPU_COUNT(&cpus)
 				    : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
 		uint64_t mem = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-		capacity_default(ncpu, mem, &cap);
-		capacity_default_tables(host_pid_table(), sysctl_u64("/proc/sys/fs/file-max"), &cap);
+		capacity_default(ncpu, mem, &o->cap);
+		capacity_default_tables(host_pid_table(), sysctl_u64("/proc/sys/fs/file-max"), &o->cap);
 	}
+}
 
+/* The options of the daemon, its limits and its runtime. 0, -ENOENT for another group's option,
+ * -EINVAL once said why. */
+static int option_daemon(struct corrald *d, struct cmdline *o, int c)
+{
+	switch (c) {
+	case OPT_LISTEN: o->listen = optarg; break;
+	case OPT_STATE: o->state_dir = optarg; break;
+	case OPT_KEY: d->api_key = optarg; break;
+	case OPT_EXECD: o->execd = optarg; break;
+	case OPT_CGROUP: o->cgroup_name = optarg; break;
+	case OPT_NO_USERNS: d->rt_cfg.no_userns = true; break;
+	case OPT_LOG: {
+		enum log_level lvl;
+		if (log_level_parse(optarg, &lvl) < 0) {
+			fprintf(stderr, "corrald: --log-level: '%s' is not one of error, warn, info, debug\n",
+				optarg);
+			return -EINVAL;
+		}
+		log_set_level(lvl);
+		break;
+	}
+	case OPT_IDLE:
+		if (parse_seconds("--idle-timeout", optarg, &d->idle_timeout_s) < 0)
+			return -EINVAL;
+		break;
+	case OPT_HEADER_TIMEOUT:
+		if (parse_seconds("--header-timeout", optarg, &d->header_timeout_s) < 0)
+			return -EINVAL;
+		break;
+	case OPT_MAX_CONNECTIONS: {
+		char *end;
+		long v = strtol(optarg, &end, 10);
+		if (!*optarg || *end || v < 1 || v > 1000000) {
+			fprintf(stderr, "corrald: --max-connections: '%s' is not a number from 1 to 1000000\n",
+				optarg);
+			return -EINVAL;
+		}
+		d->max_connections = (unsigned)v;
+		o->max_conn_given = true;
+		break;
+	}
+	case OPT_CREATE_TIMEOUT:
+		if (parse_seconds("--create-timeout", optarg, &d->create_timeout_s) < 0)
+			return -EINVAL;
+		break;
+	case OPT_CAPACITY_WAIT:
+		if (parse_seconds("--capacity-wait", optarg, &d->capacity_wait_s) < 0)
+			return -EINVAL;
+		break;
+	case OPT_IDEM_WINDOW: {
+		int w;
+		if (parse_seconds("--idempotency-window", optarg, &w) < 0)
+			return -EINVAL;
+		idem_set_window(w);
+		break;
+	}
+	case OPT_CAPACITY: {
+		char msg[256];
+		if (capacity_parse(optarg, &o->cap, msg, sizeof(msg)) < 0) {
+			fprintf(stderr, "corrald: --capacity: %s\n", msg);
+			return -EINVAL;
+		}
+		break;
+	}
+	case OPT_NOFILE: {
+		uint64_t nr_open = sysctl_u64("/proc/sys/fs/nr_open");
+		char *end;
+		errno = 0;
+		unsigned long long n = strtoull(optarg, &end, 10);
+		if (!*optarg || *optarg == '-' || *end || errno || n < 64 ||
+		    n > (nr_open ? nr_open : 1048576)) {
+			fprintf(stderr, "corrald: --sandbox-nofile: '%s' is not a number of open files from 64 to %llu (fs.nr_open)\n",
+				optarg, (unsigned long long)(nr_open ? nr_open : 1048576));
+			return -EINVAL;
+		}
+		d->rt_cfg.nofile = n;
+		break;
+	}
+	case OPT_DEFAULT_DISK: d->default_disk = optarg; break;
+	case OPT_ALLOW_HOST_PATH:
+		if (allow_host_path(d, optarg) < 0)
+			return -EINVAL;
+		break;
+	case OPT_VOLUME_SIZE: d->volume_size = optarg; break;
+	default: return -ENOENT;
+	}
+	return 0;
+}
+
+/* The options of images and registries. 0, -ENOENT for another group's option, -EINVAL once said
+ * why. */
+static int option_images(struct corrald *d, int c)
+{
+	switch (c) {
+	case OPT_IMAGES: d->image_dir = optarg; break;
+	case OPT_INSECURE:
+		if (d->n_insecure + 1 >= ARRAY_SIZE(d->insecure)) {
+			fprintf(stderr, "corrald: at most %zu --insecure-registry\n",
+				ARRAY_SIZE(d->insecure) - 1);
+			return -EINVAL;
+		}
+		d->insecure[d->n_insecure++] = optarg;
+		break;
+	case OPT_REG_AUTH: d->registry_auth = optarg; break;
+	case OPT_IMPORT_DIR:
+		if (!realpath(optarg, d->import_dir)) {
+			fprintf(stderr, "corrald: --import-dir %s: %s\n", optarg, strerror(errno));
+			return -EINVAL;
+		}
+		break;
+	case OPT_MIRROR:
+		if (d->n_mirrors + 1 >= ARRAY_SIZE(d->mirrors)) {
+			fprintf(stderr, "corrald: at most %zu --registry-mirror\n",
+				ARRAY_SIZE(d->mirrors) - 1);
+			return -EINVAL;
+		}
+		if (strpbrk(optarg, "/ ") || !*optarg) {
+			fprintf(stderr, "corrald: --registry-mirror '%s': give HOST[:PORT] (plain HTTP only with --insecure-registry HOST[:PORT])\n",
+				optarg);
+			return -EINVAL;
+		}
+		d->mirrors[d->n_mirrors++] = optarg;
+		break;
+	case OPT_PULL_TIMEOUT:
+		if (parse_seconds("--pull-timeout", optarg, &d->pull_timeout_s) < 0)
+			return -EINVAL;
+		break;
+	case OPT_IMAGE_STORE_MAX:
+		if (strcmp(optarg, "none") != 0 &&
+		    (quantity_parse_bytes(optarg, &d->image_store_max) < 0 ||
+		     d->image_store_max < (1ULL << 20))) {
+			fprintf(stderr, "corrald: --image-store-max: '%s' is not a size of at least 1Mi (e.g. 200Gi), or none\n",
+				optarg);
+			return -EINVAL;
+		}
+		break;
+	case OPT_IMAGE_UNPACKED_MAX:
+		if (quantity_parse_bytes(optarg, &d->image_unpacked_max) < 0 ||
+		    d->image_unpacked_max < (1ULL << 20)) {
+			fprintf(stderr, "corrald: --image-unpacked-max: '%s' is not a size of at least 1Mi (e.g. 32Gi)\n",
+				optarg);
+			return -EINVAL;
+		}
+		break;
+	default: return -ENOENT;
+	}
+	return 0;
+}
+
+/* The options of the sandbox network and egress. 0, -ENOENT for another group's option, -EINVAL
+ * once said why. */
+static int option_network(struct corrald *d, struct cmdline *o, int c)
+{
+	switch (c) {
+	case OPT_SUBNET: o->net_cfg.subnet = optarg; break;
+	case OPT_NET_NAME: o->net_cfg.name = optarg; break;
+	case OPT_UPLINK: o->net_cfg.uplink = optarg; break;
+	case OPT_EGRESS_MODE:
+		if (net_mode_parse(optarg, &d->egress_mode) < 0) {
+			fprintf(stderr, "corrald: --egress-mode: '%s' is not dns or dns+nft\n",
+				optarg);
+			return -EINVAL;
+		}
+		break;
+	case OPT_EGRESS_DEFAULT:
+		if (strcmp(optarg, "allow") && strcmp(optarg, "deny")) {
+			fprintf(stderr, "corrald: --egress-default: '%s' is not allow or deny\n",
+				optarg);
+			return -EINVAL;
+		}
+		d->egress_default = strcmp(optarg, "allow") == 0 ? EGRESS_ALLOW : EGRESS_DENY;
+		break;
+	case OPT_DNS_UPSTREAM:
+		if (d->n_dns_upstream + 1 >= ARRAY_SIZE(d->dns_upstream)) {
+			fprintf(stderr, "corrald: --dns-upstream: at most %zu\n",
+				ARRAY_SIZE(d->dns_upstream) - 1);
+			return -EINVAL;
+		}
+		d->dns_upstream[d->n_dns_upstream++] = optarg;
+		break;
+	default: return -ENOENT;
+	}
+	return 0;
+}
+
+/* Step: the option table, each option checked on its own as it comes. */
+static int parse_command_line(int argc, char **argv, struct corrald *d, struct cmdline *o)
+{
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case OPT_LISTEN: listen = optarg; break;
-		case OPT_STATE: state_dir = optarg; break;
-		case OPT_KEY: d->api_key = optarg; break;
-		case OPT_IMAGES: d->image_dir = optarg; break;
-		case OPT_EXECD: execd = optarg; break;
-		case OPT_CGROUP: cgroup_name = optarg; break;
-		case OPT_NO_USERNS: d->rt_cfg.no_userns = true; break;
-		case OPT_INSECURE:
-			if (d->n_insecure + 1 >= ARRAY_SIZE(d->insecure)) {
-				fprintf(stderr, "corrald: at most %zu --insecure-registry\n",
-					ARRAY_SIZE(d->insecure) - 1);
-				return 2;
-			}
-			d->insecure[d->n_insecure++] = optarg;
-			break;
-		case OPT_REG_AUTH: d->registry_auth = optarg; break;
-		case OPT_IMPORT_DIR:
-			if (!realpath(optarg, d->import_dir)) {
-				fprintf(stderr, "corrald: --import-dir %s: %s\n", optarg, strerror(errno));
-				return 2;
-			}
-			break;
-		case OPT_MIRROR:
-			if (d->n_mirrors + 1 >= ARRAY_SIZE(d->mirrors)) {
-				fprintf(stderr, "corrald: at most %zu --registry-mirror\n",
-					ARRAY_SIZE(d->mirrors) - 1);
-				return 2;
-			}
-			if (strpbrk(optarg, "/ ") || !*optarg) {
-				fprintf(stderr, "corrald: --registry-mirror '%s': give HOST[:PORT] (plain HTTP only with --insecure-registry HOST[:PORT])\n",
-					optarg);
-				return 2;
-			}
-			d->mirrors[d->n_mirrors++] = optarg;
-			break;
-		case OPT_PULL_TIMEOUT:
-			if (parse_seconds("--pull-timeout", optarg, &d->pull_timeout_s) < 0)
-				return 2;
-			break;
-		case OPT_LOG: {
-			enum log_level lvl;
-			if (log_level_parse(optarg, &lvl) < 0) {
-				fprintf(stderr, "corrald: --log-level: '%s' is not one of error, warn, info, debug\n",
-					optarg);
-				return 2;
-			}
-			log_set_level(lvl);
-			break;
+		if (c == 'h') {
+			usage(stdout);
+			return 0;
 		}
-		case OPT_IDLE:
-			if (parse_seconds("--idle-timeout", optarg, &d->idle_timeout_s) < 0)
-				return 2;
-			break;
-		case OPT_HEADER_TIMEOUT:
-			if (parse_seconds("--header-timeout", optarg, &d->header_timeout_s) < 0)
-				return 2;
-			break;
-		case OPT_MAX_CONNECTIONS: {
-			char *end;
-			long v = strtol(optarg, &end, 10);
-			if (!*optarg || *end || v < 1 || v > 1000000) {
-				fprintf(stderr, "corrald: --max-connections: '%s' is not a number from 1 to 1000000\n",
-					optarg);
-				return 2;
-			}
-			d->max_connections = (unsigned)v;
-			max_conn_given = true;
-			break;
+		if (c == OPT_VERSION) {
+			printf("corrald %s\n", CORRAL_VERSION);
+			return 0;
 		}
-		case OPT_CREATE_TIMEOUT:
-			if (parse_seconds("--create-timeout", optarg, &d->create_timeout_s) < 0)
-				return 2;
-			break;
-		case OPT_CAPACITY_WAIT:
-			if (parse_seconds("--capacity-wait", optarg, &d->capacity_wait_s) < 0)
-				return 2;
-			break;
-		case OPT_IDEM_WINDOW: {
-			int w;
-			if (parse_seconds("--idempotency-window", optarg, &w) < 0)
-				return 2;
-			idem_set_window(w);
-			break;
+		int r = option_daemon(d, o, c);
+		if (r == -ENOENT)
+			r = option_images(d, c);
+		if (r == -ENOENT)
+			r = option_network(d, o, c);
+		if (r == -ENOENT) {
+			usage(stderr);
+			return 2;
 		}
-		case OPT_CAPACITY: {
-			char msg[256];
-			if (capacity_parse(optarg, &cap, msg, sizeof(msg)) < 0) {
-				fprintf(stderr, "corrald: --capacity: %s\n", msg);
-				return 2;
-			}
-			break;
-		}
-		case OPT_NOFILE: {
-			uint64_t nr_open = sysctl_u64("/proc/sys/fs/nr_open");
-			char *end;
-			errno = 0;
-			unsigned long long n = strtoull(optarg, &end, 10);
-			if (!*optarg || *optarg == '-' || *end || errno || n < 64 ||
-			    n > (nr_open ? nr_open : 1048576)) {
-				fprintf(stderr, "corrald: --sandbox-nofile: '%s' is not a number of open files from 64 to %llu (fs.nr_open)\n",
-					optarg, (unsigned long long)(nr_open ? nr_open : 1048576));
-				return 2;
-			}
-			d->rt_cfg.nofile = n;
-			break;
-		}
-		case OPT_DEFAULT_DISK: d->default_disk = optarg; break;
-		case OPT_ALLOW_HOST_PATH:
-			if (allow_host_path(d, optarg) < 0)
-				return 2;
-			break;
-		case OPT_VOLUME_SIZE: d->volume_size = optarg; break;
-		case OPT_IMAGE_STORE_MAX:
-			if (strcmp(optarg, "none") != 0 &&
-			    (quantity_parse_bytes(optarg, &d->image_store_max) < 0 ||
-			     d->image_store_max < (1ULL << 20))) {
-				fprintf(stderr, "corrald: --image-store-max: '%s' is not a size of at least 1Mi (e.g. 200Gi), or none\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case OPT_IMAGE_UNPACKED_MAX:
-			if (quantity_parse_bytes(optarg, &d->image_unpacked_max) < 0 ||
-			    d->image_unpacked_max < (1ULL << 20)) {
-				fprintf(stderr, "corrald: --image-unpacked-max: '%s' is not a size of at least 1Mi (e.g. 32Gi)\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case OPT_SUBNET: net_cfg.subnet = optarg; break;
-		case OPT_NET_NAME: net_cfg.name = optarg; break;
-		case OPT_UPLINK: net_cfg.uplink = optarg; break;
-		case OPT_EGRESS_MODE:
-			if (net_mode_parse(optarg, &d->egress_mode) < 0) {
-				fprintf(stderr, "corrald: --egress-mode: '%s' is not dns or dns+nft\n",
-					optarg);
-				return 2;
-			}
-			break;
-		case OPT_EGRESS_DEFAULT:
-			if (strcmp(optarg, "allow") && strcmp(optarg, "deny")) {
-				fprintf(stderr, "corrald: --egress-default: '%s' is not allow or deny\n",
-					optarg);
-				return 2;
-			}
-			d->egress_default = strcmp(optarg, "allow") == 0 ? EGRESS_ALLOW : EGRESS_DENY;
-			break;
-		case OPT_DNS_UPSTREAM:
-			if (d->n_dns_upstream + 1 >= ARRAY_SIZE(d->dns_upstream)) {
-				fprintf(stderr, "corrald: --dns-upstream: at most %zu\n",
-					ARRAY_SIZE(d->dns_upstream) - 1);
-				return 2;
-			}
-			d->dns_upstream[d->n_dns_upstream++] = optarg;
-			break;
-		case 'h': usage(stdout); return 0;
-		case OPT_VERSION: printf("corrald %s\n", CORRAL_VERSION); return 0;
-		default: usage(stderr); return 2;
-		}
+		if (r < 0)
+			return 2;
 	}
 	if (optind < argc) {
 		fprintf(stderr, "corrald: unexpected argument '%s' (see --help)\n", argv[optind]);
 		return 2;
 	}
+	return GO_ON;
+}
+
+/* Step: the options checked together, sizes parsed, the listen address and the key weighed. */
+static int validate_options(struct corrald *d, struct cmdline *o)
+{
 	if (strcmp(d->default_disk, "none") == 0 || strcmp(d->default_disk, "0") == 0) {
 		d->default_disk = NULL;
 	} else if (quantity_parse_bytes(d->default_disk, &d->default_disk_bytes) < 0 ||
@@ -706,22 +779,19 @@ int main(int argc, char **argv)
 		d->api_key = NULL;
 	d->api_key_len = d->api_key ? strlen(d->api_key) : 0;
 
-	char host[256];
-	unsigned short port;
-	if (parse_listen(listen, host, sizeof(host), &port) < 0) {
+	if (parse_listen(o->listen, o->host, sizeof(o->host), &o->port) < 0) {
 		fprintf(stderr, "corrald: --listen: '%s' is not ADDR:PORT (e.g. 127.0.0.1:8080 or [::1]:8080)\n",
-			listen);
+			o->listen);
 		return 2;
 	}
-	if (!d->api_key && !is_loopback(host)) {
+	if (!d->api_key && !is_loopback(o->host)) {
 		fprintf(stderr,
 			"corrald: refusing to listen on %s without an API key: anyone who can reach it could run code on this host. Set --api-key (or CORRAL_API_KEY), or listen on a loopback address such as 127.0.0.1.\n",
-			host);
+			o->host);
 		return 2;
 	}
 
-	char execd_buf[PATH_MAX];
-	if (!execd) {
+	if (!o->execd) {
 		char self[PATH_MAX];
 		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 		if (n < 0) {
@@ -730,17 +800,22 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		self[n] = '\0';
-		snprintf(execd_buf, sizeof(execd_buf), "%s/corral-execd", dirname(self));
-		execd = execd_buf;
+		snprintf(o->execd_buf, sizeof(o->execd_buf), "%s/corral-execd", dirname(self));
+		o->execd = o->execd_buf;
 	}
-	if (access(execd, X_OK) < 0)
+	if (access(o->execd, X_OK) < 0)
 		log_warn("corral-execd not found at %s (%s): creates will fail; pass --execd PATH",
-			 execd, strerror(errno));
+			 o->execd, strerror(errno));
+	return GO_ON;
+}
 
-	if (!realpath(state_dir, d->state_dir)) {
-		int r = fs_mkdir_p(state_dir, 0700);
-		if (r < 0 || !realpath(state_dir, d->state_dir)) {
-			fprintf(stderr, "corrald: --state-dir %s: %s\n", state_dir,
+/* Step: the state dir made, locked for this corrald alone (the lock is held until exit), sized. */
+static int state_dir_setup(struct corrald *d, struct cmdline *o)
+{
+	if (!realpath(o->state_dir, d->state_dir)) {
+		int r = fs_mkdir_p(o->state_dir, 0700);
+		if (r < 0 || !realpath(o->state_dir, d->state_dir)) {
+			fprintf(stderr, "corrald: --state-dir %s: %s\n", o->state_dir,
 				strerror(r < 0 ? -r : errno));
 			return 1;
 		}
@@ -764,14 +839,14 @@ int main(int argc, char **argv)
 	if (ftruncate(lock_fd, 0) < 0 || pwrite(lock_fd, pidbuf, (size_t)pidlen, 0) < 0)
 		log_warn("write %s: %s", lock_path, strerror(errno));
 
-	if (cap.disk == CAPACITY_DISK_AUTO) {
+	if (o->cap.disk == CAPACITY_DISK_AUTO) {
 		struct statvfs sv;
 		if (statvfs(d->state_dir, &sv) < 0) {
 			fprintf(stderr, "corrald: --capacity disk=auto: statvfs %s: %s\n", d->state_dir,
 				strerror(errno));
 			return 1;
 		}
-		cap.disk = capacity_disk_auto((uint64_t)sv.f_blocks * sv.f_frsize);
+		o->cap.disk = capacity_disk_auto((uint64_t)sv.f_blocks * sv.f_frsize);
 	}
 
 	snprintf(d->sandboxes_dir, sizeof(d->sandboxes_dir), "%s/sandboxes", d->state_dir);
@@ -780,6 +855,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "corrald: mkdir %s: %s\n", d->sandboxes_dir, strerror(-r));
 		return 1;
 	}
+	return GO_ON;
+}
+
+/* Step: the image store, the runtime prepared, the process's limits, the token key. */
+static int runtime_setup(struct corrald *d, struct cmdline *o)
+{
 	snprintf(d->image_store, sizeof(d->image_store), "%s/" IMAGE_STORE_DIR, d->state_dir);
 	{
 		struct error err = {0};
@@ -802,8 +883,8 @@ int main(int argc, char **argv)
 	}
 	d->rt = &runtime_native;
 	d->rt_cfg.state_dir = d->state_dir;
-	d->rt_cfg.execd_path = execd;
-	d->rt_cfg.cgroup_name = cgroup_name;
+	d->rt_cfg.execd_path = o->execd;
+	d->rt_cfg.cgroup_name = o->cgroup_name;
 	{
 		/* Per-process runtime work once, before the first worker is forked; and a runtime
 		 * that cannot keep sandboxes apart here refuses to start instead of failing later. */
@@ -826,7 +907,7 @@ int main(int argc, char **argv)
 	}
 
 	/* Half the descriptors for clients at most: sandboxes (watch fds) and execd connections need theirs. */
-	if (!max_conn_given) {
+	if (!o->max_conn_given) {
 		d->max_connections = DEFAULT_MAX_CONNECTIONS;
 		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 		    rl.rlim_cur / 2 < d->max_connections)
@@ -840,33 +921,38 @@ int main(int argc, char **argv)
 	{
 		char key_path[PATH_MAX + 32], msg[PATH_MAX + 256];
 		snprintf(key_path, sizeof(key_path), "%s/proxy-token.key", d->state_dir);
-		r = token_secret_load(key_path, d->proxy_secret, msg, sizeof(msg));
+		int r = token_secret_load(key_path, d->proxy_secret, msg, sizeof(msg));
 		if (r < 0) {
 			fprintf(stderr, "corrald: proxy token secret: %s\n", msg);
 			return 1;
 		}
 	}
+	return GO_ON;
+}
 
+/* Step: the event loop, the API and admission on it, the listening socket. */
+static int listen_setup(struct corrald *d, struct cmdline *o)
+{
 	signal(SIGPIPE, SIG_IGN);
 	d->base = event_base_new();
 	if (!d->base) {
 		fprintf(stderr, "corrald: cannot set up the event loop\n");
 		return 1;
 	}
-	r = api_init(d);
+	int r = api_init(d);
 	if (r == -EPROTO) {
 		fprintf(stderr,
-			"corrald: libevent %s: its evhttp connection layout is not the one corrald knows (2.1.8 to 2.1.12); corrald cannot judge requests before their body and will not start\n",
+			"corrald: libevent %s: its evhttp connection layout is not the one corrald knows (" LIBEVENT_PRIVATE_KNOWN "); corrald cannot judge requests before their body and will not start\n",
 			event_get_version());
 		return 1;
 	}
-	if (r < 0 || admission_init(d, &cap) < 0) {
+	if (r < 0 || admission_init(d, &o->cap) < 0) {
 		fprintf(stderr, "corrald: cannot set up the event loop\n");
 		return 1;
 	}
-	d->bound = evhttp_bind_socket_with_handle(d->http, host, port);
+	d->bound = evhttp_bind_socket_with_handle(d->http, o->host, o->port);
 	if (!d->bound) {
-		fprintf(stderr, "corrald: cannot listen on %s: %s\n", listen, strerror(errno));
+		fprintf(stderr, "corrald: cannot listen on %s: %s\n", o->listen, strerror(errno));
 		return 1;
 	}
 	front_listen(d->bound);
@@ -878,7 +964,13 @@ int main(int argc, char **argv)
 	if (setsockopt(evhttp_bound_socket_get_fd(d->bound), IPPROTO_TCP, TCP_NODELAY, &one,
 		       sizeof(one)) < 0)
 		log_warn("TCP_NODELAY on the listening socket: %s", strerror(errno));
-	if (setup_network(d, &net_cfg) < 0)
+	return GO_ON;
+}
+
+/* Step: the sandbox network and its resolver, then the sandboxes of the last run taken back. */
+static int network_setup(struct corrald *d, struct cmdline *o)
+{
+	if (setup_network(d, &o->net_cfg) < 0)
 		return 1;
 	if (d->net) {
 		/* corral's resolver for the sandboxes, on the gateway's port 53 (egress.c) */
@@ -888,7 +980,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	r = lifecycle_recover(d);
+	int r = lifecycle_recover(d);
 	if (r < 0)
 		log_error("recovering sandboxes from %s: %s", d->sandboxes_dir, strerror(-r));
 	if (d->net) {
@@ -899,7 +991,13 @@ int main(int argc, char **argv)
 		else if (r > 0)
 			log_info("network: removed the leftovers of %d deleted sandbox(es)", r);
 	}
+	return GO_ON;
+}
 
+/* Step: signals, the start-up lines of the log, the event loop until SIGINT or SIGTERM. */
+static int serve(struct corrald *d, struct cmdline *o)
+{
+	struct capacity cap = o->cap;
 	struct event *sigint = evsignal_new(d->base, SIGINT, on_signal, d);
 	struct event *sigterm = evsignal_new(d->base, SIGTERM, on_signal, d);
 	event_add(sigint, NULL);
@@ -908,7 +1006,8 @@ int main(int argc, char **argv)
 	char capmem[32];
 	quantity_format_bytes(cap.memory_bytes, capmem, sizeof(capmem));
 	log_info("listening on %s (state %s, execd %s, cgroup %s, auth %s, user namespaces %s, capacity cpu %llum memory %s pids %llu files %llu, sandbox nofile %llu, max connections %u)",
-		 listen, d->state_dir, execd, cgroup_name, d->api_key ? "on" : "off (loopback only)",
+		 o->listen, d->state_dir, o->execd, o->cgroup_name,
+		 d->api_key ? "on" : "off (loopback only)",
 		 d->rt_cfg.no_userns ? "off (--no-userns)" : "on",
 		 (unsigned long long)cap.cpu_millis, capmem, (unsigned long long)cap.pids,
 		 (unsigned long long)cap.files,
@@ -931,4 +1030,19 @@ int main(int argc, char **argv)
 	upstream_shutdown();
 	log_info("stopped");
 	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct corrald *d = &D;
+	struct cmdline o = {0};
+	int r;
+
+	cmdline_defaults(d, &o);
+	if ((r = parse_command_line(argc, argv, d, &o)) != GO_ON ||
+	    (r = validate_options(d, &o)) != GO_ON || (r = state_dir_setup(d, &o)) != GO_ON ||
+	    (r = runtime_setup(d, &o)) != GO_ON || (r = listen_setup(d, &o)) != GO_ON ||
+	    (r = network_setup(d, &o)) != GO_ON)
+		return r;
+	return serve(d, &o);
 }

@@ -400,13 +400,13 @@ int volumes_apply(struct create_params *p, char *const *host_paths, uint64_t siz
 	return 0;
 }
 
-static int create_params_parse_into(json_t *body, struct create_params *p, struct verr *e)
+/*
+ * The create's fields, one step each, run in order by create_params_parse_into(). A step returns
+ * 0, -EINVAL with e filled in, or -ENOMEM; what it has parsed is in p either way (freed by
+ * create_params_clear()).
+ */
+static int create_parse_unsupported(json_t *body, struct create_params *p, struct verr *e)
 {
-	int r;
-	if (!json_is_object(body))
-		return verr_set(e, 422, CODE_INVALID_PARAMETER, NULL,
-				"request body must be a JSON object (CreateSandboxRequest)");
-
 	/* Features this runtime does not have are refused rather than silently ignored. */
 	static const char *const unsupported[][2] = {
 		{"snapshotId", "snapshot_id"},
@@ -423,7 +423,11 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	if (sa && json_is_true(sa))
 		return verr_set(e, 400, WIRE_CODE(SANDBOX_API_NOT_SUPPORTED), LOC("secureAccess"),
 				"secureAccess is not supported by this server (native runtime)");
+	return 0;
+}
 
+static int create_parse_image(json_t *body, struct create_params *p, struct verr *e)
+{
 	/* image.uri */
 	json_t *image = json_object_get(body, "image");
 	if (!image || json_is_null(image))
@@ -455,7 +459,11 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 		if (!(p->auth_user = strdup(au)) || !(p->auth_pass = strdup(ap)))
 			return -ENOMEM;
 	}
+	return 0;
+}
 
+static int create_parse_entrypoint(json_t *body, struct create_params *p, struct verr *e)
+{
 	/* entrypoint: required, array of strings, minItems 1. */
 	json_t *ep = json_object_get(body, "entrypoint");
 	if (!ep || json_is_null(ep))
@@ -484,7 +492,11 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 		return verr_set(e, 422, CODE_INVALID_PARAMETER, LOC("entrypoint", "0"),
 				"entrypoint[0] (the program) must not be empty");
 	p->entrypoint = json_incref(ep);
+	return 0;
+}
 
+static int create_parse_timeout(json_t *body, struct create_params *p, struct verr *e)
+{
 	/*
 	 * timeout: seconds, or null/absent for manual cleanup. The reference server requires >= 60;
 	 * we deliberately accept any timeout >= 1 (short-lived rollouts and TTL tests want seconds).
@@ -507,7 +519,12 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 		p->has_timeout = true;
 		p->timeout_s = t;
 	}
+	return 0;
+}
 
+static int create_parse_resources(json_t *body, struct create_params *p, struct verr *e)
+{
+	int r;
 	/* resourceLimits (required, as in the reference) / resourceRequests (optional). */
 	json_t *rl = field_get(body, "resourceLimits", "resource_limits");
 	if (!rl || json_is_null(rl))
@@ -549,7 +566,13 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 		p->cpu_request_millis = p->cpu_limit_millis;
 		p->memory_request_bytes = p->memory_limit_bytes;
 	}
+	return 0;
+}
 
+static int create_parse_env(json_t *body, struct create_params *p, struct verr *e)
+{
+	int r;
+	json_t *x;
 	/* env: string values, null values dropped. */
 	r = string_map(json_object_get(body, "env"), "env", true, &p->env, e);
 	if (r < 0)
@@ -564,7 +587,14 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 					"env.%.200s: NAME=VALUE is longer than %d bytes (the kernel's limit on one variable)",
 					k, CREATE_EXEC_STRING_MAX);
 	}
+	return 0;
+}
 
+static int create_parse_metadata(json_t *body, struct create_params *p, struct verr *e)
+{
+	int r;
+	const char *k;
+	json_t *x;
 	/* metadata: Kubernetes label rules, reserved prefix refused. */
 	json_t *md = json_object_get(body, "metadata");
 	if (md && !json_is_null(md) && !json_is_object(md))
@@ -578,7 +608,12 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 			json_object_set(p->metadata, k, x);
 		}
 	}
+	return 0;
+}
 
+static int create_parse_network_policy(json_t *body, struct create_params *p, struct verr *e)
+{
+	int r;
 	/* networkPolicy: OpenSandbox's egress policy plus IP/CIDR targets (network/policy.h). */
 	json_t *np = field_get(body, "networkPolicy", "network_policy");
 	if (np && !json_is_null(np)) {
@@ -593,7 +628,13 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 					"networkPolicy: %s", pe.msg);
 		p->network_policy = json_incref(np);
 	}
+	return 0;
+}
 
+/* After env and resourceLimits: cpuCapEnv adds to the env what the CPU limit implies. */
+static int create_parse_extensions(json_t *body, struct create_params *p, struct verr *e)
+{
+	int r;
 	/* extensions: string map; "oomGroup": "true"|"false" is ours. */
 	r = string_map(json_object_get(body, "extensions"), "extensions", false, &p->extensions, e);
 	if (r < 0)
@@ -645,7 +686,11 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 	}
 	if (cap_env && cpu_cap_env_add(p->env, p->cpu_limit_millis) < 0)
 		return -ENOMEM;
+	return 0;
+}
 
+static int create_parse_platform(json_t *body, struct create_params *p, struct verr *e)
+{
 	/* platform: only linux on this host's architecture can be satisfied. */
 	json_t *pl = json_object_get(body, "platform");
 	if (pl && !json_is_null(pl)) {
@@ -673,6 +718,26 @@ static int create_params_parse_into(json_t *body, struct create_params *p, struc
 					"platform %s/%s cannot be satisfied: this host runs linux/%s",
 					os ? os : "linux", arch ? arch : host_arch, host_arch);
 		p->platform = json_incref(pl);
+	}
+	return 0;
+}
+
+static int create_params_parse_into(json_t *body, struct create_params *p, struct verr *e)
+{
+	/* In the order the fields are checked: the first error is the one reported. */
+	static int (*const steps[])(json_t *, struct create_params *, struct verr *) = {
+		create_parse_unsupported, create_parse_image, create_parse_entrypoint,
+		create_parse_timeout, create_parse_resources, create_parse_env,
+		create_parse_metadata, create_parse_network_policy, create_parse_extensions,
+		create_parse_platform,
+	};
+	if (!json_is_object(body))
+		return verr_set(e, 422, CODE_INVALID_PARAMETER, NULL,
+				"request body must be a JSON object (CreateSandboxRequest)");
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		int r = steps[i](body, p, e);
+		if (r < 0)
+			return r;
 	}
 	return volumes_parse(json_object_get(body, "volumes"), p, e);
 }

@@ -11,13 +11,13 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
-#include <event2/http_struct.h> /* the request's HTTP version */
 
 #include "command.h"
 #include "exec.h"
 #include "session.h"
 #include "sweep.h"
 #include "shared/httputil.h"
+#include "shared/libevent_private.h"
 #include "shared/log.h"
 #include "shared/timeutil.h"
 #include "shared/wire_error.h"
@@ -37,7 +37,9 @@ static void stream_headers(struct evhttp_request *req)
 	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
 	evhttp_add_header(h, "Content-Type", "text/event-stream");
 	evhttp_add_header(h, "Cache-Control", "no-cache");
-	if (req->major > 1 || (req->major == 1 && req->minor >= 1))
+	int major, minor;
+	evhttp_peek_version(req, &major, &minor);
+	if (major > 1 || (major == 1 && minor >= 1))
 		evhttp_add_header(h, "Connection", "keep-alive");
 	evhttp_add_header(h, "X-Accel-Buffering", "no");
 }

@@ -1241,6 +1241,95 @@ static void start_failed(struct execution *ex, const char *msg)
 	add_finished(ex);
 }
 
+/*
+ * Environment, credentials and cwd of r into sp, checked before anything is recorded: bad input
+ * must not leave a record behind. home and cwd hold what sp points to. On success *ret_envp is the
+ * environment (the caller's to free); on error nothing is left to free.
+ */
+static int exec_prepare(const struct exec_request *r, struct spawn *sp, char ***ret_envp,
+			char *home, size_t homelen, char *cwd, size_t cwdlen, struct error *err)
+{
+	char **envp = build_env(r->envs);
+	if (!envp)
+		return error_set(err, ENOMEM, "out of memory building the environment");
+	if (r->has_uid)
+		spawn_set_user(sp, r->uid, r->has_gid, r->gid, home, homelen);
+	if (r->cwd && *r->cwd) {
+		int k = expand_cwd(r->cwd, envp, home, cwd, cwdlen);
+		struct stat st;
+		if (k < 0) {
+			strv_free(envp);
+			return error_set(err, EINVAL, "field 'cwd': cannot expand '%s'", r->cwd);
+		}
+		if (stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
+			int e = errno;
+			strv_free(envp);
+			return error_set(err, EINVAL, "field 'cwd': '%s' is not a directory (%s)", cwd,
+					 S_ISDIR(st.st_mode) ? strerror(e) : "not a directory");
+		}
+		sp->cwd = cwd;
+	}
+	*ret_envp = envp;
+	return 0;
+}
+
+/*
+ * Output comes through pipes that execd reads (and counts against the cap); the child's ends
+ * block, as a command expects of its stdout. A background command gets one pipe for stdout
+ * and stderr, so the combined output keeps the order of its writes. The read ends go to ex, the
+ * child's ends to *out_w and *err_w (as they are made) and to sp.
+ */
+static int exec_pipes(struct execution *ex, const struct exec_request *r, struct spawn *sp,
+		      int *out_w, int *err_w, struct error *err)
+{
+	int po[2], pe[2];
+	if (pipe2(po, O_CLOEXEC | O_NONBLOCK) < 0)
+		return error_set_errno(err, errno, "pipe");
+	ex->pipe_out = po[0];
+	*out_w = po[1];
+	fcntl(*out_w, F_SETFL, 0);
+	sp->stdout_fd = sp->stderr_fd = *out_w;
+	if (!r->background) {
+		ex->split_out = malloc(sizeof(*ex->split_out));
+		ex->split_err = malloc(sizeof(*ex->split_err));
+		if (!ex->split_out || !ex->split_err)
+			return error_set(err, ENOMEM, "out of memory");
+		line_splitter_init(ex->split_out);
+		line_splitter_init(ex->split_err);
+		if (pipe2(pe, O_CLOEXEC | O_NONBLOCK) < 0)
+			return error_set_errno(err, errno, "pipe");
+		ex->pipe_err = pe[0];
+		*err_w = pe[1];
+		fcntl(*err_w, F_SETFL, 0);
+		sp->stderr_fd = *err_w;
+	}
+	return 0;
+}
+
+/* Below HTTP I/O: an init or output event already queued goes out before more output is
+ * read (and before the files are created). */
+static void exec_watch(struct execution *ex, const struct exec_request *r)
+{
+	ex->ev_out = event_new(X.base, ex->pipe_out, EV_READ | EV_PERSIST, on_pipe, ex);
+	if (ex->ev_out) {
+		event_priority_set(ex->ev_out, EXEC_PRIO_BACKGROUND);
+		event_add(ex->ev_out, NULL);
+	}
+	if (ex->pipe_err >= 0) {
+		ex->ev_err = event_new(X.base, ex->pipe_err, EV_READ | EV_PERSIST, on_pipe, ex);
+		if (ex->ev_err) {
+			event_priority_set(ex->ev_err, EXEC_PRIO_BACKGROUND);
+			event_add(ex->ev_err, NULL);
+		}
+	}
+	if (r->timeout_ms > 0) {
+		ex->ev_timeout = evtimer_new(X.base, on_timeout, ex);
+		struct timeval tv = {r->timeout_ms / 1000, (r->timeout_ms % 1000) * 1000};
+		if (ex->ev_timeout)
+			evtimer_add(ex->ev_timeout, &tv);
+	}
+}
+
 int exec_start(const struct exec_request *r, struct execution **ret, struct error *err)
 {
 	*ret = NULL;
@@ -1259,30 +1348,13 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 		return error_set(err, EAGAIN, "too many running executions (limit %d); wait for some to finish",
 				 EXEC_MAX_RUNNING);
 
-	/* Environment, credentials and cwd first: bad input must not leave a record behind. */
-	char **envp = build_env(r->envs);
-	if (!envp)
-		return error_set(err, ENOMEM, "out of memory building the environment");
+	char **envp = NULL;
 	struct spawn sp = SPAWN_INIT;
 	char home[1024] = "";
-	if (r->has_uid)
-		spawn_set_user(&sp, r->uid, r->has_gid, r->gid, home, sizeof(home));
 	char cwd[PATH_MAX];
-	if (r->cwd && *r->cwd) {
-		int k = expand_cwd(r->cwd, envp, home, cwd, sizeof(cwd));
-		struct stat st;
-		if (k < 0) {
-			strv_free(envp);
-			return error_set(err, EINVAL, "field 'cwd': cannot expand '%s'", r->cwd);
-		}
-		if (stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
-			int e = errno;
-			strv_free(envp);
-			return error_set(err, EINVAL, "field 'cwd': '%s' is not a directory (%s)", cwd,
-					 S_ISDIR(st.st_mode) ? strerror(e) : "not a directory");
-		}
-		sp.cwd = cwd;
-	}
+	int rc = exec_prepare(r, &sp, &envp, home, sizeof(home), cwd, sizeof(cwd), err);
+	if (rc < 0)
+		return rc;
 
 	/*
 	 * Claim the id. Ids in memory were checked above; an id whose directory exists is an
@@ -1304,40 +1376,10 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 	ex->background = r->background;
 	hash_put(ex);
 
-	/*
-	 * Output comes through pipes that execd reads (and counts against the cap); the child's ends
-	 * block, as a command expects of its stdout. A background command gets one pipe for stdout
-	 * and stderr, so the combined output keeps the order of its writes.
-	 */
-	int rc = 0;
 	int out_w = -1, err_w = -1;
-	int po[2], pe[2];
-	if (pipe2(po, O_CLOEXEC | O_NONBLOCK) < 0) {
-		rc = error_set_errno(err, errno, "pipe");
+	rc = exec_pipes(ex, r, &sp, &out_w, &err_w, err);
+	if (rc < 0)
 		goto fail;
-	}
-	ex->pipe_out = po[0];
-	out_w = po[1];
-	fcntl(out_w, F_SETFL, 0);
-	sp.stdout_fd = sp.stderr_fd = out_w;
-	if (!r->background) {
-		ex->split_out = malloc(sizeof(*ex->split_out));
-		ex->split_err = malloc(sizeof(*ex->split_err));
-		if (!ex->split_out || !ex->split_err) {
-			rc = error_set(err, ENOMEM, "out of memory");
-			goto fail;
-		}
-		line_splitter_init(ex->split_out);
-		line_splitter_init(ex->split_err);
-		if (pipe2(pe, O_CLOEXEC | O_NONBLOCK) < 0) {
-			rc = error_set_errno(err, errno, "pipe");
-			goto fail;
-		}
-		ex->pipe_err = pe[0];
-		err_w = pe[1];
-		fcntl(err_w, F_SETFL, 0);
-		sp.stderr_fd = err_w;
-	}
 	sp.command = ex->command;
 	sp.envp = envp;
 	pid_t pid;
@@ -1369,26 +1411,7 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 	LIST_INSERT_HEAD(&X.running, ex, live);
 	X.n_running++;
 
-	/* Below HTTP I/O: an init or output event already queued goes out before more output is
-	 * read (and before the files are created). */
-	ex->ev_out = event_new(X.base, ex->pipe_out, EV_READ | EV_PERSIST, on_pipe, ex);
-	if (ex->ev_out) {
-		event_priority_set(ex->ev_out, EXEC_PRIO_BACKGROUND);
-		event_add(ex->ev_out, NULL);
-	}
-	if (ex->pipe_err >= 0) {
-		ex->ev_err = event_new(X.base, ex->pipe_err, EV_READ | EV_PERSIST, on_pipe, ex);
-		if (ex->ev_err) {
-			event_priority_set(ex->ev_err, EXEC_PRIO_BACKGROUND);
-			event_add(ex->ev_err, NULL);
-		}
-	}
-	if (r->timeout_ms > 0) {
-		ex->ev_timeout = evtimer_new(X.base, on_timeout, ex);
-		struct timeval tv = {r->timeout_ms / 1000, (r->timeout_ms % 1000) * 1000};
-		if (ex->ev_timeout)
-			evtimer_add(ex->ev_timeout, &tv);
-	}
+	exec_watch(ex, r);
 	/* The init event goes first in the transcript: the process has started. Nobody watches
 	 * yet: a stream client reads it from the transcript (held in memory for now). */
 	tr_init(ex, ex->id, time_now_ms());

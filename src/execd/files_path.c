@@ -186,6 +186,47 @@ static bool is_magic_link(int fd, const char *target)
 	return target[0] == '/' || strchr(target, ':');
 }
 
+/* "..": canon loses its last component and *pcur becomes that directory, reopened from the root. */
+static int walk_up(int rootfd, int *pcur, char *canon, size_t *clen)
+{
+	char *slash = strrchr(canon, '/');
+	*clen = slash ? (size_t)(slash - canon) : 0;
+	canon[*clen] = '\0';
+	int nfd = -1;
+	int r = reopen_canon(rootfd, canon, &nfd);
+	if (r < 0)
+		return r;
+	close(*pcur);
+	*pcur = nfd;
+	return 0;
+}
+
+/*
+ * The last component, not a symlink: name in directory cur, fd its O_PATH descriptor (taken) and
+ * st its stat. Opens it as flags ask into *ret_fd.
+ */
+static int walk_open_last(int cur, int fd, const char *name, const struct stat *st, int flags,
+			  mode_t mode, int *ret_fd)
+{
+	if ((flags & O_DIRECTORY) && !S_ISDIR(st->st_mode)) {
+		close(fd);
+		return -ENOTDIR;
+	}
+	if (flags & O_PATH) {
+		*ret_fd = fd;
+		return 0;
+	}
+	close(fd);
+	if ((flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL))
+		return -EEXIST;
+	/* O_NOFOLLOW: if it was swapped for a symlink since, fail rather than follow. */
+	int nfd = openat(cur, name, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+	if (nfd < 0)
+		return -errno;
+	*ret_fd = nfd;
+	return 0;
+}
+
 static int walk(int rootfd, int *pcur, const char *path, int flags, mode_t mode, int *ret_fd)
 {
 	/* rest holds the components still to resolve; symlink targets are spliced in front. */
@@ -222,15 +263,9 @@ static int walk(int rootfd, int *pcur, const char *path, int flags, mode_t mode,
 		if (strcmp(name, "..") == 0) {
 			if (clen == 0)
 				continue; /* ".." at the root is the root */
-			char *slash = strrchr(canon, '/');
-			clen = slash ? (size_t)(slash - canon) : 0;
-			canon[clen] = '\0';
-			int nfd = -1;
-			r = reopen_canon(rootfd, canon, &nfd);
+			r = walk_up(rootfd, pcur, canon, &clen);
 			if (r < 0)
 				return r;
-			close(*pcur);
-			*pcur = nfd;
 			continue;
 		}
 
@@ -303,26 +338,8 @@ static int walk(int rootfd, int *pcur, const char *path, int flags, mode_t mode,
 			continue;
 		}
 
-		if (last) {
-			if ((flags & O_DIRECTORY) && !S_ISDIR(st.st_mode)) {
-				close(fd);
-				return -ENOTDIR;
-			}
-			if (flags & O_PATH) {
-				*ret_fd = fd;
-				return 0;
-			}
-			close(fd);
-			if ((flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL))
-				return -EEXIST;
-			/* O_NOFOLLOW: if it was swapped for a symlink since, fail rather than
-			 * follow. */
-			int nfd = openat(*pcur, name, flags | O_NOFOLLOW | O_CLOEXEC, mode);
-			if (nfd < 0)
-				return -errno;
-			*ret_fd = nfd;
-			return 0;
-		}
+		if (last)
+			return walk_open_last(*pcur, fd, name, &st, flags, mode, ret_fd);
 
 		if (!S_ISDIR(st.st_mode)) {
 			close(fd);

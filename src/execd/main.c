@@ -328,7 +328,8 @@ static void usage(FILE *f)
 		"entrypoint; without one, execd exits cleanly.\n");
 }
 
-int main(int argc, char **argv)
+/* The command line into M and *output_cap. Returns -1 to go on, or the exit status. */
+static int parse_args(int argc, char **argv, uint64_t *output_cap)
 {
 	enum { OPT_SOCKET = 256, OPT_LISTEN_FD, OPT_STATE, OPT_EXIT_FILE, OPT_LOG_LEVEL, OPT_OUTPUT_CAP,
 	       OPT_USER, OPT_HELP, OPT_VERSION };
@@ -344,15 +345,7 @@ int main(int argc, char **argv)
 		{"version", no_argument, NULL, OPT_VERSION},
 		{NULL, 0, NULL, 0},
 	};
-	log_set_ident("corral-execd");
-	/* Nothing else in the sandbox may trace this process, read or write its memory, or reach its
-	 * file descriptors (the listening socket, the state dir) through /proc/1/{mem,fd,root} or
-	 * pidfd_getfd(): those need ptrace access, which a non-dumpable process grants only to
-	 * CAP_SYS_PTRACE, and no sandbox process has it. Children become dumpable again at execve. */
-	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-	M.listen_fd = -1;
 	const char *exit_file = NULL;
-	uint64_t output_cap = EXEC_OUTPUT_CAP_DEFAULT;
 	int c;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
 		switch (c) {
@@ -381,7 +374,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		case OPT_OUTPUT_CAP:
-			if (quantity_parse_bytes(optarg, &output_cap) < 0 || output_cap == 0) {
+			if (quantity_parse_bytes(optarg, output_cap) < 0 || *output_cap == 0) {
 				fprintf(stderr, "corral-execd: invalid --output-cap '%s' (a positive number of bytes)\n",
 					optarg);
 				return 2;
@@ -409,7 +402,12 @@ int main(int argc, char **argv)
 			tmp[--l] = '\0';
 		snprintf(M.exit_file, sizeof(M.exit_file), "%s/exit.json", dirname(tmp));
 	}
+	return -1;
+}
 
+/* The process's own settings: OOM score or subreaper, SIGPIPE, open-file limit, crash handler. */
+static void process_setup(void)
+{
 	M.pid1 = getpid() == 1;
 	if (M.pid1) {
 		/* The OOM killer must pick the allocating process, never PID 1 (children reset to 0). */
@@ -431,7 +429,12 @@ int main(int argc, char **argv)
 			setrlimit(RLIMIT_NOFILE, &raised);
 	}
 	crash_handler_install();
+}
 
+/* The event loop with executions, sessions, the proxy, signals and the server on it; exits on
+ * failure. */
+static void loop_setup(uint64_t output_cap)
+{
 	execd_base = event_base_new();
 	if (!execd_base) {
 		log_error("cannot create the event loop");
@@ -458,31 +461,55 @@ int main(int argc, char **argv)
 		log_error("%s", err.msg);
 		execd_exit("ExecdExited", 1, err.msg);
 	}
-	if (M.entrypoint) {
-		struct spawn sp = SPAWN_INIT;
-		sp.argv = M.entrypoint;
-		sp.stdout_fd = SPAWN_FD_INHERIT;
-		sp.stderr_fd = SPAWN_FD_INHERIT;
-		if (M.entry_user && entry_user(&sp) < 0) {
-			char msg[ERROR_MSG_MAX];
-			snprintf(msg, sizeof(msg), "entrypoint user '%s' is not in the image's /etc/passwd and not a number",
-				 M.entry_user);
-			log_error("%s", msg);
-			execd_exit("EntrypointExited", 127, msg);
-		}
-		int r = spawn_start(&sp, &M.entry_pid, &err);
-		if (r < 0) {
-			char msg[ERROR_MSG_MAX + 32];
-			snprintf(msg, sizeof(msg), "start entrypoint '%s': %s", M.entrypoint[0], err.msg);
-			log_error("%s", msg);
-			/* fork's EAGAIN is a process limit, ENOMEM the host's memory: not the entrypoint's
-			 * fault (corrald answers a retryable 503, not ENTRYPOINT_EXITED). */
-			execd_exit(r == -EAGAIN || r == -ENOMEM ? "ResourceExhausted" : "EntrypointExited",
-				   127, msg);
-		}
-		log_info("entrypoint '%s' started (pid %d)", M.entrypoint[0], (int)M.entry_pid);
-		sweep_keep(M.entry_pid);
+}
+
+/* Start M.entrypoint (as M.entry_user); exits with the exit file written when it cannot. */
+static void entrypoint_start(void)
+{
+	struct error err = {0};
+	struct spawn sp = SPAWN_INIT;
+	sp.argv = M.entrypoint;
+	sp.stdout_fd = SPAWN_FD_INHERIT;
+	sp.stderr_fd = SPAWN_FD_INHERIT;
+	if (M.entry_user && entry_user(&sp) < 0) {
+		char msg[ERROR_MSG_MAX];
+		snprintf(msg, sizeof(msg), "entrypoint user '%s' is not in the image's /etc/passwd and not a number",
+			 M.entry_user);
+		log_error("%s", msg);
+		execd_exit("EntrypointExited", 127, msg);
 	}
+	int r = spawn_start(&sp, &M.entry_pid, &err);
+	if (r < 0) {
+		char msg[ERROR_MSG_MAX + 32];
+		snprintf(msg, sizeof(msg), "start entrypoint '%s': %s", M.entrypoint[0], err.msg);
+		log_error("%s", msg);
+		/* fork's EAGAIN is a process limit, ENOMEM the host's memory: not the entrypoint's
+		 * fault (corrald answers a retryable 503, not ENTRYPOINT_EXITED). */
+		execd_exit(r == -EAGAIN || r == -ENOMEM ? "ResourceExhausted" : "EntrypointExited",
+			   127, msg);
+	}
+	log_info("entrypoint '%s' started (pid %d)", M.entrypoint[0], (int)M.entry_pid);
+	sweep_keep(M.entry_pid);
+}
+
+int main(int argc, char **argv)
+{
+	log_set_ident("corral-execd");
+	/* Nothing else in the sandbox may trace this process, read or write its memory, or reach its
+	 * file descriptors (the listening socket, the state dir) through /proc/1/{mem,fd,root} or
+	 * pidfd_getfd(): those need ptrace access, which a non-dumpable process grants only to
+	 * CAP_SYS_PTRACE, and no sandbox process has it. Children become dumpable again at execve. */
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	M.listen_fd = -1;
+	uint64_t output_cap = EXEC_OUTPUT_CAP_DEFAULT;
+	int r = parse_args(argc, argv, &output_cap);
+	if (r >= 0)
+		return r;
+
+	process_setup();
+	loop_setup(output_cap);
+	if (M.entrypoint)
+		entrypoint_start();
 	if (M.socket_path)
 		log_info("listening on %s (state %s)", M.socket_path, M.state_dir);
 	else

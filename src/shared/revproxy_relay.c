@@ -10,12 +10,11 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
-#include <event2/bufferevent_struct.h>
 #include <event2/http.h>
-#include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
 
 #include "shared/httputil.h"
+#include "shared/libevent_private.h"
 #include "shared/macro.h"
 #include "shared/revproxy_internal.h"
 
@@ -36,8 +35,7 @@ static void client_set_timeouts(struct exchange *ex, bool read, bool write)
 {
 	struct bufferevent *cbev = evhttp_connection_get_bufferevent(ex->evcon);
 	if (!ex->timeouts_changed) {
-		ex->client_read_tv = cbev->timeout_read;
-		ex->client_write_tv = cbev->timeout_write;
+		bufferevent_peek_timeouts(cbev, &ex->client_read_tv, &ex->client_write_tv);
 		ex->timeouts_changed = true;
 	}
 	bufferevent_set_timeouts(cbev,
@@ -202,7 +200,9 @@ void relay_start(struct exchange *ex)
 	 * connection, but evhttp would answer "Connection: keep-alive" with "Content-Length: 0".
 	 * Forgetting the client's keep-alive wish makes evhttp close instead.
 	 */
-	if (ex->req->major == 1 && ex->req->minor == 0 &&
+	int major, minor;
+	evhttp_peek_version(ex->req, &major, &minor);
+	if (major == 1 && minor == 0 &&
 	    !evhttp_find_header(evhttp_request_get_output_headers(ex->req), "Content-Length"))
 		evhttp_remove_header(evhttp_request_get_input_headers(ex->req), "Connection");
 	evhttp_send_reply_start(ex->req, ex->resp.status, reason_of(&ex->resp, rbuf, sizeof(rbuf)));
