@@ -1378,8 +1378,14 @@ int exec_start(const struct exec_request *r, struct execution **ret, struct erro
 
 	int out_w = -1, err_w = -1;
 	rc = exec_pipes(ex, r, &sp, &out_w, &err_w, err);
-	if (rc < 0)
+	if (rc < 0) {
+		/* the write ends made before the failure: the read ends go with ex */
+		if (out_w >= 0)
+			close(out_w);
+		if (err_w >= 0)
+			close(err_w);
 		goto fail;
+	}
 	sp.command = ex->command;
 	sp.envp = envp;
 	pid_t pid;
