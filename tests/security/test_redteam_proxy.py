@@ -7,8 +7,10 @@ connection (a later request, the harness's command, answered with its bytes) or 
 hold its memory.
 """
 import http.client
+import os
 import secrets
 import socket
+import sys
 import time
 
 from sec import AttackCase, main
@@ -87,6 +89,16 @@ def rss_kib(pid):
                 return int(line.split()[1])
     return 0
 
+
+
+def under_asan():
+    """corrald runs under AddressSanitizer (the CI's second pass): its quarantine keeps freed
+    memory resident (up to 256 MiB), so RSS says nothing about what corrald holds; the bound is
+    checked by the first pass, the attack itself (corrald and the neighbour still answer) by both."""
+    if "ASAN_OPTIONS" in os.environ:
+        print("  (under ASan: the RSS bound is not checked in this pass)", file=sys.stderr)
+        return True
+    return False
 
 class HostileServerCase(AttackCase):
     """A sandbox (cls.sid) whose server on cls.port is HOSTILE_SERVER, plus a neighbour."""
@@ -229,16 +241,18 @@ class ProxyAttacks(HostileServerCase):
         # so corrald's splice buffers it (SPLICE_BUFFER_MAX: 1 MiB each way)
         grew = self.hold_unread("/ws-endless", b"HTTP/1.1 101",
                                 "Connection: Upgrade\r\nUpgrade: websocket\r\n")
-        self.assertLess(grew, 8 * (1024 + 64) + 16 * 1024,
-                        "corrald grew by %d KiB for 8 upgraded clients that do not read" % grew)
+        if not under_asan():
+            self.assertLess(grew, 8 * (1024 + 64) + 16 * 1024,
+                            "corrald grew by %d KiB for 8 upgraded clients that do not read" % grew)
         self.assert_platform_alive(self.neighbour, self.sid)
 
     def test_endless_body_to_clients_that_do_not_read(self):
         # attack: 8 clients ask for an endless chunked body and never read it, so corrald buffers
         # what the sandbox's server sends (revproxy.h: at most a read plus 4 MiB per exchange)
         grew = self.hold_unread("/endless-chunk", b"HTTP/1.1 200")
-        self.assertLess(grew, 8 * (4096 + 64) + 16 * 1024,
-                        "corrald grew by %d KiB for 8 clients that do not read" % grew)
+        if not under_asan():
+            self.assertLess(grew, 8 * (4096 + 64) + 16 * 1024,
+                            "corrald grew by %d KiB for 8 clients that do not read" % grew)
         self.assert_platform_alive(self.neighbour, self.sid)
 
     def test_broken_replies_never_pass_for_whole(self):
