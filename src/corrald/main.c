@@ -297,6 +297,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	}
 	admission_shutdown(d);
 	image_pulls_cancel();
+	lifecycle_net_reap_now(d); /* deleted sandboxes' nftables objects: busy() waits for it */
 	shutdown_ev = evtimer_new(d->base, on_shutdown_tick, d);
 	on_shutdown_tick(-1, 0, d);
 }

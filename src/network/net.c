@@ -38,6 +38,8 @@ struct net_sandbox {
 	struct in_addr addr;
 	enum net_mode mode;
 	bool seen; /* named by net_sandbox_add() since net_new(): not a leftover */
+	bool retired; /* its veth is gone, its nftables objects wait for net_reap() */
+	bool reaping; /* in the net_reap() under way (net_reap_begin()) */
 };
 
 /* ---- names ---------------------------------------------------------------------------------- */
@@ -638,6 +640,124 @@ int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
 	return r;
 }
 
+int net_sandbox_unplug(const struct net *n, const char *sandbox_id, struct error *err)
+{
+	if (!id_ok(sandbox_id))
+		return error_set(err, EINVAL, "sandbox id '%s' is not a uuid", sandbox_id);
+	char veth[IF_NAMESIZE];
+	veth_name(sandbox_id, veth);
+	struct nl nl = {0};
+	int r = nl_open(&nl);
+	if (r >= 0) {
+		r = nl_link_del(&nl, veth);
+		nl_close(&nl);
+	}
+	if (r < 0)
+		return error_set_errno(err, -r, "sandbox %s: delete veth %s", sandbox_id, veth);
+	(void)n;
+	return 0;
+}
+
+void net_sandbox_retire(struct net *n, const char *sandbox_id)
+{
+	struct net_sandbox *sb = find(n, sandbox_id ? sandbox_id : "");
+	if (sb)
+		sb->retired = true;
+}
+
+size_t net_retired(const struct net *n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n->n_sb; i++)
+		k += n->sb[i].retired;
+	return k;
+}
+
+size_t net_reap_begin(struct net *n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n->n_sb; i++)
+		if (n->sb[i].retired) {
+			n->sb[i].reaping = true;
+			k++;
+		}
+	return k;
+}
+
+int net_reap(const struct net *n, struct error *err)
+{
+	struct net w = *n;
+	w.nft = nft_ctx_new(NFT_CTX_DEFAULT);
+	if (!w.nft)
+		return error_set(err, ENOMEM, "nftables context");
+	nft_ctx_buffer_output(w.nft);
+	nft_ctx_buffer_error(w.nft);
+	_cleanup_free_ char *s = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&s, &len);
+	if (!f) {
+		nft_ctx_free(w.nft);
+		return error_set(err, ENOMEM, "nftables script");
+	}
+	const char *N = n->name;
+	for (size_t i = 0; i < n->n_sb; i++) {
+		const struct net_sandbox *sb = &n->sb[i];
+		if (!sb->reaping)
+			continue;
+		char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
+		nft_id(sb->id, cid);
+		veth_name(sb->id, veth);
+		inet_ntop(AF_INET, &sb->addr, as, sizeof(as));
+		fprintf(f,
+			"delete element inet %1$s src4 { %2$s }\n"
+			"delete element inet %1$s drops { %2$s }\n"
+			"delete element bridge %1$s ports { \"%3$s\" . %2$s }\n"
+			"delete element bridge %1$s port_names { \"%3$s\" }\n"
+			"delete chain inet %1$s sb_%4$s\n"
+			"delete set inet %1$s l_%4$s\n"
+			"delete counter inet %1$s d_%4$s\n",
+			N, as, veth, cid);
+	}
+	int r = 0;
+	if (fclose(f) != 0) {
+		r = error_set(err, ENOMEM, "nftables script");
+	} else if (len && nft_run(&w, NULL, s) < 0) {
+		/* One transaction for all (one RCU grace period) in the usual case; piece by piece
+		 * when something was already gone. */
+		for (size_t i = 0; i < n->n_sb; i++) {
+			const struct net_sandbox *sb = &n->sb[i];
+			if (!sb->reaping)
+				continue;
+			char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
+			nft_id(sb->id, cid);
+			veth_name(sb->id, veth);
+			inet_ntop(AF_INET, &sb->addr, as, sizeof(as));
+			nft_runf(&w, NULL, "delete element inet %s src4 { %s }\n", N, as);
+			nft_runf(&w, NULL, "delete element inet %s drops { %s }\n", N, as);
+			nft_runf(&w, NULL, "delete element bridge %s ports { \"%s\" . %s }\n", N,
+				 veth, as);
+			nft_runf(&w, NULL, "delete element bridge %s port_names { \"%s\" }\n", N,
+				 veth);
+			nft_remove_objects(&w, cid);
+		}
+	}
+	nft_ctx_free(w.nft);
+	return r;
+}
+
+void net_reap_end(struct net *n, bool done)
+{
+	for (size_t i = 0; i < n->n_sb;) {
+		struct net_sandbox *sb = &n->sb[i];
+		if (sb->reaping && done) {
+			*sb = n->sb[--n->n_sb];
+			continue;
+		}
+		sb->reaping = false;
+		i++;
+	}
+}
+
 int net_sandbox_teardown(const struct net *n, const char *sandbox_id, struct error *err)
 {
 	/* An nftables context of this process's own: the caller's is a socket shared with the
@@ -921,7 +1041,7 @@ int net_sandbox_by_addr(struct net *n, int family, const void *addr, char id_out
 	struct in_addr a;
 	memcpy(&a, addr, sizeof(a));
 	for (size_t i = 0; i < n->n_sb; i++)
-		if (n->sb[i].addr.s_addr == a.s_addr) {
+		if (n->sb[i].addr.s_addr == a.s_addr && !n->sb[i].retired) {
 			memcpy(id_out, n->sb[i].id, UUID_STR_LEN);
 			return 0;
 		}
