@@ -8,7 +8,7 @@ Sandbox networking's cost (docs/network.md), as ratios against anchors measured 
                              the default allow: learned-set lookup, then accept; and dns mode)
                              vs the same connect from the host itself (no bridge, no NAT, no rules)
 
-The "internet" is tests/integration/dplab.py's lab namespace: nothing leaves the machine.
+The "internet" is tests/integration/netlab.py's lab namespace: nothing leaves the machine.
 Needs root. No pass/fail: it prints numbers.
 
     sudo python3 bench/network.py [--n 50] [--connects 300] [--json FILE] [--baseline BUILD_DIR]
@@ -27,10 +27,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "integration"))
 import harness  # noqa: E402
-from dplab import TestInternet  # noqa: E402
+from netlab import NetLab  # noqa: E402
 
 SPEC = {"resourceLimits": {"cpu": "1", "memory": "256Mi"}}
-SINK_PORT = 9000  # a lab listener that accepts, writes a line and closes (dplab.listen_tcp)
+SINK_PORT = 9000  # a lab listener that accepts, writes a line and closes (netlab.listen_tcp)
 
 # Prints the mean seconds per TCP connect+close to ADDR:PORT over N tries, from where it runs.
 CONNECT_LOOP = r'''
@@ -81,7 +81,7 @@ def connect_in_sandbox(c, lab, n):
     sid = r.json()["id"]
     try:
         code = CONNECT_LOOP.replace("'", "'\\''")
-        res = c.run(sid, "python3 -c '%s' %s %d %d" % (code, lab.addr, SINK_PORT, n))
+        res = c.run(sid, "python3 -c '%s' %s %d %d" % (code, lab.web1, SINK_PORT, n))
         return float(res.stdout.strip())
     finally:
         c.delete_sandbox(sid)
@@ -89,10 +89,10 @@ def connect_in_sandbox(c, lab, n):
 
 def connect_on_host(lab, n):
     for _ in range(10):
-        socket.create_connection((lab.addr, SINK_PORT), timeout=3).close()
+        socket.create_connection((lab.web1, SINK_PORT), timeout=3).close()
     t = time.perf_counter()
     for _ in range(n):
-        socket.create_connection((lab.addr, SINK_PORT), timeout=3).close()
+        socket.create_connection((lab.web1, SINK_PORT), timeout=3).close()
     return (time.perf_counter() - t) / n
 
 
@@ -109,15 +109,15 @@ def main():
                     help="measure the create rows on this build's corrald too, interleaved")
     args = ap.parse_args()
 
-    lab = TestInternet().start()
-    lab2 = TestInternet().start()
-    lab.listen_tcp(lab.addr, SINK_PORT)
-    lab2.listen_tcp(lab2.addr, SINK_PORT)
+    lab = NetLab()
+    lab2 = NetLab()
+    lab.listen_tcp(lab.web1, SINK_PORT)
+    lab2.listen_tcp(lab2.web1, SINK_PORT)
     nft = harness.Corrald(network=lab)
     dns = harness.Corrald(network=lab2, extra_args=["--egress-mode", "dns"])
     lab3 = base = None
     if args.baseline:
-        lab3 = TestInternet().start()
+        lab3 = NetLab()
         base = BuildCorrald(args.baseline, network=lab3)
     out = {"create_net": [], "create_none": [], "connect_nft": [], "connect_dns": [],
            "connect_host": [], "base_create_net": [], "base_create_none": []}
@@ -160,7 +160,7 @@ def main():
                 notes.append(str(e))
         for lb in (lab, lab2, lab3):
             if lb is not None:
-                lb.stop()
+                lb.close()
 
     none = p50(out["create_none"])
     host = p50(out["connect_host"])

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 Sandbox networking, the data plane (docs/network.md): a sandbox's eth0, address and route, its
-resolv.conf, its reach into the test internet (dplab.py: a namespace of the test's own, nothing
+resolv.conf, its reach into the test internet (netlab.py: a namespace of the test's own, nothing
 leaves this machine), the server default in both modes, extensions.network "none", kill -9 and
 restart, and that a delete or a restart leaves no veth or nftables object behind.
 """
@@ -18,7 +18,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Corrald, CorralTestCase  # noqa: E402
-from dplab import LAB_HTTP_PORT, TestInternet  # noqa: E402
+from netlab import LAB_HTTP_PORT, NetLab  # noqa: E402
 
 LABS = []
 
@@ -42,13 +42,13 @@ class NetworkCase(CorralTestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.lab = TestInternet().start()
+        cls.lab = NetLab()
         LABS.append(cls.lab)
         cls.corrald_kwargs = {"network": cls.lab, "extra_args": list(cls.corrald_args)}
         try:
             super().setUpClass()
         except Exception:
-            cls.lab.stop()
+            cls.lab.close()
             raise
 
     @classmethod
@@ -56,7 +56,7 @@ class NetworkCase(CorralTestCase):
         try:
             super().tearDownClass()
         finally:
-            cls.lab.stop()
+            cls.lab.close()
 
     def fetch(self, sid, addr, port=LAB_HTTP_PORT, path="whoami"):
         return self.client.run(sid, fetch_cmd(addr, port, path)).stdout.strip()
@@ -65,8 +65,8 @@ class NetworkCase(CorralTestCase):
 class TestDataPlane(NetworkCase):
     def test_reaches_lab_hosts_by_ip_without_policy(self):
         sb = self.create()
-        self.assertEqual(self.fetch(sb["id"], self.lab.addr), self.lab.addr)
-        self.assertEqual(self.fetch(sb["id"], self.lab.addr2), self.lab.addr2)
+        self.assertEqual(self.fetch(sb["id"], self.lab.web1), self.lab.web1)
+        self.assertEqual(self.fetch(sb["id"], self.lab.web2), self.lab.web2)
 
     def test_eth0_address_route_resolv_conf_no_ipv6(self):
         sb = self.create()
@@ -82,7 +82,7 @@ class TestDataPlane(NetworkCase):
         v6 = [ln.split()[-1] for ln in run("cat /proc/net/if_inet6").splitlines()]
         self.assertNotIn("eth0", v6)
         self.assertEqual(sorted(run("ls /sys/class/net").split()), ["eth0", "lo"])
-        addr = self.client.run(sb["id"], "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('%s', 9)); print(s.getsockname()[0])\"" % self.lab.addr).stdout.strip()
+        addr = self.client.run(sb["id"], "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('%s', 9)); print(s.getsockname()[0])\"" % self.lab.web1).stdout.strip()
         self.assertEqual(addr, net["address"])
         # GET and the record agree with the create reply
         got = self.client.get_sandbox(sb["id"]).json()
@@ -94,7 +94,7 @@ class TestDataPlane(NetworkCase):
         self.assertNotIn("egressMode", sb)
         out = self.client.run(sb["id"], "ls /sys/class/net").stdout.split()
         self.assertEqual(out, ["lo"])
-        self.assertTrue(self.fetch(sb["id"], self.lab.addr).startswith("FAIL"))
+        self.assertTrue(self.fetch(sb["id"], self.lab.web1).startswith("FAIL"))
 
     def test_bad_network_extension_is_422(self):
         r = self.client.create_sandbox_raw(extensions={"network": "host"})
@@ -161,7 +161,7 @@ class TestDataPlane(NetworkCase):
         addrs = [sb["network"]["address"] for sb in sbs]
         self.assertEqual(len(set(addrs)), len(addrs), addrs)
         for sb in sbs:
-            self.assertEqual(self.fetch(sb["id"], self.lab.addr), self.lab.addr, sb["id"])
+            self.assertEqual(self.fetch(sb["id"], self.lab.web1), self.lab.web1, sb["id"])
 
 
 class TestDefaultDenyNft(NetworkCase):
@@ -171,9 +171,9 @@ class TestDefaultDenyNft(NetworkCase):
 
     def test_ip_literal_dropped(self):
         sb = self.create()
-        self.assertTrue(self.fetch(sb["id"], self.lab.addr).startswith("FAIL"))
+        self.assertTrue(self.fetch(sb["id"], self.lab.web1).startswith("FAIL"))
         # the lab host is up (the block is corral's)
-        self.assertTrue(self.lab.host_can_reach(self.lab.addr, LAB_HTTP_PORT))
+        self.assertTrue(self.lab.host_can_reach(self.lab.web1, LAB_HTTP_PORT))
 
 
 class TestDefaultDenyDnsMode(NetworkCase):
@@ -185,7 +185,7 @@ class TestDefaultDenyDnsMode(NetworkCase):
     def test_ip_literal_passes_in_dns_mode(self):
         sb = self.create()
         self.assertEqual(sb["egressMode"], "dns")
-        self.assertEqual(self.fetch(sb["id"], self.lab.addr), self.lab.addr)
+        self.assertEqual(self.fetch(sb["id"], self.lab.web1), self.lab.web1)
         # the always-blocked stay blocked in this mode too
         self.assertTrue(self.fetch(sb["id"], self.lab.metadata, 80).startswith("FAIL"))
 
@@ -200,12 +200,12 @@ class TestRestart(NetworkCase):
              "sb_" + deny["id"].replace("-", "_")], capture_output=True, text=True).stdout
         self.assertIn("accept", chain_before)
         # a long-lived connection across the restart: a learned-address-free TCP stream
-        self.assertEqual(self.fetch(sid, self.lab.addr), self.lab.addr)
+        self.assertEqual(self.fetch(sid, self.lab.web1), self.lab.web1)
         self.corrald.kill9()
         self.corrald.start()
         self.client.close()
         self.assertEqual(self.client.get_sandbox(sid).json()["network"]["address"], addr)
-        self.assertEqual(self.fetch(sid, self.lab.addr), self.lab.addr)
+        self.assertEqual(self.fetch(sid, self.lab.web1), self.lab.web1)
         chain_after = subprocess.run(
             ["nft", "list", "chain", "inet", self.corrald.net_name,
              "sb_" + deny["id"].replace("-", "_")], capture_output=True, text=True).stdout
