@@ -929,6 +929,7 @@ int main(int argc, char **argv)
 			 RUNTIME_DEFAULT_PIDS_MAX);
 	event_base_dispatch(d->base);
 	egress_stop(d);
+	net_unlock(d->net); /* the bridge and tables stay for the next start; the lock file goes */
 	upstream_shutdown();
 	log_info("stopped");
 	return 0;

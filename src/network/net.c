@@ -282,18 +282,35 @@ static int lock_name(struct net *n, struct error *err)
 	if (mkdir(NET_LOCK_DIR, 0700) < 0 && errno != EEXIST)
 		return error_set_errno(err, errno, "mkdir '%s'", NET_LOCK_DIR);
 	snprintf(path, sizeof(path), NET_LOCK_DIR "/%s.lock", n->name);
-	n->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (n->lock_fd < 0)
-		return error_set_errno(err, errno, "open '%s'", path);
-	if (flock(n->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+	/* A clean exit unlinks the file while it holds the lock (net_unlock()): a lock taken on
+	 * a file that is no longer at path is no lock, take the new one. */
+	for (int tries = 0;; tries++) {
+		n->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (n->lock_fd < 0)
+			return error_set_errno(err, errno, "open '%s'", path);
+		if (flock(n->lock_fd, LOCK_EX | LOCK_NB) < 0)
+			break;
+		struct stat a, b;
+		if (fstat(n->lock_fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+		    a.st_ino == b.st_ino)
+			goto locked;
+		close(n->lock_fd);
+		n->lock_fd = -1;
+		if (tries >= 8)
+			return error_set(err, EAGAIN, "'%s' keeps being replaced", path);
+	}
+	{
 		char holder[32] = "";
 		ssize_t k = pread(n->lock_fd, holder, sizeof(holder) - 1, 0);
 		holder[k > 0 ? k : 0] = '\0';
 		holder[strcspn(holder, "\n")] = '\0';
+		close(n->lock_fd);
+		n->lock_fd = -1; /* not ours: net_free() must not unlink it */
 		return error_set(err, EBUSY,
 				 "network '%s' is in use by another corrald%s%s%s: give this one another --network-name and --sandbox-subnet",
 				 n->name, holder[0] ? " (pid " : "", holder, holder[0] ? ")" : "");
 	}
+locked:;
 	char pid[32];
 	int len = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
 	if (ftruncate(n->lock_fd, 0) == 0 && pwrite(n->lock_fd, pid, (size_t)len, 0) < 0) {
@@ -401,14 +418,24 @@ fail:
 	return r;
 }
 
+void net_unlock(struct net *n)
+{
+	if (!n || n->lock_fd < 0)
+		return;
+	char path[96];
+	snprintf(path, sizeof(path), NET_LOCK_DIR "/%s.lock", n->name);
+	unlink(path); /* still holding the lock: see lock_name() */
+	close(n->lock_fd);
+	n->lock_fd = -1;
+}
+
 void net_free(struct net *n)
 {
 	if (!n)
 		return;
 	if (n->nft)
 		nft_ctx_free(n->nft);
-	if (n->lock_fd >= 0)
-		close(n->lock_fd);
+	net_unlock(n);
 	free(n->sb);
 	free(n);
 }

@@ -99,6 +99,9 @@ int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
  * owns n, its address back to the pool. */
 int net_sandbox_teardown(const struct net *n, const char *sandbox_id, struct error *err);
 void net_sandbox_forget(struct net *n, const char *sandbox_id);
+/* A clean exit's end: remove the lock file of the network's name (and release it). Everything
+ * else stays for the next start. net_free() does it too. */
+void net_unlock(struct net *n);
 /*
  * The same without making a create wait (a deletion's commit holds the kernel's nftables mutex
  * through an RCU grace period, and every create's net_sandbox_add() needs that mutex):

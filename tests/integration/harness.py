@@ -771,7 +771,7 @@ class Corrald:
                 a += ["--sandbox-subnet", "none"]
             else:
                 a += ["--sandbox-subnet", self.network.sandbox_subnet,
-                      "--network-name", self.net_name, "--egress-uplink", self.network.uplink]
+                      "--egress-uplink", self.network.uplink]
         if self.network is not None:
             # corrald's resolver forwards allowed names into the lab, never to the host's
             # resolv.conf nameservers nor anywhere else
@@ -782,6 +782,10 @@ class Corrald:
                                  % (ups, self.network.dns))
             if not ups:
                 a += ["--dns-upstream", self.network.dns]
+        # never the default name (a test's corrald must not take or leave the host's "corral")
+        if not any(x == "--network-name" or x.startswith("--network-name=")
+                   for x in self.extra_args):
+            a += ["--network-name", self.net_name]
         if os.environ.get("CORRAL_TEST_LOG_LEVEL"):
             a += ["--log-level", os.environ["CORRAL_TEST_LOG_LEVEL"]]
         if not any(x == "--capacity" or x.startswith("--capacity=") for x in self.extra_args):
@@ -924,9 +928,8 @@ class Corrald:
         return problems
 
     def remove_network(self):
-        """The bridge and tables corrald made (it leaves them for its next start)."""
-        if self.network is None:
-            return
+        """The bridge, tables and lock file corrald made (it leaves them for its next start): the
+        name is this Corrald's own (unique), whether or not it had a lab."""
         _run_quiet(["ip", "link", "del", self.net_name])
         _run_quiet(["nft", "delete", "table", "inet", self.net_name])
         _run_quiet(["nft", "delete", "table", "bridge", self.net_name])

@@ -25,6 +25,9 @@ harness.Corrald(network=lab) passes lab.dns).
     lab.dns                    # "198.18.R.2:53", for --dns-upstream
     lab.uplink, lab.bridge, lab.sandbox_subnet   # what harness.Corrald(network=lab) passes
 
+lab.bridge is a fresh name per lab, and corrald's --network-name: close() also removes what a
+corrald of that name leaves behind (its bridge, its two nftables tables, its lock file), so a
+test never leaves a network of its own on the host.
 """
 import atexit
 import os
@@ -312,9 +315,23 @@ class NetLab:
         _run("ip", "route", "del", self.net + ".0/24", check=False)
         _run("ip", "link", "del", self.uplink, check=False)
         _run("ip", "netns", "del", self.ns, check=False)
+        remove_network(self.bridge)
         shutil.rmtree(self.tmp, ignore_errors=True)
         if self in _labs:
             _labs.remove(self)
+
+
+def remove_network(name):
+    """What a corrald with --network-name NAME leaves on the host for its next start (its bridge,
+    its two nftables tables, its lock file): for a test's own name only, once its corrald is
+    gone."""
+    _run("ip", "link", "del", name, check=False)
+    _run("nft", "delete", "table", "inet", name, check=False)
+    _run("nft", "delete", "table", "bridge", name, check=False)
+    try:
+        os.unlink("/run/corral/%s.lock" % name)
+    except OSError:
+        pass
 
 
 @atexit.register

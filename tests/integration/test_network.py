@@ -10,6 +10,7 @@ import os
 import random
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 import threading
@@ -213,6 +214,25 @@ class TestRestart(NetworkCase):
         # a new sandbox after the restart gets another address
         self.assertNotIn(self.create()["network"]["address"], (addr, deny["network"]["address"]))
 
+    def test_clean_stop_removes_lock_file_and_deleted_sandboxes_objects(self):
+        lock = "/run/corral/%s.lock" % self.corrald.net_name
+        self.assertTrue(os.path.exists(lock))
+        sb = self.create()
+        cid = sb["id"].replace("-", "_")
+        keep = self.create()
+        self.assertEqual(self.client.delete_sandbox(sb["id"]).status, 204)
+        # stopped right after the delete: its nftables objects (removed in batches) go before
+        # corrald exits, the lock file too; the bridge, tables and live sandboxes stay
+        self.assertEqual(self.corrald.stop(), 0)
+        self.assertFalse(os.path.exists(lock))
+        table = nft_table(self.corrald.net_name)
+        self.assertNotIn(cid, table)
+        self.assertIn("sb_" + keep["id"].replace("-", "_"), table)
+        self.corrald.start()
+        self.client.close()
+        self.assertTrue(os.path.exists(lock))
+        self.assertEqual(self.fetch(keep["id"], self.lab.web1), self.lab.web1)
+
     def test_restart_removes_leftovers_of_unknown_sandboxes(self):
         # What a sandbox deleted while corrald was down would leave: a veth and nft objects.
         ghost = "0badc0de-0000-4000-8000-%012x" % random.randrange(1 << 48)
@@ -237,9 +257,49 @@ class TestRestart(NetworkCase):
             subprocess.run(["ip", "link", "del", veth], stderr=subprocess.DEVNULL)
 
 
+class TestLabCleanup(unittest.TestCase):
+    def test_lab_and_harness_leave_no_network_behind(self):
+        # A test's corrald uses its lab's own name, never the default; once both are gone the
+        # host has no bridge, nftables table or lock file of that name left.
+        lab = NetLab()
+        d = Corrald(network=lab)
+        try:
+            d.start()
+            self.assertIn("--network-name", d.argv(d.port))
+            self.assertEqual(d.net_name, lab.bridge)
+            c = d.client()
+            sid = c.create_sandbox_raw(resourceLimits={"cpu": "1", "memory": "128Mi"}).json()["id"]
+            self.assertEqual(c.run(sid, "true").exit_code, 0)
+            self.assertTrue(os.path.exists("/run/corral/%s.lock" % lab.bridge))
+            self.assertIn("sb_", nft_table(lab.bridge))
+            self.assertEqual(c.delete_sandbox(sid).status, 204)
+            deadline = time.monotonic() + 30
+            while c.get_sandbox(sid).status != 404 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            c.close()
+        finally:
+            try:
+                d.shutdown_and_check()
+            finally:
+                lab.close()
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        self.assertNotIn(" %s:" % lab.bridge, links)
+        for family in ("inet", "bridge"):
+            r = subprocess.run(["nft", "list", "table", family, lab.bridge], capture_output=True)
+            self.assertNotEqual(r.returncode, 0, "table %s %s left" % (family, lab.bridge))
+        self.assertFalse(os.path.exists("/run/corral/%s.lock" % lab.bridge))
+        # a corrald without a lab gets a unique name too
+        other = Corrald()
+        try:
+            a = other.argv(1)
+            self.assertNotEqual(a[a.index("--network-name") + 1], "corral")
+        finally:
+            shutil.rmtree(other.tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     try:
         unittest.main(verbosity=2)
     finally:
         for lab in LABS:
-            lab.stop()
+            lab.close()
