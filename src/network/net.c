@@ -896,10 +896,15 @@ int net_gc(struct net *n, struct error *err)
 	json_t *j = nft_list_json(n, cmd);
 	if (!j)
 		return error_set(err, EIO, "nftables: list table inet %s failed", n->name);
-	FILE *f;
-	_cleanup_free_ char *s = NULL;
-	size_t len = 0;
+	FILE *f, *fd;
+	_cleanup_free_ char *s = NULL, *dels = NULL;
+	size_t len = 0, dlen = 0;
 	if (!(f = open_memstream(&s, &len))) {
+		json_decref(j);
+		return error_set(err, ENOMEM, "nftables script");
+	}
+	if (!(fd = open_memstream(&dels, &dlen))) {
+		fclose(f);
 		json_decref(j);
 		return error_set(err, ENOMEM, "nftables script");
 	}
@@ -937,15 +942,30 @@ int net_gc(struct net *n, struct error *err)
 			struct net_sandbox *sb = find(n, id);
 			if (sb && sb->seen)
 				continue;
-			fprintf(f, "delete %s inet %s %s\n", kinds[k].cmd, N, name);
+			fprintf(fd, "delete %s inet %s %s\n", kinds[k].cmd, N, name);
 			stale++;
 		}
 	}
 	json_decref(j);
-	if (fclose(f) != 0)
+	bool ok = fclose(fd) == 0;
+	if (ok && dels)
+		fputs(dels, f);
+	if (fclose(f) != 0 || !ok)
 		return error_set(err, ENOMEM, "nftables script");
+	if (nft_run(n, NULL, s) == 0)
+		return removed + stale / 3;
+	/* Something changed since the listing (the previous corrald's teardown or reap workers
+	 * outlive it and may be removing the same leftovers): the maps in one transaction, then
+	 * each deletion on its own. */
+	s[len - dlen] = '\0';
 	if ((r = nft_run(n, err, s)) < 0)
-		return error_prefix(err, "remove leftovers");
+		return error_prefix(err, "refill the maps");
+	for (char *line = dels, *next; line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		nft_run(n, NULL, line);
+	}
 	return removed + stale / 3;
 }
 
