@@ -899,6 +899,11 @@ int main(int argc, char **argv)
 			log_error("network: removing leftovers of deleted sandboxes: %s", err.msg);
 		else if (r > 0)
 			log_info("network: removed the leftovers of %d deleted sandbox(es)", r);
+		struct sandbox *sb;
+		TAILQ_FOREACH(sb, &d->sandboxes, link)
+			if (sb->net.on && r >= 0 && net_sandbox_broken(d->net, sb->id))
+				log_error("sandbox %s: its nftables chain or counter in table inet %s is gone (deleted behind corrald's back?): the host drops everything it sends; delete it and create it again",
+					  sb->id, d->net->name);
 	}
 
 	struct event *sigint = evsignal_new(d->base, SIGINT, on_signal, d);

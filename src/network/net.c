@@ -40,6 +40,7 @@ struct net_sandbox {
 	bool seen; /* named by net_sandbox_add() since net_new(): not a leftover */
 	bool retired; /* its veth is gone, its nftables objects wait for net_reap() */
 	bool reaping; /* in the net_reap() under way (net_reap_begin()) */
+	bool broken; /* net_gc() found its chain or counter gone: everything it sends is dropped */
 };
 
 /* ---- names ---------------------------------------------------------------------------------- */
@@ -872,6 +873,14 @@ static bool has_objects(json_t *table, const char *cid)
 	return c1 && c2;
 }
 
+bool net_sandbox_broken(const struct net *n, const char *sandbox_id)
+{
+	for (size_t i = 0; i < n->n_sb; i++)
+		if (strcmp(n->sb[i].id, sandbox_id ? sandbox_id : "") == 0)
+			return n->sb[i].broken;
+	return false;
+}
+
 int net_gc(struct net *n, struct error *err)
 {
 	int removed = 0;
@@ -914,7 +923,8 @@ int net_gc(struct net *n, struct error *err)
 	for (size_t i = 0; i < n->n_sb; i++) {
 		char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
 		nft_id(n->sb[i].id, cid);
-		if (!has_objects(j, cid))
+		n->sb[i].broken = !has_objects(j, cid);
+		if (n->sb[i].broken)
 			continue; /* e.g. after a reboot: its chain is gone, its packets are dropped */
 		veth_name(n->sb[i].id, veth);
 		inet_ntop(AF_INET, &n->sb[i].addr, as, sizeof(as));

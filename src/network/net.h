@@ -121,6 +121,9 @@ void net_reap_end(struct net *n, bool done);
 /* After re-adoption: remove veths and nftables state of sandboxes net_sandbox_add() did not
  * name since net_new(). Returns how many sandboxes' leftovers were removed, or -errno. */
 int net_gc(struct net *n, struct error *err);
+/* After net_gc(): true when a re-adopted sandbox's chain or drop counter was missing (deleted
+ * behind corrald's back): it has no map elements, so the host drops everything it sends. */
+bool net_sandbox_broken(const struct net *n, const char *sandbox_id);
 
 /* Blocking; for the create worker. The veth pair: the host end in the bridge (isolated port),
  * the other end moved into netns_fd as eth0 with the sandbox's address, up, a default route via

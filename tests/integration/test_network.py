@@ -233,6 +233,25 @@ class TestRestart(NetworkCase):
         self.assertTrue(os.path.exists(lock))
         self.assertEqual(self.fetch(keep["id"], self.lab.web1), self.lab.web1)
 
+    def test_restart_names_a_sandbox_whose_nftables_objects_were_deleted(self):
+        # Someone deletes a live sandbox's chain, set and counter while corrald is down: the
+        # sandbox silently loses its network, so the restart must say so, naming it.
+        sb, ok = self.create(), self.create()
+        cid, addr, name = sb["id"].replace("-", "_"), sb["network"]["address"], self.corrald.net_name
+        self.corrald.kill9()
+        script = ("delete element inet {n} src4 {{ {a} }}\ndelete element inet {n} drops {{ {a} }}\n"
+                  "delete chain inet {n} sb_{c}\ndelete set inet {n} l_{c}\n"
+                  "delete counter inet {n} d_{c}\n").format(n=name, a=addr, c=cid)
+        subprocess.run(["nft", "-f", "-"], input=script, text=True, check=True)
+        self.corrald.start()
+        self.client.close()
+        with open(self.corrald.log_path) as f:
+            log = f.read().split("=== start")[-1]
+        self.assertRegex(log, r"error: sandbox %s: its nftables chain or counter .* is gone"
+                         % sb["id"])
+        self.assertNotIn("sandbox %s: its nftables" % ok["id"], log)
+        self.assertEqual(self.fetch(ok["id"], self.lab.web1), self.lab.web1)
+
     def test_restart_removes_leftovers_of_unknown_sandboxes(self):
         # What a sandbox deleted while corrald was down would leave: a veth and nft objects.
         ghost = "0badc0de-0000-4000-8000-%012x" % random.randrange(1 << 48)
