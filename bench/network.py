@@ -8,10 +8,13 @@ Sandbox networking's cost (docs/network.md), as ratios against anchors measured 
                              the default allow: learned-set lookup, then accept; and dns mode)
                              vs the same connect from the host itself (no bridge, no NAT, no rules)
 
-The "internet" is tests/integration/dplab.py's lab namespace: nothing leaves the machine.
+The "internet" is tests/integration/netlab.py's lab namespace: nothing leaves the machine.
 Needs root. No pass/fail: it prints numbers.
 
-    sudo python3 bench/network.py [--n 50] [--connects 300] [--json FILE]
+    sudo python3 bench/network.py [--n 50] [--connects 300] [--json FILE] [--baseline BUILD_DIR]
+
+With --baseline, the create rows are measured on a corrald of another build too (its own lab),
+interleaved round by round with this build's, so machine noise hits both alike.
 """
 import argparse
 import json
@@ -24,10 +27,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "integration"))
 import harness  # noqa: E402
-from dplab import TestInternet  # noqa: E402
+from netlab import NetLab  # noqa: E402
 
 SPEC = {"resourceLimits": {"cpu": "1", "memory": "256Mi"}}
-SINK_PORT = 9000  # a lab listener that accepts, writes a line and closes (dplab.listen_tcp)
+SINK_PORT = 9000  # a lab listener that accepts, writes a line and closes (netlab.listen_tcp)
 
 # Prints the mean seconds per TCP connect+close to ADDR:PORT over N tries, from where it runs.
 CONNECT_LOOP = r'''
@@ -40,6 +43,19 @@ for _ in range(n):
     socket.create_connection((addr, port), timeout=3).close()
 print((time.perf_counter() - t) / n)
 '''
+
+
+class BuildCorrald(harness.Corrald):
+    """A corrald of another build (its corral-execd beside it)."""
+
+    def __init__(self, build_dir, **kw):
+        super().__init__(**kw)
+        self.build_dir = build_dir
+
+    def argv(self, port):
+        a = super().argv(port)
+        a[0] = os.path.join(self.build_dir, "corrald")
+        return a
 
 
 def create_first_command(c, **extra):
@@ -65,7 +81,7 @@ def connect_in_sandbox(c, lab, n):
     sid = r.json()["id"]
     try:
         code = CONNECT_LOOP.replace("'", "'\\''")
-        res = c.run(sid, "python3 -c '%s' %s %d %d" % (code, lab.addr, SINK_PORT, n))
+        res = c.run(sid, "python3 -c '%s' %s %d %d" % (code, lab.web1, SINK_PORT, n))
         return float(res.stdout.strip())
     finally:
         c.delete_sandbox(sid)
@@ -73,10 +89,10 @@ def connect_in_sandbox(c, lab, n):
 
 def connect_on_host(lab, n):
     for _ in range(10):
-        socket.create_connection((lab.addr, SINK_PORT), timeout=3).close()
+        socket.create_connection((lab.web1, SINK_PORT), timeout=3).close()
     t = time.perf_counter()
     for _ in range(n):
-        socket.create_connection((lab.addr, SINK_PORT), timeout=3).close()
+        socket.create_connection((lab.web1, SINK_PORT), timeout=3).close()
     return (time.perf_counter() - t) / n
 
 
@@ -89,30 +105,45 @@ def main():
     ap.add_argument("--n", type=int, default=50, help="creates per variant")
     ap.add_argument("--connects", type=int, default=300, help="TCP connects per measurement")
     ap.add_argument("--json", help="write the raw samples (seconds) here")
+    ap.add_argument("--baseline", metavar="BUILD_DIR",
+                    help="measure the create rows on this build's corrald too, interleaved")
     args = ap.parse_args()
 
-    lab = TestInternet().start()
-    lab2 = TestInternet().start()
-    lab.listen_tcp(lab.addr, SINK_PORT)
-    lab2.listen_tcp(lab2.addr, SINK_PORT)
+    lab = NetLab()
+    lab2 = NetLab()
+    lab.listen_tcp(lab.web1, SINK_PORT)
+    lab2.listen_tcp(lab2.web1, SINK_PORT)
     nft = harness.Corrald(network=lab)
     dns = harness.Corrald(network=lab2, extra_args=["--egress-mode", "dns"])
+    lab3 = base = None
+    if args.baseline:
+        lab3 = NetLab()
+        base = BuildCorrald(args.baseline, network=lab3)
     out = {"create_net": [], "create_none": [], "connect_nft": [], "connect_dns": [],
-           "connect_host": []}
+           "connect_host": [], "base_create_net": [], "base_create_none": []}
     notes = []
     try:
         nft.start()
         dns.start()
         c = nft.client()
         cd = dns.client()
-        for _ in range(3):  # warm-up
-            create_first_command(c)
-            create_first_command(c, extensions={"network": "none"})
-        for _ in range(max(1, args.n // 5)):
-            for _ in range(5):
-                out["create_net"].append(create_first_command(c))
-            for _ in range(5):
-                out["create_none"].append(create_first_command(c, extensions={"network": "none"}))
+        variants = [("", c)]
+        if base:
+            base.start()
+            variants.append(("base_", base.client()))
+        for _, cl in variants:
+            for _ in range(3):  # warm-up
+                create_first_command(cl)
+                create_first_command(cl, extensions={"network": "none"})
+        for i in range(max(1, args.n // 5)):
+            for prefix, cl in (variants if i % 2 == 0 else variants[::-1]):
+                for _ in range(5):
+                    out[prefix + "create_net"].append(create_first_command(cl))
+                for _ in range(5):
+                    out[prefix + "create_none"].append(
+                        create_first_command(cl, extensions={"network": "none"}))
+        for _, cl in variants[1:]:
+            cl.close()
         for _ in range(3):
             out["connect_host"].append(connect_on_host(lab, args.connects))
             out["connect_nft"].append(connect_in_sandbox(c, lab, args.connects))
@@ -120,13 +151,16 @@ def main():
         c.close()
         cd.close()
     finally:
-        for d in (nft, dns):
+        for d in (nft, dns, base):
+            if d is None:
+                continue
             try:
                 d.shutdown_and_check()
             except AssertionError as e:
                 notes.append(str(e))
-        lab.stop()
-        lab2.stop()
+        for lb in (lab, lab2, lab3):
+            if lb is not None:
+                lb.close()
 
     none = p50(out["create_none"])
     host = p50(out["connect_host"])
@@ -134,6 +168,15 @@ def main():
         ("create -> first command, network: none", p50(out["create_none"]), 1.0),
         ("create -> first command, with a network", p50(out["create_net"]),
          p50(out["create_net"]) / none),
+    ]
+    if base:
+        bnone = p50(out["base_create_none"])
+        rows += [
+            ("baseline: create -> first command, none", bnone, 1.0),
+            ("baseline: create -> first command, network", p50(out["base_create_net"]),
+             p50(out["base_create_net"]) / bnone),
+        ]
+    rows += [
         ("TCP connect from the host (anchor)", host, 1.0),
         ("TCP connect from a sandbox, dns+nft", p50(out["connect_nft"]),
          p50(out["connect_nft"]) / host),

@@ -167,6 +167,7 @@ struct corrald {
 	uint64_t volume_size_bytes;
 	/* network: NULL when sandboxes get none (--sandbox-subnet none, or no setup possible) */
 	struct net *net;
+	struct net_reaper *net_reaper;      /* lifecycle.c: removed sandboxes' nftables objects */
 	enum net_mode egress_mode;          /* --egress-mode */
 	enum egress_action egress_default;  /* --egress-default */
 	const char *dns_upstream[9];        /* --dns-upstream, NULL-terminated (the resolver's) */
@@ -202,6 +203,9 @@ bool sandbox_ended(const struct sandbox *sb);
 bool sandbox_visible(const struct sandbox *sb);
 /* lifecycle.c: drop the sandbox's network state (veth, nftables); its teardown does. */
 void lifecycle_net_release(struct sandbox *sb);
+/* lifecycle.c: remove the retired sandboxes' nftables objects now (shutdown); true when a worker
+ * for it runs. */
+bool lifecycle_net_reap_now(struct corrald *d);
 json_t *sandbox_net_to_api(const struct sandbox *sb);
 
 void registry_add(struct corrald *d, struct sandbox *sb);

@@ -419,7 +419,8 @@ static void policy_replace(struct corrald *d, struct evhttp_request *req, struct
 		commit(d, req, sb, &next, NULL, true);
 		return;
 	}
-	if (json_depth_exceeds(s, len, 32) || egress_policy_parse(s, len, &next, &err) < 0) {
+	if (json_depth_exceeds(s, len, 32) || egress_policy_parse(s, len, &next, &err) < 0 ||
+	    egress_rules_refuse_ipv6(next.rules, next.n, &err) < 0) {
 		send_text(req, 400, "invalid policy: %s", err.msg[0] ? err.msg : "nested too deeply");
 		egress_policy_clear(&next);
 		return;
@@ -442,6 +443,8 @@ static void policy_patch(struct corrald *d, struct evhttp_request *req, struct s
 	struct error err = {0};
 	int r = egress_rules_from_json(j, &rules, &n, &err);
 	json_decref(j);
+	if (r == 0 && (r = egress_rules_refuse_ipv6(rules, n, &err)) < 0)
+		free(rules);
 	if (r < 0) {
 		send_text(req, 400, "invalid patch rules: %s", err.msg);
 		return;

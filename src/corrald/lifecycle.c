@@ -247,12 +247,117 @@ static int add_network(struct sandbox *sb)
 	return 0;
 }
 
+/*
+ * The nftables part of removed sandboxes' networks, batched: a deletion's commit holds the
+ * kernel's nftables mutex through an RCU grace period (~6-13 ms), and every create's
+ * net_sandbox_add() on the loop needs that mutex; deleting each sandbox's objects as it went
+ * made a create that followed a delete wait for it (bench/network.py). The teardown worker now
+ * deletes only the veth; the objects go NET_REAP_DELAY_MS later, all retired sandboxes' in one
+ * transaction, in a worker (net.h: net_sandbox_retire()).
+ */
+#define NET_REAP_DELAY_MS 1000
+
+struct net_reaper {
+	struct worker w;
+	struct event *ev;
+};
+
+static void net_reap_in_worker(void *arg, struct worker_result *res)
+{
+	struct corrald *d = arg;
+	struct error err = {0};
+	int r = net_reap(d->net, &err);
+	if (r < 0) {
+		res->rc = r;
+		snprintf(res->msg, sizeof(res->msg), "%s", err.msg);
+	}
+}
+
+static void net_reap_schedule(struct corrald *d, int delay_ms);
+static void on_net_reap_timer(evutil_socket_t fd, short what, void *arg);
+
+static void on_net_reap_done(struct worker *w, const struct worker_result *res, void *arg)
+{
+	struct corrald *d = arg;
+	if (res->rc < 0)
+		log_error("removing deleted sandboxes' nftables objects failed (retrying): %s",
+			  res->msg);
+	net_reap_end(d->net, res->rc >= 0);
+	if (!net_retired(d->net))
+		return;
+	if (d->shutting_down && res->rc >= 0)
+		lifecycle_net_reap_now(d); /* those retired meanwhile: before the exit */
+	else if (!d->shutting_down)
+		net_reap_schedule(d, NET_REAP_DELAY_MS);
+}
+
+static struct net_reaper *net_reaper_of(struct corrald *d)
+{
+	struct net_reaper *nr = d->net_reaper;
+	if (nr)
+		return nr;
+	nr = calloc(1, sizeof(*nr));
+	if (!nr)
+		return NULL; /* the objects stay until the next start's net_gc() */
+	nr->w = (struct worker)WORKER_INIT;
+	nr->ev = evtimer_new(d->base, on_net_reap_timer, d);
+	if (!nr->ev) {
+		free(nr);
+		return NULL;
+	}
+	return d->net_reaper = nr;
+}
+
+/* Starts the reap now if none runs and something is retired; true when one runs afterwards. */
+bool lifecycle_net_reap_now(struct corrald *d)
+{
+	struct net_reaper *nr = d->net ? net_reaper_of(d) : NULL;
+	if (!nr)
+		return false;
+	if (worker_running(&nr->w))
+		return true;
+	if (!net_reap_begin(d->net))
+		return false;
+	nr->w.fn = net_reap_in_worker;
+	nr->w.done = on_net_reap_done;
+	nr->w.arg = d;
+	int r = worker_start(&nr->w, d->base);
+	if (r < 0) {
+		log_error("removing deleted sandboxes' nftables objects: cannot start a worker: %s",
+			  strerror(-r));
+		net_reap_end(d->net, false);
+		if (!d->shutting_down)
+			net_reap_schedule(d, NET_REAP_DELAY_MS);
+		return false;
+	}
+	return true;
+}
+
+static void on_net_reap_timer(evutil_socket_t fd, short what, void *arg)
+{
+	lifecycle_net_reap_now(arg);
+}
+
+static void net_reap_schedule(struct corrald *d, int delay_ms)
+{
+	struct net_reaper *nr = net_reaper_of(d);
+	if (!nr || evtimer_pending(nr->ev, NULL))
+		return;
+	struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
+	evtimer_add(nr->ev, &tv);
+}
+
 void lifecycle_net_release(struct sandbox *sb)
 {
 	if (!sb->net.on || !sb->d->net)
 		return;
-	net_sandbox_forget(sb->d->net, sb->id); /* the teardown worker removed the kernel's part */
+	/* the teardown worker removed its veth; its nftables objects go with the next reap */
+	net_sandbox_retire(sb->d->net, sb->id);
 	sb->net.attached = false;
+	if (sb->d->shutting_down)
+		lifecycle_net_reap_now(sb->d);
+	else
+		net_reap_schedule(sb->d, NET_REAP_DELAY_MS);
 }
 
 static void create_in_worker(void *arg, struct worker_result *res)
@@ -947,8 +1052,8 @@ static void teardown_in_worker(void *arg, struct worker_result *res)
 		snprintf(res->msg, sizeof(res->msg), "%s", err.msg[0] ? err.msg : strerror(-r));
 		return;
 	}
-	/* Its network's kernel state, off the loop (net_sandbox_forget() follows on it). */
-	if (sb->net.on && d->net && (r = net_sandbox_teardown(d->net, sb->id, &err)) < 0) {
+	/* Its veth, off the loop (its nftables objects follow, batched: lifecycle_net_release()). */
+	if (sb->net.on && d->net && (r = net_sandbox_unplug(d->net, sb->id, &err)) < 0) {
 		res->rc = r;
 		snprintf(res->msg, sizeof(res->msg), "remove its network: %s", err.msg);
 		return;

@@ -298,6 +298,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	}
 	admission_shutdown(d);
 	image_pulls_cancel();
+	lifecycle_net_reap_now(d); /* deleted sandboxes' nftables objects: busy() waits for it */
 	shutdown_ev = evtimer_new(d->base, on_shutdown_tick, d);
 	on_shutdown_tick(-1, 0, d);
 }
@@ -990,6 +991,11 @@ static int network_setup(struct corrald *d, struct cmdline *o)
 			log_error("network: removing leftovers of deleted sandboxes: %s", err.msg);
 		else if (r > 0)
 			log_info("network: removed the leftovers of %d deleted sandbox(es)", r);
+		struct sandbox *sb;
+		TAILQ_FOREACH(sb, &d->sandboxes, link)
+			if (sb->net.on && r >= 0 && net_sandbox_broken(d->net, sb->id))
+				log_error("sandbox %s: its nftables chain or counter in table inet %s is gone (deleted behind corrald's back?): the host drops everything it sends; delete it and create it again",
+					  sb->id, d->net->name);
 	}
 	return GO_ON;
 }
@@ -1027,6 +1033,7 @@ static int serve(struct corrald *d, struct cmdline *o)
 			 RUNTIME_DEFAULT_PIDS_MAX);
 	event_base_dispatch(d->base);
 	egress_stop(d);
+	net_unlock(d->net); /* the bridge and tables stay for the next start; the lock file goes */
 	upstream_shutdown();
 	log_info("stopped");
 	return 0;

@@ -620,6 +620,8 @@ static int create_parse_network_policy(json_t *body, struct create_params *p, st
 		struct egress_policy pol;
 		struct error pe = {0};
 		r = egress_policy_from_json(np, &pol, &pe);
+		if (r == 0)
+			r = egress_rules_refuse_ipv6(pol.rules, pol.n, &pe);
 		egress_policy_clear(&pol);
 		if (r == -ENOMEM)
 			return r;

@@ -38,6 +38,9 @@ struct net_sandbox {
 	struct in_addr addr;
 	enum net_mode mode;
 	bool seen; /* named by net_sandbox_add() since net_new(): not a leftover */
+	bool retired; /* its veth is gone, its nftables objects wait for net_reap() */
+	bool reaping; /* in the net_reap() under way (net_reap_begin()) */
+	bool broken; /* net_gc() found its chain or counter gone: everything it sends is dropped */
 };
 
 /* ---- names ---------------------------------------------------------------------------------- */
@@ -280,18 +283,35 @@ static int lock_name(struct net *n, struct error *err)
 	if (mkdir(NET_LOCK_DIR, 0700) < 0 && errno != EEXIST)
 		return error_set_errno(err, errno, "mkdir '%s'", NET_LOCK_DIR);
 	snprintf(path, sizeof(path), NET_LOCK_DIR "/%s.lock", n->name);
-	n->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (n->lock_fd < 0)
-		return error_set_errno(err, errno, "open '%s'", path);
-	if (flock(n->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+	/* A clean exit unlinks the file while it holds the lock (net_unlock()): a lock taken on
+	 * a file that is no longer at path is no lock, take the new one. */
+	for (int tries = 0;; tries++) {
+		n->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (n->lock_fd < 0)
+			return error_set_errno(err, errno, "open '%s'", path);
+		if (flock(n->lock_fd, LOCK_EX | LOCK_NB) < 0)
+			break;
+		struct stat a, b;
+		if (fstat(n->lock_fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+		    a.st_ino == b.st_ino)
+			goto locked;
+		close(n->lock_fd);
+		n->lock_fd = -1;
+		if (tries >= 8)
+			return error_set(err, EAGAIN, "'%s' keeps being replaced", path);
+	}
+	{
 		char holder[32] = "";
 		ssize_t k = pread(n->lock_fd, holder, sizeof(holder) - 1, 0);
 		holder[k > 0 ? k : 0] = '\0';
 		holder[strcspn(holder, "\n")] = '\0';
+		close(n->lock_fd);
+		n->lock_fd = -1; /* not ours: net_free() must not unlink it */
 		return error_set(err, EBUSY,
 				 "network '%s' is in use by another corrald%s%s%s: give this one another --network-name and --sandbox-subnet",
 				 n->name, holder[0] ? " (pid " : "", holder, holder[0] ? ")" : "");
 	}
+locked:;
 	char pid[32];
 	int len = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
 	if (ftruncate(n->lock_fd, 0) == 0 && pwrite(n->lock_fd, pid, (size_t)len, 0) < 0) {
@@ -399,14 +419,24 @@ fail:
 	return r;
 }
 
+void net_unlock(struct net *n)
+{
+	if (!n || n->lock_fd < 0)
+		return;
+	char path[96];
+	snprintf(path, sizeof(path), NET_LOCK_DIR "/%s.lock", n->name);
+	unlink(path); /* still holding the lock: see lock_name() */
+	close(n->lock_fd);
+	n->lock_fd = -1;
+}
+
 void net_free(struct net *n)
 {
 	if (!n)
 		return;
 	if (n->nft)
 		nft_ctx_free(n->nft);
-	if (n->lock_fd >= 0)
-		close(n->lock_fd);
+	net_unlock(n);
 	free(n->sb);
 	free(n);
 }
@@ -638,6 +668,124 @@ int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
 	return r;
 }
 
+int net_sandbox_unplug(const struct net *n, const char *sandbox_id, struct error *err)
+{
+	if (!id_ok(sandbox_id))
+		return error_set(err, EINVAL, "sandbox id '%s' is not a uuid", sandbox_id);
+	char veth[IF_NAMESIZE];
+	veth_name(sandbox_id, veth);
+	struct nl nl = {0};
+	int r = nl_open(&nl);
+	if (r >= 0) {
+		r = nl_link_del(&nl, veth);
+		nl_close(&nl);
+	}
+	if (r < 0)
+		return error_set_errno(err, -r, "sandbox %s: delete veth %s", sandbox_id, veth);
+	(void)n;
+	return 0;
+}
+
+void net_sandbox_retire(struct net *n, const char *sandbox_id)
+{
+	struct net_sandbox *sb = find(n, sandbox_id ? sandbox_id : "");
+	if (sb)
+		sb->retired = true;
+}
+
+size_t net_retired(const struct net *n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n->n_sb; i++)
+		k += n->sb[i].retired;
+	return k;
+}
+
+size_t net_reap_begin(struct net *n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n->n_sb; i++)
+		if (n->sb[i].retired) {
+			n->sb[i].reaping = true;
+			k++;
+		}
+	return k;
+}
+
+int net_reap(const struct net *n, struct error *err)
+{
+	struct net w = *n;
+	w.nft = nft_ctx_new(NFT_CTX_DEFAULT);
+	if (!w.nft)
+		return error_set(err, ENOMEM, "nftables context");
+	nft_ctx_buffer_output(w.nft);
+	nft_ctx_buffer_error(w.nft);
+	_cleanup_free_ char *s = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&s, &len);
+	if (!f) {
+		nft_ctx_free(w.nft);
+		return error_set(err, ENOMEM, "nftables script");
+	}
+	const char *N = n->name;
+	for (size_t i = 0; i < n->n_sb; i++) {
+		const struct net_sandbox *sb = &n->sb[i];
+		if (!sb->reaping)
+			continue;
+		char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
+		nft_id(sb->id, cid);
+		veth_name(sb->id, veth);
+		inet_ntop(AF_INET, &sb->addr, as, sizeof(as));
+		fprintf(f,
+			"delete element inet %1$s src4 { %2$s }\n"
+			"delete element inet %1$s drops { %2$s }\n"
+			"delete element bridge %1$s ports { \"%3$s\" . %2$s }\n"
+			"delete element bridge %1$s port_names { \"%3$s\" }\n"
+			"delete chain inet %1$s sb_%4$s\n"
+			"delete set inet %1$s l_%4$s\n"
+			"delete counter inet %1$s d_%4$s\n",
+			N, as, veth, cid);
+	}
+	int r = 0;
+	if (fclose(f) != 0) {
+		r = error_set(err, ENOMEM, "nftables script");
+	} else if (len && nft_run(&w, NULL, s) < 0) {
+		/* One transaction for all (one RCU grace period) in the usual case; piece by piece
+		 * when something was already gone. */
+		for (size_t i = 0; i < n->n_sb; i++) {
+			const struct net_sandbox *sb = &n->sb[i];
+			if (!sb->reaping)
+				continue;
+			char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
+			nft_id(sb->id, cid);
+			veth_name(sb->id, veth);
+			inet_ntop(AF_INET, &sb->addr, as, sizeof(as));
+			nft_runf(&w, NULL, "delete element inet %s src4 { %s }\n", N, as);
+			nft_runf(&w, NULL, "delete element inet %s drops { %s }\n", N, as);
+			nft_runf(&w, NULL, "delete element bridge %s ports { \"%s\" . %s }\n", N,
+				 veth, as);
+			nft_runf(&w, NULL, "delete element bridge %s port_names { \"%s\" }\n", N,
+				 veth);
+			nft_remove_objects(&w, cid);
+		}
+	}
+	nft_ctx_free(w.nft);
+	return r;
+}
+
+void net_reap_end(struct net *n, bool done)
+{
+	for (size_t i = 0; i < n->n_sb;) {
+		struct net_sandbox *sb = &n->sb[i];
+		if (sb->reaping && done) {
+			*sb = n->sb[--n->n_sb];
+			continue;
+		}
+		sb->reaping = false;
+		i++;
+	}
+}
+
 int net_sandbox_teardown(const struct net *n, const char *sandbox_id, struct error *err)
 {
 	/* An nftables context of this process's own: the caller's is a socket shared with the
@@ -725,6 +873,14 @@ static bool has_objects(json_t *table, const char *cid)
 	return c1 && c2;
 }
 
+bool net_sandbox_broken(const struct net *n, const char *sandbox_id)
+{
+	for (size_t i = 0; i < n->n_sb; i++)
+		if (strcmp(n->sb[i].id, sandbox_id ? sandbox_id : "") == 0)
+			return n->sb[i].broken;
+	return false;
+}
+
 int net_gc(struct net *n, struct error *err)
 {
 	int removed = 0;
@@ -749,10 +905,15 @@ int net_gc(struct net *n, struct error *err)
 	json_t *j = nft_list_json(n, cmd);
 	if (!j)
 		return error_set(err, EIO, "nftables: list table inet %s failed", n->name);
-	FILE *f;
-	_cleanup_free_ char *s = NULL;
-	size_t len = 0;
+	FILE *f, *fd;
+	_cleanup_free_ char *s = NULL, *dels = NULL;
+	size_t len = 0, dlen = 0;
 	if (!(f = open_memstream(&s, &len))) {
+		json_decref(j);
+		return error_set(err, ENOMEM, "nftables script");
+	}
+	if (!(fd = open_memstream(&dels, &dlen))) {
+		fclose(f);
 		json_decref(j);
 		return error_set(err, ENOMEM, "nftables script");
 	}
@@ -762,7 +923,8 @@ int net_gc(struct net *n, struct error *err)
 	for (size_t i = 0; i < n->n_sb; i++) {
 		char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
 		nft_id(n->sb[i].id, cid);
-		if (!has_objects(j, cid))
+		n->sb[i].broken = !has_objects(j, cid);
+		if (n->sb[i].broken)
 			continue; /* e.g. after a reboot: its chain is gone, its packets are dropped */
 		veth_name(n->sb[i].id, veth);
 		inet_ntop(AF_INET, &n->sb[i].addr, as, sizeof(as));
@@ -790,15 +952,30 @@ int net_gc(struct net *n, struct error *err)
 			struct net_sandbox *sb = find(n, id);
 			if (sb && sb->seen)
 				continue;
-			fprintf(f, "delete %s inet %s %s\n", kinds[k].cmd, N, name);
+			fprintf(fd, "delete %s inet %s %s\n", kinds[k].cmd, N, name);
 			stale++;
 		}
 	}
 	json_decref(j);
-	if (fclose(f) != 0)
+	bool ok = fclose(fd) == 0;
+	if (ok && dels)
+		fputs(dels, f);
+	if (fclose(f) != 0 || !ok)
 		return error_set(err, ENOMEM, "nftables script");
+	if (nft_run(n, NULL, s) == 0)
+		return removed + stale / 3;
+	/* Something changed since the listing (the previous corrald's teardown or reap workers
+	 * outlive it and may be removing the same leftovers): the maps in one transaction, then
+	 * each deletion on its own. */
+	s[len - dlen] = '\0';
 	if ((r = nft_run(n, err, s)) < 0)
-		return error_prefix(err, "remove leftovers");
+		return error_prefix(err, "refill the maps");
+	for (char *line = dels, *next; line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		nft_run(n, NULL, line);
+	}
 	return removed + stale / 3;
 }
 
@@ -921,7 +1098,7 @@ int net_sandbox_by_addr(struct net *n, int family, const void *addr, char id_out
 	struct in_addr a;
 	memcpy(&a, addr, sizeof(a));
 	for (size_t i = 0; i < n->n_sb; i++)
-		if (n->sb[i].addr.s_addr == a.s_addr) {
+		if (n->sb[i].addr.s_addr == a.s_addr && !n->sb[i].retired) {
 			memcpy(id_out, n->sb[i].id, UUID_STR_LEN);
 			return 0;
 		}

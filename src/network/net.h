@@ -99,9 +99,31 @@ int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
  * owns n, its address back to the pool. */
 int net_sandbox_teardown(const struct net *n, const char *sandbox_id, struct error *err);
 void net_sandbox_forget(struct net *n, const char *sandbox_id);
+/* A clean exit's end: remove the lock file of the network's name (and release it). Everything
+ * else stays for the next start. net_free() does it too. */
+void net_unlock(struct net *n);
+/*
+ * The same without making a create wait (a deletion's commit holds the kernel's nftables mutex
+ * through an RCU grace period, and every create's net_sandbox_add() needs that mutex):
+ * net_sandbox_unplug() (worker) deletes only the veth, so nothing of the sandbox sends any more;
+ * net_sandbox_retire() (owner) marks it, its address still taken, its nftables elements still
+ * naming that veth, so no other sandbox can use them. Later, batched, in the owner:
+ * net_reap_begin() marks every retired sandbox (returns how many), net_reap() (worker) removes
+ * their nftables objects in one transaction, net_reap_end(done) forgets them (done) or unmarks
+ * them for the next try. net_retired() counts the retired ones.
+ */
+int net_sandbox_unplug(const struct net *n, const char *sandbox_id, struct error *err);
+void net_sandbox_retire(struct net *n, const char *sandbox_id);
+size_t net_retired(const struct net *n);
+size_t net_reap_begin(struct net *n);
+int net_reap(const struct net *n, struct error *err);
+void net_reap_end(struct net *n, bool done);
 /* After re-adoption: remove veths and nftables state of sandboxes net_sandbox_add() did not
  * name since net_new(). Returns how many sandboxes' leftovers were removed, or -errno. */
 int net_gc(struct net *n, struct error *err);
+/* After net_gc(): true when a re-adopted sandbox's chain or drop counter was missing (deleted
+ * behind corrald's back): it has no map elements, so the host drops everything it sends. */
+bool net_sandbox_broken(const struct net *n, const char *sandbox_id);
 
 /* Blocking; for the create worker. The veth pair: the host end in the bridge (isolated port),
  * the other end moved into netns_fd as eth0 with the sandbox's address, up, a default route via

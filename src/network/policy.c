@@ -256,6 +256,16 @@ int egress_rule_from_json(json_t *j, size_t index, struct egress_rule *ret, stru
 	return 0;
 }
 
+int egress_rules_refuse_ipv6(const struct egress_rule *rules, size_t n, struct error *err)
+{
+	for (size_t i = 0; i < n; i++)
+		if (rules[i].kind == EGRESS_CIDR && rules[i].family == AF_INET6)
+			return error_set(err, EAFNOSUPPORT,
+					 "egress[%zu].target '%s' is an IPv6 address: IPv6 is off in sandboxes, so the rule could never match (use IPv4 addresses or names)",
+					 i, rules[i].target);
+	return 0;
+}
+
 int egress_rules_from_json(json_t *arr, struct egress_rule **ret, size_t *ret_n, struct error *err)
 {
 	if (!json_is_array(arr))

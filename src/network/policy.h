@@ -106,6 +106,13 @@ int egress_policy_match_addr(const struct egress_policy *p, int family, const vo
 			     enum egress_action *ret);
 
 /*
+ * IPv6 is off in every sandbox (docs/network.md), so an IPv6 address or CIDR rule could never
+ * match: what a client sends (create's networkPolicy, the policy API) is refused with err naming
+ * the first such rule, egress[index].target (-EAFNOSUPPORT). A stored record is not checked.
+ */
+int egress_rules_refuse_ipv6(const struct egress_rule *rules, size_t n, struct error *err);
+
+/*
  * PATCH: rules (already parsed) go first, in their order, and win: an existing rule with the same
  * target is dropped; among the new ones the first of a target wins. The default is unchanged.
  * -E2BIG (err says so) when the result would have more than EGRESS_RULES_MAX rules; p unchanged

@@ -139,11 +139,13 @@ stop_lab() {
 	kill -TERM "$LAB_PID" 2>/dev/null
 	wait "$LAB_PID" 2>/dev/null
 	LAB_PID=""
-	# what corrald keeps for its next start: the bridge and its nftables tables
+	# what corrald keeps for its next start: the bridge, its nftables tables and its lock file
+	# (the lab removes them when it stops; again here, in case it could not)
 	if [ -n "${LAB_BRIDGE:-}" ]; then
 		ip link del "$LAB_BRIDGE" 2>/dev/null
 		nft delete table inet "$LAB_BRIDGE" 2>/dev/null
 		nft delete table bridge "$LAB_BRIDGE" 2>/dev/null
+		rm -f "/run/corral/$LAB_BRIDGE.lock"
 	fi
 }
 trap 'stop_corrald; stop_registry; stop_lab' EXIT

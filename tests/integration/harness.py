@@ -733,8 +733,9 @@ def _run_quiet(argv):
 
 class Corrald:
     """network: None (sandboxes loopback-only: --sandbox-subnet none, so suites about other things
-    neither depend on nor disturb any network), or a dplab.TestInternet whose namespace is the
-    sandboxes' whole world (its uplink, and a policy route for their subnet)."""
+    neither depend on nor disturb any network), or a netlab.NetLab whose namespace is the
+    sandboxes' whole world (its uplink, its DNS server as the only --dns-upstream, and a policy
+    route for their subnet)."""
 
     def __init__(self, api_key=None, extra_args=None, listen_host="127.0.0.1", image_dir=None,
                  network=None):
@@ -770,12 +771,21 @@ class Corrald:
                 a += ["--sandbox-subnet", "none"]
             else:
                 a += ["--sandbox-subnet", self.network.sandbox_subnet,
-                      "--network-name", self.net_name, "--egress-uplink", self.network.uplink]
-                # corrald's resolver forwards allowed names: into the lab, never to the host's
-                # resolv.conf nameservers (a lab without a DNS server: nothing answers, SERVFAIL)
-                if "--dns-upstream" not in self.extra_args:
-                    a += ["--dns-upstream", getattr(self.network, "dns", None) or
-                          "%s:53" % self.network.addr]
+                      "--egress-uplink", self.network.uplink]
+        if self.network is not None:
+            # corrald's resolver forwards allowed names into the lab, never to the host's
+            # resolv.conf nameservers nor anywhere else
+            ups = [self.extra_args[i + 1] for i, x in enumerate(self.extra_args[:-1])
+                   if x == "--dns-upstream"]
+            if any(u != self.network.dns for u in ups):
+                raise ValueError("--dns-upstream %s is not the lab's DNS server %s"
+                                 % (ups, self.network.dns))
+            if not ups:
+                a += ["--dns-upstream", self.network.dns]
+        # never the default name (a test's corrald must not take or leave the host's "corral")
+        if not any(x == "--network-name" or x.startswith("--network-name=")
+                   for x in self.extra_args):
+            a += ["--network-name", self.net_name]
         if os.environ.get("CORRAL_TEST_LOG_LEVEL"):
             a += ["--log-level", os.environ["CORRAL_TEST_LOG_LEVEL"]]
         if not any(x == "--capacity" or x.startswith("--capacity=") for x in self.extra_args):
@@ -918,9 +928,8 @@ class Corrald:
         return problems
 
     def remove_network(self):
-        """The bridge and tables corrald made (it leaves them for its next start)."""
-        if self.network is None:
-            return
+        """The bridge, tables and lock file corrald made (it leaves them for its next start): the
+        name is this Corrald's own (unique), whether or not it had a lab."""
         _run_quiet(["ip", "link", "del", self.net_name])
         _run_quiet(["nft", "delete", "table", "inet", self.net_name])
         _run_quiet(["nft", "delete", "table", "bridge", self.net_name])

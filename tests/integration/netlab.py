@@ -1,29 +1,46 @@
 """
-A private "internet" for the network tests: a network namespace this test creates, joined to the
-host by a veth pair (corrald's --egress-uplink), holding a DNS server (Debian's dnsmasq with
---no-resolv: it knows only the test names below and asks nobody else) and small HTTP servers on
-addresses that exist only inside it. The host routes those addresses to the veth, so sandbox
-traffic that corrald lets out reaches them and nothing else.
+The private "internet" of every network test and bench (test_network.py, test_egress.py, their
+security twins, bench/network.py, bench/dns.py, tests/compat/run.sh): a network namespace this
+test creates, joined to the host by a veth pair (corrald's --egress-uplink), holding a DNS server
+(Debian's dnsmasq with --no-resolv: it knows only the test names below and asks nobody else) and
+small HTTP servers on addresses that exist only inside it.
 
 No packet goes toward any address outside this machine: every address is in 198.18.0.0/15 (the
-benchmarking range, RFC 2544), picked at random per lab so parallel suites do not collide, and,
-as in dplab.py (the data-plane tests' lab), a policy route sends everything from the sandbox
-subnet into the lab whatever the host's own routes say, so even a broken rule cannot let a
-sandbox packet leave the machine.
+benchmarking range, RFC 2544) or the sandbox subnet the lab picks, both at random per lab so
+parallel suites do not collide; a policy route ("from <sandbox subnet> iif <bridge> lookup <T>",
+table T: default and 169.254.0.0/16 via the lab) sends everything a sandbox sends through the host
+into the lab whatever the host's own routes say, so even a broken rule cannot let a sandbox packet
+leave the machine; and corrald's --dns-upstream is always the lab's dnsmasq (corrald_args(), and
+harness.Corrald(network=lab) passes lab.dns).
+
+  host end   <uplink>       198.18.R.1/29 (host_ip, alias host_addr)
+  lab end    <peer> (netns) 198.18.R.2 (ns_ip: dnsmasq), .3 (web1) and .4 (web2)
+  servers    198.19.R.x/32 on the lab's lo, port 80 (and 853 on "dot"), answering
+             "hello from <addr>" (addr[name], routed from the host through the link);
+             web1, web2 on LAB_HTTP_PORT and 169.254.169.254:80 (metadata) answering GET /whoami
+             with their own address; extra TCP/UDP listeners on request (listen_tcp, listen_udp)
 
     lab = NetLab()             # creates everything; lab.close() removes it (also at exit)
     lab.addr["allowed.test"]   # 198.19.R.10, where allowed.test points
     lab.dns                    # "198.18.R.2:53", for --dns-upstream
     lab.uplink, lab.bridge, lab.sandbox_subnet   # what harness.Corrald(network=lab) passes
+
+lab.bridge is a fresh name per lab, and corrald's --network-name: close() also removes what a
+corrald of that name leaves behind (its bridge, its two nftables tables, its lock file), so a
+test never leaves a network of its own on the host.
 """
 import atexit
 import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
 import time
+
+LAB_HTTP_PORT = 8000  # web1, web2: GET /whoami answers the server's own address
 
 # name -> (host part of the address, TTL of its DNS record)
 NAMES = {
@@ -93,7 +110,12 @@ class NetLab:
         self.sandbox_subnet = "10.%d.%d.0/24" % (a, b)
         self.table = 30000 + secrets.randbelow(10000)
         self.host_ip = "198.18.%d.1" % r         # host end of the link
+        self.host_addr = self.host_ip
         self.ns_ip = "198.18.%d.2" % r           # the namespace's end: dnsmasq listens here
+        self.web1 = "198.18.%d.3" % r            # two hosts on the link (LAB_HTTP_PORT)
+        self.web2 = "198.18.%d.4" % r
+        self.metadata = "169.254.169.254"
+        self.gateway = "10.%d.%d.1" % (a, b)     # corrald's bridge address in the subnet
         self.net = "198.19.%d" % r               # the servers' /24, routed to the namespace
         self.addr = {n: "%s.%d" % (self.net, h) for n, (h, _) in NAMES.items()}
         self.addr.update({n: "%s.%d" % (self.net, h) for n, h in EXTRA.items()})
@@ -115,20 +137,25 @@ class NetLab:
         _run("ip", "netns", "add", self.ns)
         _run("ip", "link", "add", self.uplink, "type", "veth", "peer", "name", self.peer)
         _run("ip", "link", "set", self.peer, "netns", self.ns)
-        _run("ip", "addr", "add", self.host_ip + "/30", "dev", self.uplink)
+        _run("ip", "addr", "add", self.host_ip + "/29", "dev", self.uplink)
         _run("ip", "link", "set", self.uplink, "up")
         ns = self.nsexec
         _run(*ns("ip", "link", "set", "lo", "up"))
-        _run(*ns("ip", "addr", "add", self.ns_ip + "/30", "dev", self.peer))
+        for a in (self.ns_ip, self.web1, self.web2):
+            _run(*ns("ip", "addr", "add", a + "/29", "dev", self.peer))
         _run(*ns("ip", "link", "set", self.peer, "up"))
-        for a in sorted(set(self.addr.values())):
+        for a in sorted(set(self.addr.values())) + [self.metadata]:
             _run(*ns("ip", "addr", "add", a + "/32", "dev", "lo"))
-        # no default route: the lab answers the link's address (sandboxes are masqueraded to it)
-        # and cannot send anywhere else
+        # no default route: the lab answers the link's addresses (sandboxes are masqueraded to
+        # the host's) and what comes from the sandbox subnet (not masqueraded, were a rule
+        # broken), and cannot send anywhere else
+        _run(*ns("ip", "route", "add", self.sandbox_subnet, "via", self.host_ip))
         # the host reaches the servers through the veth (a more specific route than its default)
         _run("ip", "route", "add", self.net + ".0/24", "via", self.ns_ip, "dev", self.uplink)
         # and whatever a sandbox sends through the host goes into the lab, never elsewhere
         _run("ip", "route", "add", "default", "via", self.ns_ip, "dev", self.uplink,
+             "table", str(self.table))
+        _run("ip", "route", "add", "169.254.0.0/16", "via", self.ns_ip, "dev", self.uplink,
              "table", str(self.table))
         _run("ip", "rule", "add", "from", self.sandbox_subnet, "iif", self.bridge, "lookup",
              str(self.table), "priority", str(self.table))
@@ -156,6 +183,9 @@ class NetLab:
         p.stdout.close()
         if ready != "ready":
             raise RuntimeError("the lab's HTTP servers did not start")
+        for a, port in ((self.web1, LAB_HTTP_PORT), (self.web2, LAB_HTTP_PORT),
+                        (self.metadata, 80)):
+            self.serve_http(a, port)
         # dnsmasq answers: ask it from inside the namespace until it does
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -168,6 +198,80 @@ class NetLab:
             time.sleep(0.1)
         else:
             raise RuntimeError("dnsmasq in %s did not answer" % self.ns)
+
+    # --- the data-plane tests' helpers -------------------------------------------------------
+
+    def run_in(self, *argv, **kw):
+        return subprocess.run(self.nsexec(*argv), **kw)
+
+    def _spawn(self, argv):
+        p = subprocess.Popen(self.nsexec(*argv), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def serve_http(self, addr, port):
+        """python3 -m http.server on addr:port in the lab; GET /whoami answers addr."""
+        d = os.path.join(self.tmp, "%s-%d" % (addr, port))
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "whoami"), "w") as f:
+            f.write(addr + "\n")
+        p = self._spawn([sys.executable, "-m", "http.server", "--bind", addr, "--directory", d,
+                         str(port)])
+        self._wait_listening(addr, port)
+        return p
+
+    def listen_tcp(self, addr, port):
+        """A TCP listener in the lab that accepts and answers 'hello' (to show a block is ours)."""
+        code = ("import socket,sys\n"
+                "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(512)\n"
+                "while True:\n"
+                "    c,_=s.accept(); c.sendall(b'hello\\n'); c.close()\n")
+        p = self._spawn([sys.executable, "-c", code, addr, str(port)])
+        self._wait_listening(addr, port)
+        return p
+
+    def listen_udp(self, addr, port):
+        """A UDP service in the lab that echoes every datagram (a stand-in foreign resolver)."""
+        code = ("import socket,sys\n"
+                "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                "s.bind((sys.argv[1], int(sys.argv[2])))\n"
+                "while True:\n"
+                "    d,a=s.recvfrom(2048); s.sendto(d,a)\n")
+        p = self._spawn([sys.executable, "-c", code, addr, str(port)])
+        self._wait_listening(addr, port, udp=True)
+        return p
+
+    def host_udp_echo(self, addr, port, timeout=2.0):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(timeout)
+        try:
+            s.sendto(b"ping", (addr, port))
+            return s.recv(64) == b"ping"
+        except OSError:
+            return False
+        finally:
+            s.close()
+
+    def _wait_listening(self, addr, port, timeout=10.0, udp=False):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            r = self.run_in("ss", "-Hlun" if udp else "-Hltn", "src", "%s:%d" % (addr, port),
+                            capture_output=True, text=True)
+            if r.stdout.strip():
+                return
+            time.sleep(0.05)
+        raise RuntimeError("nothing listens on %s:%d in %s" % (addr, port, self.ns))
+
+    def host_can_reach(self, addr, port, timeout=3.0):
+        """From the host (the test process): a TCP connect, to show the target listens."""
+        try:
+            with socket.create_connection((addr, port), timeout=timeout):
+                return True
+        except OSError:
+            return False
 
     def dns_queries(self):
         """The names dnsmasq was asked for, in order (from its query log)."""
@@ -211,9 +315,23 @@ class NetLab:
         _run("ip", "route", "del", self.net + ".0/24", check=False)
         _run("ip", "link", "del", self.uplink, check=False)
         _run("ip", "netns", "del", self.ns, check=False)
+        remove_network(self.bridge)
         shutil.rmtree(self.tmp, ignore_errors=True)
         if self in _labs:
             _labs.remove(self)
+
+
+def remove_network(name):
+    """What a corrald with --network-name NAME leaves on the host for its next start (its bridge,
+    its two nftables tables, its lock file): for a test's own name only, once its corrald is
+    gone."""
+    _run("ip", "link", "del", name, check=False)
+    _run("nft", "delete", "table", "inet", name, check=False)
+    _run("nft", "delete", "table", "bridge", name, check=False)
+    try:
+        os.unlink("/run/corral/%s.lock" % name)
+    except OSError:
+        pass
 
 
 @atexit.register

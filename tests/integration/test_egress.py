@@ -169,6 +169,27 @@ class TestEgressNftMode(EgressCase):
         # an address rule admits no name
         self.assert_denied_name(sid, "short.test")
 
+    def test_ipv6_rules_are_refused_everywhere(self):
+        # IPv6 is off in sandboxes: an IPv6 rule could never match, so create, POST, PUT and PATCH
+        # all refuse it with a 400 naming the rule, and the policy stays as it was
+        rules = [{"action": "allow", "target": "allowed.test"},
+                 {"action": "allow", "target": "2001:db8::/32"}]
+        r = self.client.create_sandbox_raw(resourceLimits=SMALL, networkPolicy={
+            "defaultAction": "deny", "egress": rules})
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("egress[1].target '2001:db8::/32' is an IPv6 address", r.json()["message"])
+        sid = self.sandbox({"defaultAction": "deny", "egress": rules[:1]})
+        before = self.policy_of(sid)
+        for method in ("POST", "PUT"):
+            r = self.egress(sid, method, {"defaultAction": "deny", "egress": rules})
+            self.assertEqual(r.status, 400, r)
+            self.assertIn(b"egress[1].target '2001:db8::/32' is an IPv6 address", r.body)
+        r = self.egress(sid, "PATCH", [{"action": "deny", "target": "::1"}])
+        self.assertEqual(r.status, 400, r)
+        self.assertIn(b"egress[0].target '::1' is an IPv6 address", r.body)
+        self.assertEqual(self.policy_of(sid), before)
+        self.assert_reaches(sid, "allowed.test")
+
     def test_patch_and_delete_at_runtime(self):
         sid = self.sandbox({"defaultAction": "deny",
                             "egress": [{"action": "allow", "target": "allowed.test"}]})

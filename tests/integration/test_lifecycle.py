@@ -687,7 +687,7 @@ class ListenPolicy(unittest.TestCase):
         if env_key:
             env["CORRAL_API_KEY"] = env_key
         argv = [binary("corrald"), "--listen", "0.0.0.0:%d" % port, "--state-dir", tmp,
-                "--cgroup-name", cg] + args
+                "--cgroup-name", cg, "--sandbox-subnet", "none"] + args
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                              stdin=subprocess.DEVNULL)
         return p, port

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 Sandbox networking, the data plane (docs/network.md): a sandbox's eth0, address and route, its
-resolv.conf, its reach into the test internet (dplab.py: a namespace of the test's own, nothing
+resolv.conf, its reach into the test internet (netlab.py: a namespace of the test's own, nothing
 leaves this machine), the server default in both modes, extensions.network "none", kill -9 and
 restart, and that a delete or a restart leaves no veth or nftables object behind.
 """
@@ -10,6 +10,7 @@ import os
 import random
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Corrald, CorralTestCase  # noqa: E402
-from dplab import LAB_HTTP_PORT, TestInternet  # noqa: E402
+from netlab import LAB_HTTP_PORT, NetLab  # noqa: E402
 
 LABS = []
 
@@ -42,13 +43,13 @@ class NetworkCase(CorralTestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.lab = TestInternet().start()
+        cls.lab = NetLab()
         LABS.append(cls.lab)
         cls.corrald_kwargs = {"network": cls.lab, "extra_args": list(cls.corrald_args)}
         try:
             super().setUpClass()
         except Exception:
-            cls.lab.stop()
+            cls.lab.close()
             raise
 
     @classmethod
@@ -56,7 +57,7 @@ class NetworkCase(CorralTestCase):
         try:
             super().tearDownClass()
         finally:
-            cls.lab.stop()
+            cls.lab.close()
 
     def fetch(self, sid, addr, port=LAB_HTTP_PORT, path="whoami"):
         return self.client.run(sid, fetch_cmd(addr, port, path)).stdout.strip()
@@ -65,8 +66,8 @@ class NetworkCase(CorralTestCase):
 class TestDataPlane(NetworkCase):
     def test_reaches_lab_hosts_by_ip_without_policy(self):
         sb = self.create()
-        self.assertEqual(self.fetch(sb["id"], self.lab.addr), self.lab.addr)
-        self.assertEqual(self.fetch(sb["id"], self.lab.addr2), self.lab.addr2)
+        self.assertEqual(self.fetch(sb["id"], self.lab.web1), self.lab.web1)
+        self.assertEqual(self.fetch(sb["id"], self.lab.web2), self.lab.web2)
 
     def test_eth0_address_route_resolv_conf_no_ipv6(self):
         sb = self.create()
@@ -82,7 +83,7 @@ class TestDataPlane(NetworkCase):
         v6 = [ln.split()[-1] for ln in run("cat /proc/net/if_inet6").splitlines()]
         self.assertNotIn("eth0", v6)
         self.assertEqual(sorted(run("ls /sys/class/net").split()), ["eth0", "lo"])
-        addr = self.client.run(sb["id"], "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('%s', 9)); print(s.getsockname()[0])\"" % self.lab.addr).stdout.strip()
+        addr = self.client.run(sb["id"], "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('%s', 9)); print(s.getsockname()[0])\"" % self.lab.web1).stdout.strip()
         self.assertEqual(addr, net["address"])
         # GET and the record agree with the create reply
         got = self.client.get_sandbox(sb["id"]).json()
@@ -94,7 +95,7 @@ class TestDataPlane(NetworkCase):
         self.assertNotIn("egressMode", sb)
         out = self.client.run(sb["id"], "ls /sys/class/net").stdout.split()
         self.assertEqual(out, ["lo"])
-        self.assertTrue(self.fetch(sb["id"], self.lab.addr).startswith("FAIL"))
+        self.assertTrue(self.fetch(sb["id"], self.lab.web1).startswith("FAIL"))
 
     def test_bad_network_extension_is_422(self):
         r = self.client.create_sandbox_raw(extensions={"network": "host"})
@@ -161,7 +162,7 @@ class TestDataPlane(NetworkCase):
         addrs = [sb["network"]["address"] for sb in sbs]
         self.assertEqual(len(set(addrs)), len(addrs), addrs)
         for sb in sbs:
-            self.assertEqual(self.fetch(sb["id"], self.lab.addr), self.lab.addr, sb["id"])
+            self.assertEqual(self.fetch(sb["id"], self.lab.web1), self.lab.web1, sb["id"])
 
 
 class TestDefaultDenyNft(NetworkCase):
@@ -171,9 +172,9 @@ class TestDefaultDenyNft(NetworkCase):
 
     def test_ip_literal_dropped(self):
         sb = self.create()
-        self.assertTrue(self.fetch(sb["id"], self.lab.addr).startswith("FAIL"))
+        self.assertTrue(self.fetch(sb["id"], self.lab.web1).startswith("FAIL"))
         # the lab host is up (the block is corral's)
-        self.assertTrue(self.lab.host_can_reach(self.lab.addr, LAB_HTTP_PORT))
+        self.assertTrue(self.lab.host_can_reach(self.lab.web1, LAB_HTTP_PORT))
 
 
 class TestDefaultDenyDnsMode(NetworkCase):
@@ -185,7 +186,7 @@ class TestDefaultDenyDnsMode(NetworkCase):
     def test_ip_literal_passes_in_dns_mode(self):
         sb = self.create()
         self.assertEqual(sb["egressMode"], "dns")
-        self.assertEqual(self.fetch(sb["id"], self.lab.addr), self.lab.addr)
+        self.assertEqual(self.fetch(sb["id"], self.lab.web1), self.lab.web1)
         # the always-blocked stay blocked in this mode too
         self.assertTrue(self.fetch(sb["id"], self.lab.metadata, 80).startswith("FAIL"))
 
@@ -200,18 +201,56 @@ class TestRestart(NetworkCase):
              "sb_" + deny["id"].replace("-", "_")], capture_output=True, text=True).stdout
         self.assertIn("accept", chain_before)
         # a long-lived connection across the restart: a learned-address-free TCP stream
-        self.assertEqual(self.fetch(sid, self.lab.addr), self.lab.addr)
+        self.assertEqual(self.fetch(sid, self.lab.web1), self.lab.web1)
         self.corrald.kill9()
         self.corrald.start()
         self.client.close()
         self.assertEqual(self.client.get_sandbox(sid).json()["network"]["address"], addr)
-        self.assertEqual(self.fetch(sid, self.lab.addr), self.lab.addr)
+        self.assertEqual(self.fetch(sid, self.lab.web1), self.lab.web1)
         chain_after = subprocess.run(
             ["nft", "list", "chain", "inet", self.corrald.net_name,
              "sb_" + deny["id"].replace("-", "_")], capture_output=True, text=True).stdout
         self.assertEqual(chain_before, chain_after)
         # a new sandbox after the restart gets another address
         self.assertNotIn(self.create()["network"]["address"], (addr, deny["network"]["address"]))
+
+    def test_clean_stop_removes_lock_file_and_deleted_sandboxes_objects(self):
+        lock = "/run/corral/%s.lock" % self.corrald.net_name
+        self.assertTrue(os.path.exists(lock))
+        sb = self.create()
+        cid = sb["id"].replace("-", "_")
+        keep = self.create()
+        self.assertEqual(self.client.delete_sandbox(sb["id"]).status, 204)
+        # stopped right after the delete: its nftables objects (removed in batches) go before
+        # corrald exits, the lock file too; the bridge, tables and live sandboxes stay
+        self.assertEqual(self.corrald.stop(), 0)
+        self.assertFalse(os.path.exists(lock))
+        table = nft_table(self.corrald.net_name)
+        self.assertNotIn(cid, table)
+        self.assertIn("sb_" + keep["id"].replace("-", "_"), table)
+        self.corrald.start()
+        self.client.close()
+        self.assertTrue(os.path.exists(lock))
+        self.assertEqual(self.fetch(keep["id"], self.lab.web1), self.lab.web1)
+
+    def test_restart_names_a_sandbox_whose_nftables_objects_were_deleted(self):
+        # Someone deletes a live sandbox's chain, set and counter while corrald is down: the
+        # sandbox silently loses its network, so the restart must say so, naming it.
+        sb, ok = self.create(), self.create()
+        cid, addr, name = sb["id"].replace("-", "_"), sb["network"]["address"], self.corrald.net_name
+        self.corrald.kill9()
+        script = ("delete element inet {n} src4 {{ {a} }}\ndelete element inet {n} drops {{ {a} }}\n"
+                  "delete chain inet {n} sb_{c}\ndelete set inet {n} l_{c}\n"
+                  "delete counter inet {n} d_{c}\n").format(n=name, a=addr, c=cid)
+        subprocess.run(["nft", "-f", "-"], input=script, text=True, check=True)
+        self.corrald.start()
+        self.client.close()
+        with open(self.corrald.log_path) as f:
+            log = f.read().split("=== start")[-1]
+        self.assertRegex(log, r"error: sandbox %s: its nftables chain or counter .* is gone"
+                         % sb["id"])
+        self.assertNotIn("sandbox %s: its nftables" % ok["id"], log)
+        self.assertEqual(self.fetch(ok["id"], self.lab.web1), self.lab.web1)
 
     def test_restart_removes_leftovers_of_unknown_sandboxes(self):
         # What a sandbox deleted while corrald was down would leave: a veth and nft objects.
@@ -237,9 +276,49 @@ class TestRestart(NetworkCase):
             subprocess.run(["ip", "link", "del", veth], stderr=subprocess.DEVNULL)
 
 
+class TestLabCleanup(unittest.TestCase):
+    def test_lab_and_harness_leave_no_network_behind(self):
+        # A test's corrald uses its lab's own name, never the default; once both are gone the
+        # host has no bridge, nftables table or lock file of that name left.
+        lab = NetLab()
+        d = Corrald(network=lab)
+        try:
+            d.start()
+            self.assertIn("--network-name", d.argv(d.port))
+            self.assertEqual(d.net_name, lab.bridge)
+            c = d.client()
+            sid = c.create_sandbox_raw(resourceLimits={"cpu": "1", "memory": "128Mi"}).json()["id"]
+            self.assertEqual(c.run(sid, "true").exit_code, 0)
+            self.assertTrue(os.path.exists("/run/corral/%s.lock" % lab.bridge))
+            self.assertIn("sb_", nft_table(lab.bridge))
+            self.assertEqual(c.delete_sandbox(sid).status, 204)
+            deadline = time.monotonic() + 30
+            while c.get_sandbox(sid).status != 404 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            c.close()
+        finally:
+            try:
+                d.shutdown_and_check()
+            finally:
+                lab.close()
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        self.assertNotIn(" %s:" % lab.bridge, links)
+        for family in ("inet", "bridge"):
+            r = subprocess.run(["nft", "list", "table", family, lab.bridge], capture_output=True)
+            self.assertNotEqual(r.returncode, 0, "table %s %s left" % (family, lab.bridge))
+        self.assertFalse(os.path.exists("/run/corral/%s.lock" % lab.bridge))
+        # a corrald without a lab gets a unique name too
+        other = Corrald()
+        try:
+            a = other.argv(1)
+            self.assertNotEqual(a[a.index("--network-name") + 1], "corral")
+        finally:
+            shutil.rmtree(other.tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     try:
         unittest.main(verbosity=2)
     finally:
         for lab in LABS:
-            lab.stop()
+            lab.close()

@@ -700,7 +700,8 @@ class DefaultDiskFlag(unittest.TestCase):
         tmp = tempfile.mkdtemp(prefix="corral-test-")
         try:
             r = subprocess.run([binary("corrald"), "--listen", "127.0.0.1:%d" % free_port(),
-                                "--state-dir", os.path.join(tmp, "state"), "--default-disk", value],
+                                "--state-dir", os.path.join(tmp, "state"), "--default-disk", value,
+                                "--sandbox-subnet", "none"],
                                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

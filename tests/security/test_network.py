@@ -3,7 +3,7 @@
 Attacks on sandbox networking (docs/network.md, "always blocked"): root in a sandbox with a network
 tries to reach another sandbox, corrald's API, a host service, the link-local metadata address, a
 foreign resolver or DoT, and to take another sandbox's address. The "internet" is the test's own
-namespace (tests/integration/dplab.py): every target listens there or on this host, and a
+namespace (tests/integration/netlab.py): every target listens there or on this host, and a
 policy route keeps every sandbox packet inside the machine. Each attack is shown to fail while the
 target demonstrably answers someone else, and corrald and the other sandboxes keep answering.
 """
@@ -16,7 +16,7 @@ import threading
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
-from dplab import LAB_HTTP_PORT, TestInternet  # noqa: E402
+from netlab import LAB_HTTP_PORT, NetLab  # noqa: E402
 from sec import AttackCase, main  # noqa: E402
 
 KEY = "net-key-" + secrets.token_hex(8)
@@ -65,7 +65,7 @@ class TestNetworkAttacks(AttackCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.lab = TestInternet().start()
+        cls.lab = NetLab()
         # corrald listens on every host address (with a key): the sandbox must still not reach it
         cls.corrald_kwargs = {"network": cls.lab, "api_key": KEY, "listen_host": "0.0.0.0"}
         cls.host_service = HostListener()
@@ -73,7 +73,7 @@ class TestNetworkAttacks(AttackCase):
             super().setUpClass()
         except Exception:
             cls.host_service.close()
-            cls.lab.stop()
+            cls.lab.close()
             raise
         cls.addr = {}
         for name in cls.class_sandboxes:
@@ -86,7 +86,7 @@ class TestNetworkAttacks(AttackCase):
             super().tearDownClass()
         finally:
             cls.host_service.close()
-            cls.lab.stop()
+            cls.lab.close()
 
     def attempt(self, sid, addr, port):
         out = self.client.run(sid, connect_cmd(addr, port)).stdout.strip()
@@ -100,7 +100,7 @@ class TestNetworkAttacks(AttackCase):
 
     def test_sanity_the_lab_is_reachable(self):
         # Not an attack: the same path that the attacks below take does carry allowed traffic.
-        out = self.attempt(self.attacker, self.lab.addr, LAB_HTTP_PORT)
+        out = self.attempt(self.attacker, self.lab.web1, LAB_HTTP_PORT)
         self.assertTrue(out.startswith("OPEN"), out)
 
     def test_sandbox_cannot_reach_another_sandbox(self):
@@ -171,20 +171,20 @@ class TestNetworkAttacks(AttackCase):
 
     def test_sandbox_cannot_use_foreign_dns_or_dot(self):
         # Attack: reach a resolver other than corral's (TCP 53) and DNS over TLS (TCP 853).
-        self.lab.listen_tcp(self.lab.addr, 53)
-        self.lab.listen_tcp(self.lab.addr, 853)
-        self.assertTrue(self.lab.host_can_reach(self.lab.addr, 53))
-        self.assertTrue(self.lab.host_can_reach(self.lab.addr, 853))
-        self.assert_blocked(self.lab.addr, 53)
-        self.assert_blocked(self.lab.addr, 853)
+        self.lab.listen_tcp(self.lab.web1, 53)
+        self.lab.listen_tcp(self.lab.web1, 853)
+        self.assertTrue(self.lab.host_can_reach(self.lab.web1, 53))
+        self.assertTrue(self.lab.host_can_reach(self.lab.web1, 853))
+        self.assert_blocked(self.lab.web1, 53)
+        self.assert_blocked(self.lab.web1, 853)
         # UDP 53: a foreign "resolver" in the lab echoes datagrams (to the host, it does)
-        self.lab.listen_udp(self.lab.addr, 53)
-        self.assertTrue(self.lab.host_udp_echo(self.lab.addr, 53))
+        self.lab.listen_udp(self.lab.web1, 53)
+        self.assertTrue(self.lab.host_udp_echo(self.lab.web1, 53))
         out = self.client.run(self.attacker, "python3 -c \"import socket\n"
                               "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2)\n"
                               "s.sendto(b'query', ('%s', 53))\n"
                               "try: print('ANSWER', s.recv(512))\n"
-                              "except Exception as e: print('BLOCKED', e)\"" % self.lab.addr).stdout
+                              "except Exception as e: print('BLOCKED', e)\"" % self.lab.web1).stdout
         self.assertIn("BLOCKED", out)
         self.assert_platform_alive(self.attacker, self.victim)
 

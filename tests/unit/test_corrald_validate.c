@@ -79,6 +79,21 @@ static void expect_bad(const char *body, int status, const char *loc0)
 	json_decref(j);
 }
 
+/* body is refused and the message contains want. */
+static void expect_bad_msg(const char *body, const char *want)
+{
+	json_t *j = J(body);
+	struct create_params p;
+	struct verr e;
+	int r = create_params_parse(j, &p, &e);
+	CHECK_INT(r, -EINVAL);
+	if (r == -EINVAL)
+		CHECK(strstr(e.msg, want) != NULL);
+	else
+		create_params_clear(&p);
+	json_decref(j);
+}
+
 /* A valid networkPolicy is kept as given (corrald parses it again into the sandbox's policy). */
 static void test_network_policy_ok(void)
 {
@@ -227,6 +242,11 @@ static void test_create_bad(void)
 	expect_bad("{" GOOD_BASE ",\"networkPolicy\":{\"egress\":[{\"action\":\"allow\",\"target\":\"a..b\"}]}}",
 		   400, "networkPolicy");
 	expect_bad("{" GOOD_BASE ",\"networkPolicy\":[]}", 400, "networkPolicy");
+	/* an IPv6 rule could never match (IPv6 is off in sandboxes): refused, naming the rule */
+	expect_bad("{" GOOD_BASE ",\"networkPolicy\":{\"egress\":[{\"action\":\"allow\",\"target\":\"10.0.0.0/8\"},{\"action\":\"allow\",\"target\":\"fd00::/8\"}]}}",
+		   400, "networkPolicy");
+	expect_bad_msg("{" GOOD_BASE ",\"networkPolicy\":{\"egress\":[{\"action\":\"allow\",\"target\":\"10.0.0.0/8\"},{\"action\":\"allow\",\"target\":\"fd00::/8\"}]}}",
+		       "egress[1].target 'fd00::/8' is an IPv6 address");
 	expect_bad("{" GOOD_BASE ",\"platform\":{\"os\":\"windows\"}}", 400, "platform");
 }
 

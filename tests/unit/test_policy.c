@@ -98,6 +98,12 @@ static void test_parse(void)
 	CHECK_INT(p.rules[6].family, AF_INET6);
 	CHECK_STR(p.rules[7].target, "::1");
 	CHECK_INT(p.rules[7].prefix, 128);
+	/* a parsed record keeps them, but a client's policy with an IPv6 rule is refused, naming
+	 * the first one (IPv6 is off in sandboxes: it could never match) */
+	CHECK_INT(egress_rules_refuse_ipv6(p.rules, 6, &e), 0);
+	CHECK_INT(egress_rules_refuse_ipv6(p.rules, p.n, &e), -EAFNOSUPPORT);
+	CHECK(strstr(e.msg, "egress[6].target '2001:db8::/32'") != NULL);
+	CHECK(strstr(e.msg, "IPv6") != NULL);
 
 	/* to_json gives the canonical targets back, in order */
 	json_t *j = egress_policy_to_json(&p);
