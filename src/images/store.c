@@ -477,8 +477,8 @@ unsigned image_layer_confine(const char *work, struct registry *reg, const char 
  * Everything after image_layer_confine() parses hostile bytes, and can write beneath work only;
  * the parent finishes the layer (finish_layer()).
  */
-static int fetch_layer(struct pull *p, const char *digest, uint64_t size, const char *work,
-		       struct error *err)
+static int fetch_layer(struct pull *p, const char *digest, uint64_t size, const char *diff_id,
+		       const char *work, struct error *err)
 {
 	char blob[PATH_MAX], root[PATH_MAX], opaque[PATH_MAX];
 	snprintf(blob, sizeof(blob), "%s/blob", work);
@@ -497,7 +497,7 @@ static int fetch_layer(struct pull *p, const char *digest, uint64_t size, const 
 	else if ((ofd = open(opaque, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
 		r = error_set_errno(err, errno, "create the opaque list");
 	if (r == 0)
-		r = image_layer_unpack_list_opaque(blob, root, &p->budget, ofd, err);
+		r = image_layer_unpack_list_opaque(blob, root, &p->budget, ofd, diff_id, err);
 	if (own_blob)
 		unlink(blob);
 	if (r == 0) { /* measured (and synced) here, in parallel: the parent only renames it */
@@ -537,7 +537,7 @@ static int finish_layer(struct pull *p, const char *hex, const char *work, struc
 
 /* A layer fetched in a child: its result comes back over fd as a struct error. */
 static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t size,
-				   const char *work, int fd)
+				   const char *diff_id, const char *work, int fd)
 {
 	/* Nothing of the worker's: not its pipe to corrald, the store lock or the other
 	 * children's pipes (the curl handle's cached connections go with them, unused). */
@@ -550,7 +550,7 @@ static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t 
 	if (r < 0)
 		error_set(&e, -r, "registry client");
 	else
-		r = fetch_layer(p, digest, size, work, &e);
+		r = fetch_layer(p, digest, size, diff_id, work, &e);
 	if (r < 0)
 		error_prefix(&e, "layer %s of %s", digest, p->ref->name);
 	e.code = r;
@@ -565,7 +565,7 @@ static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t 
  * and the first error is reported.
  */
 #define PULL_PARALLEL 3
-static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
+static int fetch_layers(struct pull *p, json_t *layers, json_t *diff_ids, struct error *err)
 {
 	struct {
 		pid_t pid;
@@ -580,7 +580,8 @@ static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
 	(void)image_confine_prepare(); /* once here, not in every child */
 	while (next < n || running) {
 		while (next < n && running < PULL_PARALLEL && first == 0) {
-			json_t *l = json_array_get(layers, next++);
+			json_t *l = json_array_get(layers, next);
+			const char *diff_id = json_string_value(json_array_get(diff_ids, next++));
 			const char *d = json_string_value(json_object_get(l, "digest"));
 			uint64_t size = (uint64_t)json_integer_value(json_object_get(l, "size"));
 			char lp[PATH_MAX], work[PATH_MAX];
@@ -601,7 +602,7 @@ static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
 			pid_t pid = fork();
 			if (pid == 0) {
 				close(fds[0]);
-				layer_child(p, d, size, work, fds[1]);
+				layer_child(p, d, size, diff_id, work, fds[1]);
 			}
 			close(fds[1]);
 			if (pid < 0) {
@@ -752,9 +753,21 @@ static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref
 			      je.text);
 		goto out;
 	}
+	/* Each layer's uncompressed tar is checked against its diff_id as it is unpacked: the
+	 * config (bound to the reference by the manifest) must describe the layers it comes with. */
+	json_t *diff_ids = json_object_get(json_object_get(cfg, "rootfs"), "diff_ids");
+	bool ids_ok = json_array_size(diff_ids) == nl;
+	for (i = 0; ids_ok && i < nl; i++)
+		ids_ok = digest_ok(json_string_value(json_array_get(diff_ids, i)));
+	if (!ids_ok) {
+		r = error_set(err, EPROTO,
+			      "config of %s: rootfs.diff_ids must hold one sha256 digest for each of its %zu layers",
+			      ref->name, nl);
+		goto out;
+	}
 	if ((r = budget_init(&p.budget, o, err)) < 0)
 		goto out;
-	r = fetch_layers(&p, layers, err);
+	r = fetch_layers(&p, layers, diff_ids, err);
 	budget_clear(&p.budget);
 	if (r < 0)
 		goto out;
@@ -853,7 +866,7 @@ static int unpack_confined(const struct image_pull_opts *o, const char *path, co
 		int ofd = open(opaque, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		int r = mkdir(root, 0700) < 0 || ofd < 0
 			    ? error_set_errno(&e, errno, "mkdir the layout's directory")
-			    : image_layer_unpack_list_opaque(path, root, &b, ofd, &e);
+			    : image_layer_unpack_list_opaque(path, root, &b, ofd, NULL, &e);
 		e.code = r;
 		ssize_t _unused_ w = write(fds[1], &e, sizeof(e));
 		_exit(r < 0 ? 1 : 0);

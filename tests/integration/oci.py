@@ -173,8 +173,12 @@ def compress(tar, how):
     return tar, "application/vnd.oci.image.layer.v1.tar"
 
 
-def write_layout(d, layers, config=None, tag="latest", compression="gzip"):
-    """An OCI image layout at d: layers are tar bytes (lowest first) or (tar, compression)."""
+def write_layout(d, layers, config=None, tag="latest", compression="gzip", diff_ids_of=None,
+                 blobs=None):
+    """An OCI image layout at d: layers are tar bytes (lowest first) or (tar, compression).
+    diff_ids_of: a function given the true rootfs.diff_ids that returns what the config says (a
+    lying config); blobs: a function given (index, compressed bytes) that returns the blob to
+    store instead (its descriptor follows it: a blob true to its digest)."""
     os.makedirs(os.path.join(d, "blobs", "sha256"), exist_ok=True)
 
     def blob(b):
@@ -187,8 +191,12 @@ def write_layout(d, layers, config=None, tag="latest", compression="gzip"):
     for l in layers:
         tar, how = l if isinstance(l, tuple) else (l, compression)
         data, mt = compress(tar, how)
+        if blobs:
+            data = blobs(len(descs), data)
         descs.append({"mediaType": mt, "digest": blob(data), "size": len(data)})
         diff_ids.append(sha256(tar))
+    if diff_ids_of:
+        diff_ids = diff_ids_of(diff_ids)
     cfg = {"architecture": "amd64", "os": "linux", "config": config or {},
            "rootfs": {"type": "layers", "diff_ids": diff_ids}}
     cb = json.dumps(cfg).encode()

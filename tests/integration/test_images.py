@@ -63,9 +63,9 @@ class Images(CorralTestCase):
         oci.shutil.rmtree(cls.tmp, ignore_errors=True)
         oci.shutil.rmtree(os.path.dirname(cls.authfile), ignore_errors=True)
 
-    def layout(self, name, layers, config=None, compression="gzip"):
+    def layout(self, name, layers, config=None, compression="gzip", **kw):
         d = os.path.join(self.tmp, name)
-        info = oci.write_layout(d, layers, config=config, compression=compression)
+        info = oci.write_layout(d, layers, config=config, compression=compression, **kw)
         return d, info
 
     def sh(self, sid, cmd, **kw):
@@ -206,6 +206,38 @@ class Images(CorralTestCase):
         self.assertIn("digest mismatch", r.json()["message"])
         self.assertNotIn(info["layers"][1][7:], oci.store_layers(self.corrald.state_dir))
         self.assertEqual(oci.store_tmp(self.corrald.state_dir), [], "the bad blob is discarded")
+
+    def test_diff_id_mismatch_is_a_typed_error_and_discarded(self):
+        # The blob is true to its digest, but the config's diff_id is not the digest of the tar
+        # it decompresses to: the layer is refused as it is unpacked, never reaches layers/.
+        top = oci.layer_tar([F("y", "what the config does not describe")])
+        lie = oci.sha256(b"some other tar")
+        for compression in ("gzip", "zstd", "none"):
+            d, info = self.layout("diffid-" + compression, [self.base, top],
+                                  compression=compression,
+                                  diff_ids_of=lambda ids: [ids[0], lie])
+            ref = self.reg.push(d, "t/diffid-" + compression)
+            r = self.client.create_sandbox_raw(image={"uri": ref})
+            self.assertEqual(r.status, 502, r)
+            self.assertEqual(r.json()["code"], PULL_FAILED)
+            msg = r.json()["message"]
+            self.assertIn("digest mismatch", msg)
+            self.assertIn("diff_id is %s" % lie, msg)
+            self.assertIn(oci.sha256(top), msg, "names the digest the tar has")
+            self.assertIn(info["layers"][1], msg, "names the layer")
+            self.assertNotIn(info["layers"][1][7:], oci.store_layers(self.corrald.state_dir))
+            self.assertEqual(oci.store_tmp(self.corrald.state_dir), [])
+        # A config with fewer diff_ids than layers is no valid image either.
+        d, info = self.layout("diffid-short", [self.base, top],
+                              diff_ids_of=lambda ids: ids[:1])
+        r = self.client.create_sandbox_raw(image={"uri": self.reg.push(d, "t/diffid-short")})
+        self.assertEqual(r.status, 502, r)
+        self.assertIn("rootfs.diff_ids", r.json()["message"])
+        self.assertNotIn(info["layers"][1][7:], oci.store_layers(self.corrald.state_dir))
+        # The same layers with a true config pull and run.
+        d, _ = self.layout("diffid-true", [self.base, top])
+        sid = self.create_image(self.reg.push(d, "t/diffid-true"))["id"]
+        self.assertEqual(self.sh(sid, "cat /y"), "what the config does not describe")
 
     def test_auth(self):
         d, _ = self.layout("auth", [self.base, oci.layer_tar([F("private", "p")])])

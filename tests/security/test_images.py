@@ -49,9 +49,9 @@ class HostileLayers(AttackCase):
         self.target = tempfile.mkdtemp(prefix="corral-target-")
         self.addCleanup(oci.shutil.rmtree, self.target, True)
 
-    def push(self, name, layers):
+    def push(self, name, layers, **kw):
         d = os.path.join(self.tmp, name + self.tag)
-        info = oci.write_layout(d, layers)
+        info = oci.write_layout(d, layers, **kw)
         return self.reg.push(d, "evil/" + name), info
 
     def assert_refused(self, ref, info):
@@ -224,6 +224,42 @@ class HostileLayers(AttackCase):
         self.assertNotIn("trusted.overlay.redirect", names)
         self.assertIn("user.kept", names, "ordinary xattrs are kept")
         self.assert_platform_alive(self.bystander, sid)
+
+    def assert_diff_id_refused(self, ref, info):
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        if r.status == 202:
+            self.addCleanup(self._cleanup_sandbox, r.json()["id"])
+        self.assertEqual(r.status, 502, "%r\n%s" % (r, self.corrald.log_tail(10)))
+        self.assertEqual(r.json()["code"], "SANDBOX::IMAGE_PULL_FAILED")
+        self.assertIn("digest mismatch", r.json()["message"])
+        self.assertIn("diff_id", r.json()["message"])
+        self.assertNotIn(self.corrald.state_dir, r.text, "no host path in the reply")
+        self.assertNotIn(info["layers"][-1][7:], oci.store_layers(self.corrald.state_dir),
+                         "the layer never reaches the store")
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [], "no half layer left")
+        self.assert_platform_alive(self.bystander)
+
+    def test_config_claims_a_trusted_layers_diff_id(self):
+        # Attack: a layer of the attacker's whose config names the diff_id of a known base layer,
+        # so that what goes by diff_ids (scanners, chain ids, caches) takes it for that layer.
+        evil = oci.layer_tar([F("bin/sh", "#!/evil\n", mode=0o755)])
+        trusted = oci.sha256(self.base)
+        ref, info = self.push("posing", [self.base, evil],
+                              diff_ids_of=lambda ids: [ids[0], trusted])
+        self.assert_diff_id_refused(ref, info)
+
+    def test_payload_after_the_tar_end(self):
+        # Attack: data hidden in the blob after the tar's end-of-archive blocks, where a check
+        # that hashes only what the tar reader needs (the config's diff_id is that tar's) would
+        # not see it, carried into the store under a "verified" diff_id.
+        tar = oci.layer_tar([F("innocent", "x")])
+
+        def smuggle(i, data):
+            if i != 1:
+                return data
+            return oci.gzip.compress(oci.gzip.decompress(data) + b"PAYLOAD" * 10000, mtime=0)
+        ref, info = self.push("smuggle", [self.base, tar], blobs=smuggle)
+        self.assert_diff_id_refused(ref, info)
 
 
 if __name__ == "__main__":
