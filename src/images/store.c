@@ -25,7 +25,40 @@
 
 #define CONFIG_MAX (8u << 20)
 
-static const char *const subdirs[] = {"blobs", "blobs/sha256", "layers", "refs", "tmp", "sizes"};
+static const char *const subdirs[] = {"blobs", "blobs/sha256", "layers", "refs",
+				      "tmp",   "sizes",	       "partial"};
+
+/* A partial download that a later pull of the layer may resume: a plain file of the store's
+ * (never a link a confined child made), with fewer bytes than the blob (size 0: unknown). */
+static bool partial_ok(const char *path, uint64_t size)
+{
+	struct stat st;
+	return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+	       st.st_size > 0 && (!size || (uint64_t)st.st_size < size);
+}
+
+/* A layer's work directory is tmp/layer-<hex>-XXXXXX: what a download cut short there (corrald
+ * killed mid-pull) left in its blob goes to partial/<hex>, for the next pull to resume. */
+static void keep_partials(const char *store)
+{
+	char tmp[PATH_MAX];
+	snprintf(tmp, sizeof(tmp), "%s/tmp", store);
+	DIR *d = opendir(tmp);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		const char *hex = de->d_name + 6;
+		if (strncmp(de->d_name, "layer-", 6) != 0 || strlen(hex) != IMAGE_HEX_LEN + 7 ||
+		    strspn(hex, "0123456789abcdef") != IMAGE_HEX_LEN || hex[IMAGE_HEX_LEN] != '-')
+			continue;
+		char from[PATH_MAX + 300], to[PATH_MAX + 100];
+		snprintf(from, sizeof(from), "%s/%s/blob", tmp, de->d_name);
+		snprintf(to, sizeof(to), "%s/partial/%.64s", store, hex);
+		if (partial_ok(from, 0))
+			(void)rename(from, to);
+	}
+	if (d)
+		closedir(d);
+}
 
 static void path_in(char *buf, size_t len, const char *store, const char *fmt, ...)
     _printf_(4, 5);
@@ -44,6 +77,9 @@ int image_store_init(const char *store, struct error *err)
 	int r = fs_mkdir_p(store, 0700);
 	if (r < 0 || chmod(store, 0700) < 0)
 		return error_set_errno(err, r < 0 ? -r : errno, "image store '%s'", store);
+	path_in(p, sizeof(p), store, "partial");
+	if (mkdir(p, 0700) == 0 || errno == EEXIST)
+		keep_partials(store);
 	path_in(p, sizeof(p), store, "tmp");
 	if ((r = fs_remove_tree(p)) < 0)
 		return error_set_errno(err, -r, "empty '%s'", p);
@@ -434,6 +470,7 @@ static int fetch_config(struct pull *p, const char *digest, uint64_t size, char 
 			if (r < 0)
 				return error_set_errno(err, -r, "copy config %s", digest);
 		} else if ((r = registry_get_blob(p->reg, digest, size, tmp, err)) < 0) {
+			unlink(tmp); /* a config is small: never resumed */
 			return r;
 		}
 		if (rename(tmp, path) < 0) {
@@ -558,6 +595,31 @@ static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t 
 	_exit(r < 0 ? 1 : 0);
 }
 
+/* A partial download of layer hex (partial/<hex>, kept by an earlier pull) becomes the blob the
+ * child continues (registry_get_blob() resumes a file it finds); a file that cannot be one goes. */
+static void resume_partial(struct pull *p, const char *hex, uint64_t size, const char *work)
+{
+	char from[PATH_MAX], to[PATH_MAX + 8];
+	path_in(from, sizeof(from), p->o->store, "partial/%.64s", hex);
+	snprintf(to, sizeof(to), "%s/blob", work);
+	if (p->layout)
+		return;
+	if (!partial_ok(from, size) || rename(from, to) < 0)
+		(void)unlink(from);
+}
+
+/* What a failed child's download left (its blob cut short, kept by registry_get_blob()) to
+ * partial/<hex>: bytes the child wrote, trusted for nothing (the next pull hashes them with
+ * the rest and verifies the whole blob). */
+static void keep_partial(struct pull *p, const char *hex, uint64_t size, const char *work)
+{
+	char from[PATH_MAX + 8], to[PATH_MAX];
+	snprintf(from, sizeof(from), "%s/blob", work);
+	path_in(to, sizeof(to), p->o->store, "partial/%.64s", hex);
+	if (!p->layout && partial_ok(from, size))
+		(void)rename(from, to);
+}
+
 /*
  * Every layer not yet in the store, up to PULL_PARALLEL at once, each in a child process (the
  * pull runs single-threaded in a corrald worker; each child has its own connection). After a
@@ -572,6 +634,7 @@ static int fetch_layers(struct pull *p, json_t *layers, json_t *diff_ids, struct
 		int fd;
 		char hex[IMAGE_HEX_LEN + 1];
 		char work[PATH_MAX];
+		uint64_t size;
 	} run[PULL_PARALLEL];
 	size_t n = json_array_size(layers), next = 0, running = 0;
 	int first = 0;
@@ -588,11 +651,12 @@ static int fetch_layers(struct pull *p, json_t *layers, json_t *diff_ids, struct
 			path_in(lp, sizeof(lp), p->o->store, "layers/%s", d + 7);
 			if (access(lp, F_OK) == 0)
 				continue;
-			path_in(work, sizeof(work), p->o->store, "tmp/layer-%.16s-XXXXXX", d + 7);
+			path_in(work, sizeof(work), p->o->store, "tmp/layer-%.64s-XXXXXX", d + 7);
 			if (!mkdtemp(work)) {
 				first = error_set_errno(err, errno, "mkdtemp '%s'", work);
 				break;
 			}
+			resume_partial(p, d + 7, size, work);
 			int fds[2];
 			if (pipe2(fds, O_CLOEXEC) < 0) {
 				first = error_set_errno(err, errno, "pipe");
@@ -617,6 +681,7 @@ static int fetch_layers(struct pull *p, json_t *layers, json_t *diff_ids, struct
 					run[k].fd = fds[0];
 					snprintf(run[k].hex, sizeof(run[k].hex), "%s", d + 7);
 					snprintf(run[k].work, sizeof(run[k].work), "%s", work);
+					run[k].size = size;
 					break;
 				}
 			running++;
@@ -649,6 +714,8 @@ static int fetch_layers(struct pull *p, json_t *layers, json_t *diff_ids, struct
 						     p->ref->name);
 				}
 			}
+			if (!ok)
+				keep_partial(p, run[k].hex, run[k].size, run[k].work);
 			fs_remove_tree(run[k].work);
 			if (first == 0 && !ok) {
 				if (got == (ssize_t)sizeof(e) && e.code < 0) {
@@ -1102,6 +1169,14 @@ int image_gc(const char *store, const char *sandboxes_dir, unsigned *ret_removed
 	if (d)
 		closedir(d);
 	free(keep.v);
+	/* Partial downloads: no pull runs (it would hold the lock shared); the next one starts over. */
+	path_in(path, sizeof(path), store, "partial");
+	d = opendir(path);
+	while (d && (de = readdir(d)))
+		if (de->d_name[0] != '.')
+			(void)unlinkat(dirfd(d), de->d_name, 0);
+	if (d)
+		closedir(d);
 	return 0;
 }
 

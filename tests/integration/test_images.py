@@ -366,6 +366,126 @@ class Images(CorralTestCase):
         sid = self.create_image(ref)["id"]
         self.assertEqual(self.sh(sid, "wc -c < /c"), "100000")
 
+    def partial_blobs(self, state_dir):
+        d = os.path.join(state_dir, "images", "partial")
+        return {h: os.path.getsize(os.path.join(d, h)) for h in os.listdir(d)}
+
+    def test_partial_blob_resumed_with_range(self):
+        # A pull whose blob replies are all cut keeps what it got; the next pull asks for the rest
+        # (Range, 206) and transfers only that; the whole blob is still verified.
+        big = os.urandom(1 << 20)
+        d, info = self.layout("resume", [self.base, oci.layer_tar([F("big", big)])])
+        self.reg.push(d, "t/resume")
+        ref = "%s/t/resume:latest" % self.anonreg.host
+        hexd = info["layers"][1][7:]
+        size = os.path.getsize(self.reg.blob_path(info["layers"][1]))
+        self.anonreg.cut_blobs = 1000
+        self.anonreg.fault_digests = {info["layers"][1]}
+        self.addCleanup(setattr, self.anonreg, "fault_digests", None)
+        self.addCleanup(setattr, self.anonreg, "cut_blobs", 0)
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 502, r)
+        kept = self.partial_blobs(self.corrald.state_dir).get(hexd, 0)
+        self.assertGreater(kept, size // 2, "the cut tries continued each other")
+        self.assertLess(kept, size)
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [])
+        self.assertEqual(self.anonreg.ranges[info["layers"][1]][1], "bytes=%d-" % (size // 2))
+        self.anonreg.cut_blobs = 0
+        self.anonreg.blob_bytes.clear()
+        self.anonreg.ranges.clear()
+        sid = self.create_image(ref)["id"]
+        self.assertEqual(self.anonreg.ranges[info["layers"][1]], ["bytes=%d-" % kept])
+        self.assertEqual(self.anonreg.blob_bytes[info["layers"][1]], size - kept,
+                         "only the rest was transferred")
+        self.assertEqual(self.sh(sid, "wc -c < /big"), str(1 << 20))
+        with open(os.path.join(self.corrald.state_dir, "images", "layers", hexd, "big"),
+                  "rb") as f:
+            self.assertTrue(f.read() == big, "the resumed layer is the image's")
+        self.assertNotIn(hexd, self.partial_blobs(self.corrald.state_dir))
+
+    def test_partial_blob_without_range_support_downloads_whole(self):
+        # A registry that ignores Range (200, the whole blob): the partial is dropped, the blob
+        # downloaded again from its start, and verified.
+        d, info = self.layout("norange", [self.base, oci.layer_tar([F("n", os.urandom(300000))])])
+        self.reg.push(d, "t/norange")
+        ref = "%s/t/norange:latest" % self.anonreg.host
+        size = os.path.getsize(self.reg.blob_path(info["layers"][1]))
+        self.anonreg.cut_blobs = 1000
+        self.anonreg.fault_digests = {info["layers"][1]}
+        self.addCleanup(setattr, self.anonreg, "fault_digests", None)
+        self.addCleanup(setattr, self.anonreg, "cut_blobs", 0)
+        self.addCleanup(setattr, self.anonreg, "ignore_range", False)
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 502, r)
+        self.assertIn(info["layers"][1][7:], self.partial_blobs(self.corrald.state_dir))
+        self.anonreg.cut_blobs = 0
+        self.anonreg.ignore_range = True
+        self.anonreg.blob_bytes.clear()
+        sid = self.create_image(ref)["id"]
+        self.assertEqual(self.anonreg.blob_bytes[info["layers"][1]], size)
+        self.assertEqual(self.sh(sid, "wc -c < /n"), "300000")
+        self.assertNotIn(info["layers"][1][7:], self.partial_blobs(self.corrald.state_dir))
+
+    def test_partial_blob_resumed_after_corrald_killed(self):
+        # corrald killed -9 while a blob is half downloaded: its pull dies with it, the next
+        # corrald keeps the bytes at start (tmp/ -> partial/) and its pull asks for the rest.
+        d, info = self.layout("killres", [self.base, oci.layer_tar([F("k", os.urandom(1 << 20))])])
+        self.reg.push(d, "t/killres")
+        ref = "%s/t/killres:latest" % self.anonreg.host
+        dg = info["layers"][1]
+        size = os.path.getsize(self.reg.blob_path(dg))
+        c = Corrald(extra_args=["--insecure-registry", self.anonreg.host])
+        c.start()
+        try:
+            self.anonreg.stall_blobs = 1
+            self.anonreg.stall_seconds = 20.0
+            self.anonreg.fault_digests = {dg}
+            self.addCleanup(setattr, self.anonreg, "fault_digests", None)
+            self.addCleanup(setattr, self.anonreg, "stall_blobs", 0)
+            t = threading.Thread(target=lambda: self._quiet_create(c, ref))
+            t.start()
+            tmp = os.path.join(c.state_dir, "images", "tmp")
+            blob = None
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                for w in os.listdir(tmp) if os.path.isdir(tmp) else []:
+                    p = os.path.join(tmp, w, "blob")
+                    if w.startswith("layer-" + dg[7:]) and os.path.exists(p) and \
+                            os.path.getsize(p) >= size // 2:
+                        blob = p
+                if blob:
+                    break
+                time.sleep(0.02)
+            self.assertIsNotNone(blob, "the half blob reached the layer's work directory")
+            c.kill9()
+            t.join(30)
+            self.anonreg.ranges.clear()
+            self.anonreg.blob_bytes.clear()
+            c.start()
+            part = os.path.join(c.state_dir, "images", "partial", dg[7:])
+            kept = os.path.getsize(part)
+            self.assertEqual(kept, size // 2)
+            cl = c.client(timeout=60)
+            r = cl.create_sandbox_raw(image={"uri": ref})
+            self.assertEqual(r.status, 202, "%r\n%s" % (r, c.log_tail(20)))
+            self.assertEqual(self.anonreg.ranges[dg], ["bytes=%d-" % kept])
+            self.assertEqual(self.anonreg.blob_bytes[dg], size - kept)
+            self.assertEqual(cl.run(r.json()["id"], "wc -c < /k").stdout.strip(), str(1 << 20))
+            self.assertFalse(os.path.exists(part))
+            cl.delete_sandbox(r.json()["id"])
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
+    def _quiet_create(self, c, ref):
+        cl = c.client(timeout=60)
+        try:
+            cl.create_sandbox_raw(image={"uri": ref})
+        except OSError:
+            pass  # corrald killed under the request
+        finally:
+            cl.close()
+
     def test_docker_schema2_plain_layers_and_platform_index(self):
         d, _ = self.layout("v2s2", [self.base, (oci.layer_tar([F("v", "docker")]), "none")])
         # skopeo converts to a Docker schema 2 manifest (gzip layers) on push
