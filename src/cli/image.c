@@ -1,7 +1,12 @@
 /* corral image pull|ls|rm|import|inspect: registry images in corrald's store (docs/images.md). */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -21,6 +26,8 @@ static const char image_help[] =
 	"loads an OCI image layout (a directory, or a tar such as docker save writes) from PATH on\n"
 	"corrald's host, under its --import-dir, as NAME. inspect prints what the store holds of REF\n"
 	"as JSON: its layers and what each takes on disk unpacked, its config, when it was last used.\n"
+	"pull shows its progress (megabytes of blobs downloaded of those to download) on one line\n"
+	"rewritten in place on a terminal, as plain lines (at most one a second) otherwise.\n"
 	"\n"
 	"Options:\n"
 	"  --username USER        registry user for pull; the password is read from stdin\n"
@@ -53,6 +60,78 @@ static void print_table(json_t *o)
 		printf("%-60s %-8lld %-10s %.19s\n", json_string_value(json_object_get(it, "name")),
 		       (long long)json_integer_value(json_object_get(it, "layers")), size,
 		       digest ? digest : "-");
+	}
+}
+
+/* Whether the server's normalized name is the pull of ref as the user wrote it (python:3.11 is
+ * docker.io/library/python:3.11, a name without tag has :latest). */
+static bool pull_matches(const char *name, const char *ref)
+{
+	char a[1200], b[1200];
+	snprintf(a, sizeof(a), "/%s", ref);
+	snprintf(b, sizeof(b), "/%s:latest", ref);
+	size_t n = strlen(name), la = strlen(a), lb = strlen(b);
+	return strcmp(name, ref) == 0 || (n > la && strcmp(name + n - la, a) == 0) ||
+	       (n > lb && strcmp(name + n - lb, b) == 0);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * The progress of the pull of ref while it runs, from the "pulls" of GET /v1/images, in a
+ * process of its own (the pull's request blocks the caller, which kills it when the request
+ * ends). On a terminal one line rewritten in place; otherwise a line when the count moved, at
+ * most one a second.
+ */
+static _noreturn_ void progress_run(const struct cli *cli, const char *ref, pid_t parent, bool tty)
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+		_exit(0);
+	corral_client *c = NULL;
+	if (cli_client_new(cli, &c))
+		_exit(0);
+	double last_line = 0;
+	long long last_done = -1;
+	for (;;) {
+		usleep(tty ? 200000 : 250000);
+		char *out = NULL;
+		corral_error err = {0};
+		if (corral_image_list_json(c, &out, &err) < 0)
+			continue;
+		json_t *j = json_loads(out, 0, NULL), *x, *pick = NULL;
+		free(out);
+		json_t *pulls = json_object_get(j, "pulls");
+		size_t i;
+		json_array_foreach(pulls, i, x) {
+			const char *name = json_string_value(json_object_get(x, "name"));
+			if (name && pull_matches(name, ref))
+				pick = x;
+		}
+		if (!pick && json_array_size(pulls) == 1)
+			pick = json_array_get(pulls, 0);
+		const char *name = json_string_value(json_object_get(pick, "name"));
+		long long done = json_integer_value(json_object_get(pick, "bytesDone"));
+		long long total = json_integer_value(json_object_get(pick, "bytesTotal"));
+		if (name && total > 0) {
+			int pct = (int)(done * 100 / total);
+			if (tty) {
+				printf("\r%s: %.1f of %.1f MB (%d%%)\033[K", name, (double)done / 1e6,
+				       (double)total / 1e6, pct > 100 ? 100 : pct);
+				fflush(stdout);
+			} else if (done != last_done && now_s() - last_line >= 1.0) {
+				printf("%s: %.1f of %.1f MB (%d%%)\n", name, (double)done / 1e6,
+				       (double)total / 1e6, pct > 100 ? 100 : pct);
+				fflush(stdout);
+				last_line = now_s();
+				last_done = done;
+			}
+		}
+		json_decref(j);
 	}
 }
 
@@ -144,8 +223,22 @@ int cmd_image(struct cli *cli, int argc, char **argv)
 			corral_client_free(client);
 			return cli_usage_error("image", "--username: no password on stdin");
 		}
-		if (corral_image_pull(client, argv[optind], user, pass, (double)timeout_s, &out,
-				      &err) < 0)
+		bool tty = isatty(STDOUT_FILENO);
+		pid_t parent = getpid();
+		fflush(stdout);
+		pid_t poller = fork();
+		if (poller == 0)
+			progress_run(cli, argv[optind], parent, tty);
+		int pr = corral_image_pull(client, argv[optind], user, pass, (double)timeout_s, &out,
+					   &err);
+		if (poller > 0) {
+			kill(poller, SIGKILL);
+			while (waitpid(poller, NULL, 0) < 0 && errno == EINTR)
+				;
+			if (tty) /* the progress line goes */
+				printf("\r\033[K");
+		}
+		if (pr < 0)
 			ret = cli_report("image pull", &err);
 		else
 			printf("%s\n", argv[optind]);

@@ -517,6 +517,21 @@ json_t *image_list_json(const struct corrald *d)
 	return items;
 }
 
+json_t *image_pulls_json(const struct corrald *d)
+{
+	(void)d;
+	json_t *items = json_array();
+	/* Names and byte counts only: a job's key holds its credentials. */
+	for (struct pull_job *j = jobs; items && j; j = j->next) {
+		json_t *o = json_pack("{s:s, s:I, s:I}", "name", j->ref.name, "bytesDone",
+				      (json_int_t)(j->progress ? j->progress->done : 0), "bytesTotal",
+				      (json_int_t)(j->progress ? j->progress->total : 0));
+		if (o)
+			json_array_append_new(items, o);
+	}
+	return items;
+}
+
 static struct sandbox *image_user(struct corrald *d, const char *name);
 
 int image_inspect_json(const struct corrald *d, const char *uri, json_t **ret, char *msg,

@@ -695,7 +695,7 @@ class Images(CorralTestCase):
         self.assertIn("unauthorized", err)
         rc, out, err = self.corral("image", "pull", "--username", "alice", ref,
                                    stdin="s3cret-pw\n")
-        self.assertEqual((rc, out.strip()), (0, ref), err)
+        self.assertEqual((rc, out.splitlines()[-1]), (0, ref), err)  # after any progress lines
         rc, out, err = self.corral("image", "ls")
         self.assertEqual(rc, 0, err)
         self.assertIn(ref, out)
@@ -708,6 +708,52 @@ class Images(CorralTestCase):
         self.assertIn("IMAGE_NOT_FOUND", err)
         rc, out, err = self.corral("image", "frobnicate")
         self.assertEqual(rc, 1, (out, err))
+
+    def test_cli_image_pull_progress(self):
+        # The pull's progress from the server (GET /v1/images "pulls") while the request runs:
+        # plain lines when stdout is a pipe, one line rewritten in place on a terminal.
+        import pty
+        from harness import binary
+        env = dict(os.environ, CORRAL_SERVER=self.corrald.base_url)
+        env.pop("CORRAL_API_KEY", None)
+        self.anonreg.delay_blobs = 1.5
+        self.addCleanup(setattr, self.anonreg, "delay_blobs", 0.0)
+        for tty in (False, True):
+            name = "t/progress-%s" % ("tty" if tty else "pipe")
+            d, _ = self.layout(name.replace("/", "-"),
+                               [self.base, oci.layer_tar([F("p", os.urandom(200000))])])
+            self.reg.push(d, name)
+            ref = "%s/%s:latest" % (self.anonreg.host, name)
+            if not tty:
+                rc, out, err = self.corral("image", "pull", ref)
+                self.assertEqual(rc, 0, err)
+                lines = out.splitlines()
+                self.assertEqual(lines[-1], ref)
+                prog = [l for l in lines[:-1] if l.startswith(ref + ": ")]
+                self.assertTrue(prog, out)
+                self.assertRegex(prog[-1], r": \d+\.\d of \d+\.\d MB \(\d+%\)$")
+                self.assertNotIn("\r", out)
+                continue
+            mfd, sfd = pty.openpty()
+            p = subprocess.Popen([binary("corral"), "image", "pull", ref], stdout=sfd,
+                                 stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+            os.close(sfd)
+            buf = b""
+            while True:
+                try:
+                    chunk = os.read(mfd, 4096)
+                except OSError:  # EIO: the terminal's last writer is gone
+                    break
+                if not chunk:
+                    break
+                buf += chunk
+            os.close(mfd)
+            self.assertEqual(p.wait(60), 0, p.stderr.read())
+            p.stderr.close()
+            text = buf.decode()
+            self.assertIn("\r%s: " % ref, text)
+            self.assertRegex(text, r"MB \(\d+%\)\x1b\[K")
+            self.assertTrue(text.endswith("\r\x1b[K%s\r\n" % ref), repr(text[-200:]))
 
     def test_cli_image_inspect(self):
         d, info = self.layout("inspect", [self.base, oci.layer_tar([F("big", os.urandom(1 << 20))])],
