@@ -1,11 +1,7 @@
 /* corral image pull|ls|rm|import|inspect: registry images in corrald's store (docs/images.md). */
-#include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -83,56 +79,92 @@ static double now_s(void)
 }
 
 /*
- * The progress of the pull of ref while it runs, from the "pulls" of GET /v1/images, in a
- * process of its own (the pull's request blocks the caller, which kills it when the request
- * ends). On a terminal one line rewritten in place; otherwise a line when the count moved, at
- * most one a second.
+ * The progress of the pull of ref while it runs, from the "pulls" of GET /v1/images, polled by a
+ * thread on the same client while the pull's request blocks the caller. On a terminal one line
+ * rewritten in place; otherwise a line when the count moved, at most one a second.
  */
-static _noreturn_ void progress_run(const struct cli *cli, const char *ref, pid_t parent, bool tty)
+struct pull_progress {
+	corral_client *client;
+	const char *ref;
+	bool tty, stop, shown;
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+};
+
+static void pull_progress_show(struct pull_progress *p, double *last_line, long long *last_done)
 {
-	if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
-		_exit(0);
-	corral_client *c = NULL;
-	if (cli_client_new(cli, &c))
-		_exit(0);
+	char *out = NULL;
+	corral_error err = {0};
+	if (corral_image_list_json(p->client, &out, &err) < 0)
+		return;
+	json_t *j = json_loads(out, 0, NULL), *x, *pick = NULL;
+	free(out);
+	json_t *pulls = json_object_get(j, "pulls");
+	size_t i;
+	json_array_foreach(pulls, i, x) {
+		const char *name = json_string_value(json_object_get(x, "name"));
+		if (name && pull_matches(name, p->ref))
+			pick = x;
+	}
+	if (!pick && json_array_size(pulls) == 1)
+		pick = json_array_get(pulls, 0);
+	const char *name = json_string_value(json_object_get(pick, "name"));
+	long long done = json_integer_value(json_object_get(pick, "bytesDone"));
+	long long total = json_integer_value(json_object_get(pick, "bytesTotal"));
+	pthread_mutex_lock(&p->mu);
+	if (name && total > 0 && !p->stop) {
+		int pct = (int)(done * 100 / total);
+		if (p->tty) {
+			printf("\r%s: %.1f of %.1f MB (%d%%)\033[K", name, (double)done / 1e6,
+			       (double)total / 1e6, pct > 100 ? 100 : pct);
+			fflush(stdout);
+			p->shown = true;
+		} else if (done != *last_done && now_s() - *last_line >= 1.0) {
+			printf("%s: %.1f of %.1f MB (%d%%)\n", name, (double)done / 1e6,
+			       (double)total / 1e6, pct > 100 ? 100 : pct);
+			fflush(stdout);
+			*last_line = now_s();
+			*last_done = done;
+		}
+	}
+	pthread_mutex_unlock(&p->mu);
+	json_decref(j);
+}
+
+static void *pull_progress_main(void *arg)
+{
+	struct pull_progress *p = arg;
 	double last_line = 0;
 	long long last_done = -1;
 	for (;;) {
-		usleep(tty ? 200000 : 250000);
-		char *out = NULL;
-		corral_error err = {0};
-		if (corral_image_list_json(c, &out, &err) < 0)
-			continue;
-		json_t *j = json_loads(out, 0, NULL), *x, *pick = NULL;
-		free(out);
-		json_t *pulls = json_object_get(j, "pulls");
-		size_t i;
-		json_array_foreach(pulls, i, x) {
-			const char *name = json_string_value(json_object_get(x, "name"));
-			if (name && pull_matches(name, ref))
-				pick = x;
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += (p->tty ? 200 : 250) * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
 		}
-		if (!pick && json_array_size(pulls) == 1)
-			pick = json_array_get(pulls, 0);
-		const char *name = json_string_value(json_object_get(pick, "name"));
-		long long done = json_integer_value(json_object_get(pick, "bytesDone"));
-		long long total = json_integer_value(json_object_get(pick, "bytesTotal"));
-		if (name && total > 0) {
-			int pct = (int)(done * 100 / total);
-			if (tty) {
-				printf("\r%s: %.1f of %.1f MB (%d%%)\033[K", name, (double)done / 1e6,
-				       (double)total / 1e6, pct > 100 ? 100 : pct);
-				fflush(stdout);
-			} else if (done != last_done && now_s() - last_line >= 1.0) {
-				printf("%s: %.1f of %.1f MB (%d%%)\n", name, (double)done / 1e6,
-				       (double)total / 1e6, pct > 100 ? 100 : pct);
-				fflush(stdout);
-				last_line = now_s();
-				last_done = done;
-			}
-		}
-		json_decref(j);
+		pthread_mutex_lock(&p->mu);
+		while (!p->stop && pthread_cond_timedwait(&p->cond, &p->mu, &until) == 0)
+			;
+		bool stop = p->stop;
+		pthread_mutex_unlock(&p->mu);
+		if (stop)
+			return NULL;
+		pull_progress_show(p, &last_line, &last_done);
 	}
+}
+
+/* Stop the thread; on a terminal its line goes. Nothing is printed by it after this. */
+static void pull_progress_end(struct pull_progress *p, pthread_t t)
+{
+	pthread_mutex_lock(&p->mu);
+	p->stop = true;
+	pthread_cond_signal(&p->cond);
+	if (p->tty && p->shown)
+		printf("\r\033[K");
+	pthread_mutex_unlock(&p->mu);
+	pthread_join(t, NULL);
 }
 
 static int read_password(char **ret)
@@ -223,21 +255,18 @@ int cmd_image(struct cli *cli, int argc, char **argv)
 			corral_client_free(client);
 			return cli_usage_error("image", "--username: no password on stdin");
 		}
-		bool tty = isatty(STDOUT_FILENO);
-		pid_t parent = getpid();
-		fflush(stdout);
-		pid_t poller = fork();
-		if (poller == 0)
-			progress_run(cli, argv[optind], parent, tty);
+		struct pull_progress prog = {.client = client, .ref = argv[optind],
+					.tty = isatty(STDOUT_FILENO) == 1};
+		pthread_mutex_init(&prog.mu, NULL);
+		pthread_cond_init(&prog.cond, NULL);
+		pthread_t pt;
+		bool polling = pthread_create(&pt, NULL, pull_progress_main, &prog) == 0;
 		int pr = corral_image_pull(client, argv[optind], user, pass, (double)timeout_s, &out,
 					   &err);
-		if (poller > 0) {
-			kill(poller, SIGKILL);
-			while (waitpid(poller, NULL, 0) < 0 && errno == EINTR)
-				;
-			if (tty) /* the progress line goes */
-				printf("\r\033[K");
-		}
+		if (polling)
+			pull_progress_end(&prog, pt);
+		pthread_cond_destroy(&prog.cond);
+		pthread_mutex_destroy(&prog.mu);
 		if (pr < 0)
 			ret = cli_report("image pull", &err);
 		else
