@@ -351,7 +351,9 @@ class TokenProxy:
     credentials (when user is set) or to anyone. Forwards to a plain docker-registry, Range requests included. Faults for
     tests: delay_blobs (seconds before a blob), cut_blobs (how many blob replies to cut in half),
     stall_blobs (how many to stop in the middle of for stall_seconds, the connection left open),
-    ignore_range (answer Range requests with the whole blob, 200), fault_digests (the faults
+    ignore_range (answer Range requests with the whole blob, 200), tamper_ranges (flip the
+    bytes of every 206 reply, its headers true), shift_ranges (a 206 of another range than
+    asked for, its Content-Range saying so), fault_digests (the faults
     only for these blobs; None: all). blob_bytes: bytes of blob
     bodies sent, by digest; ranges: the Range headers received, by digest."""
 
@@ -369,6 +371,8 @@ class TokenProxy:
         self.stall_blobs = 0
         self.stall_seconds = 30.0
         self.ignore_range = False
+        self.tamper_ranges = False
+        self.shift_ranges = False
         self.fault_digests = None
         self.blob_bytes = {}
         self.ranges = {}
@@ -412,6 +416,9 @@ class TokenProxy:
                 c = http.client.HTTPConnection("127.0.0.1", int(proxy.upstream.split(":")[1]), timeout=30)
                 fwd = ("accept",) if proxy.ignore_range else ("accept", "range")
                 hdrs = {k: v for k, v in self.headers.items() if k.lower() in fwd}
+                if proxy.shift_ranges and hdrs.get("Range", "").startswith("bytes="):
+                    first = int(hdrs["Range"][6:].split("-")[0])
+                    hdrs["Range"] = "bytes=%d-" % max(0, first - 1000)
                 c.request(self.command, self.path, headers=hdrs)
                 r = c.getresponse()
                 body = r.read()
@@ -420,6 +427,8 @@ class TokenProxy:
                         if k.lower() in ("content-type", "docker-content-digest", "location",
                                          "content-range")]
                 digest = self.path.rsplit("/", 1)[-1]
+                if r.status == 206 and proxy.tamper_ranges:
+                    body = bytes(b ^ 0x5A for b in body)
                 if "/blobs/" in self.path and self.command == "GET" and r.status in (200, 206):
                     proxy.blob_requests += 1
                     proxy.ranges.setdefault(digest, []).append(self.headers.get("Range"))

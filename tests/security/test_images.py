@@ -261,6 +261,44 @@ class HostileLayers(AttackCase):
         ref, info = self.push("smuggle", [self.base, tar], blobs=smuggle)
         self.assert_diff_id_refused(ref, info)
 
+    def test_resumed_download_cannot_splice_bytes(self):
+        # Attack: a registry (or a man in the middle of plain HTTP) answers the Range request of a
+        # resumed download with bytes of its choosing (true headers, tampered body; or another
+        # range than asked for), to splice them into a blob whose first part was verified.
+        tok = oci.TokenProxy(self.reg.host)
+        self.addCleanup(tok.stop)
+        c = oci.harness.Corrald(extra_args=["--insecure-registry", tok.host])
+        c.start()
+        try:
+            cl = c.client(timeout=120)
+            for fault in ("tamper_ranges", "shift_ranges"):
+                data = os.urandom(400000)
+                ref, info = self.push("splice-" + fault, [self.base,
+                                                          oci.layer_tar([F("data", data)])])
+                ref = ref.replace(self.reg.host, tok.host)
+                dg = info["layers"][-1]
+                tok.fault_digests, tok.cut_blobs = {dg}, 1000
+                r = cl.create_sandbox_raw(image={"uri": ref})
+                self.assertEqual(r.status, 502, r)  # every try cut: a partial is kept
+                tok.cut_blobs = 0
+                setattr(tok, fault, True)
+                tok.ranges.clear()
+                r = cl.create_sandbox_raw(image={"uri": ref})
+                setattr(tok, fault, False)
+                self.assertEqual(r.status, 202, "%r\n%s" % (r, c.log_tail(20)))
+                sid = r.json()["id"]
+                self.assertTrue(tok.ranges[dg][0].startswith("bytes="), tok.ranges)
+                self.assertIsNone(tok.ranges[dg][-1], "then the whole blob, from its start")
+                layer = os.path.join(c.state_dir, "images", "layers", dg[7:], "data")
+                with open(layer, "rb") as f:
+                    self.assertTrue(f.read() == data, "the store holds the image's bytes only")
+                cl.delete_sandbox(sid)
+            self.assertEqual(cl.get("/health").status, 200)
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+        self.assert_platform_alive(self.bystander)
+
 
 if __name__ == "__main__":
     main()
