@@ -361,7 +361,7 @@ class Images(CorralTestCase):
         self.assertEqual(r.status, 502, r)
         self.assertEqual(r.json()["code"], PULL_FAILED)
         self.assertEqual(oci.store_tmp(self.corrald.state_dir), [])
-        # One cut reply: retried from the start, and the pull succeeds.
+        # One cut reply: continued where it stopped (Range), and the pull succeeds.
         self.anonreg.cut_blobs = 1
         sid = self.create_image(ref)["id"]
         self.assertEqual(self.sh(sid, "wc -c < /c"), "100000")
