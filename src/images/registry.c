@@ -157,7 +157,7 @@ static void check_range(struct sink *s, const char *line, size_t len)
 	header_value(line, len, v, sizeof(v));
 	unsigned long long first, last, total;
 	if (sscanf(v, "bytes %llu-%llu/%llu", &first, &last, &total) != 3 || first != s->base ||
-	    last + 1 != s->max || total != s->max)
+	    s->len != s->base || last + 1 != s->max || total != s->max)
 		s->bad_range = true;
 }
 
@@ -264,6 +264,8 @@ static int perform(struct registry *r, const char *url, const char *accept, cons
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
 	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(h, CURLOPT_HEADERDATA, s);
+	/* A proxy's "200 Connection established" is no reply of the registry's. */
+	curl_easy_setopt(h, CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L); /* stalled for a minute: give up */
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
