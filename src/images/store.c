@@ -25,8 +25,8 @@
 
 #define CONFIG_MAX (8u << 20)
 
-static const char *const subdirs[] = {"blobs", "blobs/sha256", "layers", "refs",
-				      "tmp",   "sizes",	       "partial"};
+static const char *const subdirs[] = {"blobs", "blobs/sha256", "layers",  "refs",
+				      "tmp",   "sizes",	       "partial", "diffids"};
 
 /* A partial download that a later pull of the layer may resume: a plain file of the store's
  * (never a link a confined child made), with fewer bytes than the blob (size 0: unknown). */
@@ -548,7 +548,8 @@ static int fetch_layer(struct pull *p, const char *digest, uint64_t size, const 
 
 /* The layer unpacked in work (by a confined child, so nothing in work is trusted) into
  * layers/<hex>: opaque directories marked, its size measured, renamed into place. */
-static int finish_layer(struct pull *p, const char *hex, const char *work, struct error *err)
+static int finish_layer(struct pull *p, const char *hex, const char *diff_id, const char *work,
+			struct error *err)
 {
 	char final[PATH_MAX], root[PATH_MAX + 8], opaque[PATH_MAX + 8];
 	path_in(final, sizeof(final), p->o->store, "layers/%s", hex);
@@ -566,6 +567,11 @@ static int finish_layer(struct pull *p, const char *hex, const char *work, struc
 	if (r == 0 && (lstat(size_path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 24 ||
 		       rename(size_path, sizes) < 0))
 		size_write(p->o->store, hex, tree_usage(root));
+	/* The diff_id the layer was checked against, for the next image that names this blob. */
+	char ids[PATH_MAX];
+	path_in(ids, sizeof(ids), p->o->store, "diffids/%s", hex);
+	if (r == 0 && (r = fs_write_atomic(ids, diff_id, strlen(diff_id), 0600)) < 0)
+		r = error_set_errno(err, -r, "write '%s'", ids);
 	if (r == 0 && rename(root, final) < 0 && errno != EEXIST && errno != ENOTEMPTY)
 		r = error_set_errno(err, errno, "rename '%s' to '%s'", root, final);
 	/* EEXIST, ENOTEMPTY: another pull got there first */
@@ -593,6 +599,24 @@ static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t 
 	e.code = r;
 	ssize_t _unused_ w = write(fd, &e, sizeof(e));
 	_exit(r < 0 ? 1 : 0);
+}
+
+/* A layer already in the store was checked against the diff_id of the image it came with
+ * (diffids/<hex>; a layer unpacked before they were kept has none): the config of this one must
+ * name the same, or it describes another layer than the blob. */
+static int known_diff_id(struct pull *p, const char *digest, const char *diff_id,
+			 struct error *err)
+{
+	char path[PATH_MAX], v[80];
+	path_in(path, sizeof(path), p->o->store, "diffids/%s", digest + 7);
+	if (fs_read_small(path, v, sizeof(v)) < 0)
+		return 0;
+	v[strcspn(v, "\n")] = '\0';
+	if (strcmp(v, diff_id) == 0)
+		return 0;
+	return error_set(err, EBADMSG,
+			 "digest mismatch: layer %s of %s is in the store with diff_id %s, the image config's diff_id is %s",
+			 digest, p->ref->name, v, diff_id);
 }
 
 /* A partial download of layer hex (partial/<hex>, kept by an earlier pull) becomes the blob the
@@ -635,6 +659,7 @@ static int fetch_layers(struct pull *p, json_t *layers, json_t *diff_ids, struct
 		char hex[IMAGE_HEX_LEN + 1];
 		char work[PATH_MAX];
 		uint64_t size;
+		char diff_id[72];
 	} run[PULL_PARALLEL];
 	size_t n = json_array_size(layers), next = 0, running = 0;
 	int first = 0;
@@ -649,8 +674,11 @@ static int fetch_layers(struct pull *p, json_t *layers, json_t *diff_ids, struct
 			uint64_t size = (uint64_t)json_integer_value(json_object_get(l, "size"));
 			char lp[PATH_MAX], work[PATH_MAX];
 			path_in(lp, sizeof(lp), p->o->store, "layers/%s", d + 7);
-			if (access(lp, F_OK) == 0)
+			if (access(lp, F_OK) == 0) {
+				if ((first = known_diff_id(p, d, diff_id, err)) < 0)
+					break;
 				continue;
+			}
 			path_in(work, sizeof(work), p->o->store, "tmp/layer-%.64s-XXXXXX", d + 7);
 			if (!mkdtemp(work)) {
 				first = error_set_errno(err, errno, "mkdtemp '%s'", work);
@@ -682,6 +710,8 @@ static int fetch_layers(struct pull *p, json_t *layers, json_t *diff_ids, struct
 					snprintf(run[k].hex, sizeof(run[k].hex), "%s", d + 7);
 					snprintf(run[k].work, sizeof(run[k].work), "%s", work);
 					run[k].size = size;
+					snprintf(run[k].diff_id, sizeof(run[k].diff_id), "%s",
+						 diff_id);
 					break;
 				}
 			running++;
@@ -706,7 +736,8 @@ static int fetch_layers(struct pull *p, json_t *layers, json_t *diff_ids, struct
 				  WEXITSTATUS(status) == 0;
 			if (ok) {
 				struct error fe = {0};
-				if (finish_layer(p, run[k].hex, run[k].work, &fe) < 0) {
+				if (finish_layer(p, run[k].hex, run[k].diff_id, run[k].work,
+						 &fe) < 0) {
 					ok = false;
 					e = fe;
 					got = sizeof(e);
@@ -1163,6 +1194,8 @@ int image_gc(const char *store, const char *sandboxes_dir, unsigned *ret_removed
 			fs_remove_tree(to);
 			(*ret_removed)++;
 			path_in(from, sizeof(from), store, "sizes/%.64s", de->d_name);
+			unlink(from);
+			path_in(from, sizeof(from), store, "diffids/%.64s", de->d_name);
 			unlink(from);
 		}
 	}

@@ -239,6 +239,25 @@ class Images(CorralTestCase):
         sid = self.create_image(self.reg.push(d, "t/diffid-true"))["id"]
         self.assertEqual(self.sh(sid, "cat /y"), "what the config does not describe")
 
+    def test_diff_id_checked_for_a_layer_already_in_the_store(self):
+        # A second image shares a layer blob already in the store (not unpacked again) but its
+        # config names another diff_id for it: refused, the stored layer and its image intact.
+        top = oci.layer_tar([F("shared", "the shared layer")])
+        d, info = self.layout("diffid-shared", [self.base, top])
+        sid = self.create_image(self.reg.push(d, "t/diffid-shared"))["id"]
+        hexd = info["layers"][1][7:]
+        with open(os.path.join(self.corrald.state_dir, "images", "diffids", hexd)) as f:
+            self.assertEqual(f.read().strip(), oci.sha256(top))
+        lie = oci.sha256(b"another tar")
+        d, _ = self.layout("diffid-shared-lie", [self.base, top],
+                           diff_ids_of=lambda ids: [ids[0], lie])
+        r = self.client.create_sandbox_raw(image={"uri": self.reg.push(d, "t/diffid-shared-lie")})
+        self.assertEqual(r.status, 502, r)
+        self.assertIn("digest mismatch", r.json()["message"])
+        self.assertIn("in the store with diff_id %s" % oci.sha256(top), r.json()["message"])
+        self.assertIn(hexd, oci.store_layers(self.corrald.state_dir))
+        self.assertEqual(self.sh(sid, "cat /shared"), "the shared layer")
+
     def test_auth(self):
         d, _ = self.layout("auth", [self.base, oci.layer_tar([F("private", "p")])])
         ref = self.authreg.push(d, "t/private")
