@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -21,6 +22,8 @@ static const char image_help[] =
 	"loads an OCI image layout (a directory, or a tar such as docker save writes) from PATH on\n"
 	"corrald's host, under its --import-dir, as NAME. inspect prints what the store holds of REF\n"
 	"as JSON: its layers and what each takes on disk unpacked, its config, when it was last used.\n"
+	"pull shows its progress (megabytes of blobs downloaded of those to download) on one line\n"
+	"rewritten in place on a terminal, as plain lines (at most one a second) otherwise.\n"
 	"\n"
 	"Options:\n"
 	"  --username USER        registry user for pull; the password is read from stdin\n"
@@ -54,6 +57,114 @@ static void print_table(json_t *o)
 		       (long long)json_integer_value(json_object_get(it, "layers")), size,
 		       digest ? digest : "-");
 	}
+}
+
+/* Whether the server's normalized name is the pull of ref as the user wrote it (python:3.11 is
+ * docker.io/library/python:3.11, a name without tag has :latest). */
+static bool pull_matches(const char *name, const char *ref)
+{
+	char a[1200], b[1200];
+	snprintf(a, sizeof(a), "/%s", ref);
+	snprintf(b, sizeof(b), "/%s:latest", ref);
+	size_t n = strlen(name), la = strlen(a), lb = strlen(b);
+	return strcmp(name, ref) == 0 || (n > la && strcmp(name + n - la, a) == 0) ||
+	       (n > lb && strcmp(name + n - lb, b) == 0);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * The progress of the pull of ref while it runs, from the "pulls" of GET /v1/images, polled by a
+ * thread on the same client while the pull's request blocks the caller. On a terminal one line
+ * rewritten in place; otherwise a line when the count moved, at most one a second.
+ */
+struct pull_progress {
+	corral_client *client;
+	const char *ref;
+	bool tty, stop, shown;
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+};
+
+static void pull_progress_show(struct pull_progress *p, double *last_line, long long *last_done)
+{
+	char *out = NULL;
+	corral_error err = {0};
+	if (corral_image_list_json(p->client, &out, &err) < 0)
+		return;
+	json_t *j = json_loads(out, 0, NULL), *x, *pick = NULL;
+	free(out);
+	json_t *pulls = json_object_get(j, "pulls");
+	size_t i;
+	json_array_foreach(pulls, i, x) {
+		const char *name = json_string_value(json_object_get(x, "name"));
+		if (name && pull_matches(name, p->ref))
+			pick = x;
+	}
+	if (!pick && json_array_size(pulls) == 1)
+		pick = json_array_get(pulls, 0);
+	const char *name = json_string_value(json_object_get(pick, "name"));
+	long long done = json_integer_value(json_object_get(pick, "bytesDone"));
+	long long total = json_integer_value(json_object_get(pick, "bytesTotal"));
+	pthread_mutex_lock(&p->mu);
+	if (name && total > 0 && !p->stop) {
+		int pct = (int)(done * 100 / total);
+		if (p->tty) {
+			printf("\r%s: %.1f of %.1f MB (%d%%)\033[K", name, (double)done / 1e6,
+			       (double)total / 1e6, pct > 100 ? 100 : pct);
+			fflush(stdout);
+			p->shown = true;
+		} else if (done != *last_done && now_s() - *last_line >= 1.0) {
+			printf("%s: %.1f of %.1f MB (%d%%)\n", name, (double)done / 1e6,
+			       (double)total / 1e6, pct > 100 ? 100 : pct);
+			fflush(stdout);
+			*last_line = now_s();
+			*last_done = done;
+		}
+	}
+	pthread_mutex_unlock(&p->mu);
+	json_decref(j);
+}
+
+static void *pull_progress_main(void *arg)
+{
+	struct pull_progress *p = arg;
+	double last_line = 0;
+	long long last_done = -1;
+	for (;;) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += (p->tty ? 200 : 250) * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		pthread_mutex_lock(&p->mu);
+		while (!p->stop && pthread_cond_timedwait(&p->cond, &p->mu, &until) == 0)
+			;
+		bool stop = p->stop;
+		pthread_mutex_unlock(&p->mu);
+		if (stop)
+			return NULL;
+		pull_progress_show(p, &last_line, &last_done);
+	}
+}
+
+/* Stop the thread; on a terminal its line goes. Nothing is printed by it after this. */
+static void pull_progress_end(struct pull_progress *p, pthread_t t)
+{
+	pthread_mutex_lock(&p->mu);
+	p->stop = true;
+	pthread_cond_signal(&p->cond);
+	if (p->tty && p->shown)
+		printf("\r\033[K");
+	pthread_mutex_unlock(&p->mu);
+	pthread_join(t, NULL);
 }
 
 static int read_password(char **ret)
@@ -144,8 +255,19 @@ int cmd_image(struct cli *cli, int argc, char **argv)
 			corral_client_free(client);
 			return cli_usage_error("image", "--username: no password on stdin");
 		}
-		if (corral_image_pull(client, argv[optind], user, pass, (double)timeout_s, &out,
-				      &err) < 0)
+		struct pull_progress prog = {.client = client, .ref = argv[optind],
+					.tty = isatty(STDOUT_FILENO) == 1};
+		pthread_mutex_init(&prog.mu, NULL);
+		pthread_cond_init(&prog.cond, NULL);
+		pthread_t pt;
+		bool polling = pthread_create(&pt, NULL, pull_progress_main, &prog) == 0;
+		int pr = corral_image_pull(client, argv[optind], user, pass, (double)timeout_s, &out,
+					   &err);
+		if (polling)
+			pull_progress_end(&prog, pt);
+		pthread_cond_destroy(&prog.cond);
+		pthread_mutex_destroy(&prog.mu);
+		if (pr < 0)
 			ret = cli_report("image pull", &err);
 		else
 			printf("%s\n", argv[optind]);

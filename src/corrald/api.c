@@ -621,7 +621,8 @@ static void h_images(struct corrald *d, struct evhttp_request *req)
 		_cleanup_query_ struct http_query *gq = http_query_parse(req);
 		const char *one = gq ? http_query_get(gq, "ref") : NULL;
 		if (!one) {
-			http_send_json(req, 200, json_pack("{s:o}", "items", image_list_json(d)));
+			http_send_json(req, 200, json_pack("{s:o, s:o}", "items", image_list_json(d),
+							   "pulls", image_pulls_json(d)));
 			return;
 		}
 		/* ?ref=: inspect one image (extension of the extension). */

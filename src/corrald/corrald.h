@@ -269,6 +269,8 @@ int image_pull_http_status(int rc);
 const char *image_pull_code(int rc);
 /* GET /v1/images: the images in the store (reads their small records). */
 json_t *image_list_json(const struct corrald *d);
+/* The pulls and imports running now: [{"name", "bytesDone", "bytesTotal"}] (blob bytes). */
+json_t *image_pulls_json(const struct corrald *d);
 /* GET /v1/images?ref=: the image's records (one per platform pulled) with their layers, disk
  * usage, config, last use; -ENOENT when not in the store, -EINVAL for a bad reference. */
 int image_inspect_json(const struct corrald *d, const char *uri, json_t **ret, char *msg,

@@ -10,8 +10,10 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 
 #include "corrald/corrald.h"
@@ -115,6 +117,7 @@ struct pull_job {
 	struct event *progress_ev;
 	uint64_t store_max;              /* --image-store-max, 0 = none */
 	char sandboxes_dir[PATH_MAX];    /* whose layer lists the eviction keeps */
+	pid_t corrald_pid;
 };
 
 static struct pull_job *jobs;
@@ -143,6 +146,14 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 {
 	struct pull_job *j = arg;
 	struct error err = {0};
+	/* A pull ends with corrald: the next corrald empties tmp/ under it and keeps what its
+	 * downloads left there for the next pull to resume (partial/), which an orphan still
+	 * writing into them would spoil. Its layer children die with it. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != j->corrald_pid) {
+		res->rc = -ECANCELED;
+		snprintf(res->msg, sizeof(res->msg), "corrald is gone");
+		return;
+	}
 	/* Shared: pulls run side by side, never beside a garbage collection. */
 	int lock = image_store_lock(j->opts.store, false);
 	if (lock < 0) {
@@ -272,6 +283,7 @@ static int pull_join(struct corrald *d, const struct image_ref *ref,
 	snprintf(j->key, sizeof(j->key), "%s", key);
 	explicit_bzero(key, sizeof(key));
 	j->ref = *ref;
+	j->corrald_pid = getpid();
 	j->w = (struct worker)WORKER_INIT;
 	j->w.fn = pull_in_worker;
 	j->w.done = on_pull_done;
@@ -502,6 +514,21 @@ json_t *image_list_json(const struct corrald *d)
 		json_decref(j);
 	}
 	closedir(dd);
+	return items;
+}
+
+json_t *image_pulls_json(const struct corrald *d)
+{
+	(void)d;
+	json_t *items = json_array();
+	/* Names and byte counts only: a job's key holds its credentials. */
+	for (struct pull_job *j = jobs; items && j; j = j->next) {
+		json_t *o = json_pack("{s:s, s:I, s:I}", "name", j->ref.name, "bytesDone",
+				      (json_int_t)(j->progress ? j->progress->done : 0), "bytesTotal",
+				      (json_int_t)(j->progress ? j->progress->total : 0));
+		if (o)
+			json_array_append_new(items, o);
+	}
 	return items;
 }
 

@@ -220,10 +220,13 @@ int image_layer_unpack(const char *blob, const char *dir, const struct image_bud
 		       struct error *err);
 /* The same, for a process without CAP_SYS_ADMIN (a confined layer child), which may not write
  * trusted.* xattrs: with opaque_fd >= 0, each opaque directory is not marked but its path
- * (relative to dir, NUL-terminated) is written to opaque_fd, for image_layer_mark_opaque(). */
+ * (relative to dir, NUL-terminated) is written to opaque_fd, for image_layer_mark_opaque().
+ * With diff_id ("sha256:<hex>", the image config's rootfs.diff_ids entry), the uncompressed tar
+ * (all of it, past its end-of-archive blocks too) is hashed as it is read and must match:
+ * -EBADMSG otherwise (what the layer wrote is the caller's to remove). */
 int image_layer_unpack_list_opaque(const char *blob, const char *dir,
 				   const struct image_budget *budget, int opaque_fd,
-				   struct error *err);
+				   const char *diff_id, struct error *err);
 /* Mark the directories listed at list (image_layer_unpack_list_opaque()'s file, written by a
  * process not trusted: bounded, each path checked again) opaque, beneath dir without following
  * any symlink. A listed path that is no longer a directory of the layer is skipped. */

@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/openat2.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -352,12 +353,78 @@ static int unpack_entries(struct archive *a, struct archive *w, int dfd,
 int image_layer_unpack(const char *blob, const char *dir, const struct image_budget *budget,
 		       struct error *err)
 {
-	return image_layer_unpack_list_opaque(blob, dir, budget, -1, err);
+	return image_layer_unpack_list_opaque(blob, dir, budget, -1, NULL, err);
+}
+
+/*
+ * The blob decompressed by one reader (format "raw": every filter, no format) and fed to the tar
+ * reader through its read callback, hashed on the way when a diff_id is to be checked: one
+ * decompression, the hash over exactly the bytes the tar reader is given, no copy (the raw
+ * reader hands out its filter's buffer).
+ */
+struct tar_stream {
+	struct archive *raw;
+	EVP_MD_CTX *md; /* NULL: no diff_id to check */
+};
+
+static la_ssize_t tar_stream_read(struct archive *a, void *arg, const void **buf)
+{
+	struct tar_stream *s = arg;
+	size_t len = 0;
+	la_int64_t off;
+	int r = archive_read_data_block(s->raw, buf, &len, &off);
+	if (r == ARCHIVE_EOF)
+		return 0;
+	if (r != ARCHIVE_OK) {
+		const char *m = archive_error_string(s->raw);
+		archive_set_error(a, archive_errno(s->raw) > 0 ? archive_errno(s->raw) : EIO, "%s",
+				  m ? m : "decompression failed");
+		return ARCHIVE_FATAL;
+	}
+	if (s->md && len && EVP_DigestUpdate(s->md, *buf, len) != 1) {
+		archive_set_error(a, ENOMEM, "hash the layer");
+		return ARCHIVE_FATAL;
+	}
+	return (la_ssize_t)len;
+}
+
+/* What follows the tar's end-of-archive blocks is part of the diff_id too: hashed, and counted
+ * against the budget (never written, but decompressing it costs as much as data). */
+static int tar_stream_drain(struct tar_stream *s, const struct image_budget *budget,
+			    struct error *err)
+{
+	const void *buf;
+	size_t len;
+	la_int64_t off;
+	int r, k;
+	while ((r = archive_read_data_block(s->raw, &buf, &len, &off)) == ARCHIVE_OK) {
+		if ((k = budget_take(budget, len, 0, "(after the end of the tar)", err)) < 0)
+			return k;
+		if (len && EVP_DigestUpdate(s->md, buf, len) != 1)
+			return error_set(err, ENOMEM, "hash the layer");
+	}
+	return r == ARCHIVE_EOF ? 0 : archive_fail(s->raw, "read layer at", "(its end)", err);
+}
+
+static int diff_id_check(struct tar_stream *s, const char *diff_id, struct error *err)
+{
+	unsigned char d[EVP_MAX_MD_SIZE];
+	unsigned int dl = 0;
+	char got[72] = "sha256:";
+	if (EVP_DigestFinal_ex(s->md, d, &dl) != 1 || dl != 32)
+		return error_set(err, ENOMEM, "hash the layer");
+	for (unsigned i = 0; i < 32; i++)
+		snprintf(got + 7 + 2 * i, 3, "%02x", d[i]);
+	if (strcmp(got, diff_id) != 0)
+		return error_set(err, EBADMSG,
+				 "digest mismatch: the layer unpacks to a tar of digest %s, the image config's diff_id is %s; discarded",
+				 got, diff_id);
+	return 0;
 }
 
 int image_layer_unpack_list_opaque(const char *blob, const char *dir,
 				   const struct image_budget *budget, int opaque_fd,
-				   struct error *err)
+				   const char *diff_id, struct error *err)
 {
 	_cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0)
@@ -365,15 +432,19 @@ int image_layer_unpack_list_opaque(const char *blob, const char *dir,
 	_cleanup_close_ int cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (cwd < 0)
 		return error_set_errno(err, errno, "open the working directory");
+	struct tar_stream s = {.raw = archive_read_new()};
 	struct archive *a = archive_read_new();
 	struct archive *w = archive_write_disk_new();
 	int r;
-	if (!a || !w) {
+	if (!a || !w || !s.raw || (diff_id && !(s.md = EVP_MD_CTX_new())) ||
+	    (s.md && EVP_DigestInit_ex(s.md, EVP_sha256(), NULL) != 1)) {
 		r = error_set(err, ENOMEM, "libarchive");
 		goto out;
 	}
-	archive_read_support_filter_gzip(a);
-	archive_read_support_filter_zstd(a);
+	archive_read_support_filter_gzip(s.raw);
+	archive_read_support_filter_zstd(s.raw);
+	archive_read_support_filter_none(s.raw);
+	archive_read_support_format_raw(s.raw);
 	archive_read_support_filter_none(a);
 	archive_read_support_format_tar(a);
 	/* Numeric owners: no archive_write_disk_set_standard_lookup(). */
@@ -381,7 +452,13 @@ int image_layer_unpack_list_opaque(const char *blob, const char *dir,
 	    w, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
 		   ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
 		   ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
-	if (archive_read_open_filename(a, blob, 1 << 16) != ARCHIVE_OK) {
+	struct archive_entry *re;
+	if (archive_read_open_filename(s.raw, blob, 1 << 16) != ARCHIVE_OK ||
+	    archive_read_next_header(s.raw, &re) != ARCHIVE_OK) {
+		r = archive_fail(s.raw, "open layer", "blob", err);
+		goto out;
+	}
+	if (archive_read_open(a, &s, NULL, tar_stream_read, NULL) != ARCHIVE_OK) {
 		r = archive_fail(a, "open layer", "blob", err);
 		goto out;
 	}
@@ -396,6 +473,8 @@ int image_layer_unpack_list_opaque(const char *blob, const char *dir,
 	w = NULL;
 	if (fchdir(cwd) < 0 && r == 0)
 		r = error_set_errno(err, errno, "chdir back");
+	if (r == 0 && s.md && (r = tar_stream_drain(&s, budget, err)) == 0)
+		r = diff_id_check(&s, diff_id, err);
 	if (r == 0 && syncfs(dfd) < 0)
 		r = error_set_errno(err, errno, "sync '%s'", dir);
 out:
@@ -403,6 +482,9 @@ out:
 		archive_write_free(w);
 	if (a)
 		archive_read_free(a);
+	if (s.raw)
+		archive_read_free(s.raw);
+	EVP_MD_CTX_free(s.md);
 	return r; /* the caller names the layer: no host path in a message a client sees */
 }
 

@@ -45,6 +45,13 @@ struct sink {
 	EVP_MD_CTX *md;
 	int err; /* negative errno of the write side: -EFBIG past max, -ENOSPC... */
 	volatile uint64_t *progress; /* file sinks: bytes written, across the whole pull */
+	/* File sinks: the first base bytes of the file are kept from an earlier request (a partial
+	 * download), base_md the hash over them; a request asks for the rest (Range) and a 206 whose
+	 * Content-Range starts at base continues the file. A 200 starts it over. */
+	size_t base;
+	EVP_MD_CTX *base_md;
+	bool bad_range;   /* a 206 that does not continue at base: ask for the whole blob */
+	bool ranged;      /* some bytes of the file came from before a Range request */
 	/* headers of the last response */
 	char auth[1024];
 	char type[128];
@@ -67,7 +74,11 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
 	struct sink *s = arg;
 	size_t len = size * n;
-	if (s->fd >= 0 && s->status == 200) {
+	if (s->fd >= 0 && s->status == 206 && s->bad_range) {
+		s->err = -EAGAIN;
+		return 0;
+	}
+	if (s->fd >= 0 && (s->status == 200 || s->status == 206)) {
 		if (s->err)
 			return 0;
 		if (s->len + len > s->max) {
@@ -125,6 +136,31 @@ static void header_value(const char *line, size_t len, char *out, size_t outlen)
 	snprintf(out, outlen, "%.*s", (int)MIN(n, outlen - 1), v);
 }
 
+/* The file sink back to its first keep bytes (keep = 0: empty), hashed as they are. */
+static void sink_truncate(struct sink *s, size_t keep)
+{
+	if (s->progress) /* a retry starts over at keep */
+		__atomic_sub_fetch(s->progress, s->len - keep, __ATOMIC_RELAXED);
+	s->len = keep;
+	if (ftruncate(s->fd, (off_t)keep) < 0 || lseek(s->fd, (off_t)keep, SEEK_SET) < 0)
+		s->err = -errno; /* on_body refuses to write then */
+	if (keep)
+		EVP_MD_CTX_copy_ex(s->md, s->base_md);
+	else
+		EVP_DigestInit_ex(s->md, EVP_sha256(), NULL);
+}
+
+/* "Content-Range: bytes FIRST-LAST/TOTAL" of a 206: it must continue the file at base. */
+static void check_range(struct sink *s, const char *line, size_t len)
+{
+	char v[128] = "";
+	header_value(line, len, v, sizeof(v));
+	unsigned long long first, last, total;
+	if (sscanf(v, "bytes %llu-%llu/%llu", &first, &last, &total) != 3 || first != s->base ||
+	    s->len != s->base || last + 1 != s->max || total != s->max)
+		s->bad_range = true;
+}
+
 static size_t on_header(char *p, size_t size, size_t n, void *arg)
 {
 	struct sink *s = arg;
@@ -136,6 +172,14 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 		free(s->buf);
 		s->buf = NULL;
 		s->blen = 0;
+		if (s->fd >= 0 && s->status == 200 && s->len) /* the whole blob: start over */
+			sink_truncate(s, 0);
+		if (s->fd >= 0 && s->status == 206) /* until its Content-Range says where */
+			s->bad_range = true;
+	} else if (len > 14 && strncasecmp(p, "content-range:", 14) == 0 && s->fd >= 0 &&
+		   s->status == 206) {
+		s->bad_range = false;
+		check_range(s, p, len);
 	} else if (len > 17 && strncasecmp(p, "www-authenticate:", 17) == 0) {
 		header_value(p, len, s->auth, sizeof(s->auth));
 	} else if (len > 13 && strncasecmp(p, "content-type:", 13) == 0) {
@@ -171,20 +215,17 @@ static void registry_message(const struct sink *s, char *out, size_t len)
 
 static void sink_reset(struct sink *s)
 {
-	if (s->progress && s->fd >= 0) /* a retry starts the blob over */
-		__atomic_sub_fetch(s->progress, s->len, __ATOMIC_RELAXED);
 	free(s->buf);
 	s->buf = NULL;
 	s->blen = 0;
-	s->len = 0;
 	s->status = 0;
 	s->err = 0;
+	s->bad_range = false;
 	s->auth[0] = s->type[0] = '\0';
-	if (s->fd >= 0) {
-		if (ftruncate(s->fd, 0) < 0 || lseek(s->fd, 0, SEEK_SET) < 0)
-			s->err = -errno; /* on_body refuses to write then */
-		EVP_DigestInit_ex(s->md, EVP_sha256(), NULL);
-	}
+	if (s->fd >= 0)
+		sink_truncate(s, s->base);
+	else
+		s->len = 0;
 }
 
 static bool is_transport_unreachable(CURLcode c)
@@ -223,9 +264,16 @@ static int perform(struct registry *r, const char *url, const char *accept, cons
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
 	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(h, CURLOPT_HEADERDATA, s);
+	/* A proxy's "200 Connection established" is no reply of the registry's. */
+	curl_easy_setopt(h, CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L); /* stalled for a minute: give up */
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
+	char range[32];
+	if (s->fd >= 0 && s->base) { /* the rest of a partial blob */
+		snprintf(range, sizeof(range), "%zu-", s->base);
+		curl_easy_setopt(h, CURLOPT_RANGE, range);
+	}
 	if (basic && r->user) {
 		curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
 		curl_easy_setopt(h, CURLOPT_USERNAME, r->user);
@@ -242,6 +290,9 @@ static int perform(struct registry *r, const char *url, const char *accept, cons
 	sink_reset(s);
 	CURLcode c = curl_easy_perform(h);
 	curl_slist_free_all(hdrs);
+	if (c == CURLE_WRITE_ERROR && s->err == -EAGAIN)
+		return error_set(err, EAGAIN, "'%s' answered a range request with another range",
+				 url);
 	if (c == CURLE_WRITE_ERROR && s->err == -EFBIG)
 		return error_set(err, EBADMSG, "'%s' sent more than the %zu bytes expected", url,
 				 s->max);
@@ -479,30 +530,119 @@ int registry_get_manifest(struct registry *r, const char *reference, char **ret_
 	return *ret_body ? 0 : error_set(err, ENOMEM, "manifest");
 }
 
+/* The partial download at fd (an earlier pull's, kept by the store), hashed into s: its bytes
+ * are kept when there are fewer than the blob's. */
+static int sink_resume(struct sink *s, struct error *err)
+{
+	struct stat st;
+	if (fstat(s->fd, &st) < 0)
+		return error_set_errno(err, errno, "stat the partial blob");
+	if (!S_ISREG(st.st_mode))
+		return error_set(err, EPROTO, "the partial blob is not a regular file");
+	s->len = 0;
+	EVP_DigestInit_ex(s->md, EVP_sha256(), NULL);
+	if (st.st_size <= 0 || (uint64_t)st.st_size >= s->max)
+		return 0; /* nothing to resume (or all of it: hashed and verified as new) */
+	char buf[1 << 16];
+	while (s->len < (size_t)st.st_size) {
+		ssize_t n = pread(s->fd, buf, MIN(sizeof(buf), (size_t)st.st_size - s->len),
+				  (off_t)s->len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		EVP_DigestUpdate(s->md, buf, (size_t)n);
+		s->len += (size_t)n;
+	}
+	if (s->progress)
+		__atomic_add_fetch(s->progress, s->len, __ATOMIC_RELAXED);
+	s->ranged = s->len > 0;
+	return 0;
+}
+
+static bool transient(int st)
+{
+	return st == -EAGAIN || st == -EIO || st == 429 || st >= 500;
+}
+
 int registry_get_blob(struct registry *r, const char *digest, uint64_t size, const char *path,
 		      struct error *err)
 {
 	char what[120];
 	snprintf(what, sizeof(what), "blobs/%s", digest);
-	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	/* A file already at path is a partial download of this blob: resumed. */
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
 	if (fd < 0)
 		return error_set_errno(err, errno, "create '%s'", path);
-	struct sink s = {.max = size, .fd = fd, .md = EVP_MD_CTX_new(),
+	struct sink s = {.max = size, .fd = fd, .md = EVP_MD_CTX_new(), .base_md = EVP_MD_CTX_new(),
 			 .progress = r->o->progress_done};
 	int st = -EAGAIN;
-	if (!s.md) {
+	bool keep = false;
+	if (!s.md || !s.base_md) {
 		st = error_set(err, ENOMEM, "digest context");
 		goto out;
 	}
-	for (int i = 0; i < BLOB_TRIES && (st == -EAGAIN || st == -EIO || st == 429 || st >= 500);
-	     i++) {
-		if (i)
-			usleep(200000u << i);
-		st = get(r, what, NULL, &s, err);
-	}
-	if (st < 0)
+	if ((st = sink_resume(&s, err)) < 0)
 		goto out;
-	if (st != 200) {
+	st = -EAGAIN;
+	/* Each try continues from what the previous ones wrote (Range), or from the start when
+	 * the registry answers 200, 416 or a 206 of another range. A resumed blob whose digest
+	 * does not match is downloaded again whole, once: the kept bytes may be the bad ones. */
+	for (int i = 0, full = 0; i < BLOB_TRIES + 1 && transient(st); i++) {
+		if (i && !full)
+			usleep(200000u << MIN(i, 3));
+		full = 0;
+		s.base = s.bad_range ? 0 : s.len;
+		if (s.base) {
+			EVP_MD_CTX_copy_ex(s.base_md, s.md);
+			s.ranged = true;
+		}
+		st = get(r, what, NULL, &s, err);
+		if (st == 416 && s.base) { /* not satisfiable: the whole blob */
+			s.bad_range = true;
+			st = error_set(err, EAGAIN, "registry %s refused the rest of blob %s (416)",
+				       r->ref->registry, digest);
+			full = 1;
+			continue;
+		}
+		if ((st == 200 || st == 206) && s.len == size) {
+			unsigned char d[32];
+			unsigned int n = 0;
+			char got[72] = "sha256:";
+			EVP_MD_CTX *fin = EVP_MD_CTX_new();
+			if (!fin || EVP_MD_CTX_copy_ex(fin, s.md) != 1 ||
+			    EVP_DigestFinal_ex(fin, d, &n) != 1) {
+				EVP_MD_CTX_free(fin);
+				st = error_set(err, ENOMEM, "digest");
+				goto out;
+			}
+			EVP_MD_CTX_free(fin);
+			for (unsigned k = 0; k < 32; k++)
+				sprintf(got + 7 + 2 * k, "%02x", d[k]);
+			if (strcmp(got, digest) == 0)
+				break;
+			if (s.ranged) {
+				s.ranged = false;
+				s.bad_range = true; /* next try: all of it, from the start */
+				st = error_set(err, EAGAIN,
+					       "digest mismatch: blob %s of %s has digest %s, resumed; downloaded again",
+					       digest, r->ref->name, got);
+				full = 1;
+				continue;
+			}
+			st = error_set(err, EBADMSG,
+				       "digest mismatch: blob %s of %s has digest %s; discarded", digest,
+				       r->ref->name, got);
+			goto out;
+		}
+		/* A reply cut short (the connection reset) is retried from where it stopped. */
+	}
+	if (st < 0) {
+		keep = transient(st) || st == -ETIMEDOUT || st == -EHOSTUNREACH;
+		goto out;
+	}
+	if (st != 200 && st != 206) {
+		keep = transient(st);
 		st = status_error(r, st, "blob", &s, err);
 		goto out;
 	}
@@ -512,17 +652,6 @@ int registry_get_blob(struct registry *r, const char *digest, uint64_t size, con
 			       digest, r->ref->name, s.len, (unsigned long long)size);
 		goto out;
 	}
-	unsigned char d[32];
-	unsigned int n = 0;
-	char got[72] = "sha256:";
-	EVP_DigestFinal_ex(s.md, d, &n);
-	for (unsigned i = 0; i < 32; i++)
-		sprintf(got + 7 + 2 * i, "%02x", d[i]);
-	if (strcmp(got, digest) != 0) {
-		st = error_set(err, EBADMSG, "digest mismatch: blob %s of %s has digest %s; discarded",
-			       digest, r->ref->name, got);
-		goto out;
-	}
 	if (fsync(fd) < 0) {
 		st = error_set_errno(err, errno, "fsync '%s'", path);
 		goto out;
@@ -530,9 +659,12 @@ int registry_get_blob(struct registry *r, const char *digest, uint64_t size, con
 	st = 0;
 out:
 	EVP_MD_CTX_free(s.md);
+	EVP_MD_CTX_free(s.base_md);
 	free(s.buf);
 	close(fd);
-	if (st < 0)
+	/* A download cut short keeps its bytes for the next pull (the store moves them to
+	 * partial/); anything else wrong with it is discarded. */
+	if (st < 0 && !(keep && s.len > 0 && s.len < size))
 		unlink(path);
 	return st;
 }

@@ -25,7 +25,40 @@
 
 #define CONFIG_MAX (8u << 20)
 
-static const char *const subdirs[] = {"blobs", "blobs/sha256", "layers", "refs", "tmp", "sizes"};
+static const char *const subdirs[] = {"blobs", "blobs/sha256", "layers",  "refs",
+				      "tmp",   "sizes",	       "partial", "diffids"};
+
+/* A partial download that a later pull of the layer may resume: a plain file of the store's
+ * (never a link a confined child made), with fewer bytes than the blob (size 0: unknown). */
+static bool partial_ok(const char *path, uint64_t size)
+{
+	struct stat st;
+	return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+	       st.st_size > 0 && (!size || (uint64_t)st.st_size < size);
+}
+
+/* A layer's work directory is tmp/layer-<hex>-XXXXXX: what a download cut short there (corrald
+ * killed mid-pull) left in its blob goes to partial/<hex>, for the next pull to resume. */
+static void keep_partials(const char *store)
+{
+	char tmp[PATH_MAX];
+	snprintf(tmp, sizeof(tmp), "%s/tmp", store);
+	DIR *d = opendir(tmp);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		const char *hex = de->d_name + 6;
+		if (strncmp(de->d_name, "layer-", 6) != 0 || strlen(hex) != IMAGE_HEX_LEN + 7 ||
+		    strspn(hex, "0123456789abcdef") != IMAGE_HEX_LEN || hex[IMAGE_HEX_LEN] != '-')
+			continue;
+		char from[PATH_MAX + 300], to[PATH_MAX + 100];
+		snprintf(from, sizeof(from), "%s/%s/blob", tmp, de->d_name);
+		snprintf(to, sizeof(to), "%s/partial/%.64s", store, hex);
+		if (partial_ok(from, 0))
+			(void)rename(from, to);
+	}
+	if (d)
+		closedir(d);
+}
 
 static void path_in(char *buf, size_t len, const char *store, const char *fmt, ...)
     _printf_(4, 5);
@@ -44,6 +77,9 @@ int image_store_init(const char *store, struct error *err)
 	int r = fs_mkdir_p(store, 0700);
 	if (r < 0 || chmod(store, 0700) < 0)
 		return error_set_errno(err, r < 0 ? -r : errno, "image store '%s'", store);
+	path_in(p, sizeof(p), store, "partial");
+	if (mkdir(p, 0700) == 0 || errno == EEXIST)
+		keep_partials(store);
 	path_in(p, sizeof(p), store, "tmp");
 	if ((r = fs_remove_tree(p)) < 0)
 		return error_set_errno(err, -r, "empty '%s'", p);
@@ -434,6 +470,7 @@ static int fetch_config(struct pull *p, const char *digest, uint64_t size, char 
 			if (r < 0)
 				return error_set_errno(err, -r, "copy config %s", digest);
 		} else if ((r = registry_get_blob(p->reg, digest, size, tmp, err)) < 0) {
+			unlink(tmp); /* a config is small: never resumed */
 			return r;
 		}
 		if (rename(tmp, path) < 0) {
@@ -477,8 +514,8 @@ unsigned image_layer_confine(const char *work, struct registry *reg, const char 
  * Everything after image_layer_confine() parses hostile bytes, and can write beneath work only;
  * the parent finishes the layer (finish_layer()).
  */
-static int fetch_layer(struct pull *p, const char *digest, uint64_t size, const char *work,
-		       struct error *err)
+static int fetch_layer(struct pull *p, const char *digest, uint64_t size, const char *diff_id,
+		       const char *work, struct error *err)
 {
 	char blob[PATH_MAX], root[PATH_MAX], opaque[PATH_MAX];
 	snprintf(blob, sizeof(blob), "%s/blob", work);
@@ -497,7 +534,7 @@ static int fetch_layer(struct pull *p, const char *digest, uint64_t size, const 
 	else if ((ofd = open(opaque, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
 		r = error_set_errno(err, errno, "create the opaque list");
 	if (r == 0)
-		r = image_layer_unpack_list_opaque(blob, root, &p->budget, ofd, err);
+		r = image_layer_unpack_list_opaque(blob, root, &p->budget, ofd, diff_id, err);
 	if (own_blob)
 		unlink(blob);
 	if (r == 0) { /* measured (and synced) here, in parallel: the parent only renames it */
@@ -511,7 +548,8 @@ static int fetch_layer(struct pull *p, const char *digest, uint64_t size, const 
 
 /* The layer unpacked in work (by a confined child, so nothing in work is trusted) into
  * layers/<hex>: opaque directories marked, its size measured, renamed into place. */
-static int finish_layer(struct pull *p, const char *hex, const char *work, struct error *err)
+static int finish_layer(struct pull *p, const char *hex, const char *diff_id, const char *work,
+			struct error *err)
 {
 	char final[PATH_MAX], root[PATH_MAX + 8], opaque[PATH_MAX + 8];
 	path_in(final, sizeof(final), p->o->store, "layers/%s", hex);
@@ -529,6 +567,11 @@ static int finish_layer(struct pull *p, const char *hex, const char *work, struc
 	if (r == 0 && (lstat(size_path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 24 ||
 		       rename(size_path, sizes) < 0))
 		size_write(p->o->store, hex, tree_usage(root));
+	/* The diff_id the layer was checked against, for the next image that names this blob. */
+	char ids[PATH_MAX];
+	path_in(ids, sizeof(ids), p->o->store, "diffids/%s", hex);
+	if (r == 0 && (r = fs_write_atomic(ids, diff_id, strlen(diff_id), 0600)) < 0)
+		r = error_set_errno(err, -r, "write '%s'", ids);
 	if (r == 0 && rename(root, final) < 0 && errno != EEXIST && errno != ENOTEMPTY)
 		r = error_set_errno(err, errno, "rename '%s' to '%s'", root, final);
 	/* EEXIST, ENOTEMPTY: another pull got there first */
@@ -537,7 +580,7 @@ static int finish_layer(struct pull *p, const char *hex, const char *work, struc
 
 /* A layer fetched in a child: its result comes back over fd as a struct error. */
 static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t size,
-				   const char *work, int fd)
+				   const char *diff_id, const char *work, int fd)
 {
 	/* Nothing of the worker's: not its pipe to corrald, the store lock or the other
 	 * children's pipes (the curl handle's cached connections go with them, unused). */
@@ -550,12 +593,55 @@ static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t 
 	if (r < 0)
 		error_set(&e, -r, "registry client");
 	else
-		r = fetch_layer(p, digest, size, work, &e);
+		r = fetch_layer(p, digest, size, diff_id, work, &e);
 	if (r < 0)
 		error_prefix(&e, "layer %s of %s", digest, p->ref->name);
 	e.code = r;
 	ssize_t _unused_ w = write(fd, &e, sizeof(e));
 	_exit(r < 0 ? 1 : 0);
+}
+
+/* A layer already in the store was checked against the diff_id of the image it came with
+ * (diffids/<hex>; a layer unpacked before they were kept has none): the config of this one must
+ * name the same, or it describes another layer than the blob. */
+static int known_diff_id(struct pull *p, const char *digest, const char *diff_id,
+			 struct error *err)
+{
+	char path[PATH_MAX], v[80];
+	path_in(path, sizeof(path), p->o->store, "diffids/%s", digest + 7);
+	if (fs_read_small(path, v, sizeof(v)) < 0)
+		return 0;
+	v[strcspn(v, "\n")] = '\0';
+	if (strcmp(v, diff_id) == 0)
+		return 0;
+	return error_set(err, EBADMSG,
+			 "digest mismatch: layer %s of %s is in the store with diff_id %s, the image config's diff_id is %s",
+			 digest, p->ref->name, v, diff_id);
+}
+
+/* A partial download of layer hex (partial/<hex>, kept by an earlier pull) becomes the blob the
+ * child continues (registry_get_blob() resumes a file it finds); a file that cannot be one goes. */
+static void resume_partial(struct pull *p, const char *hex, uint64_t size, const char *work)
+{
+	char from[PATH_MAX], to[PATH_MAX + 8];
+	path_in(from, sizeof(from), p->o->store, "partial/%.64s", hex);
+	snprintf(to, sizeof(to), "%s/blob", work);
+	if (p->layout)
+		return;
+	if (!partial_ok(from, size) || rename(from, to) < 0)
+		(void)unlink(from);
+}
+
+/* What a failed child's download left (its blob cut short, kept by registry_get_blob()) to
+ * partial/<hex>: bytes the child wrote, trusted for nothing (the next pull hashes them with
+ * the rest and verifies the whole blob). */
+static void keep_partial(struct pull *p, const char *hex, uint64_t size, const char *work)
+{
+	char from[PATH_MAX + 8], to[PATH_MAX];
+	snprintf(from, sizeof(from), "%s/blob", work);
+	path_in(to, sizeof(to), p->o->store, "partial/%.64s", hex);
+	if (!p->layout && partial_ok(from, size))
+		(void)rename(from, to);
 }
 
 /*
@@ -565,13 +651,15 @@ static _noreturn_ void layer_child(struct pull *p, const char *digest, uint64_t 
  * and the first error is reported.
  */
 #define PULL_PARALLEL 3
-static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
+static int fetch_layers(struct pull *p, json_t *layers, json_t *diff_ids, struct error *err)
 {
 	struct {
 		pid_t pid;
 		int fd;
 		char hex[IMAGE_HEX_LEN + 1];
 		char work[PATH_MAX];
+		uint64_t size;
+		char diff_id[72];
 	} run[PULL_PARALLEL];
 	size_t n = json_array_size(layers), next = 0, running = 0;
 	int first = 0;
@@ -580,18 +668,23 @@ static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
 	(void)image_confine_prepare(); /* once here, not in every child */
 	while (next < n || running) {
 		while (next < n && running < PULL_PARALLEL && first == 0) {
-			json_t *l = json_array_get(layers, next++);
+			json_t *l = json_array_get(layers, next);
+			const char *diff_id = json_string_value(json_array_get(diff_ids, next++));
 			const char *d = json_string_value(json_object_get(l, "digest"));
 			uint64_t size = (uint64_t)json_integer_value(json_object_get(l, "size"));
 			char lp[PATH_MAX], work[PATH_MAX];
 			path_in(lp, sizeof(lp), p->o->store, "layers/%s", d + 7);
-			if (access(lp, F_OK) == 0)
+			if (access(lp, F_OK) == 0) {
+				if ((first = known_diff_id(p, d, diff_id, err)) < 0)
+					break;
 				continue;
-			path_in(work, sizeof(work), p->o->store, "tmp/layer-%.16s-XXXXXX", d + 7);
+			}
+			path_in(work, sizeof(work), p->o->store, "tmp/layer-%.64s-XXXXXX", d + 7);
 			if (!mkdtemp(work)) {
 				first = error_set_errno(err, errno, "mkdtemp '%s'", work);
 				break;
 			}
+			resume_partial(p, d + 7, size, work);
 			int fds[2];
 			if (pipe2(fds, O_CLOEXEC) < 0) {
 				first = error_set_errno(err, errno, "pipe");
@@ -601,7 +694,7 @@ static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
 			pid_t pid = fork();
 			if (pid == 0) {
 				close(fds[0]);
-				layer_child(p, d, size, work, fds[1]);
+				layer_child(p, d, size, diff_id, work, fds[1]);
 			}
 			close(fds[1]);
 			if (pid < 0) {
@@ -616,6 +709,9 @@ static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
 					run[k].fd = fds[0];
 					snprintf(run[k].hex, sizeof(run[k].hex), "%s", d + 7);
 					snprintf(run[k].work, sizeof(run[k].work), "%s", work);
+					run[k].size = size;
+					snprintf(run[k].diff_id, sizeof(run[k].diff_id), "%s",
+						 diff_id);
 					break;
 				}
 			running++;
@@ -640,7 +736,8 @@ static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
 				  WEXITSTATUS(status) == 0;
 			if (ok) {
 				struct error fe = {0};
-				if (finish_layer(p, run[k].hex, run[k].work, &fe) < 0) {
+				if (finish_layer(p, run[k].hex, run[k].diff_id, run[k].work,
+						 &fe) < 0) {
 					ok = false;
 					e = fe;
 					got = sizeof(e);
@@ -648,6 +745,8 @@ static int fetch_layers(struct pull *p, json_t *layers, struct error *err)
 						     p->ref->name);
 				}
 			}
+			if (!ok)
+				keep_partial(p, run[k].hex, run[k].size, run[k].work);
 			fs_remove_tree(run[k].work);
 			if (first == 0 && !ok) {
 				if (got == (ssize_t)sizeof(e) && e.code < 0) {
@@ -752,9 +851,21 @@ static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref
 			      je.text);
 		goto out;
 	}
+	/* Each layer's uncompressed tar is checked against its diff_id as it is unpacked: the
+	 * config (bound to the reference by the manifest) must describe the layers it comes with. */
+	json_t *diff_ids = json_object_get(json_object_get(cfg, "rootfs"), "diff_ids");
+	bool ids_ok = json_array_size(diff_ids) == nl;
+	for (i = 0; ids_ok && i < nl; i++)
+		ids_ok = digest_ok(json_string_value(json_array_get(diff_ids, i)));
+	if (!ids_ok) {
+		r = error_set(err, EPROTO,
+			      "config of %s: rootfs.diff_ids must hold one sha256 digest for each of its %zu layers",
+			      ref->name, nl);
+		goto out;
+	}
 	if ((r = budget_init(&p.budget, o, err)) < 0)
 		goto out;
-	r = fetch_layers(&p, layers, err);
+	r = fetch_layers(&p, layers, diff_ids, err);
 	budget_clear(&p.budget);
 	if (r < 0)
 		goto out;
@@ -853,7 +964,7 @@ static int unpack_confined(const struct image_pull_opts *o, const char *path, co
 		int ofd = open(opaque, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		int r = mkdir(root, 0700) < 0 || ofd < 0
 			    ? error_set_errno(&e, errno, "mkdir the layout's directory")
-			    : image_layer_unpack_list_opaque(path, root, &b, ofd, &e);
+			    : image_layer_unpack_list_opaque(path, root, &b, ofd, NULL, &e);
 		e.code = r;
 		ssize_t _unused_ w = write(fds[1], &e, sizeof(e));
 		_exit(r < 0 ? 1 : 0);
@@ -1084,11 +1195,21 @@ int image_gc(const char *store, const char *sandboxes_dir, unsigned *ret_removed
 			(*ret_removed)++;
 			path_in(from, sizeof(from), store, "sizes/%.64s", de->d_name);
 			unlink(from);
+			path_in(from, sizeof(from), store, "diffids/%.64s", de->d_name);
+			unlink(from);
 		}
 	}
 	if (d)
 		closedir(d);
 	free(keep.v);
+	/* Partial downloads: no pull runs (it would hold the lock shared); the next one starts over. */
+	path_in(path, sizeof(path), store, "partial");
+	d = opendir(path);
+	while (d && (de = readdir(d)))
+		if (de->d_name[0] != '.')
+			(void)unlinkat(dirfd(d), de->d_name, 0);
+	if (d)
+		closedir(d);
 	return 0;
 }
 

@@ -173,8 +173,12 @@ def compress(tar, how):
     return tar, "application/vnd.oci.image.layer.v1.tar"
 
 
-def write_layout(d, layers, config=None, tag="latest", compression="gzip"):
-    """An OCI image layout at d: layers are tar bytes (lowest first) or (tar, compression)."""
+def write_layout(d, layers, config=None, tag="latest", compression="gzip", diff_ids_of=None,
+                 blobs=None):
+    """An OCI image layout at d: layers are tar bytes (lowest first) or (tar, compression).
+    diff_ids_of: a function given the true rootfs.diff_ids that returns what the config says (a
+    lying config); blobs: a function given (index, compressed bytes) that returns the blob to
+    store instead (its descriptor follows it: a blob true to its digest)."""
     os.makedirs(os.path.join(d, "blobs", "sha256"), exist_ok=True)
 
     def blob(b):
@@ -187,8 +191,12 @@ def write_layout(d, layers, config=None, tag="latest", compression="gzip"):
     for l in layers:
         tar, how = l if isinstance(l, tuple) else (l, compression)
         data, mt = compress(tar, how)
+        if blobs:
+            data = blobs(len(descs), data)
         descs.append({"mediaType": mt, "digest": blob(data), "size": len(data)})
         diff_ids.append(sha256(tar))
+    if diff_ids_of:
+        diff_ids = diff_ids_of(diff_ids)
     cfg = {"architecture": "amd64", "os": "linux", "config": config or {},
            "rootfs": {"type": "layers", "diff_ids": diff_ids}}
     cb = json.dumps(cfg).encode()
@@ -340,8 +348,14 @@ def store_tmp(state_dir):
 class TokenProxy:
     """A registry front with the bearer-token flow (like Docker Hub's): /v2/ needs
     'Authorization: Bearer <token>'; a 401 names the realm /token, which hands out a token for Basic
-    credentials (when user is set) or to anyone. Forwards to a plain docker-registry. Faults for
-    tests: delay_blobs (seconds before a blob), cut_blobs (how many blob replies to cut in half)."""
+    credentials (when user is set) or to anyone. Forwards to a plain docker-registry, Range requests included. Faults for
+    tests: delay_blobs (seconds before a blob), cut_blobs (how many blob replies to cut in half),
+    stall_blobs (how many to stop in the middle of for stall_seconds, the connection left open),
+    ignore_range (answer Range requests with the whole blob, 200), tamper_ranges (flip the
+    bytes of every 206 reply, its headers true), shift_ranges (a 206 of another range than
+    asked for, its Content-Range saying so), fault_digests (the faults
+    only for these blobs; None: all). blob_bytes: bytes of blob
+    bodies sent, by digest; ranges: the Range headers received, by digest."""
 
     def __init__(self, upstream, user=None, password=None):
         import base64
@@ -354,6 +368,14 @@ class TokenProxy:
         self.token = secrets.token_hex(16)
         self.delay_blobs = 0.0
         self.cut_blobs = 0
+        self.stall_blobs = 0
+        self.stall_seconds = 30.0
+        self.ignore_range = False
+        self.tamper_ranges = False
+        self.shift_ranges = False
+        self.fault_digests = None
+        self.blob_bytes = {}
+        self.ranges = {}
         self.token_requests = 0
         self.blob_requests = 0
         proxy = self
@@ -392,28 +414,46 @@ class TokenProxy:
                     return self.reply(401, b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}',
                                       [("WWW-Authenticate", ch)])
                 c = http.client.HTTPConnection("127.0.0.1", int(proxy.upstream.split(":")[1]), timeout=30)
-                hdrs = {k: v for k, v in self.headers.items() if k.lower() in ("accept", "range")}
+                fwd = ("accept",) if proxy.ignore_range else ("accept", "range")
+                hdrs = {k: v for k, v in self.headers.items() if k.lower() in fwd}
+                if proxy.shift_ranges and hdrs.get("Range", "").startswith("bytes="):
+                    first = int(hdrs["Range"][6:].split("-")[0])
+                    hdrs["Range"] = "bytes=%d-" % max(0, first - 1000)
                 c.request(self.command, self.path, headers=hdrs)
                 r = c.getresponse()
                 body = r.read()
                 c.close()
                 keep = [(k, v) for k, v in r.getheaders()
-                        if k.lower() in ("content-type", "docker-content-digest", "location")]
-                if "/blobs/" in self.path and self.command == "GET" and r.status == 200:
+                        if k.lower() in ("content-type", "docker-content-digest", "location",
+                                         "content-range")]
+                digest = self.path.rsplit("/", 1)[-1]
+                if r.status == 206 and proxy.tamper_ranges:
+                    body = bytes(b ^ 0x5A for b in body)
+                if "/blobs/" in self.path and self.command == "GET" and r.status in (200, 206):
                     proxy.blob_requests += 1
+                    proxy.ranges.setdefault(digest, []).append(self.headers.get("Range"))
                     if proxy.delay_blobs:
                         time.sleep(proxy.delay_blobs)
-                    if proxy.cut_blobs > 0:
-                        proxy.cut_blobs -= 1
-                        self.send_response(200)
+                    if (proxy.cut_blobs > 0 or proxy.stall_blobs > 0) and (
+                            proxy.fault_digests is None or digest in proxy.fault_digests):
+                        stall = proxy.stall_blobs > 0
+                        if stall:
+                            proxy.stall_blobs -= 1
+                        else:
+                            proxy.cut_blobs -= 1
+                        self.send_response(r.status)
                         for k, v in keep:
                             self.send_header(k, v)
                         self.send_header("Content-Length", str(len(body)))
                         self.end_headers()
                         self.wfile.write(body[: len(body) // 2])
                         self.wfile.flush()
+                        proxy.blob_bytes[digest] = proxy.blob_bytes.get(digest, 0) + len(body) // 2
+                        if stall:
+                            time.sleep(proxy.stall_seconds)
                         self.close_connection = True
                         return
+                    proxy.blob_bytes[digest] = proxy.blob_bytes.get(digest, 0) + len(body)
                 self.reply(r.status, body, keep)
 
         class Server(ThreadingHTTPServer):

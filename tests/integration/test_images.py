@@ -63,9 +63,9 @@ class Images(CorralTestCase):
         oci.shutil.rmtree(cls.tmp, ignore_errors=True)
         oci.shutil.rmtree(os.path.dirname(cls.authfile), ignore_errors=True)
 
-    def layout(self, name, layers, config=None, compression="gzip"):
+    def layout(self, name, layers, config=None, compression="gzip", **kw):
         d = os.path.join(self.tmp, name)
-        info = oci.write_layout(d, layers, config=config, compression=compression)
+        info = oci.write_layout(d, layers, config=config, compression=compression, **kw)
         return d, info
 
     def sh(self, sid, cmd, **kw):
@@ -207,6 +207,57 @@ class Images(CorralTestCase):
         self.assertNotIn(info["layers"][1][7:], oci.store_layers(self.corrald.state_dir))
         self.assertEqual(oci.store_tmp(self.corrald.state_dir), [], "the bad blob is discarded")
 
+    def test_diff_id_mismatch_is_a_typed_error_and_discarded(self):
+        # The blob is true to its digest, but the config's diff_id is not the digest of the tar
+        # it decompresses to: the layer is refused as it is unpacked, never reaches layers/.
+        top = oci.layer_tar([F("y", "what the config does not describe")])
+        lie = oci.sha256(b"some other tar")
+        for compression in ("gzip", "zstd", "none"):
+            d, info = self.layout("diffid-" + compression, [self.base, top],
+                                  compression=compression,
+                                  diff_ids_of=lambda ids: [ids[0], lie])
+            ref = self.reg.push(d, "t/diffid-" + compression)
+            r = self.client.create_sandbox_raw(image={"uri": ref})
+            self.assertEqual(r.status, 502, r)
+            self.assertEqual(r.json()["code"], PULL_FAILED)
+            msg = r.json()["message"]
+            self.assertIn("digest mismatch", msg)
+            self.assertIn("diff_id is %s" % lie, msg)
+            self.assertIn(oci.sha256(top), msg, "names the digest the tar has")
+            self.assertIn(info["layers"][1], msg, "names the layer")
+            self.assertNotIn(info["layers"][1][7:], oci.store_layers(self.corrald.state_dir))
+            self.assertEqual(oci.store_tmp(self.corrald.state_dir), [])
+        # A config with fewer diff_ids than layers is no valid image either.
+        d, info = self.layout("diffid-short", [self.base, top],
+                              diff_ids_of=lambda ids: ids[:1])
+        r = self.client.create_sandbox_raw(image={"uri": self.reg.push(d, "t/diffid-short")})
+        self.assertEqual(r.status, 502, r)
+        self.assertIn("rootfs.diff_ids", r.json()["message"])
+        self.assertNotIn(info["layers"][1][7:], oci.store_layers(self.corrald.state_dir))
+        # The same layers with a true config pull and run.
+        d, _ = self.layout("diffid-true", [self.base, top])
+        sid = self.create_image(self.reg.push(d, "t/diffid-true"))["id"]
+        self.assertEqual(self.sh(sid, "cat /y"), "what the config does not describe")
+
+    def test_diff_id_checked_for_a_layer_already_in_the_store(self):
+        # A second image shares a layer blob already in the store (not unpacked again) but its
+        # config names another diff_id for it: refused, the stored layer and its image intact.
+        top = oci.layer_tar([F("shared", "the shared layer")])
+        d, info = self.layout("diffid-shared", [self.base, top])
+        sid = self.create_image(self.reg.push(d, "t/diffid-shared"))["id"]
+        hexd = info["layers"][1][7:]
+        with open(os.path.join(self.corrald.state_dir, "images", "diffids", hexd)) as f:
+            self.assertEqual(f.read().strip(), oci.sha256(top))
+        lie = oci.sha256(b"another tar")
+        d, _ = self.layout("diffid-shared-lie", [self.base, top],
+                           diff_ids_of=lambda ids: [ids[0], lie])
+        r = self.client.create_sandbox_raw(image={"uri": self.reg.push(d, "t/diffid-shared-lie")})
+        self.assertEqual(r.status, 502, r)
+        self.assertIn("digest mismatch", r.json()["message"])
+        self.assertIn("in the store with diff_id %s" % oci.sha256(top), r.json()["message"])
+        self.assertIn(hexd, oci.store_layers(self.corrald.state_dir))
+        self.assertEqual(self.sh(sid, "cat /shared"), "the shared layer")
+
     def test_auth(self):
         d, _ = self.layout("auth", [self.base, oci.layer_tar([F("private", "p")])])
         ref = self.authreg.push(d, "t/private")
@@ -329,10 +380,130 @@ class Images(CorralTestCase):
         self.assertEqual(r.status, 502, r)
         self.assertEqual(r.json()["code"], PULL_FAILED)
         self.assertEqual(oci.store_tmp(self.corrald.state_dir), [])
-        # One cut reply: retried from the start, and the pull succeeds.
+        # One cut reply: continued where it stopped (Range), and the pull succeeds.
         self.anonreg.cut_blobs = 1
         sid = self.create_image(ref)["id"]
         self.assertEqual(self.sh(sid, "wc -c < /c"), "100000")
+
+    def partial_blobs(self, state_dir):
+        d = os.path.join(state_dir, "images", "partial")
+        return {h: os.path.getsize(os.path.join(d, h)) for h in os.listdir(d)}
+
+    def test_partial_blob_resumed_with_range(self):
+        # A pull whose blob replies are all cut keeps what it got; the next pull asks for the rest
+        # (Range, 206) and transfers only that; the whole blob is still verified.
+        big = os.urandom(1 << 20)
+        d, info = self.layout("resume", [self.base, oci.layer_tar([F("big", big)])])
+        self.reg.push(d, "t/resume")
+        ref = "%s/t/resume:latest" % self.anonreg.host
+        hexd = info["layers"][1][7:]
+        size = os.path.getsize(self.reg.blob_path(info["layers"][1]))
+        self.anonreg.cut_blobs = 1000
+        self.anonreg.fault_digests = {info["layers"][1]}
+        self.addCleanup(setattr, self.anonreg, "fault_digests", None)
+        self.addCleanup(setattr, self.anonreg, "cut_blobs", 0)
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 502, r)
+        kept = self.partial_blobs(self.corrald.state_dir).get(hexd, 0)
+        self.assertGreater(kept, size // 2, "the cut tries continued each other")
+        self.assertLess(kept, size)
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [])
+        self.assertEqual(self.anonreg.ranges[info["layers"][1]][1], "bytes=%d-" % (size // 2))
+        self.anonreg.cut_blobs = 0
+        self.anonreg.blob_bytes.clear()
+        self.anonreg.ranges.clear()
+        sid = self.create_image(ref)["id"]
+        self.assertEqual(self.anonreg.ranges[info["layers"][1]], ["bytes=%d-" % kept])
+        self.assertEqual(self.anonreg.blob_bytes[info["layers"][1]], size - kept,
+                         "only the rest was transferred")
+        self.assertEqual(self.sh(sid, "wc -c < /big"), str(1 << 20))
+        with open(os.path.join(self.corrald.state_dir, "images", "layers", hexd, "big"),
+                  "rb") as f:
+            self.assertTrue(f.read() == big, "the resumed layer is the image's")
+        self.assertNotIn(hexd, self.partial_blobs(self.corrald.state_dir))
+
+    def test_partial_blob_without_range_support_downloads_whole(self):
+        # A registry that ignores Range (200, the whole blob): the partial is dropped, the blob
+        # downloaded again from its start, and verified.
+        d, info = self.layout("norange", [self.base, oci.layer_tar([F("n", os.urandom(300000))])])
+        self.reg.push(d, "t/norange")
+        ref = "%s/t/norange:latest" % self.anonreg.host
+        size = os.path.getsize(self.reg.blob_path(info["layers"][1]))
+        self.anonreg.cut_blobs = 1000
+        self.anonreg.fault_digests = {info["layers"][1]}
+        self.addCleanup(setattr, self.anonreg, "fault_digests", None)
+        self.addCleanup(setattr, self.anonreg, "cut_blobs", 0)
+        self.addCleanup(setattr, self.anonreg, "ignore_range", False)
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        self.assertEqual(r.status, 502, r)
+        self.assertIn(info["layers"][1][7:], self.partial_blobs(self.corrald.state_dir))
+        self.anonreg.cut_blobs = 0
+        self.anonreg.ignore_range = True
+        self.anonreg.blob_bytes.clear()
+        sid = self.create_image(ref)["id"]
+        self.assertEqual(self.anonreg.blob_bytes[info["layers"][1]], size)
+        self.assertEqual(self.sh(sid, "wc -c < /n"), "300000")
+        self.assertNotIn(info["layers"][1][7:], self.partial_blobs(self.corrald.state_dir))
+
+    def test_partial_blob_resumed_after_corrald_killed(self):
+        # corrald killed -9 while a blob is half downloaded: its pull dies with it, the next
+        # corrald keeps the bytes at start (tmp/ -> partial/) and its pull asks for the rest.
+        d, info = self.layout("killres", [self.base, oci.layer_tar([F("k", os.urandom(1 << 20))])])
+        self.reg.push(d, "t/killres")
+        ref = "%s/t/killres:latest" % self.anonreg.host
+        dg = info["layers"][1]
+        size = os.path.getsize(self.reg.blob_path(dg))
+        c = Corrald(extra_args=["--insecure-registry", self.anonreg.host])
+        c.start()
+        try:
+            self.anonreg.stall_blobs = 1
+            self.anonreg.stall_seconds = 20.0
+            self.anonreg.fault_digests = {dg}
+            self.addCleanup(setattr, self.anonreg, "fault_digests", None)
+            self.addCleanup(setattr, self.anonreg, "stall_blobs", 0)
+            t = threading.Thread(target=lambda: self._quiet_create(c, ref))
+            t.start()
+            tmp = os.path.join(c.state_dir, "images", "tmp")
+            blob = None
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                for w in os.listdir(tmp) if os.path.isdir(tmp) else []:
+                    p = os.path.join(tmp, w, "blob")
+                    if w.startswith("layer-" + dg[7:]) and os.path.exists(p) and \
+                            os.path.getsize(p) >= size // 2:
+                        blob = p
+                if blob:
+                    break
+                time.sleep(0.02)
+            self.assertIsNotNone(blob, "the half blob reached the layer's work directory")
+            c.kill9()
+            t.join(30)
+            self.anonreg.ranges.clear()
+            self.anonreg.blob_bytes.clear()
+            c.start()
+            part = os.path.join(c.state_dir, "images", "partial", dg[7:])
+            kept = os.path.getsize(part)
+            self.assertEqual(kept, size // 2)
+            cl = c.client(timeout=60)
+            r = cl.create_sandbox_raw(image={"uri": ref})
+            self.assertEqual(r.status, 202, "%r\n%s" % (r, c.log_tail(20)))
+            self.assertEqual(self.anonreg.ranges[dg], ["bytes=%d-" % kept])
+            self.assertEqual(self.anonreg.blob_bytes[dg], size - kept)
+            self.assertEqual(cl.run(r.json()["id"], "wc -c < /k").stdout.strip(), str(1 << 20))
+            self.assertFalse(os.path.exists(part))
+            cl.delete_sandbox(r.json()["id"])
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
+    def _quiet_create(self, c, ref):
+        cl = c.client(timeout=60)
+        try:
+            cl.create_sandbox_raw(image={"uri": ref})
+        except OSError:
+            pass  # corrald killed under the request
+        finally:
+            cl.close()
 
     def test_docker_schema2_plain_layers_and_platform_index(self):
         d, _ = self.layout("v2s2", [self.base, (oci.layer_tar([F("v", "docker")]), "none")])
@@ -543,7 +714,7 @@ class Images(CorralTestCase):
         self.assertIn("unauthorized", err)
         rc, out, err = self.corral("image", "pull", "--username", "alice", ref,
                                    stdin="s3cret-pw\n")
-        self.assertEqual((rc, out.strip()), (0, ref), err)
+        self.assertEqual((rc, out.splitlines()[-1]), (0, ref), err)  # after any progress lines
         rc, out, err = self.corral("image", "ls")
         self.assertEqual(rc, 0, err)
         self.assertIn(ref, out)
@@ -556,6 +727,52 @@ class Images(CorralTestCase):
         self.assertIn("IMAGE_NOT_FOUND", err)
         rc, out, err = self.corral("image", "frobnicate")
         self.assertEqual(rc, 1, (out, err))
+
+    def test_cli_image_pull_progress(self):
+        # The pull's progress from the server (GET /v1/images "pulls") while the request runs:
+        # plain lines when stdout is a pipe, one line rewritten in place on a terminal.
+        import pty
+        from harness import binary
+        env = dict(os.environ, CORRAL_SERVER=self.corrald.base_url)
+        env.pop("CORRAL_API_KEY", None)
+        self.anonreg.delay_blobs = 1.5
+        self.addCleanup(setattr, self.anonreg, "delay_blobs", 0.0)
+        for tty in (False, True):
+            name = "t/progress-%s" % ("tty" if tty else "pipe")
+            d, _ = self.layout(name.replace("/", "-"),
+                               [self.base, oci.layer_tar([F("p", os.urandom(200000))])])
+            self.reg.push(d, name)
+            ref = "%s/%s:latest" % (self.anonreg.host, name)
+            if not tty:
+                rc, out, err = self.corral("image", "pull", ref)
+                self.assertEqual(rc, 0, err)
+                lines = out.splitlines()
+                self.assertEqual(lines[-1], ref)
+                prog = [l for l in lines[:-1] if l.startswith(ref + ": ")]
+                self.assertTrue(prog, out)
+                self.assertRegex(prog[-1], r": \d+\.\d of \d+\.\d MB \(\d+%\)$")
+                self.assertNotIn("\r", out)
+                continue
+            mfd, sfd = pty.openpty()
+            p = subprocess.Popen([binary("corral"), "image", "pull", ref], stdout=sfd,
+                                 stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+            os.close(sfd)
+            buf = b""
+            while True:
+                try:
+                    chunk = os.read(mfd, 4096)
+                except OSError:  # EIO: the terminal's last writer is gone
+                    break
+                if not chunk:
+                    break
+                buf += chunk
+            os.close(mfd)
+            self.assertEqual(p.wait(60), 0, p.stderr.read())
+            p.stderr.close()
+            text = buf.decode()
+            self.assertIn("\r%s: " % ref, text)
+            self.assertRegex(text, r"MB \(\d+%\)\x1b\[K")
+            self.assertTrue(text.endswith("\r\x1b[K%s\r\n" % ref), repr(text[-200:]))
 
     def test_cli_image_inspect(self):
         d, info = self.layout("inspect", [self.base, oci.layer_tar([F("big", os.urandom(1 << 20))])],

@@ -241,7 +241,7 @@ int main(int argc, char **argv)
 	int ofd = open(opaque, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	int r = mkdir(root, 0755) < 0 || ofd < 0 ? -errno
 						 : image_layer_unpack_list_opaque(layer, root, NULL,
-										  ofd, &err);
+										  ofd, NULL, &err);
 	printf("unpack %d%s%s\n", r < 0 ? -r : 0, r < 0 ? " " : "", r < 0 ? err.msg : "");
 	fflush(stdout);
 	/* As a layer child ends: _exit, no exit handlers (LeakSanitizer's would ptrace, denied). */

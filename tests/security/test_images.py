@@ -49,9 +49,9 @@ class HostileLayers(AttackCase):
         self.target = tempfile.mkdtemp(prefix="corral-target-")
         self.addCleanup(oci.shutil.rmtree, self.target, True)
 
-    def push(self, name, layers):
+    def push(self, name, layers, **kw):
         d = os.path.join(self.tmp, name + self.tag)
-        info = oci.write_layout(d, layers)
+        info = oci.write_layout(d, layers, **kw)
         return self.reg.push(d, "evil/" + name), info
 
     def assert_refused(self, ref, info):
@@ -224,6 +224,80 @@ class HostileLayers(AttackCase):
         self.assertNotIn("trusted.overlay.redirect", names)
         self.assertIn("user.kept", names, "ordinary xattrs are kept")
         self.assert_platform_alive(self.bystander, sid)
+
+    def assert_diff_id_refused(self, ref, info):
+        r = self.client.create_sandbox_raw(image={"uri": ref})
+        if r.status == 202:
+            self.addCleanup(self._cleanup_sandbox, r.json()["id"])
+        self.assertEqual(r.status, 502, "%r\n%s" % (r, self.corrald.log_tail(10)))
+        self.assertEqual(r.json()["code"], "SANDBOX::IMAGE_PULL_FAILED")
+        self.assertIn("digest mismatch", r.json()["message"])
+        self.assertIn("diff_id", r.json()["message"])
+        self.assertNotIn(self.corrald.state_dir, r.text, "no host path in the reply")
+        self.assertNotIn(info["layers"][-1][7:], oci.store_layers(self.corrald.state_dir),
+                         "the layer never reaches the store")
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [], "no half layer left")
+        self.assert_platform_alive(self.bystander)
+
+    def test_config_claims_a_trusted_layers_diff_id(self):
+        # Attack: a layer of the attacker's whose config names the diff_id of a known base layer,
+        # so that what goes by diff_ids (scanners, chain ids, caches) takes it for that layer.
+        evil = oci.layer_tar([F("bin/sh", "#!/evil\n", mode=0o755)])
+        trusted = oci.sha256(self.base)
+        ref, info = self.push("posing", [self.base, evil],
+                              diff_ids_of=lambda ids: [ids[0], trusted])
+        self.assert_diff_id_refused(ref, info)
+
+    def test_payload_after_the_tar_end(self):
+        # Attack: data hidden in the blob after the tar's end-of-archive blocks, where a check
+        # that hashes only what the tar reader needs (the config's diff_id is that tar's) would
+        # not see it, carried into the store under a "verified" diff_id.
+        tar = oci.layer_tar([F("innocent", "x")])
+
+        def smuggle(i, data):
+            if i != 1:
+                return data
+            return oci.gzip.compress(oci.gzip.decompress(data) + b"PAYLOAD" * 10000, mtime=0)
+        ref, info = self.push("smuggle", [self.base, tar], blobs=smuggle)
+        self.assert_diff_id_refused(ref, info)
+
+    def test_resumed_download_cannot_splice_bytes(self):
+        # Attack: a registry (or a man in the middle of plain HTTP) answers the Range request of a
+        # resumed download with bytes of its choosing (true headers, tampered body; or another
+        # range than asked for), to splice them into a blob whose first part was verified.
+        tok = oci.TokenProxy(self.reg.host)
+        self.addCleanup(tok.stop)
+        c = oci.harness.Corrald(extra_args=["--insecure-registry", tok.host])
+        c.start()
+        try:
+            cl = c.client(timeout=120)
+            for fault in ("tamper_ranges", "shift_ranges"):
+                data = os.urandom(400000)
+                ref, info = self.push("splice-" + fault, [self.base,
+                                                          oci.layer_tar([F("data", data)])])
+                ref = ref.replace(self.reg.host, tok.host)
+                dg = info["layers"][-1]
+                tok.fault_digests, tok.cut_blobs = {dg}, 1000
+                r = cl.create_sandbox_raw(image={"uri": ref})
+                self.assertEqual(r.status, 502, r)  # every try cut: a partial is kept
+                tok.cut_blobs = 0
+                setattr(tok, fault, True)
+                tok.ranges.clear()
+                r = cl.create_sandbox_raw(image={"uri": ref})
+                setattr(tok, fault, False)
+                self.assertEqual(r.status, 202, "%r\n%s" % (r, c.log_tail(20)))
+                sid = r.json()["id"]
+                self.assertTrue(tok.ranges[dg][0].startswith("bytes="), tok.ranges)
+                self.assertIsNone(tok.ranges[dg][-1], "then the whole blob, from its start")
+                layer = os.path.join(c.state_dir, "images", "layers", dg[7:], "data")
+                with open(layer, "rb") as f:
+                    self.assertTrue(f.read() == data, "the store holds the image's bytes only")
+                cl.delete_sandbox(sid)
+            self.assertEqual(cl.get("/health").status, 200)
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+        self.assert_platform_alive(self.bystander)
 
 
 if __name__ == "__main__":
