@@ -616,12 +616,30 @@ static void on_tcp_event(struct bufferevent *bev, short what, void *arg)
 	conn_free(arg);
 }
 
+static size_t conns_of(struct resolver *r, const struct sockaddr_storage *peer)
+{
+	size_t n = 0;
+	struct tcp_conn *c;
+	LIST_FOREACH(c, &r->conns, link)
+		n += same_host(&c->peer, peer);
+	return n;
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
 		      void *arg)
 {
 	(void)l;
 	struct resolver *r = arg;
-	if (r->n_conns >= RESOLVER_TCP_CONNS_MAX || salen > (int)sizeof(struct sockaddr_storage)) {
+	struct sockaddr_storage peer = {0};
+	if (r->n_conns >= RESOLVER_TCP_CONNS_MAX || salen > (int)sizeof(peer)) {
+		close(fd);
+		return;
+	}
+	memcpy(&peer, sa, (size_t)salen);
+	/* Each client its share: one that holds its connections open (a byte now and then keeps
+	 * the idle timeout away) must not leave the others none. */
+	if (conns_of(r, &peer) >= RESOLVER_TCP_CONNS_PER_CLIENT) {
+		r->stats.dropped_busy++;
 		close(fd);
 		return;
 	}
@@ -635,7 +653,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	}
 	c->r = r;
 	c->bev = bev;
-	memcpy(&c->peer, sa, (size_t)salen);
+	c->peer = peer;
 	c->peer_len = (socklen_t)salen;
 	LIST_INSERT_HEAD(&r->conns, c, link);
 	r->n_conns++;
