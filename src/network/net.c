@@ -618,6 +618,9 @@ static int remove_kernel(struct net *n, const char *sandbox_id, struct error *er
 			nft_runf(n, NULL, "delete element bridge %s port_names { \"%s\" }\n", N, veth);
 			nft_remove_objects(n, cid);
 		}
+		/* Its flows end with it (best effort: the next sandbox with the address flushes
+		 * them again before it starts). */
+		nl_ct_flush_src4(sb->addr);
 	} else {
 		nft_remove_objects(n, cid);
 	}
@@ -813,7 +816,16 @@ int net_attach(const struct net *n, const char *sandbox_id, int netns_fd, struct
 	veth_name(sandbox_id, veth);
 	snprintf(alias, sizeof(alias), ALIAS_PREFIX "%s:%s", n->name, sandbox_id);
 	struct nl host = {0}, in = {0};
-	int r = nl_open(&host);
+	/* The address may have been another sandbox's (a corrald restart starts the allocator
+	 * again, a small subnet wraps): none of that one's flows may count as this one's. Before
+	 * the veth exists, so nothing of this sandbox's is among them. */
+	int r = nl_ct_flush_src4(addr);
+	if (r < 0) {
+		char as[INET_ADDRSTRLEN];
+		inet_ntop(AF_INET, &addr, as, sizeof(as));
+		return error_set_errno(err, -r, "forget the connections of address %s", as);
+	}
+	r = nl_open(&host);
 	if (r < 0)
 		return error_set_errno(err, -r, "netlink socket");
 	r = nl_veth_add(&host, veth, alias, n->bridge_ifindex, "eth0", netns_fd);

@@ -6,7 +6,9 @@ outside this machine.
 """
 import os
 import random
+import subprocess
 import sys
+import tempfile
 import time
 
 from sec import AttackCase, log, main
@@ -45,6 +47,38 @@ while time.monotonic() < end:
             s.sendall(b"\x00")
         except OSError:
             pass
+"""
+
+# A UDP "conversation" from a fixed source port: send, print the reply or TIMEOUT.
+UDP_TALK = r"""
+import socket, sys
+dst, port, sport, msg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", sport))
+s.settimeout(3)
+for _ in range(3):
+    s.sendto(msg.encode(), (dst, port))
+    try:
+        print(s.recvfrom(100)[0].decode())
+        break
+    except socket.timeout:
+        pass
+else:
+    print("TIMEOUT")
+"""
+
+# The lab's UDP echo server: logs every payload it receives, one per line.
+UDP_ECHO = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], int(sys.argv[2])))
+print("ready", flush=True)
+while True:
+    data, peer = s.recvfrom(100)
+    with open(sys.argv[3], "a") as f:
+        f.write(data.decode("ascii", "replace") + "\n")
+    s.sendto(b"echo " + data, peer)
 """
 
 
@@ -106,6 +140,44 @@ class ResolverTcpAttacks(NetLabCase):
         self.assertEqual(self.resolve(victim, "denied.test", tcp=True), "NXDOMAIN")
         self.assertEqual(self.resolve(victim, "allowed.test"), [self.lab.addr["allowed.test"]])
         self.assert_platform_alive(attacker, victim)
+
+
+class AddressReuseAttacks(NetLabCase):
+    """A corrald of its own: the sandboxes here are the first of its subnet."""
+
+    def test_new_sandbox_does_not_inherit_the_flows_of_its_address(self):
+        # attack: a sandbox that is denied everything gets the address of a deleted sandbox that
+        # was allowed everything, and talks from the same UDP port to the same lab server: the
+        # deleted sandbox's conntrack entry (established) would let it through without its policy
+        echo_log = os.path.join(tempfile.mkdtemp(prefix="corral-redteam-"), "echo.log")
+        srv = subprocess.Popen(self.lab.nsexec("/usr/bin/python3", "-c", UDP_ECHO,
+                                               self.lab.addr["literal"], "7777", echo_log),
+                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        self.addCleanup(lambda: (srv.kill(), srv.wait()))
+        self.assertEqual(srv.stdout.readline().strip(), "ready")
+        talk = "/usr/bin/python3 -c %s %s 7777 40123 %%s" % (q(UDP_TALK), self.lab.addr["literal"])
+        a = self.sandbox({"defaultAction": "allow", "egress": []})
+        a_ip = self.address(a)
+        self.assertEqual(self.sh(a, talk % "from-a").strip(), "echo from-a")
+        self.assertEqual(self.client.delete_sandbox(a).status, 204)
+        # a corrald restart (an upgrade, a crash): its allocator starts again at the subnet's
+        # first free address, the deleted sandbox's
+        self.corrald.kill9()
+        self.corrald.start()
+        self.client = self.corrald.client()
+        c = self.sandbox({"defaultAction": "deny", "egress": []})
+        self.assertEqual(self.address(c), a_ip, "precondition: the address is reused")
+        out = self.sh(c, talk % "from-c").strip()
+        with open(echo_log) as f:
+            got = f.read().split()
+        log("C's UDP conversation:", out, "; the lab server received:", got)
+        self.assertEqual(out, "TIMEOUT")
+        self.assertNotIn("from-c", got, "a denied sandbox's packet reached the lab")
+        # its policy still works otherwise, and the allowed path still does for a new sandbox
+        d = self.sandbox({"defaultAction": "allow", "egress": []})
+        self.assertEqual(self.sh(d, talk % "from-d").strip(), "echo from-d")
+        self.assert_platform_alive(c, d)
 
 
 if __name__ == "__main__":
