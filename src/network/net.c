@@ -543,7 +543,7 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 	 * sandboxes costs no nftables work per sandbox. A new one gets everything, its chain's
 	 * rules included. */
 	r = adopt ? 0 : nft_runf(n, err,
-		     "add set inet %1$s l_%2$s { type ipv4_addr; flags timeout; }\n"
+		     "add set inet %1$s l_%2$s { type ipv4_addr; flags timeout; size %6$d; }\n"
 		     "add counter inet %1$s d_%2$s\n"
 		     "add chain inet %1$s sb_%2$s\n"
 		     "%3$s"
@@ -551,7 +551,7 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 		     "add element inet %1$s src4 { %4$s : goto sb_%2$s }\n"
 		     "add element bridge %1$s ports { \"%5$s\" . %4$s }\n"
 		     "add element bridge %1$s port_names { \"%5$s\" }\n",
-		     N, cid, rules ? rules : "", as, veth);
+		     N, cid, rules ? rules : "", as, veth, NET_LEARN_SET_MAX);
 	if (r < 0)
 		return error_prefix(err, "sandbox %s", sandbox_id);
 	sb = &n->sb[n->n_sb++];

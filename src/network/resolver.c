@@ -291,7 +291,10 @@ static void learn_answers(struct query *q, const struct resolver_client *c, cons
 {
 	struct resolver *r = q->r;
 	const ldns_rr_list *an = ldns_pkt_answer(a);
-	for (size_t i = 0; i < ldns_rr_list_rr_count(an); i++) {
+	/* Bounded: an answer of thousands of addresses (an allowed domain's name server can send
+	 * one) must not cost corrald's loop thousands of nftables transactions. */
+	unsigned tried = 0;
+	for (size_t i = 0; i < ldns_rr_list_rr_count(an) && tried < RESOLVER_LEARN_PER_ANSWER; i++) {
 		const ldns_rr *rr = ldns_rr_list_rr(an, i);
 		ldns_rr_type t = ldns_rr_get_type(rr);
 		if ((t != LDNS_RR_TYPE_A && t != LDNS_RR_TYPE_AAAA) ||
@@ -306,8 +309,12 @@ static void learn_answers(struct query *q, const struct resolver_client *c, cons
 		    act == EGRESS_DENY)
 			continue;
 		struct error e = {0};
-		if (r->ops->learn(r->arg, c, family, ldns_rdf_data(d), ldns_rr_ttl(rr), &e) < 0)
+		tried++;
+		if (r->ops->learn(r->arg, c, family, ldns_rdf_data(d), ldns_rr_ttl(rr), &e) < 0) {
+			/* its set is full, most likely: the rest would fail the same way */
 			warn(r, "admitting an answer of %s for sandbox %s: %s", q->name, c->id, e.msg);
+			break;
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ against the first version, each kept as a test of the promise it broke. The "int
 test's own network namespace (tests/integration/netlab.py); no packet goes toward any address
 outside this machine.
 """
+import json
 import os
 import random
 import subprocess
@@ -81,20 +82,79 @@ while True:
     s.sendto(b"echo " + data, peer)
 """
 
+# A DNS server for the lab (the upstream of its own corrald): allowed.test as the lab has it, and
+# every name under many.test with PER addresses of 198.18.0.0/15 (learned, never contacted).
+MANY_DNS = r"""
+import socket, struct, sys
+listen, allowed, per = sys.argv[1], sys.argv[2], int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((listen, 53))
+print("ready", flush=True)
+while True:
+    q, peer = s.recvfrom(4096)
+    i, labels = 12, []
+    while q[i]:
+        labels.append(q[i + 1:i + 1 + q[i]].decode().lower())
+        i += 1 + q[i]
+    question = q[12:i + 5]
+    name = ".".join(labels)
+    if name == "allowed.test":
+        addrs = [socket.inet_aton(allowed)]
+    elif name.endswith(".many.test") and labels[0][1:].isdigit():
+        k = int(labels[0][1:])
+        addrs = [struct.pack(">I", (198 << 24 | 18 << 16) + (k * per + j) % 131072)
+                 for j in range(per)]
+    else:
+        addrs = []
+    hdr = struct.pack(">HHHHHH", struct.unpack(">H", q[:2])[0], 0x8180 if addrs else 0x8183,
+                      1, len(addrs), 0, 0)
+    rrs = b"".join(b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 300, 4) + a for a in addrs)
+    s.sendto(hdr + question + rrs, peer)
+"""
+
+# Asks for each name once over UDP and waits for any answer.
+ASK_MANY = r"""
+import socket, struct, sys
+gw, first, last = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+got = 0
+for k in range(first, last):
+    q = struct.pack(">HHHHHH", k, 0x0100, 1, 0, 0, 0)
+    for l in ("m%d" % k, "many", "test"):
+        q += bytes([len(l)]) + l.encode()
+    q += b"\0" + struct.pack(">HH", 1, 1)
+    s.sendto(q, (gw, 53))
+    try:
+        s.recvfrom(65535)
+        got += 1
+    except socket.timeout:
+        pass
+print(got)
+"""
+
 
 class NetLabCase(AttackCase):
     mode = "dns+nft"
 
     @classmethod
+    def extra_args(cls):
+        return cls.lab.corrald_args(cls.mode)
+
+    @classmethod
     def setUpClass(cls):
         cls.lab = NetLab()
-        cls.corrald_kwargs = {"api_key": KEY, "network": cls.lab,
-                              "extra_args": cls.lab.corrald_args(cls.mode)}
+        cls.corrald_kwargs = {"api_key": KEY, "network": cls.lab, "extra_args": cls.extra_args()}
         try:
+            cls.started()
             super().setUpClass()
         except Exception:
             cls.lab.close()
             raise
+
+    @classmethod
+    def started(cls):
+        pass
 
     @classmethod
     def tearDownClass(cls):
@@ -178,6 +238,59 @@ class AddressReuseAttacks(NetLabCase):
         d = self.sandbox({"defaultAction": "allow", "egress": []})
         self.assertEqual(self.sh(d, talk % "from-d").strip(), "echo from-d")
         self.assert_platform_alive(c, d)
+
+
+class LearnedSetAttacks(NetLabCase):
+    """A corrald of its own, whose upstream is a DNS server that answers names with many
+    addresses (an allowed domain whose name server the attacker runs)."""
+    PER = 100
+
+    @classmethod
+    def extra_args(cls):
+        return ["--dns-upstream", "%s:53" % cls.lab.addr["literal"], "--egress-mode", cls.mode]
+
+    @classmethod
+    def started(cls):
+        cls.dns = subprocess.Popen(
+            cls.lab.nsexec("/usr/bin/python3", "-c", MANY_DNS, cls.lab.addr["literal"],
+                           cls.lab.addr["allowed.test"], str(cls.PER)),
+            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            text=True, start_new_session=True)
+        cls.lab.procs.append(cls.dns)  # killed with the lab
+        ready = cls.dns.stdout.readline().strip()
+        cls.dns.stdout.close()
+        if ready != "ready":
+            raise RuntimeError("the many-address DNS server did not start")
+
+    def learned(self, sid):
+        out = subprocess.run(["nft", "-j", "list", "set", "inet", self.corrald.net_name,
+                              "l_" + sid.replace("-", "_")], check=True, text=True,
+                             stdout=subprocess.PIPE).stdout
+        for obj in json.loads(out)["nftables"]:
+            if "set" in obj:
+                return len(obj["set"].get("elem", []))
+        raise AssertionError("no learned set for %s" % sid)
+
+    def test_answers_cannot_grow_the_learned_set_without_bound(self):
+        # attack: a sandbox allowed *.many.test asks for 100 names whose answers carry 100
+        # addresses each, so that corrald puts 10000 elements (kernel memory no limit of the
+        # sandbox counts, one nftables transaction each on corrald's loop) into its learned set
+        attacker = self.sandbox({"defaultAction": "deny",
+                                 "egress": [{"action": "allow", "target": "*.many.test"}]})
+        neighbour = self.sandbox({"defaultAction": "deny",
+                                  "egress": [{"action": "allow", "target": "allowed.test"}]})
+        gw = self.nameserver(attacker)
+        got = self.sh(attacker, "/usr/bin/python3 -c %s %s 0 100" % (q(ASK_MANY), gw),
+                      read_timeout=300).strip()
+        log("answers:", got, "learned:", self.learned(attacker))
+        self.assertGreater(int(got), 50)
+        self.assertLessEqual(self.learned(attacker), 4096,
+                             "the learned set grew past its bound")
+        # the neighbour's own admissions still work
+        self.assertEqual(self.resolve(neighbour, "allowed.test"), [self.lab.addr["allowed.test"]])
+        out = self.sh(neighbour, "curl -s -m 3 http://%s/; echo rc=$?" % self.lab.addr["allowed.test"])
+        self.assertIn("hello", out)
+        self.assert_platform_alive(attacker, neighbour)
 
 
 if __name__ == "__main__":
