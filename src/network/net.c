@@ -38,6 +38,7 @@ struct net_sandbox {
 	struct in_addr addr;
 	enum net_mode mode;
 	bool seen; /* named by net_sandbox_add() since net_new(): not a leftover */
+	char *readopt; /* re-adopted: its chain's rules from its record, for net_gc() to put in */
 };
 
 /* ---- names ---------------------------------------------------------------------------------- */
@@ -407,6 +408,8 @@ void net_free(struct net *n)
 		nft_ctx_free(n->nft);
 	if (n->lock_fd >= 0)
 		close(n->lock_fd);
+	for (size_t i = 0; i < n->n_sb; i++)
+		free(n->sb[i].readopt);
 	free(n->sb);
 	free(n);
 }
@@ -532,16 +535,15 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 	const char *N = n->name;
 	_cleanup_free_ char *rules = NULL;
 	size_t rlen = 0;
-	if (!adopt) {
-		r = chain_rules(&rules, &rlen, N, cid, mode, p, p ? p->default_action : default_action);
-		if (r < 0)
-			return error_set(err, ENOMEM, "nftables script");
-	}
-	/* A re-adopted sandbox keeps its chain, set (with what it learned), counter and map
-	 * elements as they are in the kernel: nothing to do here (net_gc() puts the map elements
-	 * of exactly the re-adopted sandboxes back in one transaction), so a restart over many
-	 * sandboxes costs no nftables work per sandbox. A new one gets everything, its chain's
-	 * rules included. */
+	r = chain_rules(&rules, &rlen, N, cid, mode, p, p ? p->default_action : default_action);
+	if (r < 0)
+		return error_set(err, ENOMEM, "nftables script");
+	/* A re-adopted sandbox keeps its set (with what it learned), counter and map elements as
+	 * they are in the kernel: nothing to do here (net_gc() puts the map elements of exactly
+	 * the re-adopted sandboxes back in one transaction, and their chains' rules from their
+	 * records: a kill -9 between a policy's record and its nftables commit must not leave
+	 * the kernel enforcing the old one), so a restart over many sandboxes costs one
+	 * transaction, not one per sandbox. A new one gets everything, its chain's rules included. */
 	r = adopt ? 0 : nft_runf(n, err,
 		     "add set inet %1$s l_%2$s { type ipv4_addr; flags timeout; size %6$d; }\n"
 		     "add counter inet %1$s d_%2$s\n"
@@ -560,6 +562,10 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 	sb->addr = a;
 	sb->mode = mode;
 	sb->seen = true;
+	if (adopt) {
+		sb->readopt = rules;
+		rules = NULL;
+	}
 	*addr = a;
 	return 0;
 }
@@ -630,8 +636,10 @@ static int remove_kernel(struct net *n, const char *sandbox_id, struct error *er
 void net_sandbox_forget(struct net *n, const char *sandbox_id)
 {
 	struct net_sandbox *sb = find(n, sandbox_id ? sandbox_id : "");
-	if (sb)
+	if (sb) {
+		free(sb->readopt);
 		*sb = n->sb[--n->n_sb];
+	}
 }
 
 int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
@@ -712,20 +720,23 @@ static json_t *nft_list_json(struct net *n, const char *cmd)
  * targets). */
 static bool has_objects(json_t *table, const char *cid)
 {
-	char chain[UUID_STR_LEN + 4], counter[UUID_STR_LEN + 4];
+	char chain[UUID_STR_LEN + 4], counter[UUID_STR_LEN + 4], set[UUID_STR_LEN + 4];
 	snprintf(chain, sizeof(chain), "sb_%s", cid);
 	snprintf(counter, sizeof(counter), "d_%s", cid);
-	bool c1 = false, c2 = false;
+	snprintf(set, sizeof(set), "l_%s", cid); /* the chain's rules name it (net_gc refills them) */
+	bool c1 = false, c2 = false, c3 = false;
 	json_t *it;
 	size_t i;
 	json_array_foreach(json_object_get(table, "nftables"), i, it) {
 		const char *a = json_string_value(json_object_get(json_object_get(it, "chain"), "name"));
 		const char *b =
 		    json_string_value(json_object_get(json_object_get(it, "counter"), "name"));
+		const char *c = json_string_value(json_object_get(json_object_get(it, "set"), "name"));
 		c1 |= a && strcmp(a, chain) == 0;
 		c2 |= b && strcmp(b, counter) == 0;
+		c3 |= c && strcmp(c, set) == 0;
 	}
-	return c1 && c2;
+	return c1 && c2 && c3;
 }
 
 int net_gc(struct net *n, struct error *err)
@@ -767,6 +778,8 @@ int net_gc(struct net *n, struct error *err)
 		nft_id(n->sb[i].id, cid);
 		if (!has_objects(j, cid))
 			continue; /* e.g. after a reboot: its chain is gone, its packets are dropped */
+		if (n->sb[i].readopt)
+			fputs(n->sb[i].readopt, f);
 		veth_name(n->sb[i].id, veth);
 		inet_ntop(AF_INET, &n->sb[i].addr, as, sizeof(as));
 		fprintf(f,
@@ -802,6 +815,10 @@ int net_gc(struct net *n, struct error *err)
 		return error_set(err, ENOMEM, "nftables script");
 	if ((r = nft_run(n, err, s)) < 0)
 		return error_prefix(err, "remove leftovers");
+	for (size_t i = 0; i < n->n_sb; i++) {
+		free(n->sb[i].readopt);
+		n->sb[i].readopt = NULL;
+	}
 	return removed + stale / 3;
 }
 

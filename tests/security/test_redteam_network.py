@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from sec import AttackCase, log, main
@@ -291,6 +292,52 @@ class LearnedSetAttacks(NetLabCase):
         out = self.sh(neighbour, "curl -s -m 3 http://%s/; echo rc=$?" % self.lab.addr["allowed.test"])
         self.assertIn("hello", out)
         self.assert_platform_alive(attacker, neighbour)
+
+
+class PolicyRestartAttacks(NetLabCase):
+    def test_kill9_mid_policy_change_leaves_the_kernel_as_the_record(self):
+        # attack: PUT /policy back and forth between "allow the lab server" and "deny all" and
+        # kill -9 corrald in the middle, again and again: after each restart the policy corrald
+        # shows (its record) must be the one the kernel enforces
+        lit = self.lab.addr["literal"]
+        allow = {"defaultAction": "deny", "egress": [{"action": "allow", "target": lit}]}
+        deny = {"defaultAction": "deny", "egress": []}
+        sid = self.sandbox(deny)
+        path = "/sandboxes/%s/proxy/18080/policy" % sid
+        mismatches = []
+        for round_ in range(8):
+            hdrs = self.client.get("/v1/sandboxes/%s/endpoints/18080" % sid).json()["headers"]
+            stop = threading.Event()
+
+            def flip():
+                c = self.corrald.client(timeout=5)
+                i = 0
+                while not stop.is_set():
+                    try:
+                        c.request("PUT", path, body=allow if i % 2 else deny, headers=hdrs)
+                    except Exception:
+                        return
+                    i += 1
+
+            t = threading.Thread(target=flip)
+            t.start()
+            time.sleep(0.2 + random.random() * 0.3)
+            self.corrald.kill9()
+            stop.set()
+            t.join()
+            self.corrald.start()
+            self.client = self.corrald.client()
+            hdrs = self.client.get("/v1/sandboxes/%s/endpoints/18080" % sid).json()["headers"]
+            r = self.client.request("GET", path, headers=hdrs)
+            self.assertEqual(r.status, 200, r)
+            recorded = r.json()["policy"]
+            out = self.sh(sid, "curl -s -m 2 http://%s/; echo rc=$?" % lit)
+            reached = "hello" in out
+            log("round %d: record %s, reached %s" % (round_, recorded["egress"], reached))
+            if reached != (recorded == allow):
+                mismatches.append((round_, recorded, reached))
+        self.assertEqual(mismatches, [], "the kernel enforced another policy than the record")
+        self.assert_platform_alive(sid)
 
 
 if __name__ == "__main__":
