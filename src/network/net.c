@@ -157,6 +157,9 @@ static int nft_base(struct net *n, struct error *err)
 	    "add rule inet %1$s in_sb goto drop_sb\n"
 	    "add chain inet %1$s input { type filter hook input priority filter - 5; policy accept; }\n"
 	    "flush chain inet %1$s input\n"
+	    /* a sandbox address from anywhere but the bridge (or the host itself) is forged: corral's
+	     * resolver would take it for that sandbox's query */
+	    "add rule inet %1$s input ip saddr %2$s iifname != { \"%1$s\", \"lo\" } drop\n"
 	    "add rule inet %1$s input iifname \"%1$s\" jump in_sb\n"
 	    "add rule inet %1$s input iifname \"%1$s\" drop\n"
 	    /* through the host: the always-blocked, then the sandbox's own chain */
@@ -171,6 +174,7 @@ static int nft_base(struct net *n, struct error *err)
 	    "add rule inet %1$s out_sb drop\n"
 	    "add chain inet %1$s forward { type filter hook forward priority filter - 5; policy accept; }\n"
 	    "flush chain inet %1$s forward\n"
+	    "add rule inet %1$s forward ip saddr %2$s iifname != \"%1$s\" drop\n"
 	    "add rule inet %1$s forward iifname \"%1$s\" jump out_sb\n"
 	    "add rule inet %1$s forward iifname \"%1$s\" drop\n"
 	    "add rule inet %1$s forward oifname \"%1$s\" ct state established,related accept\n"

@@ -226,6 +226,7 @@ class AddressReuseAttacks(NetLabCase):
         # first free address, the deleted sandbox's
         self.corrald.kill9()
         self.corrald.start()
+        self.client.close()
         self.client = self.corrald.client()
         c = self.sandbox({"defaultAction": "deny", "egress": []})
         self.assertEqual(self.address(c), a_ip, "precondition: the address is reused")
@@ -326,6 +327,7 @@ class PolicyRestartAttacks(NetLabCase):
             stop.set()
             t.join()
             self.corrald.start()
+            self.client.close()
             self.client = self.corrald.client()
             hdrs = self.client.get("/v1/sandboxes/%s/endpoints/18080" % sid).json()["headers"]
             r = self.client.request("GET", path, headers=hdrs)
@@ -336,7 +338,50 @@ class PolicyRestartAttacks(NetLabCase):
             log("round %d: record %s, reached %s" % (round_, recorded["egress"], reached))
             if reached != (recorded == allow):
                 mismatches.append((round_, recorded, reached))
+                log(self.corrald.log_tail(25))
         self.assertEqual(mismatches, [], "the kernel enforced another policy than the record")
+        self.assert_platform_alive(sid)
+
+
+# A DNS query from the lab with a sandbox's address as its source (the address put on the lab's
+# own loopback, so no raw socket is needed), sent to corral's resolver through the uplink.
+SPOOF_FROM_LAB = r"""
+import socket, struct, sys
+src, gw = sys.argv[1], sys.argv[2]
+q = struct.pack(">HHHHHH", 4242, 0x0100, 1, 0, 0, 0) + b"\x07allowed\x04test\0\0\1\0\1"
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((src, 0))
+for _ in range(20):
+    s.sendto(q, (gw, 53))
+print("sent")
+"""
+
+
+class OutsideAttacks(NetLabCase):
+    def test_uplink_cannot_query_the_resolver_as_a_sandbox(self):
+        # attack: a machine on the uplink's network sends DNS queries to corral's resolver on the
+        # gateway address with a sandbox's address as source: the resolver would take them for
+        # that sandbox's (its policy, its counters, its learned set, its in-flight quota)
+        sid = self.sandbox({"defaultAction": "deny",
+                            "egress": [{"action": "allow", "target": "allowed.test"}]})
+        ip, gw = self.address(sid), self.nameserver(sid)
+        ns = self.lab.nsexec
+        subprocess.run(ns("ip", "addr", "add", ip + "/32", "dev", "lo"), check=True)
+        subprocess.run(ns("ip", "route", "add", gw + "/32", "via", self.lab.host_ip), check=True)
+        self.addCleanup(subprocess.run, ns("ip", "route", "del", gw + "/32"))
+        self.addCleanup(subprocess.run, ns("ip", "addr", "del", ip + "/32", "dev", "lo"))
+        before = len(self.lab.dns_queries())
+        out = subprocess.run(ns("/usr/bin/python3", "-c", SPOOF_FROM_LAB, ip, gw), check=True,
+                             stdout=subprocess.PIPE, text=True).stdout
+        self.assertEqual(out.strip(), "sent")
+        time.sleep(1)
+        st = self.client.get("/v1/sandboxes/%s/stats" % sid).json()["network"]
+        log("the sandbox's DNS counters after the lab's queries:", st)
+        self.assertEqual(st["dnsAllowed"], 0, "a query from the uplink was taken for the sandbox's")
+        self.assertEqual(len(self.lab.dns_queries()), before,
+                         "a query from the uplink was forwarded upstream")
+        # the sandbox itself still resolves
+        self.assertEqual(self.resolve(sid, "allowed.test"), [self.lab.addr["allowed.test"]])
         self.assert_platform_alive(sid)
 
 
