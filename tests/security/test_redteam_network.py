@@ -83,8 +83,9 @@ while True:
     s.sendto(b"echo " + data, peer)
 """
 
-# A DNS server for the lab (the upstream of its own corrald): allowed.test as the lab has it, and
-# every name under many.test with PER addresses of 198.18.0.0/15 (learned, never contacted).
+# A DNS server for the lab (the upstream of its own corrald): allowed.test as the lab has it,
+# every name under many.test with PER addresses of 198.18.0.0/15 (learned, never contacted), and
+# no answer at all for names under slow.test.
 MANY_DNS = r"""
 import socket, struct, sys
 listen, allowed, per = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -99,6 +100,8 @@ while True:
         i += 1 + q[i]
     question = q[12:i + 5]
     name = ".".join(labels)
+    if name.endswith(".slow.test"):
+        continue  # a name server that never answers: each query waits for corrald's timeout
     if name == "allowed.test":
         addrs = [socket.inet_aton(allowed)]
     elif name.endswith(".many.test") and labels[0][1:].isdigit():
