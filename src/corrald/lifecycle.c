@@ -1225,8 +1225,9 @@ static void recover_one(struct corrald *d, const char *id)
 	}
 	registry_add(d, sb);
 	if (sb->net.on && sb->phase != SB_PHASE_DELETING && sb->state != SB_PENDING) {
-		/* The recorded address and the nftables state as they are (learned addresses and
-		 * rules included); net_gc() after recovery removes what no record names. */
+		/* The recorded address and the learned addresses as they are; net_gc() after
+		 * recovery refills the chain from the recorded policy and removes what no record
+		 * names. */
 		if (!d->net) {
 			log_warn("sandbox %s: has a network address but corrald runs without a network (--sandbox-subnet none)",
 				 id);

@@ -41,6 +41,7 @@ struct net_sandbox {
 	bool retired; /* its veth is gone, its nftables objects wait for net_reap() */
 	bool reaping; /* in the net_reap() under way (net_reap_begin()) */
 	bool broken; /* net_gc() found its chain or counter gone: everything it sends is dropped */
+	char *readopt; /* re-adopted: its chain's rules from its record, for net_gc() to put in */
 };
 
 /* ---- names ---------------------------------------------------------------------------------- */
@@ -159,6 +160,9 @@ static int nft_base(struct net *n, struct error *err)
 	    "add rule inet %1$s in_sb goto drop_sb\n"
 	    "add chain inet %1$s input { type filter hook input priority filter - 5; policy accept; }\n"
 	    "flush chain inet %1$s input\n"
+	    /* a sandbox address from anywhere but the bridge (or the host itself) is forged: corral's
+	     * resolver would take it for that sandbox's query */
+	    "add rule inet %1$s input ip saddr %2$s iifname != { \"%1$s\", \"lo\" } drop\n"
 	    "add rule inet %1$s input iifname \"%1$s\" jump in_sb\n"
 	    "add rule inet %1$s input iifname \"%1$s\" drop\n"
 	    /* through the host: the always-blocked, then the sandbox's own chain */
@@ -173,6 +177,7 @@ static int nft_base(struct net *n, struct error *err)
 	    "add rule inet %1$s out_sb drop\n"
 	    "add chain inet %1$s forward { type filter hook forward priority filter - 5; policy accept; }\n"
 	    "flush chain inet %1$s forward\n"
+	    "add rule inet %1$s forward ip saddr %2$s iifname != \"%1$s\" drop\n"
 	    "add rule inet %1$s forward iifname \"%1$s\" jump out_sb\n"
 	    "add rule inet %1$s forward iifname \"%1$s\" drop\n"
 	    "add rule inet %1$s forward oifname \"%1$s\" ct state established,related accept\n"
@@ -437,6 +442,8 @@ void net_free(struct net *n)
 	if (n->nft)
 		nft_ctx_free(n->nft);
 	net_unlock(n);
+	for (size_t i = 0; i < n->n_sb; i++)
+		free(n->sb[i].readopt);
 	free(n->sb);
 	free(n);
 }
@@ -562,18 +569,17 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 	const char *N = n->name;
 	_cleanup_free_ char *rules = NULL;
 	size_t rlen = 0;
-	if (!adopt) {
-		r = chain_rules(&rules, &rlen, N, cid, mode, p, p ? p->default_action : default_action);
-		if (r < 0)
-			return error_set(err, ENOMEM, "nftables script");
-	}
-	/* A re-adopted sandbox keeps its chain, set (with what it learned), counter and map
-	 * elements as they are in the kernel: nothing to do here (net_gc() puts the map elements
-	 * of exactly the re-adopted sandboxes back in one transaction), so a restart over many
-	 * sandboxes costs no nftables work per sandbox. A new one gets everything, its chain's
-	 * rules included. */
+	r = chain_rules(&rules, &rlen, N, cid, mode, p, p ? p->default_action : default_action);
+	if (r < 0)
+		return error_set(err, ENOMEM, "nftables script");
+	/* A re-adopted sandbox keeps its set (with what it learned), counter and map elements as
+	 * they are in the kernel: nothing to do here (net_gc() puts the map elements of exactly
+	 * the re-adopted sandboxes back in one transaction, and their chains' rules from their
+	 * records: a kill -9 between a policy's record and its nftables commit must not leave
+	 * the kernel enforcing the old one), so a restart over many sandboxes costs one
+	 * transaction, not one per sandbox. A new one gets everything, its chain's rules included. */
 	r = adopt ? 0 : nft_runf(n, err,
-		     "add set inet %1$s l_%2$s { type ipv4_addr; flags timeout; }\n"
+		     "add set inet %1$s l_%2$s { type ipv4_addr; flags timeout; size %6$d; }\n"
 		     "add counter inet %1$s d_%2$s\n"
 		     "add chain inet %1$s sb_%2$s\n"
 		     "%3$s"
@@ -581,7 +587,7 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 		     "add element inet %1$s src4 { %4$s : goto sb_%2$s }\n"
 		     "add element bridge %1$s ports { \"%5$s\" . %4$s }\n"
 		     "add element bridge %1$s port_names { \"%5$s\" }\n",
-		     N, cid, rules ? rules : "", as, veth);
+		     N, cid, rules ? rules : "", as, veth, NET_LEARN_SET_MAX);
 	if (r < 0)
 		return error_prefix(err, "sandbox %s", sandbox_id);
 	sb = &n->sb[n->n_sb++];
@@ -590,6 +596,10 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 	sb->addr = a;
 	sb->mode = mode;
 	sb->seen = true;
+	if (adopt) {
+		sb->readopt = rules;
+		rules = NULL;
+	}
 	*addr = a;
 	return 0;
 }
@@ -648,6 +658,9 @@ static int remove_kernel(struct net *n, const char *sandbox_id, struct error *er
 			nft_runf(n, NULL, "delete element bridge %s port_names { \"%s\" }\n", N, veth);
 			nft_remove_objects(n, cid);
 		}
+		/* Its flows end with it (best effort: the next sandbox with the address flushes
+		 * them again before it starts). */
+		nl_ct_flush_src4(sb->addr);
 	} else {
 		nft_remove_objects(n, cid);
 	}
@@ -657,8 +670,10 @@ static int remove_kernel(struct net *n, const char *sandbox_id, struct error *er
 void net_sandbox_forget(struct net *n, const char *sandbox_id)
 {
 	struct net_sandbox *sb = find(n, sandbox_id ? sandbox_id : "");
-	if (sb)
+	if (sb) {
+		free(sb->readopt);
 		*sb = n->sb[--n->n_sb];
+	}
 }
 
 int net_sandbox_remove(struct net *n, const char *sandbox_id, struct error *err)
@@ -857,20 +872,23 @@ static json_t *nft_list_json(struct net *n, const char *cmd)
  * targets). */
 static bool has_objects(json_t *table, const char *cid)
 {
-	char chain[UUID_STR_LEN + 4], counter[UUID_STR_LEN + 4];
+	char chain[UUID_STR_LEN + 4], counter[UUID_STR_LEN + 4], set[UUID_STR_LEN + 4];
 	snprintf(chain, sizeof(chain), "sb_%s", cid);
 	snprintf(counter, sizeof(counter), "d_%s", cid);
-	bool c1 = false, c2 = false;
+	snprintf(set, sizeof(set), "l_%s", cid); /* the chain's rules name it (net_gc refills them) */
+	bool c1 = false, c2 = false, c3 = false;
 	json_t *it;
 	size_t i;
 	json_array_foreach(json_object_get(table, "nftables"), i, it) {
 		const char *a = json_string_value(json_object_get(json_object_get(it, "chain"), "name"));
 		const char *b =
 		    json_string_value(json_object_get(json_object_get(it, "counter"), "name"));
+		const char *c = json_string_value(json_object_get(json_object_get(it, "set"), "name"));
 		c1 |= a && strcmp(a, chain) == 0;
 		c2 |= b && strcmp(b, counter) == 0;
+		c3 |= c && strcmp(c, set) == 0;
 	}
-	return c1 && c2;
+	return c1 && c2 && c3;
 }
 
 bool net_sandbox_broken(const struct net *n, const char *sandbox_id)
@@ -926,6 +944,8 @@ int net_gc(struct net *n, struct error *err)
 		n->sb[i].broken = !has_objects(j, cid);
 		if (n->sb[i].broken)
 			continue; /* e.g. after a reboot: its chain is gone, its packets are dropped */
+		if (n->sb[i].readopt)
+			fputs(n->sb[i].readopt, f);
 		veth_name(n->sb[i].id, veth);
 		inet_ntop(AF_INET, &n->sb[i].addr, as, sizeof(as));
 		fprintf(f,
@@ -963,7 +983,7 @@ int net_gc(struct net *n, struct error *err)
 	if (fclose(f) != 0 || !ok)
 		return error_set(err, ENOMEM, "nftables script");
 	if (nft_run(n, NULL, s) == 0)
-		return removed + stale / 3;
+		goto done;
 	/* Something changed since the listing (the previous corrald's teardown or reap workers
 	 * outlive it and may be removing the same leftovers): the maps in one transaction, then
 	 * each deletion on its own. */
@@ -975,6 +995,12 @@ int net_gc(struct net *n, struct error *err)
 		if (next)
 			*next++ = '\0';
 		nft_run(n, NULL, line);
+	}
+done:
+	/* The re-adopted chains' rules are in: what the records say is what the kernel does. */
+	for (size_t i = 0; i < n->n_sb; i++) {
+		free(n->sb[i].readopt);
+		n->sb[i].readopt = NULL;
 	}
 	return removed + stale / 3;
 }
@@ -990,7 +1016,16 @@ int net_attach(const struct net *n, const char *sandbox_id, int netns_fd, struct
 	veth_name(sandbox_id, veth);
 	snprintf(alias, sizeof(alias), ALIAS_PREFIX "%s:%s", n->name, sandbox_id);
 	struct nl host = {0}, in = {0};
-	int r = nl_open(&host);
+	/* The address may have been another sandbox's (a corrald restart starts the allocator
+	 * again, a small subnet wraps): none of that one's flows may count as this one's. Before
+	 * the veth exists, so nothing of this sandbox's is among them. */
+	int r = nl_ct_flush_src4(addr);
+	if (r < 0) {
+		char as[INET_ADDRSTRLEN];
+		inet_ntop(AF_INET, &addr, as, sizeof(as));
+		return error_set_errno(err, -r, "forget the connections of address %s", as);
+	}
+	r = nl_open(&host);
 	if (r < 0)
 		return error_set_errno(err, -r, "netlink socket");
 	r = nl_veth_add(&host, veth, alias, n->bridge_ifindex, "eth0", netns_fd);

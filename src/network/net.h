@@ -41,6 +41,8 @@
 #define NET_DEFAULT_SUBNET "10.177.0.0/16"
 #define NET_LEARN_TTL_FLOOR_S 5      /* a learned address stays at least this long */
 #define NET_LEARN_TTL_MAX_S 86400    /* and at most this long */
+#define NET_LEARN_SET_MAX 4096       /* learned addresses per sandbox (kernel memory it cannot
+				      * be charged for); past it a learn fails until some expire */
 #define NET_NAME_MAX 12              /* bridge and table name: leaves room in IFNAMSIZ */
 #define NET_LOCK_DIR "/run/corral"   /* <name>.lock: one corrald per network name */
 

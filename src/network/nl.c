@@ -4,11 +4,14 @@
  */
 #include <errno.h>
 #include <linux/if_link.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nfnetlink_conntrack.h>
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
 #include <libmnl/libmnl.h>
 #include <net/if.h>
 #include <linux/netlink.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +22,12 @@
 
 int nl_open(struct nl *nl)
 {
-	nl->sock = mnl_socket_open2(NETLINK_ROUTE, SOCK_CLOEXEC);
+	return nl_open_bus(nl, NETLINK_ROUTE);
+}
+
+int nl_open_bus(struct nl *nl, int bus)
+{
+	nl->sock = mnl_socket_open2(bus, SOCK_CLOEXEC);
 	if (!nl->sock)
 		return -errno;
 	if (mnl_socket_bind(nl->sock, 0, MNL_SOCKET_AUTOPID) < 0) {
@@ -369,4 +377,107 @@ int nl_default_route_oif(struct nl *nl)
 	struct default_route d = {0};
 	int r = nl_talk(nl, h, default_route_cb, &d);
 	return r < 0 ? r : d.oif;
+}
+
+/* ---- conntrack ------------------------------------------------------------------------------- */
+
+struct attrs {
+	const struct nlattr **tb;
+	unsigned max;
+};
+
+static int attrs_cb(const struct nlattr *a, void *data)
+{
+	const struct attrs *t = data;
+	unsigned type = mnl_attr_get_type(a);
+	if (type <= t->max)
+		t->tb[type] = a;
+	return MNL_CB_OK;
+}
+
+/* An entry to delete: its original tuple as the kernel gave it (a nested CTA_TUPLE_ORIG,
+ * echoed back verbatim), and its zone. */
+struct ct_entry {
+	uint8_t tuple[256];
+	uint16_t tuple_len;
+	bool has_zone;
+	uint16_t zone; /* network order, as on the wire */
+};
+
+struct ct_flush {
+	struct in_addr src;
+	struct ct_entry *v;
+	size_t n, cap;
+	bool nomem;
+};
+
+static int ct_dump_cb(const struct nlmsghdr *h, void *data)
+{
+	struct ct_flush *f = data;
+	const struct nlattr *tb[CTA_MAX + 1] = {0}, *tt[CTA_TUPLE_MAX + 1] = {0},
+			    *ip[CTA_IP_MAX + 1] = {0};
+	struct attrs a = {tb, CTA_MAX}, at = {tt, CTA_TUPLE_MAX}, ai = {ip, CTA_IP_MAX};
+	if (mnl_attr_parse(h, sizeof(struct nfgenmsg), attrs_cb, &a) < 0 || !tb[CTA_TUPLE_ORIG] ||
+	    mnl_attr_parse_nested(tb[CTA_TUPLE_ORIG], attrs_cb, &at) < 0 || !tt[CTA_TUPLE_IP] ||
+	    mnl_attr_parse_nested(tt[CTA_TUPLE_IP], attrs_cb, &ai) < 0 || !ip[CTA_IP_V4_SRC] ||
+	    mnl_attr_get_payload_len(ip[CTA_IP_V4_SRC]) != 4 ||
+	    memcmp(mnl_attr_get_payload(ip[CTA_IP_V4_SRC]), &f->src, 4) != 0)
+		return MNL_CB_OK;
+	uint16_t len = tb[CTA_TUPLE_ORIG]->nla_len;
+	if (len > sizeof(f->v->tuple))
+		return MNL_CB_OK; /* not an IPv4 tuple of any protocol the kernel has */
+	if (f->n == f->cap) {
+		size_t cap = f->cap ? 2 * f->cap : 16;
+		struct ct_entry *v = realloc(f->v, cap * sizeof(*v));
+		if (!v) {
+			f->nomem = true;
+			return MNL_CB_OK;
+		}
+		f->v = v;
+		f->cap = cap;
+	}
+	struct ct_entry *e = &f->v[f->n++];
+	memcpy(e->tuple, tb[CTA_TUPLE_ORIG], len);
+	e->tuple_len = len;
+	e->has_zone = tb[CTA_ZONE] && mnl_attr_get_payload_len(tb[CTA_ZONE]) == 2;
+	if (e->has_zone)
+		memcpy(&e->zone, mnl_attr_get_payload(tb[CTA_ZONE]), 2);
+	return MNL_CB_OK;
+}
+
+static struct nlmsghdr *ct_msg(struct nl *nl, uint8_t type, uint16_t flags)
+{
+	struct nlmsghdr *h = nl_msg(nl, (NFNL_SUBSYS_CTNETLINK << 8) | type, flags);
+	struct nfgenmsg *g = mnl_nlmsg_put_extra_header(h, sizeof(*g));
+	g->nfgen_family = AF_INET;
+	g->version = NFNETLINK_V0;
+	g->res_id = 0;
+	return h;
+}
+
+int nl_ct_flush_src4(struct in_addr src)
+{
+	struct nl nl = {0};
+	int r = nl_open_bus(&nl, NETLINK_NETFILTER);
+	if (r < 0)
+		return r;
+	struct ct_flush f = {.src = src};
+	/* Collected first, deleted after: a dump does not mix with requests on its socket. */
+	r = nl_talk(&nl, ct_msg(&nl, IPCTNL_MSG_CT_GET, NLM_F_DUMP), ct_dump_cb, &f);
+	if (r >= 0 && f.nomem)
+		r = -ENOMEM;
+	for (size_t i = 0; r >= 0 && i < f.n; i++) {
+		const struct ct_entry *e = &f.v[i];
+		struct nlmsghdr *h = ct_msg(&nl, IPCTNL_MSG_CT_DELETE, 0);
+		memcpy(mnl_nlmsg_get_payload_tail(h), e->tuple, e->tuple_len);
+		h->nlmsg_len += MNL_ALIGN(e->tuple_len);
+		if (e->has_zone)
+			mnl_attr_put(h, CTA_ZONE, sizeof(e->zone), &e->zone);
+		r = nl_talk(&nl, h, NULL, NULL);
+		if (r == -ENOENT) /* ended meanwhile */
+			r = 0;
+	}
+	free(f.v);
+	nl_close(&nl);
+	return r;
 }

@@ -13,6 +13,7 @@ struct nl {
 };
 
 int nl_open(struct nl *nl);
+int nl_open_bus(struct nl *nl, int bus); /* another netlink family (NETLINK_NETFILTER) */
 void nl_close(struct nl *nl);
 struct nlmsghdr *nl_msg(struct nl *nl, uint16_t type, uint16_t flags);
 int nl_talk(struct nl *nl, struct nlmsghdr *h, mnl_cb_t cb, void *data);
@@ -36,3 +37,8 @@ int nl_default_route_oif(struct nl *nl);
 typedef void (*nl_link_fn)(int ifindex, const char *name, const char *alias, int master,
 			   void *arg);
 int nl_links(struct nl *nl, nl_link_fn fn, void *arg);
+
+/* Delete every conntrack entry (this network namespace) whose original source is src: the
+ * flows of a sandbox that had the address before, which would otherwise let a new one through
+ * as "established" without its policy. */
+int nl_ct_flush_src4(struct in_addr src);

@@ -291,7 +291,10 @@ static void learn_answers(struct query *q, const struct resolver_client *c, cons
 {
 	struct resolver *r = q->r;
 	const ldns_rr_list *an = ldns_pkt_answer(a);
-	for (size_t i = 0; i < ldns_rr_list_rr_count(an); i++) {
+	/* Bounded: an answer of thousands of addresses (an allowed domain's name server can send
+	 * one) must not cost corrald's loop thousands of nftables transactions. */
+	unsigned tried = 0;
+	for (size_t i = 0; i < ldns_rr_list_rr_count(an) && tried < RESOLVER_LEARN_PER_ANSWER; i++) {
 		const ldns_rr *rr = ldns_rr_list_rr(an, i);
 		ldns_rr_type t = ldns_rr_get_type(rr);
 		if ((t != LDNS_RR_TYPE_A && t != LDNS_RR_TYPE_AAAA) ||
@@ -306,8 +309,12 @@ static void learn_answers(struct query *q, const struct resolver_client *c, cons
 		    act == EGRESS_DENY)
 			continue;
 		struct error e = {0};
-		if (r->ops->learn(r->arg, c, family, ldns_rdf_data(d), ldns_rr_ttl(rr), &e) < 0)
+		tried++;
+		if (r->ops->learn(r->arg, c, family, ldns_rdf_data(d), ldns_rr_ttl(rr), &e) < 0) {
+			/* its set is full, most likely: the rest would fail the same way */
 			warn(r, "admitting an answer of %s for sandbox %s: %s", q->name, c->id, e.msg);
+			break;
+		}
 	}
 }
 
@@ -616,12 +623,30 @@ static void on_tcp_event(struct bufferevent *bev, short what, void *arg)
 	conn_free(arg);
 }
 
+static size_t conns_of(struct resolver *r, const struct sockaddr_storage *peer)
+{
+	size_t n = 0;
+	struct tcp_conn *c;
+	LIST_FOREACH(c, &r->conns, link)
+		n += same_host(&c->peer, peer);
+	return n;
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
 		      void *arg)
 {
 	(void)l;
 	struct resolver *r = arg;
-	if (r->n_conns >= RESOLVER_TCP_CONNS_MAX || salen > (int)sizeof(struct sockaddr_storage)) {
+	struct sockaddr_storage peer = {0};
+	if (r->n_conns >= RESOLVER_TCP_CONNS_MAX || salen > (int)sizeof(peer)) {
+		close(fd);
+		return;
+	}
+	memcpy(&peer, sa, (size_t)salen);
+	/* Each client its share: one that holds its connections open (a byte now and then keeps
+	 * the idle timeout away) must not leave the others none. */
+	if (conns_of(r, &peer) >= RESOLVER_TCP_CONNS_PER_CLIENT) {
+		r->stats.dropped_busy++;
 		close(fd);
 		return;
 	}
@@ -635,7 +660,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	}
 	c->r = r;
 	c->bev = bev;
-	memcpy(&c->peer, sa, (size_t)salen);
+	c->peer = peer;
 	c->peer_len = (socklen_t)salen;
 	LIST_INSERT_HEAD(&r->conns, c, link);
 	r->n_conns++;

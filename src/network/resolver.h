@@ -36,6 +36,8 @@
 #define RESOLVER_INFLIGHT_MAX 1024   /* forwarded queries waiting for upstream, all sandboxes */
 #define RESOLVER_INFLIGHT_PER_CLIENT 64
 #define RESOLVER_TCP_CONNS_MAX 256
+#define RESOLVER_LEARN_PER_ANSWER 64 /* addresses of one answer admitted (dns+nft) */
+#define RESOLVER_TCP_CONNS_PER_CLIENT 16 /* so one sandbox cannot hold them all */
 #define RESOLVER_TCP_IDLE_S 10
 
 /* The sandbox behind a query, as ops->who() fills it. */

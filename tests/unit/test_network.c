@@ -282,7 +282,7 @@ int main(void)
 	n = NULL;
 	CHECK_OK(net_new(&cfg, &n, &e), e);
 	a1b = a1;
-	CHECK_OK(net_sandbox_add(n, ID1, NET_MODE_DNS_NFT, EGRESS_DENY, &a1b, &e), e);
+	CHECK_OK(net_sandbox_add_policy(n, ID1, NET_MODE_DNS_NFT, &pol, EGRESS_DENY, &a1b, &e), e);
 	int gone = net_gc(n, &e);
 	CHECK(gone >= 1);
 	t = nft_text("list table inet tnet");
@@ -290,6 +290,19 @@ int main(void)
 	CHECK(strstr(t, "192.0.2.7 goto drop_sb") != NULL); /* rules kept */
 	CHECK(strstr(t, "99999999") == NULL);         /* leftover gone */
 	free(t);
+	/* A record whose policy the kernel never got (kill -9 between the two): the record's wins. */
+	net_free(n);
+	n = NULL;
+	CHECK_OK(net_new(&cfg, &n, &e), e);
+	a1b = a1;
+	CHECK_OK(net_sandbox_add_policy(n, ID1, NET_MODE_DNS_NFT, &deny_all, EGRESS_DENY, &a1b, &e),
+		 e);
+	CHECK(net_gc(n, &e) >= 0);
+	t = nft_text("list table inet tnet");
+	CHECK(strstr(t, "198.51.100.9") != NULL);     /* learned, kept */
+	CHECK(strstr(t, "192.0.2.7 goto drop_sb") == NULL); /* the record's policy, not the old one */
+	free(t);
+	CHECK_OK(net_policy_apply(n, ID1, &pol, NET_MODE_DNS_NFT, &e), e);
 	CHECK(strstr(run("ip link"), "cr999999992222") == NULL);
 
 	/* dns mode: the chain accepts */
