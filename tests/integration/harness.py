@@ -777,8 +777,8 @@ class Corrald:
             # resolv.conf nameservers nor anywhere else
             ups = [self.extra_args[i + 1] for i, x in enumerate(self.extra_args[:-1])
                    if x == "--dns-upstream"]
-            if any(u != self.network.dns for u in ups):
-                raise ValueError("--dns-upstream %s is not the lab's DNS server %s"
+            if any(not self.network.owns(u) for u in ups):
+                raise ValueError("--dns-upstream %s is not an address of the lab (%s)"
                                  % (ups, self.network.dns))
             if not ups:
                 a += ["--dns-upstream", self.network.dns]

@@ -120,6 +120,7 @@ class NetLab:
         self.addr = {n: "%s.%d" % (self.net, h) for n, (h, _) in NAMES.items()}
         self.addr.update({n: "%s.%d" % (self.net, h) for n, h in EXTRA.items()})
         self.dns = self.ns_ip + ":53"
+        self.link = "198.18.%d" % r              # the link's /24
         self.tmp = tempfile.mkdtemp(prefix="corral-netlab-")
         self.dns_log = os.path.join(self.tmp, "dnsmasq.log")
         self.procs = []
@@ -297,6 +298,13 @@ class NetLab:
             a += ["--sandbox-subnet", self.sandbox_subnet, "--network-name", self.bridge,
                   "--egress-uplink", self.uplink]
         return a
+
+    def owns(self, addr_port):
+        """Whether ADDR[:PORT] is one of the lab's own addresses (its link or its servers' /24),
+        so that a corrald pointed there sends nothing out of this machine."""
+        host = addr_port.rsplit(":", 1)[0] if addr_port.count(":") == 1 else addr_port
+        return any(host.startswith(p + ".") and host[len(p) + 1:].isdigit()
+                   for p in (self.link, self.net))
 
     def close(self):
         for p in self.procs:
