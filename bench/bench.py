@@ -193,11 +193,12 @@ class BuildCorrald(harness.Corrald):
     def argv(self, port):
         a = super().argv(port)
         a[0] = os.path.join(self.build_dir, "corrald")
-        # a build from before sandbox networking has no --sandbox-subnet (and no network)
+        # a build from before sandbox networking has none of its flags (and no network)
         helptext = subprocess.run([a[0], "--help"], capture_output=True, text=True).stdout
-        if "--sandbox-subnet" not in helptext and "--sandbox-subnet" in a:
-            i = a.index("--sandbox-subnet")
-            del a[i:i + 2]
+        for flag in ("--sandbox-subnet", "--network-name", "--egress-uplink", "--dns-upstream"):
+            while flag not in helptext and flag in a:
+                i = a.index(flag)
+                del a[i:i + 2]
         return a
 
 
