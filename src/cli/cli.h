@@ -98,6 +98,11 @@ int cli_client_new_run(const struct cli *cli, corral_client **ret);
  * code (cli_exit_code).
  */
 int cli_report(const char *what, const corral_error *e);
+/* A listing's answer (r from a corral_*_list_json call, its text in out): the JSON itself with
+ * --json (or when it does not parse), else table(); a failure reported as cli_report(what).
+ * Returns the exit status. */
+int cli_show_listing(int r, const char *out, const corral_error *e, const char *what,
+		     bool json_out, void (*table)(json_t *));
 /* The same line, without its newline, into buf. */
 void cli_format_error(char *buf, size_t len, const char *what, const corral_error *e);
 

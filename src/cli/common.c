@@ -184,6 +184,20 @@ void cli_format_error(char *buf, size_t len, const char *what, const corral_erro
 	}
 }
 
+int cli_show_listing(int r, const char *out, const corral_error *e, const char *what,
+		     bool json_out, void (*table)(json_t *))
+{
+	if (r < 0)
+		return cli_report(what, e);
+	json_t *j = json_loads(out, 0, NULL);
+	if (json_out || !j)
+		printf("%s\n", out);
+	else
+		table(j);
+	json_decref(j);
+	return EXIT_OK;
+}
+
 int cli_report(const char *what, const corral_error *e)
 {
 	char line[1200];

@@ -239,16 +239,8 @@ int cmd_image(struct cli *cli, int argc, char **argv)
 	corral_error err = {0};
 	char *out = NULL;
 	if (is_ls) {
-		if (corral_image_list_json(client, &out, &err) < 0) {
-			ret = cli_report("image ls", &err);
-		} else {
-			json_t *j = json_loads(out, 0, NULL);
-			if (json_out || !j)
-				printf("%s\n", out);
-			else
-				print_table(j);
-			json_decref(j);
-		}
+		int r = corral_image_list_json(client, &out, &err);
+		ret = cli_show_listing(r, out, &err, "image ls", json_out, print_table);
 	} else if (is_pull) {
 		char *pass = NULL;
 		if (user && read_password(&pass) < 0) {

@@ -78,16 +78,8 @@ int cmd_volume(struct cli *cli, int argc, char **argv)
 	corral_error err = {0};
 	char *out = NULL;
 	if (is_ls) {
-		if (corral_volume_list_json(client, &out, &err) < 0) {
-			ret = cli_report("volume ls", &err);
-		} else {
-			json_t *j = json_loads(out, 0, NULL);
-			if (json_out || !j)
-				printf("%s\n", out);
-			else
-				print_table(j);
-			json_decref(j);
-		}
+		int r = corral_volume_list_json(client, &out, &err);
+		ret = cli_show_listing(r, out, &err, "volume ls", json_out, print_table);
 	} else if (corral_volume_remove(client, argv[optind], &err) < 0) {
 		ret = cli_report("volume rm", &err);
 	}

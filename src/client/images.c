@@ -39,15 +39,44 @@ static char *dump(json_t *j, corral_error *err)
 	return s;
 }
 
-CORRAL_API int corral_image_list_json(corral_client *c, char **ret_json, corral_error *err)
+/* images_call wanting 200 and a JSON object, handed back as text in *ret_json (NULL: dropped). */
+static int images_call_json(corral_client *c, const char *method, const char *path,
+			    const char *body, long timeout_ms, const char *what, char **ret_json,
+			    corral_error *err)
 {
 	json_t *j = NULL;
-	int r = images_call(c, "GET", "/v1/images", NULL, (long)(c->o.request_timeout_s * 1000), 200,
-			    &j, "list images", err);
+	int r = images_call(c, method, path, body, timeout_ms, 200, &j, what, err);
 	if (r < 0)
 		return r;
+	if (!ret_json) {
+		json_decref(j);
+		return 0;
+	}
 	*ret_json = dump(j, err);
 	return *ret_json ? 0 : -ENOMEM;
+}
+
+/* prefix then arg, URL-escaped, into buf. */
+static int escaped_path(char *buf, size_t len, const char *prefix, const char *arg,
+			corral_error *err)
+{
+	char *q = curl_easy_escape(NULL, arg, 0);
+	if (!q)
+		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
+	snprintf(buf, len, "%s%s", prefix, q);
+	curl_free(q);
+	return 0;
+}
+
+static long request_timeout_ms(const corral_client *c)
+{
+	return (long)(c->o.request_timeout_s * 1000);
+}
+
+CORRAL_API int corral_image_list_json(corral_client *c, char **ret_json, corral_error *err)
+{
+	return images_call_json(c, "GET", "/v1/images", NULL, request_timeout_ms(c), "list images",
+				ret_json, err);
 }
 
 CORRAL_API int corral_image_pull(corral_client *c, const char *ref, const char *username,
@@ -67,19 +96,11 @@ CORRAL_API int corral_image_pull(corral_client *c, const char *ref, const char *
 		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
 	char what[600];
 	snprintf(what, sizeof(what), "pull %s", ref);
-	json_t *j = NULL;
-	int r = images_call(c, "POST", "/v1/images", b, (long)(timeout_s * 1000), 200, &j, what,
-			    err);
+	int r = images_call_json(c, "POST", "/v1/images", b, (long)(timeout_s * 1000), what,
+				 ret_json, err);
 	explicit_bzero(b, strlen(b));
 	free(b);
-	if (r < 0)
-		return r;
-	if (!ret_json) {
-		json_decref(j);
-		return 0;
-	}
-	*ret_json = dump(j, err);
-	return *ret_json ? 0 : -ENOMEM;
+	return r;
 }
 
 CORRAL_API int corral_image_import(corral_client *c, const char *path, const char *ref,
@@ -94,33 +115,21 @@ CORRAL_API int corral_image_import(corral_client *c, const char *path, const cha
 		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
 	char what[600];
 	snprintf(what, sizeof(what), "import %s", path);
-	json_t *j = NULL;
-	int r = images_call(c, "POST", "/v1/images", b, (long)(timeout_s * 1000), 200, &j, what,
-			    err);
+	int r = images_call_json(c, "POST", "/v1/images", b, (long)(timeout_s * 1000), what,
+				 ret_json, err);
 	free(b);
-	if (r < 0)
-		return r;
-	if (!ret_json) {
-		json_decref(j);
-		return 0;
-	}
-	*ret_json = dump(j, err);
-	return *ret_json ? 0 : -ENOMEM;
+	return r;
 }
 
 CORRAL_API int corral_image_remove(corral_client *c, const char *ref, corral_error *err)
 {
 	if (!ref || !*ref)
 		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "an image reference is required");
-	char *q = curl_easy_escape(NULL, ref, 0);
-	if (!q)
-		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
 	char path[2048], what[600];
-	snprintf(path, sizeof(path), "/v1/images?ref=%s", q);
-	curl_free(q);
+	if (escaped_path(path, sizeof(path), "/v1/images?ref=", ref, err) < 0)
+		return -ENOMEM;
 	snprintf(what, sizeof(what), "remove image %s", ref);
-	return images_call(c, "DELETE", path, NULL, (long)(c->o.request_timeout_s * 1000), 204, NULL,
-			   what, err);
+	return images_call(c, "DELETE", path, NULL, request_timeout_ms(c), 204, NULL, what, err);
 }
 
 CORRAL_API int corral_image_inspect_json(corral_client *c, const char *ref, char **ret_json,
@@ -128,44 +137,26 @@ CORRAL_API int corral_image_inspect_json(corral_client *c, const char *ref, char
 {
 	if (!ref || !*ref)
 		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "an image reference is required");
-	char *q = curl_easy_escape(NULL, ref, 0);
-	if (!q)
-		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
 	char path[2048], what[600];
-	snprintf(path, sizeof(path), "/v1/images?ref=%s", q);
-	curl_free(q);
+	if (escaped_path(path, sizeof(path), "/v1/images?ref=", ref, err) < 0)
+		return -ENOMEM;
 	snprintf(what, sizeof(what), "inspect image %s", ref);
-	json_t *j = NULL;
-	int r = images_call(c, "GET", path, NULL, (long)(c->o.request_timeout_s * 1000), 200, &j,
-			    what, err);
-	if (r < 0)
-		return r;
-	*ret_json = dump(j, err);
-	return *ret_json ? 0 : -ENOMEM;
+	return images_call_json(c, "GET", path, NULL, request_timeout_ms(c), what, ret_json, err);
 }
 
 CORRAL_API int corral_volume_list_json(corral_client *c, char **ret_json, corral_error *err)
 {
-	json_t *j = NULL;
-	int r = images_call(c, "GET", "/v1/volumes", NULL, (long)(c->o.request_timeout_s * 1000),
-			    200, &j, "list volumes", err);
-	if (r < 0)
-		return r;
-	*ret_json = dump(j, err);
-	return *ret_json ? 0 : -ENOMEM;
+	return images_call_json(c, "GET", "/v1/volumes", NULL, request_timeout_ms(c), "list volumes",
+				ret_json, err);
 }
 
 CORRAL_API int corral_volume_remove(corral_client *c, const char *name, corral_error *err)
 {
 	if (!name || !*name)
 		return cerr_set(err, CORRAL_E_INVALID_ARGUMENT, "a volume name is required");
-	char *q = curl_easy_escape(NULL, name, 0);
-	if (!q)
-		return cerr_set(err, CORRAL_E_NO_MEMORY, "out of memory");
 	char path[1024], what[300];
-	snprintf(path, sizeof(path), "/v1/volumes/%s", q);
-	curl_free(q);
+	if (escaped_path(path, sizeof(path), "/v1/volumes/", name, err) < 0)
+		return -ENOMEM;
 	snprintf(what, sizeof(what), "remove volume %.200s", name);
-	return images_call(c, "DELETE", path, NULL, (long)(c->o.request_timeout_s * 1000), 204,
-			   NULL, what, err);
+	return images_call(c, "DELETE", path, NULL, request_timeout_ms(c), 204, NULL, what, err);
 }
