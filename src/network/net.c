@@ -620,48 +620,69 @@ static void nft_remove_objects(struct net *n, const char *cid)
 	}
 }
 
+/* The names a sandbox's kernel objects are made from. */
+struct sb_names {
+	char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
+};
+
+static void sb_names(const char *id, struct in_addr addr, struct sb_names *ret)
+{
+	nft_id(id, ret->cid);
+	veth_name(id, ret->veth);
+	inet_ntop(AF_INET, &addr, ret->as, sizeof(ret->as));
+}
+
+/* Everything of a sandbox's in the nftables tables, as one script. */
+static void print_removal(FILE *f, const char *N, const struct sb_names *s)
+{
+	fprintf(f,
+		"delete element inet %1$s src4 { %2$s }\n"
+		"delete element inet %1$s drops { %2$s }\n"
+		"delete element bridge %1$s ports { \"%3$s\" . %2$s }\n"
+		"delete element bridge %1$s port_names { \"%3$s\" }\n"
+		"delete chain inet %1$s sb_%4$s\n"
+		"delete set inet %1$s l_%4$s\n"
+		"delete counter inet %1$s d_%4$s\n",
+		N, s->as, s->veth, s->cid);
+}
+
+/* The same piece by piece, for when the script failed (something was already gone). */
+static void remove_piecewise(struct net *n, const struct sb_names *s)
+{
+	const char *N = n->name;
+	nft_runf(n, NULL, "delete element inet %s src4 { %s }\n", N, s->as);
+	nft_runf(n, NULL, "delete element inet %s drops { %s }\n", N, s->as);
+	nft_runf(n, NULL, "delete element bridge %s ports { \"%s\" . %s }\n", N, s->veth, s->as);
+	nft_runf(n, NULL, "delete element bridge %s port_names { \"%s\" }\n", N, s->veth);
+	nft_remove_objects(n, s->cid);
+}
+
 /* The kernel's part of net_sandbox_remove(): nothing in n changes (n->nft is used). */
 static int remove_kernel(struct net *n, const char *sandbox_id, struct error *err)
 {
-	if (!id_ok(sandbox_id))
-		return error_set(err, EINVAL, "sandbox id '%s' is not a uuid", sandbox_id);
-	char cid[UUID_STR_LEN], veth[IF_NAMESIZE];
-	nft_id(sandbox_id, cid);
-	veth_name(sandbox_id, veth);
-	struct nl nl = {0};
-	int r = nl_open(&nl);
-	if (r >= 0) {
-		r = nl_link_del(&nl, veth);
-		nl_close(&nl);
-	}
+	int r = net_sandbox_unplug(n, sandbox_id, err);
 	if (r < 0)
-		return error_set_errno(err, -r, "sandbox %s: delete veth %s", sandbox_id, veth);
+		return r;
 	struct net_sandbox *sb = find(n, sandbox_id);
 	if (sb) {
-		char as[INET_ADDRSTRLEN];
-		inet_ntop(AF_INET, &sb->addr, as, sizeof(as));
-		const char *N = n->name;
-		/* All at once when all is there (the usual case), else piece by piece. */
-		if (nft_runf(n, NULL,
-			     "delete element inet %1$s src4 { %2$s }\n"
-			     "delete element inet %1$s drops { %2$s }\n"
-			     "delete element bridge %1$s ports { \"%3$s\" . %2$s }\n"
-			     "delete element bridge %1$s port_names { \"%3$s\" }\n"
-			     "delete chain inet %1$s sb_%4$s\n"
-			     "delete set inet %1$s l_%4$s\n"
-			     "delete counter inet %1$s d_%4$s\n",
-			     N, as, veth, cid) < 0) {
-			nft_runf(n, NULL, "delete element inet %s src4 { %s }\n", N, as);
-			nft_runf(n, NULL, "delete element inet %s drops { %s }\n", N, as);
-			nft_runf(n, NULL, "delete element bridge %s ports { \"%s\" . %s }\n", N, veth,
-				 as);
-			nft_runf(n, NULL, "delete element bridge %s port_names { \"%s\" }\n", N, veth);
-			nft_remove_objects(n, cid);
+		struct sb_names nm;
+		sb_names(sandbox_id, sb->addr, &nm);
+		char script[2048] = "";
+		FILE *f = fmemopen(script, sizeof(script) - 1, "w");
+		bool ok = f != NULL;
+		if (f) {
+			print_removal(f, n->name, &nm);
+			ok = fclose(f) == 0;
 		}
+		/* All at once when all is there (the usual case), else piece by piece. */
+		if (!ok || nft_run(n, NULL, script) < 0)
+			remove_piecewise(n, &nm);
 		/* Its flows end with it (best effort: the next sandbox with the address flushes
 		 * them again before it starts). */
 		nl_ct_flush_src4(sb->addr);
 	} else {
+		char cid[UUID_STR_LEN];
+		nft_id(sandbox_id, cid);
 		nft_remove_objects(n, cid);
 	}
 	return 0;
@@ -742,24 +763,12 @@ int net_reap(const struct net *n, struct error *err)
 		nft_ctx_free(w.nft);
 		return error_set(err, ENOMEM, "nftables script");
 	}
-	const char *N = n->name;
 	for (size_t i = 0; i < n->n_sb; i++) {
-		const struct net_sandbox *sb = &n->sb[i];
-		if (!sb->reaping)
+		struct sb_names nm;
+		if (!n->sb[i].reaping)
 			continue;
-		char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
-		nft_id(sb->id, cid);
-		veth_name(sb->id, veth);
-		inet_ntop(AF_INET, &sb->addr, as, sizeof(as));
-		fprintf(f,
-			"delete element inet %1$s src4 { %2$s }\n"
-			"delete element inet %1$s drops { %2$s }\n"
-			"delete element bridge %1$s ports { \"%3$s\" . %2$s }\n"
-			"delete element bridge %1$s port_names { \"%3$s\" }\n"
-			"delete chain inet %1$s sb_%4$s\n"
-			"delete set inet %1$s l_%4$s\n"
-			"delete counter inet %1$s d_%4$s\n",
-			N, as, veth, cid);
+		sb_names(n->sb[i].id, n->sb[i].addr, &nm);
+		print_removal(f, n->name, &nm);
 	}
 	int r = 0;
 	if (fclose(f) != 0) {
@@ -768,20 +777,11 @@ int net_reap(const struct net *n, struct error *err)
 		/* One transaction for all (one RCU grace period) in the usual case; piece by piece
 		 * when something was already gone. */
 		for (size_t i = 0; i < n->n_sb; i++) {
-			const struct net_sandbox *sb = &n->sb[i];
-			if (!sb->reaping)
+			struct sb_names nm;
+			if (!n->sb[i].reaping)
 				continue;
-			char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
-			nft_id(sb->id, cid);
-			veth_name(sb->id, veth);
-			inet_ntop(AF_INET, &sb->addr, as, sizeof(as));
-			nft_runf(&w, NULL, "delete element inet %s src4 { %s }\n", N, as);
-			nft_runf(&w, NULL, "delete element inet %s drops { %s }\n", N, as);
-			nft_runf(&w, NULL, "delete element bridge %s ports { \"%s\" . %s }\n", N,
-				 veth, as);
-			nft_runf(&w, NULL, "delete element bridge %s port_names { \"%s\" }\n", N,
-				 veth);
-			nft_remove_objects(&w, cid);
+			sb_names(n->sb[i].id, n->sb[i].addr, &nm);
+			remove_piecewise(&w, &nm);
 		}
 	}
 	nft_ctx_free(w.nft);

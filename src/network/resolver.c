@@ -205,16 +205,26 @@ static void send_rcode(struct resolver *r, bool tcp, struct tcp_conn *conn,
 
 /* --- forwarding ----------------------------------------------------------------------------- */
 
+/* The socket (and its event) of q's current upstream attempt, if any. */
+static void query_close_upstream(struct query *q)
+{
+	if (q->ev) {
+		event_free(q->ev);
+		q->ev = NULL;
+	}
+	if (q->fd >= 0) {
+		close(q->fd);
+		q->fd = -1;
+	}
+}
+
 static void query_free(struct query *q)
 {
 	if (!q)
 		return;
 	TAILQ_REMOVE(&q->r->inflight, q, link);
 	q->r->n_inflight--;
-	if (q->ev)
-		event_free(q->ev);
-	if (q->fd >= 0)
-		close(q->fd);
+	query_close_upstream(q);
 	if (q->up_tcp)
 		bufferevent_free(q->up_tcp);
 	ldns_rr_free(q->question);
@@ -240,14 +250,7 @@ static void deliver(struct query *q, ldns_pkt *a, uint8_t *buf, size_t n);
 static bool query_send(struct query *q, size_t i)
 {
 	struct resolver *r = q->r;
-	if (q->ev) {
-		event_free(q->ev);
-		q->ev = NULL;
-	}
-	if (q->fd >= 0) {
-		close(q->fd);
-		q->fd = -1;
-	}
+	query_close_upstream(q);
 	for (; i < r->cfg.n_upstream; i++) {
 		const struct sockaddr_storage *up = &r->cfg.upstream[i];
 		int fd = socket(up->ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -421,14 +424,7 @@ static void on_upstream_tcp_event(struct bufferevent *bev, short what, void *arg
 static bool query_send_tcp(struct query *q)
 {
 	struct resolver *r = q->r;
-	if (q->ev) {
-		event_free(q->ev);
-		q->ev = NULL;
-	}
-	if (q->fd >= 0) {
-		close(q->fd);
-		q->fd = -1;
-	}
+	query_close_upstream(q);
 	const struct sockaddr_storage *up = &r->cfg.upstream[q->upstream];
 	int fd = socket(up->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
