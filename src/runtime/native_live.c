@@ -253,6 +253,24 @@ static int watch_oom(struct runtime_watch *w, const struct cgroup_ops *cg, struc
 	return 0;
 }
 
+/* A pidfd of the PID 1 h names, checked once the pidfd pins the process (a match cannot go
+ * stale): -ENOENT when there is none on record, -ESRCH when it has ended, or pidfd_open's
+ * -errno. */
+static int pid1_pidfd(const struct runtime_config *cfg, const char *id,
+		      const struct runtime_handle *h, pid_t *ret_pid, uint64_t *ret_starttime)
+{
+	if (native_pid1(cfg, id, h, ret_pid, ret_starttime) < 0)
+		return -ENOENT;
+	int pidfd = (int)syscall(SYS_pidfd_open, *ret_pid, 0);
+	if (pidfd < 0)
+		return -errno;
+	if (!pid1_alive(*ret_pid, *ret_starttime)) {
+		close(pidfd);
+		return -ESRCH;
+	}
+	return pidfd;
+}
+
 int native_watch(const struct runtime_config *cfg, const char *id, const struct runtime_handle *h,
 		 bool oom_group, struct runtime_watch **ret, struct error *err)
 {
@@ -261,16 +279,9 @@ int native_watch(const struct runtime_config *cfg, const char *id, const struct 
 		return r;
 	pid_t pid;
 	uint64_t starttime;
-	if (native_pid1(cfg, id, h, &pid, &starttime) < 0)
-		return -ESRCH;
-	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	int pidfd = pid1_pidfd(cfg, id, h, &pid, &starttime);
 	if (pidfd < 0)
-		return errno == ESRCH ? -ESRCH : -ENOSYS;
-	/* Checked once the pidfd pins the process: a match cannot go stale. */
-	if (!pid1_alive(pid, starttime)) {
-		close(pidfd);
-		return -ESRCH;
-	}
+		return pidfd == -ENOENT || pidfd == -ESRCH ? -ESRCH : -ENOSYS;
 	struct runtime_watch *w = calloc(1, sizeof(*w));
 	if (!w) {
 		close(pidfd);
@@ -358,14 +369,13 @@ int native_netns(const struct runtime_config *cfg, const char *id, const struct 
 		return r;
 	pid_t pid;
 	uint64_t starttime;
-	if (native_pid1(cfg, id, h, &pid, &starttime) < 0)
+	_cleanup_close_ int pfd = pid1_pidfd(cfg, id, h, &pid, &starttime);
+	if (pfd == -ENOENT)
 		return error_set(err, ESRCH, "sandbox %s has no PID 1", id);
-	_cleanup_close_ int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (pfd < 0)
-		return error_set_errno(err, errno, "pidfd of sandbox %s's PID 1", id);
-	/* Checked once the pidfd pins the process: a match cannot go stale. */
-	if (!pid1_alive(pid, starttime))
+	if (pfd == -ESRCH)
 		return error_set(err, ESRCH, "sandbox %s's PID 1 has ended", id);
+	if (pfd < 0)
+		return error_set_errno(err, -pfd, "pidfd of sandbox %s's PID 1", id);
 	int fd = ioctl(pfd, PIDFD_GET_NET_NAMESPACE, 0);
 	if (fd >= 0)
 		return fd;
