@@ -490,6 +490,36 @@ static bool in_subnet(const struct net *n, struct in_addr a)
 	return (ntohl(a.s_addr) & mask) == ntohl(n->subnet.s_addr) && h >= 2 && h != ~mask;
 }
 
+/* A sandbox's nftables objects' names and rules, for nftnl.c. */
+struct sb_nft {
+	char cid[UUID_STR_LEN], veth[IF_NAMESIZE];
+	char chain[UUID_STR_LEN + 4], set[UUID_STR_LEN + 4], counter[UUID_STR_LEN + 4];
+	struct nftnl_sb sb;
+};
+
+static void sb_nft(const struct net *n, const char *id, struct in_addr addr, enum net_mode mode,
+		   const struct egress_policy *p, enum egress_action def, struct sb_nft *ret)
+{
+	nft_id(id, ret->cid);
+	veth_name(id, ret->veth);
+	snprintf(ret->chain, sizeof(ret->chain), "sb_%s", ret->cid);
+	snprintf(ret->set, sizeof(ret->set), "l_%s", ret->cid);
+	snprintf(ret->counter, sizeof(ret->counter), "d_%s", ret->cid);
+	ret->sb = (struct nftnl_sb){
+	    .table = n->name,
+	    .chain = ret->chain,
+	    .learn_set = ret->set,
+	    .learn_set_size = NET_LEARN_SET_MAX,
+	    .counter = ret->counter,
+	    .drop_chain = "drop_sb",
+	    .veth = ret->veth,
+	    .addr = addr,
+	    .enforce = mode == NET_MODE_DNS_NFT,
+	    .policy = p,
+	    .default_action = def,
+	};
+}
+
 /* The sandbox chain's rules (after a flush of it): in dns mode accept (the always-blocked came
  * before); in dns+nft the learned set, the static rules in order, then the default. */
 static int chain_rules(char **s, size_t *len, const char *N, const char *cid, enum net_mode mode,
@@ -562,34 +592,27 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 		n->cap_sb = cap;
 	}
 
-	char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
-	nft_id(sandbox_id, cid);
-	veth_name(sandbox_id, veth);
-	inet_ntop(AF_INET, &a, as, sizeof(as));
-	const char *N = n->name;
-	_cleanup_free_ char *rules = NULL;
-	size_t rlen = 0;
-	r = chain_rules(&rules, &rlen, N, cid, mode, p, p ? p->default_action : default_action);
-	if (r < 0)
-		return error_set(err, ENOMEM, "nftables script");
 	/* A re-adopted sandbox keeps its set (with what it learned), counter and map elements as
 	 * they are in the kernel: nothing to do here (net_gc() puts the map elements of exactly
 	 * the re-adopted sandboxes back in one transaction, and their chains' rules from their
 	 * records: a kill -9 between a policy's record and its nftables commit must not leave
 	 * the kernel enforcing the old one), so a restart over many sandboxes costs one
-	 * transaction, not one per sandbox. A new one gets everything, its chain's rules included. */
-	r = adopt ? 0 : nft_runf(n, err,
-		     "add set inet %1$s l_%2$s { type ipv4_addr; flags timeout; size %6$d; }\n"
-		     "add counter inet %1$s d_%2$s\n"
-		     "add chain inet %1$s sb_%2$s\n"
-		     "%3$s"
-		     "add element inet %1$s drops { %4$s : \"d_%2$s\" }\n"
-		     "add element inet %1$s src4 { %4$s : goto sb_%2$s }\n"
-		     "add element bridge %1$s ports { \"%5$s\" . %4$s }\n"
-		     "add element bridge %1$s port_names { \"%5$s\" }\n",
-		     N, cid, rules ? rules : "", as, veth, NET_LEARN_SET_MAX);
-	if (r < 0)
-		return error_prefix(err, "sandbox %s", sandbox_id);
+	 * transaction, not one per sandbox. A new one gets everything, its chain's rules included,
+	 * in one libnftnl batch (nftnl.c: no ruleset cache to fetch first). */
+	_cleanup_free_ char *rules = NULL;
+	enum egress_action def = p ? p->default_action : default_action;
+	if (adopt) {
+		char cid[UUID_STR_LEN];
+		size_t rlen = 0;
+		nft_id(sandbox_id, cid);
+		if (chain_rules(&rules, &rlen, n->name, cid, mode, p, def) < 0)
+			return error_set(err, ENOMEM, "nftables script");
+	} else {
+		struct sb_nft o;
+		sb_nft(n, sandbox_id, a, mode, p, def, &o);
+		if ((r = nftnl_sandbox_add(&o.sb)) < 0)
+			return error_set_errno(err, -r, "sandbox %s: nftables objects", sandbox_id);
+	}
 	sb = &n->sb[n->n_sb++];
 	memset(sb, 0, sizeof(*sb));
 	snprintf(sb->id, sizeof(sb->id), "%s", sandbox_id);
@@ -1086,18 +1109,11 @@ int net_policy_apply(struct net *n, const char *sandbox_id, const struct egress_
 	struct net_sandbox *sb = find(n, sandbox_id ? sandbox_id : "");
 	if (!sb)
 		return error_set(err, ENOENT, "sandbox %s has no network", sandbox_id);
-	char cid[UUID_STR_LEN];
-	nft_id(sandbox_id, cid);
-	_cleanup_free_ char *s = NULL;
-	size_t len = 0;
-	if (chain_rules(&s, &len, n->name, cid, mode, p, p ? p->default_action : EGRESS_DENY) < 0)
-		return error_set(err, ENOMEM, "nftables script");
-	_cleanup_free_ char *all = NULL;
-	if (asprintf(&all, "%sflush set inet %s l_%s\n", s, n->name, cid) < 0)
-		return error_set(err, ENOMEM, "nftables script");
-	int r = nft_run(n, err, all);
+	struct sb_nft o;
+	sb_nft(n, sandbox_id, sb->addr, mode, p, p ? p->default_action : EGRESS_DENY, &o);
+	int r = nftnl_sandbox_rules(&o.sb, true);
 	if (r < 0)
-		return error_prefix(err, "sandbox %s: apply policy", sandbox_id);
+		return error_set_errno(err, -r, "sandbox %s: apply policy", sandbox_id);
 	sb->mode = mode;
 	return 0;
 }
