@@ -417,6 +417,7 @@ int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
 		goto fail;
 	}
 	n->timeout_update = probe_timeout_update(n);
+	n->stale_flows = true;
 	*ret = n;
 	return 0;
 fail:
@@ -771,6 +772,15 @@ size_t net_reap_begin(struct net *n)
 	return k;
 }
 
+static bool is_reaping(struct in_addr src, void *arg)
+{
+	const struct net *n = arg;
+	for (size_t i = 0; i < n->n_sb; i++)
+		if (n->sb[i].reaping && n->sb[i].addr.s_addr == src.s_addr)
+			return true;
+	return false;
+}
+
 int net_reap(const struct net *n, struct error *err)
 {
 	struct net w = *n;
@@ -808,6 +818,11 @@ int net_reap(const struct net *n, struct error *err)
 		}
 	}
 	nft_ctx_free(w.nft);
+	/* Their flows go before their addresses are free again (net_reap_end()): a new sandbox
+	 * must not inherit one as "established", past its policy. One dump for all of them. */
+	int c = nl_ct_flush_src4_if(is_reaping, (void *)n);
+	if (c < 0 && r >= 0)
+		r = error_set_errno(err, -c, "forget the connections of deleted sandboxes");
 	return r;
 }
 
@@ -922,6 +937,18 @@ bool net_sandbox_broken(const struct net *n, const char *sandbox_id)
 	return false;
 }
 
+/* A source address of the subnet that none of the sandboxes net_gc() keeps has. */
+static bool is_stale(struct in_addr src, void *arg)
+{
+	const struct net *n = arg;
+	if (!in_subnet(n, src))
+		return false;
+	for (size_t i = 0; i < n->n_sb; i++)
+		if (n->sb[i].addr.s_addr == src.s_addr && n->sb[i].seen)
+			return false;
+	return true;
+}
+
 int net_gc(struct net *n, struct error *err)
 {
 	int removed = 0;
@@ -1020,6 +1047,10 @@ int net_gc(struct net *n, struct error *err)
 		nft_run(n, NULL, line);
 	}
 done:
+	/* The flows of sandboxes deleted before this start (a kill -9 before their reap): one
+	 * dump, after which a create needs none (net_attach()). */
+	if (nl_ct_flush_src4_if(is_stale, n) >= 0)
+		n->stale_flows = false;
 	/* The re-adopted chains' rules are in: what the records say is what the kernel does. */
 	for (size_t i = 0; i < n->n_sb; i++) {
 		free(n->sb[i].readopt);
@@ -1039,10 +1070,11 @@ int net_attach(const struct net *n, const char *sandbox_id, int netns_fd, struct
 	veth_name(sandbox_id, veth);
 	snprintf(alias, sizeof(alias), ALIAS_PREFIX "%s:%s", n->name, sandbox_id);
 	struct nl host = {0}, in = {0};
-	/* The address may have been another sandbox's (a corrald restart starts the allocator
-	 * again, a small subnet wraps): none of that one's flows may count as this one's. Before
-	 * the veth exists, so nothing of this sandbox's is among them. */
-	int r = nl_ct_flush_src4(addr);
+	/* The flows of the address's previous sandbox must not count as this one's: they went
+	 * before the address was free again (net_reap()), or at this corrald's start for one it
+	 * did not know (net_gc()). Only until that start's flush: here, before the veth exists
+	 * (a conntrack dump walks the whole host table: ~16 ms on every create otherwise). */
+	int r = n->stale_flows ? nl_ct_flush_src4(addr) : 0;
 	if (r < 0) {
 		char as[INET_ADDRSTRLEN];
 		inet_ntop(AF_INET, &addr, as, sizeof(as));

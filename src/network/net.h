@@ -73,6 +73,8 @@ struct net {
 	size_t n_sb, cap_sb;
 	uint32_t next_host; /* allocation cursor (host part) */
 	bool timeout_update; /* the kernel restarts an element's timeout on a re-add (6.10+) */
+	bool stale_flows;    /* flows of sandboxes this corrald never knew may be left (until
+			      * net_gc() flushed them): net_attach() flushes its address's */
 	int lock_fd;         /* NET_LOCK_DIR/<name>.lock, held while n lives */
 };
 

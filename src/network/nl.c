@@ -405,7 +405,8 @@ struct ct_entry {
 };
 
 struct ct_flush {
-	struct in_addr src;
+	nl_ct_match_fn match;
+	void *arg;
 	struct ct_entry *v;
 	size_t n, cap;
 	bool nomem;
@@ -420,8 +421,11 @@ static int ct_dump_cb(const struct nlmsghdr *h, void *data)
 	if (mnl_attr_parse(h, sizeof(struct nfgenmsg), attrs_cb, &a) < 0 || !tb[CTA_TUPLE_ORIG] ||
 	    mnl_attr_parse_nested(tb[CTA_TUPLE_ORIG], attrs_cb, &at) < 0 || !tt[CTA_TUPLE_IP] ||
 	    mnl_attr_parse_nested(tt[CTA_TUPLE_IP], attrs_cb, &ai) < 0 || !ip[CTA_IP_V4_SRC] ||
-	    mnl_attr_get_payload_len(ip[CTA_IP_V4_SRC]) != 4 ||
-	    memcmp(mnl_attr_get_payload(ip[CTA_IP_V4_SRC]), &f->src, 4) != 0)
+	    mnl_attr_get_payload_len(ip[CTA_IP_V4_SRC]) != 4)
+		return MNL_CB_OK;
+	struct in_addr src;
+	memcpy(&src, mnl_attr_get_payload(ip[CTA_IP_V4_SRC]), 4);
+	if (!f->match(src, f->arg))
 		return MNL_CB_OK;
 	uint16_t len = tb[CTA_TUPLE_ORIG]->nla_len;
 	if (len > sizeof(f->v->tuple))
@@ -455,13 +459,23 @@ static struct nlmsghdr *ct_msg(struct nl *nl, uint8_t type, uint16_t flags)
 	return h;
 }
 
+static bool same_addr(struct in_addr src, void *arg)
+{
+	return src.s_addr == ((const struct in_addr *)arg)->s_addr;
+}
+
 int nl_ct_flush_src4(struct in_addr src)
+{
+	return nl_ct_flush_src4_if(same_addr, &src);
+}
+
+int nl_ct_flush_src4_if(nl_ct_match_fn match, void *arg)
 {
 	struct nl nl = {0};
 	int r = nl_open_bus(&nl, NETLINK_NETFILTER);
 	if (r < 0)
 		return r;
-	struct ct_flush f = {.src = src};
+	struct ct_flush f = {.match = match, .arg = arg};
 	/* Collected first, deleted after: a dump does not mix with requests on its socket. */
 	r = nl_talk(&nl, ct_msg(&nl, IPCTNL_MSG_CT_GET, NLM_F_DUMP), ct_dump_cb, &f);
 	if (r >= 0 && f.nomem)

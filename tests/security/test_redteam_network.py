@@ -245,6 +245,49 @@ class AddressReuseAttacks(NetLabCase):
         self.assert_platform_alive(c, d)
 
 
+class AddressReuseNoRestartAttacks(NetLabCase):
+    """A corrald of its own on a /28 of the lab's subnet (13 sandbox addresses), so that its
+    allocator comes back to a deleted sandbox's address without a restart."""
+
+    @classmethod
+    def extra_args(cls):
+        return cls.lab.corrald_args(cls.mode) + [
+            "--sandbox-subnet", cls.lab.sandbox_subnet.replace("/24", "/28"),
+            "--egress-uplink", cls.lab.uplink]
+
+    def test_reused_address_after_reap_does_not_inherit_flows(self):
+        # attack: as above, but the address comes back around the allocator while corrald runs:
+        # the deleted sandbox's flows must be gone before its address is handed out again
+        echo_log = os.path.join(tempfile.mkdtemp(prefix="corral-redteam-"), "echo.log")
+        srv = subprocess.Popen(self.lab.nsexec("/usr/bin/python3", "-c", UDP_ECHO,
+                                               self.lab.addr["literal"], "7778", echo_log),
+                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        self.addCleanup(lambda: (srv.kill(), srv.wait()))
+        self.assertEqual(srv.stdout.readline().strip(), "ready")
+        talk = "/usr/bin/python3 -c %s %s 7778 40124 %%s" % (q(UDP_TALK), self.lab.addr["literal"])
+        a = self.sandbox({"defaultAction": "allow", "egress": []})
+        a_ip = self.address(a)
+        self.assertEqual(self.sh(a, talk % "from-a").strip(), "echo from-a")
+        self.assertEqual(self.client.delete_sandbox(a).status, 204)
+        chain = "sb_" + a.replace("-", "_")
+        self.wait_until(lambda: chain not in subprocess.run(
+            ["nft", "list", "table", "inet", self.corrald.net_name], capture_output=True,
+            text=True).stdout, 20, msg="the deleted sandbox's objects to be reaped")
+        # the other twelve addresses, then the allocator wraps to the deleted sandbox's
+        fillers = [self.sandbox({"defaultAction": "deny", "egress": []}) for _ in range(12)]
+        self.assertNotIn(a_ip, [self.address(f) for f in fillers[-1:]])
+        c = self.sandbox({"defaultAction": "deny", "egress": []})
+        self.assertEqual(self.address(c), a_ip, "precondition: the address is reused")
+        out = self.sh(c, talk % "from-c").strip()
+        with open(echo_log) as f:
+            got = f.read().split()
+        log("C's UDP conversation:", out, "; the lab server received:", got)
+        self.assertEqual(out, "TIMEOUT")
+        self.assertNotIn("from-c", got, "a denied sandbox's packet reached the lab")
+        self.assert_platform_alive(c, fillers[0])
+
+
 class LearnedSetAttacks(NetLabCase):
     """A corrald of its own, whose upstream is a DNS server that answers names with many
     addresses (an allowed domain whose name server the attacker runs)."""
