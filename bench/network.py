@@ -2,8 +2,10 @@
 """
 Sandbox networking's cost (docs/network.md), as ratios against anchors measured in the same run:
 
-  create -> first command    a sandbox with a network vs extensions.network "none", on the same
-                             corrald, interleaved in rounds of 5 (target: <= 1.3x)
+  create -> first command    a sandbox with a network (the default policy), and one with a
+                             networkPolicy of 10 rules (names, wildcards, CIDRs), vs
+                             extensions.network "none", on the same corrald, interleaved in
+                             rounds of 5 (target: <= 1.3x)
   TCP connect                from a sandbox to a lab host through the host's rules (dns+nft with
                              the default allow: learned-set lookup, then accept; and dns mode)
                              vs the same connect from the host itself (no bridge, no NAT, no rules)
@@ -30,6 +32,18 @@ import harness  # noqa: E402
 from netlab import NetLab  # noqa: E402
 
 SPEC = {"resourceLimits": {"cpu": "1", "memory": "256Mi"}}
+# A sealed task's policy: deny by default, its services by name, wildcard and network.
+POLICY = {"defaultAction": "deny", "egress": [
+    {"action": "allow", "target": "pypi.test"},
+    {"action": "allow", "target": "files.pypi.test"},
+    {"action": "allow", "target": "*.model.test"},
+    {"action": "deny", "target": "evil.model.test"},
+    {"action": "allow", "target": "*.index.test"},
+    {"action": "allow", "target": "192.0.2.10"},
+    {"action": "allow", "target": "198.18.0.0/24"},
+    {"action": "deny", "target": "198.18.1.0/24"},
+    {"action": "allow", "target": "198.19.128.0/17"},
+    {"action": "allow", "target": "203.0.113.0/25"}]}
 SINK_PORT = 9000  # a lab listener that accepts, writes a line and closes (netlab.listen_tcp)
 
 # Prints the mean seconds per TCP connect+close to ADDR:PORT over N tries, from where it runs.
@@ -119,8 +133,9 @@ def main():
     if args.baseline:
         lab3 = NetLab()
         base = BuildCorrald(args.baseline, network=lab3)
-    out = {"create_net": [], "create_none": [], "connect_nft": [], "connect_dns": [],
-           "connect_host": [], "base_create_net": [], "base_create_none": []}
+    out = {"create_net": [], "create_none": [], "create_policy": [], "connect_nft": [],
+           "connect_dns": [], "connect_host": [], "base_create_net": [], "base_create_none": [],
+           "base_create_policy": []}
     notes = []
     try:
         nft.start()
@@ -139,6 +154,9 @@ def main():
             for prefix, cl in (variants if i % 2 == 0 else variants[::-1]):
                 for _ in range(5):
                     out[prefix + "create_net"].append(create_first_command(cl))
+                for _ in range(5):
+                    out[prefix + "create_policy"].append(
+                        create_first_command(cl, networkPolicy=POLICY))
                 for _ in range(5):
                     out[prefix + "create_none"].append(
                         create_first_command(cl, extensions={"network": "none"}))
@@ -168,6 +186,8 @@ def main():
         ("create -> first command, network: none", p50(out["create_none"]), 1.0),
         ("create -> first command, with a network", p50(out["create_net"]),
          p50(out["create_net"]) / none),
+        ("create -> first command, network + policy", p50(out["create_policy"]),
+         p50(out["create_policy"]) / none),
     ]
     if base:
         bnone = p50(out["base_create_none"])
@@ -175,6 +195,8 @@ def main():
             ("baseline: create -> first command, none", bnone, 1.0),
             ("baseline: create -> first command, network", p50(out["base_create_net"]),
              p50(out["base_create_net"]) / bnone),
+            ("baseline: create -> first command, policy", p50(out["base_create_policy"]),
+             p50(out["base_create_policy"]) / bnone),
         ]
     rows += [
         ("TCP connect from the host (anchor)", host, 1.0),
