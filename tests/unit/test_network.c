@@ -365,6 +365,29 @@ int main(void)
 	t = nft_text("list set inet tnet l_cccccccc_bbbb_4ccc_8ddd_eeeeeeeeeeee");
 	CHECK(strstr(t, "type ipv4_addr") && strstr(t, "size 4096") && strstr(t, "flags timeout"));
 	free(t);
+	/* The longest policy there can be: one batch of EGRESS_RULES_MAX rules (a netlink message
+	 * past the socket's default send buffer), in order. */
+	struct egress_rule *longest = calloc(EGRESS_RULES_MAX, sizeof(*longest));
+	CHECK(longest != NULL);
+	for (size_t i = 0; longest && i < EGRESS_RULES_MAX; i++) {
+		longest[i] = (struct egress_rule){.action = i % 2 ? EGRESS_ALLOW : EGRESS_DENY,
+						  .kind = EGRESS_CIDR, .family = AF_INET,
+						  .prefix = 32};
+		uint32_t host = htonl(0xc6120000u + (uint32_t)i); /* 198.18.0.0 + i */
+		memcpy(longest[i].addr, &host, 4);
+	}
+	struct egress_policy plong = {.default_action = EGRESS_DENY, .n = EGRESS_RULES_MAX,
+				      .rules = longest};
+	CHECK_OK(net_policy_apply(n, ID3, &plong, NET_MODE_DNS_NFT, &e), e);
+	t = nft_text("list chain inet tnet sb_cccccccc_bbbb_4ccc_8ddd_eeeeeeeeeeee");
+	size_t lines = 0;
+	for (const char *q = t; (q = strstr(q, "ip daddr ")); q++)
+		lines++;
+	CHECK(lines == EGRESS_RULES_MAX + 1); /* and the learned set's */
+	const char *first = strstr(t, "198.18.0.0 goto drop_sb"), *last = strstr(t, "198.18.3.255 accept");
+	CHECK(first && last && first < last);
+	free(t);
+	free(longest);
 	t = nft_text("list table bridge tnet");
 	CHECK(strstr(t, "\"crccccccccbbbb4\" . 10.99.0.") != NULL); /* its port, pinned to its address */
 	if (!strstr(t, "\"crccccccccbbbb4\" . 10.99.0."))
