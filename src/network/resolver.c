@@ -39,7 +39,7 @@
 #define UDP_BURST 64          /* datagrams read per wakeup, so TCP and answers get their turn */
 #define ANSWER_MAX 65535      /* largest DNS message */
 #define NAME_TEXT_MAX 256
-#define ACCOUNT_BUCKETS 256   /* sandboxes holding something, hashed by id (random UUIDs) */
+#define ACCOUNT_BUCKETS 1024  /* sandboxes holding something, hashed by id (random UUIDs) */
 
 #define OR_DEFAULT(v, name) ((v) ? (v) : RESOLVER_##name)
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
