@@ -3,6 +3,18 @@
  * sockets, ldns for the wire format. One fresh connected UDP socket per forwarded query (a random
  * source port and ID, so an off-path answer has to guess both; only the upstream's address can
  * reach a connected socket).
+ *
+ * Fair shares. What a sandbox makes the host hold here is a forwarded query (a socket, its
+ * message: up to 4 KiB) until upstream answers or times out, and a TCP connection (a socket, its
+ * buffers) until it closes or idles out. Both are counted per sandbox (struct account, found by
+ * the sandbox id in a hash, made at its first query or connection and freed when it holds
+ * neither) and shared by fairshare.h's rule: a reservation every sandbox always gets, a common
+ * pool above it, and, when the pool is taken, the heaviest holder gives its oldest to a sandbox
+ * that holds less (its query answered SERVFAIL, its connection closed). A fixed global limit
+ * with a per-sandbox cap is not enough: sandboxes whose allowed name server never answers keep
+ * their cap in flight each, and enough of them hold every slot (20 x 64 > 1024), so a neighbour
+ * resolves nothing. Every step is O(1) on corrald's loop (the heaviest holder is kept, each
+ * account lists its queries and connections oldest first, each connection its queries).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -12,6 +24,7 @@
 #include <event2/util.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <ldns/ldns.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,22 +32,30 @@
 #include <sys/queue.h>
 #include <unistd.h>
 
+#include "network/fairshare.h"
 #include "network/resolver.h"
+#include "shared/hash.h"
 
 #define UDP_BURST 64          /* datagrams read per wakeup, so TCP and answers get their turn */
 #define ANSWER_MAX 65535      /* largest DNS message */
 #define NAME_TEXT_MAX 256
+#define ACCOUNT_BUCKETS 1024  /* sandboxes holding something, hashed by id (random UUIDs) */
+
+#define OR_DEFAULT(v, name) ((v) ? (v) : RESOLVER_##name)
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 struct tcp_conn;
+struct account;
 
 struct query {
-	TAILQ_ENTRY(query) link;
+	TAILQ_ENTRY(query) link;      /* in its account's queries, oldest first */
+	LIST_ENTRY(query) conn_link;  /* TCP: in its connection's queries */
 	struct resolver *r;
+	struct account *acct;         /* whose share it takes */
 	struct sockaddr_storage client;
 	socklen_t client_len;
 	bool tcp;
 	struct tcp_conn *conn; /* TCP: the client's connection, NULL once it closed */
-	char sandbox[UUID_STR_LEN];
 	char name[NAME_TEXT_MAX];
 	uint16_t client_qid, our_qid;
 	ldns_rr *question;
@@ -47,14 +68,23 @@ struct query {
 	struct bufferevent *up_tcp; /* the upstream over TCP (a TCP client's truncated answer) */
 };
 
-TAILQ_HEAD(query_list, query);
-
 struct tcp_conn {
-	LIST_ENTRY(tcp_conn) link;
+	TAILQ_ENTRY(tcp_conn) link; /* in its account's connections, oldest first */
 	struct resolver *r;
+	struct account *acct;
 	struct bufferevent *bev;
 	struct sockaddr_storage peer;
 	socklen_t peer_len;
+	LIST_HEAD(, query) queries; /* its queries waiting for upstream */
+};
+
+/* One sandbox's share: what it holds now. Exists while it holds a query or a connection. */
+struct account {
+	LIST_ENTRY(account) link; /* in its hash bucket */
+	char sandbox[UUID_STR_LEN];
+	struct fair_member queries, conns;
+	TAILQ_HEAD(, query) query_list;
+	TAILQ_HEAD(, tcp_conn) conn_list;
 };
 
 struct resolver {
@@ -65,10 +95,9 @@ struct resolver {
 	int udp_fd;
 	struct event *udp_ev;
 	struct evconnlistener *listener;
-	LIST_HEAD(, tcp_conn) conns;
-	size_t n_conns;
-	struct query_list inflight;
-	size_t n_inflight;
+	struct fair_pool query_pool, conn_pool;
+	LIST_HEAD(, account) accounts[ACCOUNT_BUCKETS];
+	size_t n_accounts, n_conns, n_inflight;
 	struct resolver_stats stats;
 };
 
@@ -82,13 +111,6 @@ static const void *sa_addr(const struct sockaddr_storage *ss)
 	if (ss->ss_family == AF_INET6)
 		return &((const struct sockaddr_in6 *)ss)->sin6_addr;
 	return &((const struct sockaddr_in *)ss)->sin_addr;
-}
-
-static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
-{
-	if (a->ss_family != b->ss_family)
-		return false;
-	return memcmp(sa_addr(a), sa_addr(b), a->ss_family == AF_INET6 ? 16 : 4) == 0;
 }
 
 static void warn(struct resolver *r, const char *fmt, ...) _printf_(2, 3);
@@ -156,6 +178,49 @@ int resolver_parse_query(const uint8_t *msg, size_t len, struct resolver_query *
 	return r;
 }
 
+/* --- accounts ------------------------------------------------------------------------------- */
+
+static size_t account_bucket(const char *id)
+{
+	return hash_fnv1a(id) % ACCOUNT_BUCKETS;
+}
+
+static struct account *account_find(const struct resolver *r, const char *id)
+{
+	struct account *a;
+	LIST_FOREACH(a, &r->accounts[account_bucket(id)], link)
+		if (strcmp(a->sandbox, id) == 0)
+			return a;
+	return NULL;
+}
+
+/* id's account, made when it has none; NULL when out of memory. account_put() when done. */
+static struct account *account_get(struct resolver *r, const char *id)
+{
+	struct account *a = account_find(r, id);
+	if (a)
+		return a;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return NULL;
+	snprintf(a->sandbox, sizeof(a->sandbox), "%s", id);
+	TAILQ_INIT(&a->query_list);
+	TAILQ_INIT(&a->conn_list);
+	LIST_INSERT_HEAD(&r->accounts[account_bucket(id)], a, link);
+	r->n_accounts++;
+	return a;
+}
+
+/* Free a's account once it holds nothing (it holds no memory then, whatever made it). */
+static void account_put(struct resolver *r, struct account *a)
+{
+	if (!a || a->queries.n || a->conns.n)
+		return;
+	LIST_REMOVE(a, link);
+	r->n_accounts--;
+	free(a);
+}
+
 /* --- replies -------------------------------------------------------------------------------- */
 
 static void send_wire(struct resolver *r, bool tcp, struct tcp_conn *conn,
@@ -218,25 +283,44 @@ static void query_close_upstream(struct query *q)
 	}
 }
 
+/* q's end, whatever it was: its share back to its account (freed when it holds nothing more). */
 static void query_free(struct query *q)
 {
 	if (!q)
 		return;
-	TAILQ_REMOVE(&q->r->inflight, q, link);
-	q->r->n_inflight--;
+	struct resolver *r = q->r;
+	struct account *a = q->acct;
+	TAILQ_REMOVE(&a->query_list, q, link);
+	if (q->conn)
+		LIST_REMOVE(q, conn_link);
+	fair_pool_give(&r->query_pool, &a->queries);
+	r->n_inflight--;
 	query_close_upstream(q);
 	if (q->up_tcp)
 		bufferevent_free(q->up_tcp);
 	ldns_rr_free(q->question);
 	free(q->msg);
 	free(q);
+	account_put(r, a);
 }
 
 static void query_fail(struct query *q)
 {
 	struct resolver *r = q->r;
 	r->stats.upstream_failed++;
-	warn(r, "no DNS upstream answered %s for sandbox %s", q->name, q->sandbox);
+	warn(r, "no DNS upstream answered %s for sandbox %s", q->name, q->acct->sandbox);
+	send_rcode(r, q->tcp, q->conn, &q->client, q->client_len, q->client_qid, q->question, q->rd,
+		   LDNS_RCODE_SERVFAIL);
+	query_free(q);
+}
+
+/* The oldest query of a's, given up for a sandbox that holds less: SERVFAIL, as if it timed out
+ * (its client asks again, and a's other queries still wait). */
+static void query_evict(struct account *a)
+{
+	struct query *q = TAILQ_FIRST(&a->query_list);
+	struct resolver *r = q->r;
+	r->stats.evicted_queries++;
 	send_rcode(r, q->tcp, q->conn, &q->client, q->client_len, q->client_qid, q->question, q->rd,
 		   LDNS_RCODE_SERVFAIL);
 	query_free(q);
@@ -366,7 +450,7 @@ static void deliver(struct query *q, ldns_pkt *a, uint8_t *buf, size_t n)
 	/* The policy may have changed while upstream worked: judge the name again. */
 	struct resolver_client c = {0};
 	if (r->ops->who(r->arg, q->client.ss_family, sa_addr(&q->client), &c) < 0 ||
-	    strcmp(c.id, q->sandbox) != 0) {
+	    strcmp(c.id, q->acct->sandbox) != 0) {
 		ldns_pkt_free(a);
 		query_free(q);
 		return;
@@ -450,15 +534,6 @@ static bool query_send_tcp(struct query *q)
 	return true;
 }
 
-static size_t inflight_of(struct resolver *r, const struct sockaddr_storage *client)
-{
-	size_t n = 0;
-	struct query *q;
-	TAILQ_FOREACH(q, &r->inflight, link)
-		n += same_host(&q->client, client);
-	return n;
-}
-
 /* One query from a client (a UDP datagram or a TCP message). */
 static void handle_query(struct resolver *r, const uint8_t *msg, size_t len,
 			 const struct sockaddr_storage *from, socklen_t from_len,
@@ -498,10 +573,14 @@ static void handle_query(struct resolver *r, const uint8_t *msg, size_t len,
 		return;
 	}
 	r->stats.allowed++;
-	if (r->n_inflight >= RESOLVER_INFLIGHT_MAX ||
-	    inflight_of(r, from) >= RESOLVER_INFLIGHT_PER_CLIENT) {
+	struct account *a = account_get(r, c.id);
+	struct fair_member *victim = NULL;
+	enum fair_verdict v = a ? fair_pool_admit(&r->query_pool, &a->queries, &victim)
+				: FAIR_REFUSE;
+	if (v == FAIR_REFUSE) {
 		/* Dropped, not refused: the client retries once answers have come back. */
 		r->stats.dropped_busy++;
+		account_put(r, a);
 		ldns_pkt_free(p);
 		return;
 	}
@@ -511,16 +590,19 @@ static void handle_query(struct resolver *r, const uint8_t *msg, size_t len,
 	if (!qc) {
 		free(copy);
 		free(q);
+		account_put(r, a);
 		ldns_pkt_free(p);
 		return;
 	}
+	if (v == FAIR_EVICT) /* another sandbox's account (it holds more than a): a stays */
+		query_evict(container_of(victim, struct account, queries));
 	q->r = r;
+	q->acct = a;
 	q->fd = -1;
 	q->client = *from;
 	q->client_len = from_len;
 	q->tcp = tcp;
 	q->conn = conn;
-	snprintf(q->sandbox, sizeof(q->sandbox), "%s", c.id);
 	snprintf(q->name, sizeof(q->name), "%s", name);
 	q->client_qid = ldns_pkt_id(p);
 	evutil_secure_rng_get_bytes(&q->our_qid, sizeof(q->our_qid));
@@ -531,7 +613,10 @@ static void handle_query(struct resolver *r, const uint8_t *msg, size_t len,
 	copy[1] = (uint8_t)q->our_qid;
 	q->msg = copy;
 	q->len = len;
-	TAILQ_INSERT_TAIL(&r->inflight, q, link);
+	TAILQ_INSERT_TAIL(&a->query_list, q, link);
+	if (conn)
+		LIST_INSERT_HEAD(&conn->queries, q, conn_link);
+	fair_pool_take(&r->query_pool, &a->queries);
 	r->n_inflight++;
 	ldns_pkt_free(p);
 	if (!query_send(q, 0))
@@ -563,17 +648,22 @@ static void on_udp(evutil_socket_t fd, short what, void *arg)
 
 /* --- TCP ------------------------------------------------------------------------------------ */
 
+/* Its queries stay in flight (their share is taken until upstream answers), answered to no one. */
 static void conn_free(struct tcp_conn *c)
 {
 	struct resolver *r = c->r;
+	struct account *a = c->acct;
 	struct query *q;
-	TAILQ_FOREACH(q, &r->inflight, link)
-		if (q->conn == c)
-			q->conn = NULL;
-	LIST_REMOVE(c, link);
+	while ((q = LIST_FIRST(&c->queries))) {
+		LIST_REMOVE(q, conn_link);
+		q->conn = NULL;
+	}
+	TAILQ_REMOVE(&a->conn_list, c, link);
+	fair_pool_give(&r->conn_pool, &a->conns);
 	r->n_conns--;
 	bufferevent_free(c->bev);
 	free(c);
+	account_put(r, a);
 }
 
 #define TCP_OUT_MAX (64 * 1024) /* answers queued for a client that does not read them */
@@ -619,46 +709,52 @@ static void on_tcp_event(struct bufferevent *bev, short what, void *arg)
 	conn_free(arg);
 }
 
-static size_t conns_of(struct resolver *r, const struct sockaddr_storage *peer)
-{
-	size_t n = 0;
-	struct tcp_conn *c;
-	LIST_FOREACH(c, &r->conns, link)
-		n += same_host(&c->peer, peer);
-	return n;
-}
-
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
 		      void *arg)
 {
 	(void)l;
 	struct resolver *r = arg;
 	struct sockaddr_storage peer = {0};
-	if (r->n_conns >= RESOLVER_TCP_CONNS_MAX || salen > (int)sizeof(peer)) {
+	struct resolver_client who = {0};
+	if (salen > (int)sizeof(peer) || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)) {
+		r->stats.refused_conns++;
 		close(fd);
 		return;
 	}
 	memcpy(&peer, sa, (size_t)salen);
-	/* Each client its share: one that holds its connections open (a byte now and then keeps
-	 * the idle timeout away) must not leave the others none. */
-	if (conns_of(r, &peer) >= RESOLVER_TCP_CONNS_PER_CLIENT) {
-		r->stats.dropped_busy++;
+	/* A connection is held by its sandbox: no one else's can take it, and its share decides. */
+	if (r->ops->who(r->arg, peer.ss_family, sa_addr(&peer), &who) < 0) {
+		r->stats.refused_conns++;
 		close(fd);
 		return;
 	}
-	struct tcp_conn *c = calloc(1, sizeof(*c));
+	/* Each sandbox its share: ones that hold their connections open (a byte now and then keeps
+	 * the idle timeout away) must not leave the others none. */
+	struct account *a = account_get(r, who.id);
+	struct fair_member *victim = NULL;
+	enum fair_verdict v = a ? fair_pool_admit(&r->conn_pool, &a->conns, &victim) : FAIR_REFUSE;
+	struct tcp_conn *c = v != FAIR_REFUSE ? calloc(1, sizeof(*c)) : NULL;
 	struct bufferevent *bev =
 		c ? bufferevent_socket_new(r->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
 	if (!bev) {
+		r->stats.refused_conns++;
 		free(c);
 		close(fd);
+		account_put(r, a);
 		return;
 	}
+	if (v == FAIR_EVICT) { /* the oldest of the heaviest holder's, another sandbox's */
+		r->stats.evicted_conns++;
+		conn_free(TAILQ_FIRST(&container_of(victim, struct account, conns)->conn_list));
+	}
 	c->r = r;
+	c->acct = a;
 	c->bev = bev;
 	c->peer = peer;
 	c->peer_len = (socklen_t)salen;
-	LIST_INSERT_HEAD(&r->conns, c, link);
+	LIST_INIT(&c->queries);
+	TAILQ_INSERT_TAIL(&a->conn_list, c, link);
+	fair_pool_take(&r->conn_pool, &a->conns);
 	r->n_conns++;
 	struct timeval idle = {RESOLVER_TCP_IDLE_S, 0};
 	bufferevent_set_timeouts(bev, &idle, &idle);
@@ -689,10 +785,21 @@ int resolver_new(struct event_base *base, const struct resolver_config *cfg,
 	r->ops = ops;
 	r->arg = arg;
 	r->udp_fd = -1;
-	TAILQ_INIT(&r->inflight);
-	LIST_INIT(&r->conns);
+	for (size_t i = 0; i < ACCOUNT_BUCKETS; i++)
+		LIST_INIT(&r->accounts[i]);
+	int e = fair_pool_init(&r->query_pool, OR_DEFAULT(cfg->inflight_reserved, INFLIGHT_RESERVED),
+			       OR_DEFAULT(cfg->inflight_per_client, INFLIGHT_PER_CLIENT),
+			       OR_DEFAULT(cfg->inflight_shared, INFLIGHT_SHARED));
+	if (e >= 0)
+		e = fair_pool_init(&r->conn_pool, OR_DEFAULT(cfg->tcp_reserved, TCP_CONNS_RESERVED),
+				   OR_DEFAULT(cfg->tcp_per_client, TCP_CONNS_PER_CLIENT),
+				   OR_DEFAULT(cfg->tcp_shared, TCP_CONNS_SHARED));
+	if (e < 0) {
+		resolver_free(r);
+		return error_set(err, -e, "DNS: the fair shares' sizes (reserved above per client?)");
+	}
 
-	int one = 1, e;
+	int one = 1;
 	r->udp_fd = socket(ls->ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (r->udp_fd < 0 || setsockopt(r->udp_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
 	    bind(r->udp_fd, (const struct sockaddr *)ls, sa_len(ls)) < 0) {
@@ -723,10 +830,18 @@ void resolver_free(struct resolver *r)
 {
 	if (!r)
 		return;
-	while (!TAILQ_EMPTY(&r->inflight))
-		query_free(TAILQ_FIRST(&r->inflight));
-	while (!LIST_EMPTY(&r->conns))
-		conn_free(LIST_FIRST(&r->conns));
+	for (size_t i = 0; i < ACCOUNT_BUCKETS; i++) {
+		struct account *a;
+		/* the last query or connection of an account frees it */
+		while ((a = LIST_FIRST(&r->accounts[i]))) {
+			if (!TAILQ_EMPTY(&a->conn_list))
+				conn_free(TAILQ_FIRST(&a->conn_list));
+			else
+				query_free(TAILQ_FIRST(&a->query_list));
+		}
+	}
+	fair_pool_clear(&r->query_pool);
+	fair_pool_clear(&r->conn_pool);
 	if (r->listener)
 		evconnlistener_free(r->listener);
 	if (r->udp_ev)
@@ -739,6 +854,17 @@ void resolver_free(struct resolver *r)
 void resolver_get_stats(const struct resolver *r, struct resolver_stats *ret)
 {
 	*ret = r->stats;
+	ret->inflight = r->n_inflight;
+	ret->conns = r->n_conns;
+	ret->clients = r->n_accounts;
+}
+
+void resolver_get_load(const struct resolver *r, const char *id, unsigned *ret_queries,
+		       unsigned *ret_conns)
+{
+	const struct account *a = account_find(r, id);
+	*ret_queries = a ? a->queries.n : 0;
+	*ret_conns = a ? a->conns.n : 0;
 }
 
 int resolver_parse_addr(const char *s, int default_port, struct sockaddr_storage *ss,

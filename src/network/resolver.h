@@ -33,12 +33,24 @@
 
 #define RESOLVER_UPSTREAM_MAX 8
 #define RESOLVER_QUERY_MAX 4096      /* a longer query (UDP or TCP) is dropped */
-#define RESOLVER_INFLIGHT_MAX 1024   /* forwarded queries waiting for upstream, all sandboxes */
-#define RESOLVER_INFLIGHT_PER_CLIENT 64
-#define RESOLVER_TCP_CONNS_MAX 256
 #define RESOLVER_LEARN_PER_ANSWER 64 /* addresses of one answer admitted (dns+nft) */
-#define RESOLVER_TCP_CONNS_PER_CLIENT 16 /* so one sandbox cannot hold them all */
 #define RESOLVER_TCP_IDLE_S 10
+
+/*
+ * Fair shares (resolver.c, network/fairshare.h). Each sandbox may always have RESERVED forwarded
+ * queries waiting for upstream and RESERVED TCP connections open, whatever the others hold; above
+ * that it draws on a pool of SHARED common to all sandboxes, up to PER_CLIENT in all. When the
+ * pool is taken, a sandbox holding fewer than the heaviest holder less one takes the heaviest's
+ * oldest (a query is answered SERVFAIL, a connection closed); otherwise its query is dropped (the
+ * client retries) or its connection closed. So at most SHARED + RESERVED x (sandboxes holding
+ * any) at once, and PER_CLIENT of them one sandbox's.
+ */
+#define RESOLVER_INFLIGHT_RESERVED 8
+#define RESOLVER_INFLIGHT_PER_CLIENT 64
+#define RESOLVER_INFLIGHT_SHARED 1024
+#define RESOLVER_TCP_CONNS_RESERVED 2
+#define RESOLVER_TCP_CONNS_PER_CLIENT 16
+#define RESOLVER_TCP_CONNS_SHARED 256
 
 /* The sandbox behind a query, as ops->who() fills it. */
 struct resolver_client {
@@ -68,6 +80,9 @@ struct resolver_config {
 	struct sockaddr_storage upstream[RESOLVER_UPSTREAM_MAX];
 	size_t n_upstream;
 	int upstream_timeout_ms; /* per upstream try; 0 = 2000 */
+	/* The fair shares' sizes; 0 = the RESOLVER_* default (the unit test makes them small). */
+	unsigned inflight_reserved, inflight_per_client, inflight_shared;
+	unsigned tcp_reserved, tcp_per_client, tcp_shared;
 };
 
 struct resolver;
@@ -94,8 +109,14 @@ int resolver_parse_query(const uint8_t *msg, size_t len, struct resolver_query *
 struct resolver_stats {
 	uint64_t received, dropped_malformed, dropped_unknown, dropped_busy, denied, allowed,
 		answered, upstream_failed;
+	uint64_t evicted_queries, evicted_conns; /* taken from the heaviest for a fairer share */
+	uint64_t refused_conns;                  /* TCP connections closed at once (busy, unknown) */
+	size_t inflight, conns, clients;         /* now: queries, TCP connections, sandboxes holding */
 };
 void resolver_get_stats(const struct resolver *r, struct resolver_stats *ret);
+/* What sandbox id holds now: forwarded queries and TCP connections (0 and 0 when nothing). */
+void resolver_get_load(const struct resolver *r, const char *id, unsigned *ret_queries,
+		       unsigned *ret_conns);
 
 /* "ADDR[:PORT]" or "[V6]:PORT" (port default 53) into ss. */
 int resolver_parse_addr(const char *s, int default_port, struct sockaddr_storage *ss,

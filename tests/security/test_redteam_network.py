@@ -341,6 +341,106 @@ class LearnedSetAttacks(NetLabCase):
         self.assert_platform_alive(attacker, neighbour)
 
 
+# Keeps 64 queries for never-answered names in flight (the resolver's per-sandbox maximum), for
+# secs seconds: 64 new names every 0.1 s, each waiting for the upstream's 2 s timeout.
+SLOW_FLOOD = r"""
+import socket, struct, sys, time
+gw, secs = sys.argv[1], float(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+end, k = time.monotonic() + secs, 0
+while time.monotonic() < end:
+    for _ in range(64):
+        k += 1
+        q = struct.pack(">HHHHHH", k & 0xffff, 0x0100, 1, 0, 0, 0)
+        for l in ("s%d" % k, "slow", "test"):
+            q += bytes([len(l)]) + l.encode()
+        q += b"\0" + struct.pack(">HH", 1, 1)
+        try:
+            s.sendto(q, (gw, 53))
+        except BlockingIOError:
+            pass
+    time.sleep(0.1)
+"""
+
+
+class ResolverFairShareAttacks(LearnedSetAttacks):
+    """The resolver's queries waiting for upstream and its TCP connections are shared fairly
+    (docs/network.md, the resolver): many sandboxes each holding their maximum used to take
+    every slot of a global limit (1024 queries, 256 connections), and a neighbour resolved
+    nothing. A corrald of its own with LearnedSetAttacks' DNS server (MANY_DNS: slow.test is
+    never answered)."""
+    ATTACKERS = 20
+    # the learned-set attack runs once, in LearnedSetAttacks (not callable: not collected here)
+    test_answers_cannot_grow_the_learned_set_without_bound = None
+
+    def corrald_fds(self):
+        return len(os.listdir("/proc/%d/fd" % self.corrald.proc.pid))
+
+    def resolver_conns(self):
+        out = subprocess.run(["ss", "-Htn", "state", "established", "( sport = :53 )"],
+                             check=True, text=True, stdout=subprocess.PIPE).stdout
+        return len(out.splitlines())
+
+    def try_resolve(self, sid, name, tcp=False):
+        """The neighbour's lookup, one try as a stub resolver makes it: its addresses, or what
+        went wrong (a connection closed before any answer is "CLOSED")."""
+        res = self.client.run(sid, "/usr/bin/python3 -c %s %s %s %s" % (
+            q(DNS_PROBE), self.nameserver(sid), name, "tcp" if tcp else "udp"))
+        if res.exit_code != 0:
+            return "CLOSED"
+        out = res.stdout.split()
+        return out if out and out[0][0].isdigit() else " ".join(out)
+
+    def test_sandboxes_whose_name_server_never_answers_cannot_starve_a_neighbour(self):
+        # attack: 20 sandboxes allowed *.slow.test keep 64 queries each in flight for names their
+        # name server never answers (1280 > the 1024 of the shared pool); a neighbour then asks
+        # for allowed.test, over UDP and TCP
+        pol = {"defaultAction": "deny", "egress": [{"action": "allow", "target": "*.slow.test"}]}
+        attackers = [self.sandbox(pol) for _ in range(self.ATTACKERS)]
+        victim = self.sandbox({"defaultAction": "deny",
+                               "egress": [{"action": "allow", "target": "allowed.test"}]})
+        gw = self.nameserver(victim)
+        base = self.corrald_fds()
+        for a in attackers:
+            self.sh(a, "nohup /usr/bin/python3 -c %s %s 60 >/dev/null 2>&1 &" % (q(SLOW_FLOOD), gw))
+        time.sleep(3)  # every flood running, the first timeouts past: the slots stay held
+        # precondition: the floods hold (nearly) all the shared pool (a socket per query waiting)
+        held = self.wait_until(lambda: (lambda n: n if n >= 900 else 0)(self.corrald_fds() - base),
+                               timeout=20, msg="the floods' queries in flight")
+        answers = [self.try_resolve(victim, "allowed.test") for _ in range(5)]
+        answers += [self.try_resolve(victim, "allowed.test", tcp=True) for _ in range(2)]
+        log("corrald's sockets for queries in flight:", held, "; the neighbour's answers:", answers)
+        self.assertEqual(answers, [[self.lab.addr["allowed.test"]]] * 7,
+                         "the neighbour could not resolve while 20 sandboxes held the resolver")
+        self.assert_platform_alive(victim, attackers[0])
+
+    def test_sandboxes_holding_their_tcp_connections_cannot_starve_a_neighbour(self):
+        # attack: 20 sandboxes each open 16 TCP connections to corral's resolver (their maximum,
+        # 320 > the 256 of the shared pool) and keep them alive slowloris-style, so that a
+        # neighbour's TCP connection is closed at once; it asks for allowed.test over TCP and UDP
+        pol = {"defaultAction": "deny", "egress": [{"action": "allow", "target": "allowed.test"}]}
+        attackers = [self.sandbox(pol) for _ in range(self.ATTACKERS)]
+        victim = self.sandbox(pol)
+        gw = self.nameserver(victim)
+        for a in attackers:
+            self.sh(a, "nohup /usr/bin/python3 -c %s %s 16 60 >/tmp/hold.log 2>&1 &"
+                    % (q(HOLD_TCP), gw))
+        for a in attackers:
+            self.wait_until(lambda: "held" in self.sh(a, "cat /tmp/hold.log"), timeout=30,
+                            msg="an attacker's connections")
+        time.sleep(4)  # past a keep-alive byte: the held connections are alive and idle-proof
+        # precondition: the attackers hold the shared pool
+        held = self.wait_until(lambda: (lambda n: n if n >= 256 else 0)(self.resolver_conns()),
+                               timeout=20, msg="the attackers' connections")
+        answers = [self.try_resolve(victim, "allowed.test", tcp=True) for _ in range(3)]
+        answers.append(self.try_resolve(victim, "allowed.test"))
+        log("connections to the resolver:", held, "; the neighbour's answers:", answers)
+        self.assertEqual(answers, [[self.lab.addr["allowed.test"]]] * 4,
+                         "the neighbour could not resolve while 20 sandboxes held the resolver")
+        self.assert_platform_alive(victim, attackers[0])
+
+
 class PolicyRestartAttacks(NetLabCase):
     def test_kill9_mid_policy_change_leaves_the_kernel_as_the_record(self):
         # attack: PUT /policy back and forth between "allow the lab server" and "deny all" and

