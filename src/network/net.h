@@ -43,6 +43,8 @@
 #define NET_LEARN_TTL_MAX_S 86400    /* and at most this long */
 #define NET_LEARN_SET_MAX 4096       /* learned addresses per sandbox (kernel memory it cannot
 				      * be charged for); past it a learn fails until some expire */
+#define NET_DNS_RATE 2000           /* packets/s a sandbox may send to corral's resolver (UDP and */
+#define NET_DNS_BURST 4000          /* TCP, port 53), and its burst: past them the host drops */
 #define NET_NAME_MAX 12              /* bridge and table name: leaves room in IFNAMSIZ */
 #define NET_LOCK_DIR "/run/corral"   /* <name>.lock: one corrald per network name */
 

@@ -20,6 +20,9 @@ SMALL = {"cpu": "100m", "memory": "64Mi", "pids": "64"}
 KEY = "egress-attack-key-%d" % random.randint(0, 1 << 30)
 
 
+NET_DNS_RATE, NET_DNS_BURST = 2000, 4000  # src/network/net.h
+
+
 def q(s):
     return "'" + s.replace("'", "'\\''") + "'"
 
@@ -205,6 +208,62 @@ print(sent)
         out = self.sh(sid, "/usr/bin/python3 -c %s %s" % (q(flood), gw), read_timeout=300)
         log("malformed datagrams sent:", out.strip())
         self.assertGreater(int(out.strip()), 1000)
+        self.assertEqual(self.resolve(sid, "allowed.test"), [self.lab.addr["allowed.test"]])
+        self.assertEqual(self.resolve(other, "denied.test"), [self.lab.addr["denied.test"]])
+        self.assert_platform_alive(sid, other)
+
+    def test_dns_flood_is_bounded_per_sandbox_in_the_kernel(self):
+        # attack: a sandbox sends valid queries at corral's resolver as fast as it can for 3 s,
+        # to make corrald (whose loop the resolver shares with the API) work for every one
+        sid = self.create(resourceLimits={"cpu": "1", "memory": "64Mi", "pids": "64"},
+                          networkPolicy={"defaultAction": "deny", "egress": [
+                              {"action": "allow", "target": "allowed.test"}]})["id"]
+        other = self.sandbox({"defaultAction": "allow", "egress": []})
+        gw = self.nameserver(sid)
+        flood = r"""
+import socket, struct, sys, time
+gw, secs = sys.argv[1], float(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+s.setblocking(False)
+q = [struct.pack(">HHHHHH", i, 0x0100, 1, 0, 0, 0) + b"\x06denied\x04test\0\0\1\0\1"
+     for i in range(64)]
+sent = got = 0
+end = time.time() + secs
+while time.time() < end:
+    for p in q:
+        try:
+            s.sendto(p, (gw, 53))
+            sent += 1
+        except BlockingIOError:
+            pass
+    try:
+        while True:
+            s.recv(4096)
+            got += 1
+    except BlockingIOError:
+        pass
+time.sleep(0.5)
+try:
+    while True:
+        s.recv(4096)
+        got += 1
+except BlockingIOError:
+    pass
+print(sent, got)
+"""
+        drops0 = self.client.get("/v1/sandboxes/%s/stats" % sid).json()["network"]["droppedPackets"]
+        secs = 3
+        sent, got = map(int, self.sh(sid, "/usr/bin/python3 -c %s %s %d" % (q(flood), gw, secs),
+                                     read_timeout=120).split())
+        log("DNS flood: %d queries sent in %d s, %d answered" % (sent, secs, got))
+        bound = NET_DNS_RATE * (secs + 1) + NET_DNS_BURST
+        self.assertGreater(sent, 1.5 * bound, "precondition: the flood outran the limit")
+        self.assertLessEqual(got, bound * 1.1, "the resolver answered past the sandbox's rate")
+        drops = self.client.get("/v1/sandboxes/%s/stats" % sid).json()["network"]["droppedPackets"]
+        self.assertGreaterEqual(drops - drops0, sent - bound * 1.1, "the host's drops are counted")
+        # the bucket refills: the flooder resolves again, the neighbour never stopped
+        time.sleep(1)
         self.assertEqual(self.resolve(sid, "allowed.test"), [self.lab.addr["allowed.test"]])
         self.assertEqual(self.resolve(other, "denied.test"), [self.lab.addr["denied.test"]])
         self.assert_platform_alive(sid, other)
