@@ -158,6 +158,8 @@ static int nft_base(struct net *n, struct error *err)
 	     * the work each sandbox can give it (a flood of 80,000 queries/s from one took 55%%
 	     * of corrald's CPU), in the kernel, before a socket sees a byte */
 	    "add set inet %1$s dns_rate { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 1m; }\n"
+	    "add set inet %1$s dns_conn_rate { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 1m; }\n"
+	    "add rule inet %1$s in_sb ip daddr %3$s tcp dport 53 tcp flags & (syn | ack) == syn update @dns_conn_rate { ip saddr limit rate over %8$d/second burst %9$d packets } goto drop_sb\n"
 	    "add rule inet %1$s in_sb ip daddr %3$s meta l4proto { tcp, udp } th dport 53 update @dns_rate { ip saddr limit rate over %6$d/second burst %7$d packets } goto drop_sb\n"
 	    "add rule inet %1$s in_sb ip daddr %3$s udp dport 53 accept\n"
 	    "add rule inet %1$s in_sb ip daddr %3$s tcp dport 53 accept\n"
@@ -202,7 +204,8 @@ static int nft_base(struct net *n, struct error *err)
 	    "add chain bridge %1$s pre { type filter hook prerouting priority -200; policy accept; }\n"
 	    "flush chain bridge %1$s pre\n"
 	    "add rule bridge %1$s pre iifname @port_names jump port_in\n",
-	    N, sub, gw, uplink_rule, masq, NET_DNS_RATE, NET_DNS_BURST);
+	    N, sub, gw, uplink_rule, masq, NET_DNS_RATE, NET_DNS_BURST, NET_DNS_CONN_RATE,
+	    NET_DNS_CONN_BURST);
 }
 
 static json_t *nft_list_json(struct net *n, const char *cmd);

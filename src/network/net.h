@@ -45,6 +45,8 @@
 				      * be charged for); past it a learn fails until some expire */
 #define NET_DNS_RATE 2000           /* packets/s a sandbox may send to corral's resolver (UDP and */
 #define NET_DNS_BURST 4000          /* TCP, port 53), and its burst: past them the host drops */
+#define NET_DNS_CONN_RATE 20        /* new TCP connections/s to the resolver per sandbox (each */
+#define NET_DNS_CONN_BURST 40       /* comes with a fresh burst of queries: resolver.h) */
 #define NET_NAME_MAX 12              /* bridge and table name: leaves room in IFNAMSIZ */
 #define NET_LOCK_DIR "/run/corral"   /* <name>.lock: one corrald per network name */
 

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/event.h>
 #include <event2/listener.h>
 #include <event2/util.h>
 #include <fcntl.h>
@@ -30,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "network/fairshare.h"
@@ -76,6 +78,9 @@ struct tcp_conn {
 	struct sockaddr_storage peer;
 	socklen_t peer_len;
 	LIST_HEAD(, query) queries; /* its queries waiting for upstream */
+	double tokens;              /* queries it may send now (RESOLVER_TCP_QUERY_RATE) */
+	int64_t refilled_us;        /* when tokens was last brought up to date */
+	struct event *resume;       /* reading again once a token is back */
 };
 
 /* One sandbox's share: what it holds now. Exists while it holds a query or a connection. */
@@ -662,11 +667,51 @@ static void conn_free(struct tcp_conn *c)
 	fair_pool_give(&r->conn_pool, &a->conns);
 	r->n_conns--;
 	bufferevent_free(c->bev);
+	if (c->resume)
+		event_free(c->resume);
 	free(c);
 	account_put(r, a);
 }
 
 #define TCP_OUT_MAX (64 * 1024) /* answers queued for a client that does not read them */
+
+static int64_t mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Takes a token of c's for a query, or stops reading c until one is back (false). */
+static bool conn_take_token(struct tcp_conn *c)
+{
+	int64_t now = mono_us();
+	c->tokens += (double)(now - c->refilled_us) * RESOLVER_TCP_QUERY_RATE / 1e6;
+	if (c->tokens > RESOLVER_TCP_QUERY_BURST)
+		c->tokens = RESOLVER_TCP_QUERY_BURST;
+	c->refilled_us = now;
+	if (c->tokens >= 1) {
+		c->tokens -= 1;
+		return true;
+	}
+	long wait_us = (long)((1 - c->tokens) * 1e6 / RESOLVER_TCP_QUERY_RATE) + 1;
+	struct timeval tv = {wait_us / 1000000, wait_us % 1000000};
+	bufferevent_disable(c->bev, EV_READ);
+	evtimer_add(c->resume, &tv);
+	c->r->stats.tcp_paused++;
+	return false;
+}
+
+static void on_tcp_read(struct bufferevent *bev, void *arg);
+
+static void on_tcp_resume(evutil_socket_t fd, short what, void *arg)
+{
+	struct tcp_conn *c = arg;
+	(void)fd;
+	(void)what;
+	bufferevent_enable(c->bev, EV_READ);
+	on_tcp_read(c->bev, c);
+}
 
 static void on_tcp_read(struct bufferevent *bev, void *arg)
 {
@@ -679,6 +724,8 @@ static void on_tcp_read(struct bufferevent *bev, void *arg)
 		uint8_t hdr[2];
 		if (evbuffer_copyout(in, hdr, 2) < 2)
 			return;
+		if (evtimer_pending(c->resume, NULL))
+			return; /* waiting for a token: on_tcp_resume() goes on */
 		size_t len = (size_t)hdr[0] << 8 | hdr[1];
 		if (len < 12 || len > RESOLVER_QUERY_MAX) {
 			c->r->stats.received++;
@@ -687,6 +734,8 @@ static void on_tcp_read(struct bufferevent *bev, void *arg)
 			return;
 		}
 		if (evbuffer_get_length(in) < len + 2)
+			return;
+		if (!conn_take_token(c))
 			return;
 		uint8_t msg[RESOLVER_QUERY_MAX];
 		evbuffer_drain(in, 2);
@@ -734,10 +783,13 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	struct fair_member *victim = NULL;
 	enum fair_verdict v = a ? fair_pool_admit(&r->conn_pool, &a->conns, &victim) : FAIR_REFUSE;
 	struct tcp_conn *c = v != FAIR_REFUSE ? calloc(1, sizeof(*c)) : NULL;
+	struct event *resume = c ? evtimer_new(r->base, on_tcp_resume, c) : NULL;
 	struct bufferevent *bev =
-		c ? bufferevent_socket_new(r->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
+		resume ? bufferevent_socket_new(r->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
 	if (!bev) {
 		r->stats.refused_conns++;
+		if (resume)
+			event_free(resume);
 		free(c);
 		close(fd);
 		account_put(r, a);
@@ -750,6 +802,9 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	c->r = r;
 	c->acct = a;
 	c->bev = bev;
+	c->resume = resume;
+	c->tokens = RESOLVER_TCP_QUERY_BURST;
+	c->refilled_us = mono_us();
 	c->peer = peer;
 	c->peer_len = (socklen_t)salen;
 	LIST_INIT(&c->queries);

@@ -35,6 +35,13 @@
 #define RESOLVER_QUERY_MAX 4096      /* a longer query (UDP or TCP) is dropped */
 #define RESOLVER_LEARN_PER_ANSWER 64 /* addresses of one answer admitted (dns+nft) */
 #define RESOLVER_TCP_IDLE_S 10
+/* Queries a TCP connection may send a second, and its burst: past them it is not read until
+ * they refill. A pipelining client otherwise had corrald answer 400,000 a second on its loop;
+ * the host's nftables admits a sandbox's new connections at 20 a second (net.c), so a sandbox's
+ * TCP queries are bounded by RESOLVER_TCP_CONNS_PER_CLIENT times the rate plus 20 bursts a
+ * second. */
+#define RESOLVER_TCP_QUERY_RATE 125
+#define RESOLVER_TCP_QUERY_BURST 32
 
 /*
  * Fair shares (resolver.c, network/fairshare.h). Each sandbox may always have RESERVED forwarded
@@ -111,6 +118,7 @@ struct resolver_stats {
 		answered, upstream_failed;
 	uint64_t evicted_queries, evicted_conns; /* taken from the heaviest for a fairer share */
 	uint64_t refused_conns;                  /* TCP connections closed at once (busy, unknown) */
+	uint64_t tcp_paused;                     /* times a TCP client outran its query rate */
 	size_t inflight, conns, clients;         /* now: queries, TCP connections, sandboxes holding */
 };
 void resolver_get_stats(const struct resolver *r, struct resolver_stats *ret);

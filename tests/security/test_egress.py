@@ -21,6 +21,8 @@ KEY = "egress-attack-key-%d" % random.randint(0, 1 << 30)
 
 
 NET_DNS_RATE, NET_DNS_BURST = 2000, 4000  # src/network/net.h
+CONN_RATE, CONN_BURST = 20, 40  # NET_DNS_CONN_*: new TCP connections to the resolver
+TCP_QUERY_RATE, TCP_QUERY_BURST = 125, 32  # src/network/resolver.h: per TCP connection
 
 
 def q(s):
@@ -266,6 +268,79 @@ print(sent, got)
         time.sleep(1)
         self.assertEqual(self.resolve(sid, "allowed.test"), [self.lab.addr["allowed.test"]])
         self.assertEqual(self.resolve(other, "denied.test"), [self.lab.addr["denied.test"]])
+        self.assert_platform_alive(sid, other)
+
+    def test_dns_over_tcp_cannot_outrun_the_rate(self):
+        # attack: pipeline queries down TCP connections to corral's resolver (thousands per
+        # segment, past the kernel's packet limit), on one connection and by reconnecting for a
+        # fresh burst each time, to keep corrald's loop answering
+        sid = self.create(resourceLimits={"cpu": "1", "memory": "64Mi", "pids": "64"},
+                          networkPolicy={"defaultAction": "deny", "egress": [
+                              {"action": "allow", "target": "allowed.test"}]})["id"]
+        other = self.sandbox({"defaultAction": "allow", "egress": []})
+        gw = self.nameserver(sid)
+        flood = r"""
+import socket, struct, sys, threading, time
+gw, secs, mode = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+q = b"".join(struct.pack(">H", 29) + struct.pack(">HHHHHH", i, 0x0100, 1, 0, 0, 0) +
+             b"\x06denied\x04test\0\0\1\0\1" for i in range(256))
+got = [0]
+def reader(t):
+    buf = b""
+    try:
+        while True:
+            d = t.recv(1 << 16)
+            if not d:
+                return
+            buf += d
+            while len(buf) >= 2 and len(buf) >= 2 + (buf[0] << 8 | buf[1]):
+                buf = buf[2 + (buf[0] << 8 | buf[1]):]
+                got[0] += 1
+    except OSError:
+        pass
+start = time.time()
+end = start + secs
+conns = 0
+held = []
+while time.time() < end:
+    try:
+        t = socket.create_connection((gw, 53), timeout=0.2)
+    except OSError:
+        continue
+    conns += 1
+    t.settimeout(max(0.05, end - time.time()))
+    threading.Thread(target=reader, args=(t,), daemon=True).start()
+    try:
+        if mode == "pipeline":
+            while time.time() < end:
+                t.sendall(q)
+        else:
+            t.sendall(q[:64 * 31])
+    except OSError:
+        pass
+    if mode == "reconnect":  # keep the newest 12 reading, close the oldest for a new one
+        held.append(t)
+        if len(held) > 12:
+            held.pop(0).close()
+time.sleep(0.5)
+print(conns, got[0], time.time() - start)
+"""
+        secs = 3
+        for mode in ("pipeline", "reconnect"):
+            out = self.sh(sid, "/usr/bin/python3 -c %s %s %d %s" % (q(flood), gw, secs, mode),
+                          read_timeout=120).split()
+            conns, got, took = int(out[0]), int(out[1]), float(out[2]) + 0.5
+            # one connection's burst and rate; or a burst per connection the host admitted
+            bound = ((TCP_QUERY_BURST + TCP_QUERY_RATE * took) if mode == "pipeline" else
+                     (CONN_BURST + CONN_RATE * took) * TCP_QUERY_BURST +
+                     16 * TCP_QUERY_RATE * took)
+            log("DNS over TCP, %s: %d connections, %d answers in %.1f s (bound %d)"
+                % (mode, conns, got, took, bound))
+            self.assertGreater(got, 0, "precondition: the resolver answered over TCP")
+            self.assertLessEqual(got, bound, "the resolver answered past the rate (%s)" % mode)
+        self.assertEqual(self.resolve(other, "denied.test"), [self.lab.addr["denied.test"]])
+        time.sleep(1)
+        self.assertEqual(self.resolve(sid, "allowed.test"), [self.lab.addr["allowed.test"]])
         self.assert_platform_alive(sid, other)
 
 
