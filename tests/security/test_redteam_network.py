@@ -174,6 +174,19 @@ class NetLabCase(AttackCase):
     def nameserver(self, sid):
         return self.sh(sid, "awk '/^nameserver/ {print $2; exit}' /etc/resolv.conf").strip()
 
+    def udp_echo(self, port, sport):
+        """A lab UDP echo server on port (its log's path) and the command that talks to it from
+        a sandbox's UDP port sport (%s: the message)."""
+        echo_log = os.path.join(tempfile.mkdtemp(prefix="corral-redteam-"), "echo.log")
+        srv = subprocess.Popen(self.lab.nsexec("/usr/bin/python3", "-c", UDP_ECHO,
+                                               self.lab.addr["literal"], str(port), echo_log),
+                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        self.addCleanup(lambda: (srv.kill(), srv.wait()))
+        self.assertEqual(srv.stdout.readline().strip(), "ready")
+        return echo_log, "/usr/bin/python3 -c %s %s %d %d %%s" % (
+            q(UDP_TALK), self.lab.addr["literal"], port, sport)
+
     def address(self, sid):
         return self.sh(sid, "ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1").strip()
 
@@ -213,14 +226,7 @@ class AddressReuseAttacks(NetLabCase):
         # attack: a sandbox that is denied everything gets the address of a deleted sandbox that
         # was allowed everything, and talks from the same UDP port to the same lab server: the
         # deleted sandbox's conntrack entry (established) would let it through without its policy
-        echo_log = os.path.join(tempfile.mkdtemp(prefix="corral-redteam-"), "echo.log")
-        srv = subprocess.Popen(self.lab.nsexec("/usr/bin/python3", "-c", UDP_ECHO,
-                                               self.lab.addr["literal"], "7777", echo_log),
-                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-        self.addCleanup(lambda: (srv.kill(), srv.wait()))
-        self.assertEqual(srv.stdout.readline().strip(), "ready")
-        talk = "/usr/bin/python3 -c %s %s 7777 40123 %%s" % (q(UDP_TALK), self.lab.addr["literal"])
+        echo_log, talk = self.udp_echo(7777, 40123)
         a = self.sandbox({"defaultAction": "allow", "egress": []})
         a_ip = self.address(a)
         self.assertEqual(self.sh(a, talk % "from-a").strip(), "echo from-a")
@@ -258,14 +264,7 @@ class AddressReuseNoRestartAttacks(NetLabCase):
     def test_reused_address_after_reap_does_not_inherit_flows(self):
         # attack: as above, but the address comes back around the allocator while corrald runs:
         # the deleted sandbox's flows must be gone before its address is handed out again
-        echo_log = os.path.join(tempfile.mkdtemp(prefix="corral-redteam-"), "echo.log")
-        srv = subprocess.Popen(self.lab.nsexec("/usr/bin/python3", "-c", UDP_ECHO,
-                                               self.lab.addr["literal"], "7778", echo_log),
-                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-        self.addCleanup(lambda: (srv.kill(), srv.wait()))
-        self.assertEqual(srv.stdout.readline().strip(), "ready")
-        talk = "/usr/bin/python3 -c %s %s 7778 40124 %%s" % (q(UDP_TALK), self.lab.addr["literal"])
+        echo_log, talk = self.udp_echo(7778, 40124)
         a = self.sandbox({"defaultAction": "allow", "egress": []})
         a_ip = self.address(a)
         self.assertEqual(self.sh(a, talk % "from-a").strip(), "echo from-a")
