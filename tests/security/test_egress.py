@@ -214,14 +214,26 @@ print(sent)
         self.assertEqual(self.resolve(other, "denied.test"), [self.lab.addr["denied.test"]])
         self.assert_platform_alive(sid, other)
 
-    def test_dns_flood_is_bounded_per_sandbox_in_the_kernel(self):
-        # attack: a sandbox sends valid queries at corral's resolver as fast as it can for 3 s,
-        # to make corrald (whose loop the resolver shares with the API) work for every one
+    def flooder_and_neighbour(self):
+        """A sandbox with a whole CPU allowed allowed.test, a neighbour allowed everything, and
+        the flooder's name server."""
         sid = self.create(resourceLimits={"cpu": "1", "memory": "64Mi", "pids": "64"},
                           networkPolicy={"defaultAction": "deny", "egress": [
                               {"action": "allow", "target": "allowed.test"}]})["id"]
         other = self.sandbox({"defaultAction": "allow", "egress": []})
-        gw = self.nameserver(sid)
+        return sid, other, self.nameserver(sid)
+
+    def assert_both_resolve(self, sid, other):
+        # the buckets refill: the flooder resolves again, the neighbour never stopped
+        self.assertEqual(self.resolve(other, "denied.test"), [self.lab.addr["denied.test"]])
+        time.sleep(1)
+        self.assertEqual(self.resolve(sid, "allowed.test"), [self.lab.addr["allowed.test"]])
+        self.assert_platform_alive(sid, other)
+
+    def test_dns_flood_is_bounded_per_sandbox_in_the_kernel(self):
+        # attack: a sandbox sends valid queries at corral's resolver as fast as it can for 3 s,
+        # to make corrald (whose loop the resolver shares with the API) work for every one
+        sid, other, gw = self.flooder_and_neighbour()
         flood = r"""
 import socket, struct, sys, time
 gw, secs = sys.argv[1], float(sys.argv[2])
@@ -264,21 +276,13 @@ print(sent, got)
         self.assertLessEqual(got, bound * 1.1, "the resolver answered past the sandbox's rate")
         drops = self.client.get("/v1/sandboxes/%s/stats" % sid).json()["network"]["droppedPackets"]
         self.assertGreaterEqual(drops - drops0, sent - bound * 1.1, "the host's drops are counted")
-        # the bucket refills: the flooder resolves again, the neighbour never stopped
-        time.sleep(1)
-        self.assertEqual(self.resolve(sid, "allowed.test"), [self.lab.addr["allowed.test"]])
-        self.assertEqual(self.resolve(other, "denied.test"), [self.lab.addr["denied.test"]])
-        self.assert_platform_alive(sid, other)
+        self.assert_both_resolve(sid, other)
 
     def test_dns_over_tcp_cannot_outrun_the_rate(self):
         # attack: pipeline queries down TCP connections to corral's resolver (thousands per
         # segment, past the kernel's packet limit), on one connection and by reconnecting for a
         # fresh burst each time, to keep corrald's loop answering
-        sid = self.create(resourceLimits={"cpu": "1", "memory": "64Mi", "pids": "64"},
-                          networkPolicy={"defaultAction": "deny", "egress": [
-                              {"action": "allow", "target": "allowed.test"}]})["id"]
-        other = self.sandbox({"defaultAction": "allow", "egress": []})
-        gw = self.nameserver(sid)
+        sid, other, gw = self.flooder_and_neighbour()
         flood = r"""
 import socket, struct, sys, threading, time
 gw, secs, mode = sys.argv[1], float(sys.argv[2]), sys.argv[3]
@@ -338,10 +342,7 @@ print(conns, got[0], time.time() - start)
                 % (mode, conns, got, took, bound))
             self.assertGreater(got, 0, "precondition: the resolver answered over TCP")
             self.assertLessEqual(got, bound, "the resolver answered past the rate (%s)" % mode)
-        self.assertEqual(self.resolve(other, "denied.test"), [self.lab.addr["denied.test"]])
-        time.sleep(1)
-        self.assertEqual(self.resolve(sid, "allowed.test"), [self.lab.addr["allowed.test"]])
-        self.assert_platform_alive(sid, other)
+        self.assert_both_resolve(sid, other)
 
 
 if __name__ == "__main__":
