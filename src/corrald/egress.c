@@ -12,10 +12,12 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <event2/http.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "corrald/corrald.h"
 #include "corrald/egress.h"
@@ -241,6 +243,57 @@ static void hook_warn(void *arg, const char *msg)
 	suppressed = 0;
 }
 
+/* --- the host's drops, at debug ------------------------------------------------------------ */
+
+static void log_drop(const struct net_drop *p, void *arg)
+{
+	(void)arg;
+	char to[INET_ADDRSTRLEN];
+	inet_ntop(AF_INET, &p->dst, to, sizeof(to));
+	const char *proto = p->proto == IPPROTO_TCP ? "TCP" : p->proto == IPPROTO_UDP ? "UDP"
+			    : p->proto == IPPROTO_ICMP ? "ICMP" : "IP";
+	if (p->dport)
+		log_debug("sandbox %s: %s packet to %s:%u dropped by the host (its egress policy, or always blocked)",
+			  p->sandbox_id, proto, to, p->dport);
+	else
+		log_debug("sandbox %s: %s packet to %s dropped by the host (its egress policy, or always blocked)",
+			  p->sandbox_id, proto, to);
+}
+
+static void on_droplog(evutil_socket_t fd, short what, void *arg)
+{
+	struct corrald *d = arg;
+	(void)what;
+	int r = net_droplog_read(d->net, fd, log_drop, d);
+	if (r < 0)
+		log_debug("reading the host's dropped packets: %s", strerror(-r));
+}
+
+/* With --log-level debug: one line per packet the host drops (net.h: rate-limited there). */
+static void droplog_start(struct corrald *d)
+{
+	if (!d->net || !d->net->log_drops)
+		return;
+	struct error err = {0};
+	int fd = net_droplog_open(d->net, &err);
+	if (fd < 0) {
+		log_warn("network: dropped packets will not be logged: %s", err.msg);
+		return;
+	}
+	d->egress.droplog_ev = event_new(d->base, fd, EV_READ | EV_PERSIST, on_droplog, d);
+	if (!d->egress.droplog_ev || event_add(d->egress.droplog_ev, NULL) < 0) {
+		log_warn("network: dropped packets will not be logged: out of memory");
+		if (d->egress.droplog_ev)
+			event_free(d->egress.droplog_ev);
+		d->egress.droplog_ev = NULL;
+		close(fd);
+		return;
+	}
+	d->egress.droplog_fd = fd;
+	log_debug("network: the host's dropped packets are logged (NFLOG group %u, at most %d a second)",
+		  net_droplog_group(d->net), NET_DROPLOG_RATE);
+}
+
 static const struct resolver_ops hooks = {
 	.who = hook_who,
 	.judged = hook_judged,
@@ -271,13 +324,21 @@ int egress_start(struct corrald *d, struct error *err)
 					 "no --dns-upstream given, and /etc/resolv.conf names no nameserver");
 		cfg.n_upstream = (size_t)n;
 	}
-	return resolver_new(d->base, &cfg, &hooks, d, &d->egress.resolver, err);
+	int r = resolver_new(d->base, &cfg, &hooks, d, &d->egress.resolver, err);
+	if (r >= 0)
+		droplog_start(d);
+	return r;
 }
 
 void egress_stop(struct corrald *d)
 {
 	resolver_free(d->egress.resolver);
 	d->egress.resolver = NULL;
+	if (d->egress.droplog_ev) { /* the fd is set with it (droplog_start()) */
+		event_free(d->egress.droplog_ev);
+		close(d->egress.droplog_fd);
+	}
+	d->egress.droplog_ev = NULL;
 }
 
 /* --- the policy API ------------------------------------------------------------------------- */

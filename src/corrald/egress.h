@@ -45,6 +45,8 @@ struct sb_egress {
 /* Per corrald (the flags are the data plane's: d->egress_mode, egress_default, dns_upstream). */
 struct corrald_egress {
 	struct resolver *resolver; /* NULL until egress_start() */
+	struct event *droplog_ev;  /* the host's dropped packets (--log-level debug), or NULL */
+	int droplog_fd;            /* its fd, when droplog_ev is set */
 };
 
 /*

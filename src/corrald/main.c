@@ -170,6 +170,7 @@ static int setup_network(struct corrald *d, const struct net_config *cfg)
 	struct net_config c = *cfg;
 	if (c.uplink && strcmp(c.uplink, "none") == 0)
 		c.uplink = "";
+	c.log_drops = log_get_level() >= LOG_LVL_DEBUG; /* egress.c logs each (rate-limited) */
 	struct error err = {0};
 	if (net_new(&c, &d->net, &err) < 0) {
 		fprintf(stderr,

@@ -134,6 +134,12 @@ static int nft_base(struct net *n, struct error *err)
 	else
 		snprintf(uplink_rule, sizeof(uplink_rule), "goto drop_sb");
 	const char *N = n->name;
+	char droplog[192] = "";
+	if (n->log_drops) /* before the drop: each dropped packet to corrald (droplog.c) */
+		snprintf(droplog, sizeof(droplog),
+			 "add rule inet %s drop_sb limit rate %d/second burst %d packets log group %u snaplen %d\n",
+			 N, NET_DROPLOG_RATE, NET_DROPLOG_RATE, net_droplog_group(n),
+			 NET_DROPLOG_SNAPLEN);
 	if (n->uplink[0]) /* in the same transaction: no moment without NAT after a restart */
 		snprintf(masq, sizeof(masq),
 			 "add rule inet %s postrouting ip saddr %s oifname \"%s\" masquerade\n", N, sub,
@@ -148,6 +154,7 @@ static int nft_base(struct net *n, struct error *err)
 	    "add map inet %1$s drops { type ipv4_addr : counter; }\n"
 	    "add chain inet %1$s drop_sb\n"
 	    "flush chain inet %1$s drop_sb\n"
+	    "%10$s"
 	    "add rule inet %1$s drop_sb counter name ip saddr map @drops\n"
 	    "add rule inet %1$s drop_sb drop\n"
 	    /* to the host: only corral's resolver on the gateway */
@@ -205,7 +212,7 @@ static int nft_base(struct net *n, struct error *err)
 	    "flush chain bridge %1$s pre\n"
 	    "add rule bridge %1$s pre iifname @port_names jump port_in\n",
 	    N, sub, gw, uplink_rule, masq, NET_DNS_RATE, NET_DNS_BURST, NET_DNS_CONN_RATE,
-	    NET_DNS_CONN_BURST);
+	    NET_DNS_CONN_BURST, droplog);
 }
 
 static json_t *nft_list_json(struct net *n, const char *cmd);
@@ -348,6 +355,7 @@ int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
 		return error_set(err, ENOMEM, "network");
 	snprintf(n->name, sizeof(n->name), "%s", name);
 	n->lock_fd = -1;
+	n->log_drops = cfg->log_drops;
 	if ((r = lock_name(n, err)) < 0)
 		goto fail;
 	if ((r = parse_subnet(cfg->subnet ? cfg->subnet : NET_DEFAULT_SUBNET, &n->subnet,

@@ -56,6 +56,7 @@ enum net_mode {
 };
 
 struct net_config {
+	bool log_drops;     /* the host logs the packets it drops to NFLOG (net_droplog_*) */
 	const char *name;   /* bridge and nft table name, NULL = NET_DEFAULT_NAME */
 	const char *subnet; /* "A.B.C.D/P", NULL = NET_DEFAULT_SUBNET; P between 8 and 28 */
 	const char *uplink; /* NULL: the interface of the host's default route (if any) */
@@ -80,6 +81,7 @@ struct net {
 	bool stale_flows;    /* flows of sandboxes this corrald never knew may be left (until
 			      * net_gc() flushed them): net_attach() flushes its address's */
 	int lock_fd;         /* NET_LOCK_DIR/<name>.lock, held while n lives */
+	bool log_drops;      /* net_config.log_drops */
 };
 
 /* Bridge, gateway address, forwarding on the bridge and the uplink, the nftables tables (base
@@ -158,3 +160,22 @@ int net_sandbox_drops(struct net *n, const char *sandbox_id, uint64_t *ret_packe
 /* Parsing and names, for flags and records. */
 const char *net_mode_name(enum net_mode m); /* "dns", "dns+nft" */
 int net_mode_parse(const char *s, enum net_mode *ret);
+
+/* droplog.c: the packets the host drops, by sandbox (net_config.log_drops). */
+#define NET_DROPLOG_RATE 50      /* packets logged a second at most, all sandboxes together */
+#define NET_DROPLOG_SNAPLEN 64   /* bytes of each: the IPv4 header and the ports */
+#define NET_DROPLOG_GROUP_BASE 0x4000
+#define NET_DROPLOG_GROUPS 0x4000
+struct net_drop {
+	char sandbox_id[UUID_STR_LEN];
+	struct in_addr dst;
+	uint8_t proto;  /* IPPROTO_* */
+	uint16_t dport; /* TCP and UDP, else 0 */
+};
+typedef void (*net_drop_fn)(const struct net_drop *d, void *arg);
+/* The NFLOG group of n's drops (from its name: corralds of other names use others). */
+uint16_t net_droplog_group(const struct net *n);
+/* A non-blocking socket bound to the group (close-on-exec), or -errno. */
+int net_droplog_open(const struct net *n, struct error *err);
+/* Calls fn for each drop queued on fd whose source is a sandbox of n's; 0 or -errno. */
+int net_droplog_read(struct net *n, int fd, net_drop_fn fn, void *arg);

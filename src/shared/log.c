@@ -9,6 +9,11 @@
 static enum log_level current_level = LOG_LVL_INFO;
 static const char *ident = "corral";
 
+enum log_level log_get_level(void)
+{
+	return current_level;
+}
+
 void log_set_level(enum log_level level)
 {
 	current_level = level;

@@ -6,6 +6,7 @@
 enum log_level { LOG_LVL_ERROR, LOG_LVL_WARN, LOG_LVL_INFO, LOG_LVL_DEBUG };
 
 void log_set_level(enum log_level level);
+enum log_level log_get_level(void);
 void log_set_ident(const char *ident);
 /* Parses "error", "warn", "info", "debug"; returns -EINVAL otherwise. */
 int log_level_parse(const char *s, enum log_level *ret);

@@ -389,6 +389,34 @@ class TestEgressNftMode(EgressCase):
         self.assert_reaches(sids["c"], "allowed.test")
 
 
+class TestEgressDropLog(EgressCase):
+    """--log-level debug: the packets the host drops are logged with their sandbox's id."""
+    mode = "dns+nft"
+    extra = ["--log-level", "debug"]
+
+    def log_text(self):
+        with open(self.corrald.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def test_dropped_connections_are_logged_with_the_sandbox_id(self):
+        sid = self.sandbox({"defaultAction": "deny",
+                            "egress": [{"action": "allow", "target": "allowed.test"}]})
+        other = self.sandbox({"defaultAction": "allow", "egress": []})
+        denied_ip = self.lab.addr["denied.test"]
+        self.assertIsNone(self.fetch(sid, denied_ip, timeout=2))  # an IP literal, not allowed
+        gw = self.sh(sid, "awk '/^nameserver/ {print $2; exit}' /etc/resolv.conf").strip()
+        self.sh(sid, "timeout 2 bash -c 'echo > /dev/tcp/%s/22' 2>/dev/null; true" % gw)
+        want = ["sandbox %s: TCP packet to %s:80 dropped by the host" % (sid, denied_ip),
+                "sandbox %s: TCP packet to %s:22 dropped by the host" % (sid, gw)]
+        self.wait_until(lambda: all(w in self.log_text() for w in want), 10,
+                        msg="the drops in corrald's log: %s" % want)
+        self.assertIn("dropped packets are logged (NFLOG group", self.log_text())
+        # what the neighbour reaches is not logged as dropped
+        self.assertEqual(self.fetch(other, denied_ip), "hello from %s" % denied_ip)
+        self.assertNotIn("sandbox %s: TCP packet" % other, self.log_text())
+        self.assertNotIn("will not be logged", self.log_text())
+
+
 class TestEgressManySandboxes(EgressCase):
     """As many sandboxes as the host's pid table allows (up to 200), created at once, each with a
     policy of its own, each enforced."""
