@@ -14,6 +14,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -247,6 +248,34 @@ struct pull {
 	struct registry *reg; /* a registry pull, or */
 	const char *layout;   /* an import: an OCI image layout directory */
 	struct image_budget budget; /* what its layers may unpack to, counted across the children */
+	/* A registry pull: the manifest child (meta_start()) talks to the registry for the
+	 * manifests and the config. In the child, save is its work directory, where each manifest
+	 * body goes (manifest-<depth>, its Content-Type in types[]); in the worker, the child's
+	 * reply and the same directory, read back (replay) as untrusted files. */
+	const char *save;
+	struct meta_reply *replay;
+	char meta_work[PATH_MAX];
+	pid_t meta_pid;
+	int meta_fd;
+	bool meta_done; /* the final reply is in */
+	char types[2][128];
+	unsigned n_bodies;
+};
+
+/* What the manifest child sends the worker: once when it has the manifest (e.code < 0: it could
+ * not get it, as e.msg says), once more after the config (then with the registry client's auth
+ * state for the layer children). */
+struct meta_reply {
+	struct error e;
+	char types[2][128]; /* of manifest-0 (the reference's) and manifest-1 (an index's pick) */
+	unsigned n_bodies;
+	struct registry_auth auth;
+};
+
+/* What the worker asks of it in between: the config blob (digest "" for none: in the store). */
+struct meta_request {
+	char digest[72];
+	uint64_t size;
 };
 
 /* The pull's unpack budget (images.h), its counters in memory the layer children share. */
@@ -348,11 +377,95 @@ static int layout_pick(struct pull *p, char *reference, size_t len, struct error
 	return r;
 }
 
-static int get_manifest_body(struct pull *p, const char *reference, char **body, size_t *len,
-			     char *type, size_t type_len, struct error *err)
+/* A file the manifest child wrote in its work directory, read without trusting it: no link,
+ * no FIFO or device, one name only (a hard link of a host file would otherwise be read), at most
+ * max bytes. */
+static int read_untrusted(const char *dir, const char *name, size_t max, char **ret,
+			  size_t *ret_len)
 {
-	if (!p->layout)
-		return registry_get_manifest(p->reg, reference, body, len, type, type_len, err);
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
+		return -EPERM;
+	if ((uint64_t)st.st_size > max)
+		return -EFBIG;
+	char *buf = malloc((size_t)st.st_size + 1);
+	if (!buf)
+		return -ENOMEM;
+	size_t len = 0;
+	while (len <= (size_t)st.st_size) { /* one byte past the size: a file still growing */
+		ssize_t n = read(fd, buf + len, (size_t)st.st_size + 1 - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = errno;
+			free(buf);
+			return -e;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	if (len != (size_t)st.st_size) {
+		free(buf);
+		return -EIO;
+	}
+	buf[len] = '\0';
+	*ret = buf;
+	*ret_len = len;
+	return 0;
+}
+
+static int get_manifest_body(struct pull *p, int depth, const char *reference, char **body,
+			     size_t *len, char *type, size_t type_len, struct error *err)
+{
+	if (p->replay) { /* the worker: what the manifest child got, verified by the caller */
+		if ((unsigned)depth >= p->replay->n_bodies || depth >= 2)
+			return error_set(err, EPROTO,
+					 "manifest of %s: the registry process sent no manifest %s",
+					 p->ref->name, reference);
+		char name[32];
+		snprintf(name, sizeof(name), "manifest-%d", depth);
+		int r = read_untrusted(p->meta_work, name, REGISTRY_MANIFEST_MAX, body, len);
+		if (r < 0)
+			return error_set_errno(err, -r, "manifest of %s from the registry process",
+					       p->ref->name);
+		snprintf(type, type_len, "%.*s", (int)sizeof(p->replay->types[depth]) - 1,
+			 p->replay->types[depth]);
+		return 0;
+	}
+	if (!p->layout) {
+		int r = registry_get_manifest(p->reg, reference, body, len, type, type_len, err);
+		if (r < 0 || !p->save || depth >= 2)
+			return r;
+		/* The manifest child: for the worker to check again. */
+		char path[PATH_MAX + 32];
+		snprintf(path, sizeof(path), "%s/manifest-%d", p->save, depth);
+		_cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		int e = fd < 0 ? errno : 0;
+		for (size_t off = 0; !e && off < *len;) {
+			ssize_t n = write(fd, *body + off, *len - off);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				e = n < 0 ? errno : EIO;
+			else
+				off += (size_t)n;
+		}
+		if (e) {
+			free(*body);
+			return error_set_errno(err, e, "keep the manifest of %s", p->ref->name);
+		}
+		snprintf(p->types[depth], sizeof(p->types[depth]), "%s", type);
+		p->n_bodies = (unsigned)depth + 1;
+		return 0;
+	}
 	char path[PATH_MAX];
 	type[0] = '\0';
 	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", p->layout, reference + 7);
@@ -377,7 +490,8 @@ static int fetch_manifest(struct pull *p, json_t **ret, char ret_digest[72], str
 	for (int depth = 0; depth < 2; depth++) {
 		char *body = NULL;
 		size_t len = 0;
-		int r = get_manifest_body(p, reference, &body, &len, type, sizeof(type), err);
+		int r = get_manifest_body(p, depth, reference, &body, &len, type, sizeof(type),
+					  err);
 		if (r < 0)
 			return r;
 		registry_sha256(body, len, got);
@@ -446,6 +560,9 @@ static int fetch_manifest(struct pull *p, json_t **ret, char ret_digest[72], str
 	return error_set(err, EPROTO, "index of %s points to another index", ref->name);
 }
 
+static int meta_config(struct pull *p, const char *digest, uint64_t size, const char *tmp,
+		       struct error *err);
+
 /* A small blob (the config) into blobs/, verified; its content read back. */
 static int fetch_config(struct pull *p, const char *digest, uint64_t size, char **ret,
 			struct error *err)
@@ -469,8 +586,8 @@ static int fetch_config(struct pull *p, const char *digest, uint64_t size, char 
 			}
 			if (r < 0)
 				return error_set_errno(err, -r, "copy config %s", digest);
-		} else if ((r = registry_get_blob(p->reg, digest, size, tmp, err)) < 0) {
-			unlink(tmp); /* a config is small: never resumed */
+		} else if ((r = meta_config(p, digest, size, tmp, err)) < 0) {
+			unlink(tmp);
 			return r;
 		}
 		if (rename(tmp, path) < 0) {
@@ -506,6 +623,215 @@ unsigned image_layer_confine(const char *work, struct registry *reg, const char 
 			c.n_ports = (size_t)n;
 	}
 	return image_confine(&c);
+}
+
+unsigned image_meta_confine(const char *work, struct registry *reg)
+{
+	struct image_confine c = {.write_path = work, .fsize_max = IMAGE_META_FSIZE_MAX,
+				  .no_caps = true};
+	int n = registry_ports(reg, c.ports, ARRAY_SIZE(c.ports));
+	if (n < 0)
+		c.any_port = true;
+	else
+		c.n_ports = (size_t)n;
+	unsigned level = image_confine(&c);
+	if (!c.any_port)
+		registry_fix_ports(reg);
+	return level;
+}
+
+/* ---- the manifest child ------------------------------------------------------------------ */
+
+/*
+ * A registry pull's conversation with the registry up to the layers (the auth challenge and
+ * token, the manifest, an index resolved to the platform's, the config) runs in a child confined
+ * as a layer child is, with no capability at all: a bug in libcurl, OpenSSL or jansson that the
+ * registry's replies reach is contained there. The child writes each manifest body beneath its
+ * work directory and the config there too; the worker reads them back as untrusted files and
+ * checks them again as it would the registry's own replies (a pinned digest, the index's pick,
+ * the config against the manifest's digest) before it parses them or stores a byte.
+ */
+static int send_all(int fd, const void *buf, size_t len)
+{
+	ssize_t n = RETRY_EINTR(send(fd, buf, len, MSG_NOSIGNAL));
+	return n == (ssize_t)len ? 0 : -EIO;
+}
+
+static _noreturn_ void meta_child(struct pull *p, int fd)
+{
+	if (fd > 3)
+		syscall(SYS_close_range, 3U, (unsigned)fd - 1, 0U);
+	syscall(SYS_close_range, (unsigned)fd + 1, ~0U, 0U);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	static struct meta_reply rep; /* not on the stack: the token takes 4 KiB */
+	struct error *e = &rep.e;
+	int r = registry_after_fork(p->reg);
+	if (r < 0) {
+		error_set(e, -r, "registry client");
+	} else {
+		(void)image_meta_confine(p->meta_work, p->reg);
+		p->save = p->meta_work;
+		json_t *m = NULL;
+		char digest[72];
+		r = fetch_manifest(p, &m, digest, e);
+		json_decref(m);
+	}
+	e->code = r;
+	memcpy(rep.types, p->types, sizeof(rep.types));
+	rep.n_bodies = p->n_bodies;
+	registry_auth_get(p->reg, &rep.auth);
+	if (send_all(fd, &rep, sizeof(rep)) < 0 || r < 0)
+		_exit(1);
+	struct meta_request q;
+	if (RETRY_EINTR(recv(fd, &q, sizeof(q), 0)) != (ssize_t)sizeof(q))
+		_exit(1); /* the worker gave up: nothing more to do */
+	memset(&rep, 0, sizeof(rep));
+	q.digest[sizeof(q.digest) - 1] = '\0';
+	if (q.digest[0]) {
+		char path[PATH_MAX + 8];
+		snprintf(path, sizeof(path), "%s/config", p->meta_work);
+		r = registry_get_blob(p->reg, q.digest, q.size, path, e);
+	}
+	e->code = r;
+	registry_auth_get(p->reg, &rep.auth);
+	_exit(send_all(fd, &rep, sizeof(rep)) < 0 || r < 0 ? 1 : 0);
+}
+
+/* The child gone, its work directory removed. */
+static void meta_end(struct pull *p, int *ret_status)
+{
+	int status = 0;
+	if (p->meta_fd >= 0)
+		close(p->meta_fd);
+	p->meta_fd = -1;
+	if (p->meta_pid > 0) {
+		(void)kill(p->meta_pid, SIGKILL); /* its work is done or abandoned */
+		(void)RETRY_EINTR(waitpid(p->meta_pid, &status, 0));
+	}
+	p->meta_pid = -1;
+	if (p->meta_work[0])
+		fs_remove_tree(p->meta_work);
+	p->meta_work[0] = '\0';
+	if (ret_status)
+		*ret_status = status;
+}
+
+/* A reply of the child into rep; its error (or its death) as the worker's. */
+static int meta_recv(struct pull *p, struct meta_reply *rep, struct error *err)
+{
+	ssize_t n = RETRY_EINTR(recv(p->meta_fd, rep, sizeof(*rep), 0));
+	if (n != (ssize_t)sizeof(*rep)) {
+		int status;
+		meta_end(p, &status);
+		return error_set(err, EIO, "registry process died (status 0x%x)", status);
+	}
+	rep->e.msg[sizeof(rep->e.msg) - 1] = '\0';
+	if (rep->e.code < 0)
+		return error_set(err, rep->e.code > -4096 ? -rep->e.code : EIO, "%s", rep->e.msg);
+	return 0;
+}
+
+/* Start the child and wait for the manifests; p->replay is its reply then. A token realm on a
+ * port the child was not let reach (the registry named it in its challenge) gets one more child
+ * that may. */
+static int meta_start(struct pull *p, struct meta_reply *rep, struct error *err)
+{
+	(void)image_confine_prepare();
+	for (int attempt = 0;; attempt++) {
+		int sv[2];
+		path_in(p->meta_work, sizeof(p->meta_work), p->o->store, "tmp/meta-XXXXXX");
+		if (!mkdtemp(p->meta_work)) {
+			int r = error_set_errno(err, errno, "mkdtemp '%s'", p->meta_work);
+			p->meta_work[0] = '\0';
+			return r;
+		}
+		if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+			int r = error_set_errno(err, errno, "socketpair");
+			meta_end(p, NULL);
+			return r;
+		}
+		pid_t pid = fork();
+		if (pid == 0) {
+			close(sv[0]);
+			meta_child(p, sv[1]);
+		}
+		close(sv[1]);
+		p->meta_fd = sv[0];
+		if (pid < 0) {
+			int r = error_set_errno(err, errno, "fork");
+			meta_end(p, NULL);
+			return r;
+		}
+		p->meta_pid = pid;
+		memset(rep, 0, sizeof(*rep));
+		int r = meta_recv(p, rep, err);
+		uint16_t want = rep->auth.want_port;
+		if (r == -EXDEV && want && attempt == 0) {
+			meta_end(p, NULL);
+			registry_allow_port(p->reg, want);
+			error_clear(err);
+			continue;
+		}
+		if (r < 0) {
+			meta_end(p, NULL);
+			return r;
+		}
+		p->replay = rep;
+		return 0;
+	}
+}
+
+/* The config from the child, checked against digest and size, into tmp (a new file). */
+static int meta_config(struct pull *p, const char *digest, uint64_t size, const char *tmp,
+		       struct error *err)
+{
+	struct meta_request q = {.size = size};
+	snprintf(q.digest, sizeof(q.digest), "%s", digest);
+	static struct meta_reply rep;
+	if (p->meta_fd < 0 || send_all(p->meta_fd, &q, sizeof(q)) < 0)
+		return error_set(err, EIO, "the registry process is gone");
+	int r = meta_recv(p, &rep, err);
+	p->meta_done = true;
+	if (r < 0)
+		return r;
+	if ((r = registry_auth_set(p->reg, &rep.auth)) < 0)
+		return error_set_errno(err, -r, "registry %s: auth state from the registry process",
+				       p->ref->registry);
+	_cleanup_free_ char *data = NULL;
+	size_t len = 0;
+	char got[72];
+	if ((r = read_untrusted(p->meta_work, "config", CONFIG_MAX, &data, &len)) < 0)
+		return error_set_errno(err, -r, "config %s from the registry process", digest);
+	registry_sha256(data, len, got);
+	if (len != size || strcmp(got, digest) != 0)
+		return error_set(err, EBADMSG,
+				 "digest mismatch: config %s of %s has %zu bytes and digest %s; discarded",
+				 digest, p->ref->name, len, got);
+	if ((r = fs_write_atomic(tmp, data, len, 0600)) < 0)
+		return error_set_errno(err, -r, "write '%s'", tmp);
+	return 0;
+}
+
+/* The child's last word when the config was in the store already (its auth state), then the
+ * child gone. */
+static int meta_finish(struct pull *p, struct error *err)
+{
+	int r = 0;
+	if (!p->meta_done && p->meta_fd >= 0) {
+		struct meta_request q = {0};
+		static struct meta_reply rep;
+		if (send_all(p->meta_fd, &q, sizeof(q)) < 0)
+			r = error_set(err, EIO, "the registry process is gone");
+		else
+			r = meta_recv(p, &rep, err);
+		p->meta_done = true;
+		if (r == 0 && (r = registry_auth_set(p->reg, &rep.auth)) < 0)
+			r = error_set_errno(err, -r,
+					    "registry %s: auth state from the registry process",
+					    p->ref->registry);
+	}
+	meta_end(p, NULL);
+	return r;
 }
 
 /*
@@ -777,7 +1103,7 @@ static json_t *json_strv_or_empty(json_t *a)
 static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref,
 		    const struct image_ref *via, const char *layout, struct error *err)
 {
-	struct pull p = {.o = o, .ref = via, .layout = layout};
+	struct pull p = {.o = o, .ref = via, .layout = layout, .meta_pid = -1, .meta_fd = -1};
 	platform_or_default(&o->platform, &p.pl);
 	int r = layout ? 0 : registry_open(o, via, &p.reg, err);
 	if (r < 0)
@@ -785,6 +1111,10 @@ static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref
 	json_t *m = NULL, *cfg = NULL, *rec = NULL;
 	char *cfg_body = NULL, *dump = NULL;
 	char mdigest[72];
+	/* A registry's manifests come from the manifest child, checked here again. */
+	static struct meta_reply meta;
+	if (!layout && (r = meta_start(&p, &meta, err)) < 0)
+		goto out;
 	if ((r = fetch_manifest(&p, &m, mdigest, err)) < 0)
 		goto out;
 	json_t *c = json_object_get(m, "config");
@@ -843,6 +1173,8 @@ static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref
 		*o->progress_total = total;
 	}
 	if ((r = fetch_config(&p, cd, (uint64_t)cs, &cfg_body, err)) < 0)
+		goto out;
+	if (!layout && (r = meta_finish(&p, err)) < 0) /* before the layer children: waitpid(-1) */
 		goto out;
 	json_error_t je;
 	cfg = json_loads(cfg_body, 0, &je);
@@ -906,6 +1238,7 @@ out:
 	json_decref(cfg);
 	free(cfg_body);
 	json_decref(m);
+	meta_end(&p, NULL);
 	registry_close(p.reg);
 	return r;
 }
