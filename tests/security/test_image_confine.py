@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -112,11 +113,12 @@ class ConfinedLayerChild(unittest.TestCase):
                     c.close()
         threading.Thread(target=serve, daemon=True).start()
 
-    def probe(self, blob, old_kernel=False):
+    def probe(self, blob, old_kernel=False, manifest=False):
         work = tempfile.mkdtemp(prefix="layer-", dir=os.path.join(self.state, "tmp"))
         with open(os.path.join(work, "blob"), "wb") as f:
             f.write(blob)
-        p = subprocess.run([PROBE] + (["--old-kernel"] if old_kernel else []) + [work, os.path.join(work, "blob"), self.outside,
+        mode = ["--old-kernel"] if old_kernel else ["--manifest"] if manifest else []
+        p = subprocess.run([PROBE] + mode + [work, os.path.join(work, "blob"), self.outside,
                             self.state, str(self.listeners[0]), str(self.listeners[1])],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -159,6 +161,7 @@ class ConfinedLayerChild(unittest.TestCase):
         self.assertEqual(os.listdir(os.path.join(self.state, "layers")), [])
         if level & LANDLOCK_FS:
             self.assert_errno(out, "read_shadow", E.EACCES)
+            self.assert_errno(out, "read_store", E.EACCES)
             self.assert_errno(out, "read_parent_environ", E.EACCES)
         if level & LANDLOCK_NET:
             self.assert_errno(out, "connect_other_port", E.EACCES)
@@ -206,6 +209,52 @@ class ConfinedLayerChild(unittest.TestCase):
         with open(os.path.join(work, "opaque"), "rb") as f:
             self.assertEqual(f.read(), b"opq\0")
 
+    def test_compromised_manifest_child_is_contained(self):
+        # Attack: code running in a pull's manifest child (libcurl, OpenSSL or jansson exploited
+        # by the registry's reply to the token, manifest or config request) writes, chmods and
+        # chowns host files, reads secrets and the store, makes and opens a device, sets trusted
+        # xattrs, mounts, ptraces, unshares, opens raw, packet and unix sockets, forks, execs,
+        # signals the pull worker, connects to another port.
+        work, out = self.probe(b"", manifest=True)
+        level, expect = int(out["level"]), int(out["expect"])
+        self.assertEqual(level, expect, "confinement fell short of what the kernel allows: %s" % out)
+        for bit in (MOUNTS, RLIMITS, CAPS, SECCOMP):
+            self.assertTrue(level & bit, "step %#x missing: %s" % (bit, out))
+        for name in ("write_outside", "write_etc", "write_state", "suid_outside"):
+            self.assert_errno(out, name, *DENIED_WRITE)
+        self.assert_errno(out, "chmod_suid_outside", E.EROFS, E.EPERM)
+        self.assert_errno(out, "chown_outside", E.EROFS, E.EPERM)
+        self.assert_errno(out, "link_outside_in", E.EXDEV, E.EACCES, E.EPERM)
+        self.assertEqual(os.listdir(self.outside), ["victim"], "nothing written outside")
+        st = os.stat(self.victim)
+        self.assertEqual((st.st_mode & 0o7777, st.st_uid), (0o644, 0), "host file untouched")
+        if level & LANDLOCK_FS:
+            self.assert_errno(out, "read_shadow", E.EACCES)
+            self.assert_errno(out, "read_store", E.EACCES)
+            self.assert_errno(out, "read_parent_environ", E.EACCES)
+        if level & LANDLOCK_NET:
+            self.assert_errno(out, "connect_other_port", E.EACCES)
+            self.assert_errno(out, "bind", E.EACCES)
+        if level & LANDLOCK_SCOPE:
+            self.assert_errno(out, "signal_parent", E.EPERM)
+        for name in ("mount", "ptrace", "unshare_user", "unshare_mount", "raw_socket", "fork",
+                     "execve", "setxattr_trusted"):
+            self.assert_errno(out, name, E.EPERM)
+        self.assert_errno(out, "packet_socket", E.EAFNOSUPPORT)
+        self.assert_errno(out, "unix_socket", E.EAFNOSUPPORT)
+        # Unlike a layer child it keeps no capability: no device node at all, not even in its
+        # own directory, and no chown there either.
+        self.assertEqual(int(out["caps"]), 0, "no capability left")
+        self.assert_errno(out, "mknod_char", E.EPERM)
+        self.assert_errno(out, "open_host_device", E.EACCES)
+        self.assert_errno(out, "write_past_fsize", E.EFBIG)
+        # What it needs still works: the registry's port, the resolver, TLS, its directory.
+        for name in ("connect_registry_port", "read_resolv_conf", "read_ca_certs",
+                     "thread_and_resolve", "write_work"):
+            self.assert_errno(out, name, 0)
+        self.assertEqual(out["tls_request"], "60", out)
+        self.assertEqual(out["unpack"], "skipped")
+
     def test_corpus_layers_still_unpack_or_fail_as_before(self):
         # Attack: the fuzz corpus's escaping layers (plain, gzip, zstd) unpacked confined still fail as invalid.
         for name, want in (("normal", "0"), ("normal-gz", "0"), ("symlink-dir-zst", str(E.EPROTO)),
@@ -244,24 +293,109 @@ class ConfinedLayerChild(unittest.TestCase):
         self.assertIn("devnode", out["unpack"])
 
 
+def registry_clients(port):
+    """The pids holding an established TCP connection to 127.0.0.1:port (this process aside)."""
+    inodes = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                    inodes.add("socket:[%s]" % fields[9])
+    pids = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            for fd in os.listdir("/proc/%s/fd" % pid):
+                if os.readlink("/proc/%s/fd/%s" % (pid, fd)) in inodes:
+                    pids.add(int(pid))
+        except OSError:
+            pass  # gone meanwhile
+    return pids
+
+
+def proc_status(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return {k: v.strip() for k, _, v in (line.partition(":") for line in f)}
+
+
 class ConfinedPull(AttackCase):
 
     @classmethod
     def setUpClass(cls):
         cls.reg = oci.Registry()
-        cls.corrald_kwargs = {"extra_args": ["--insecure-registry", cls.reg.host]}
+        cls.proxy = oci.TokenProxy(cls.reg.host)  # a registry with the bearer-token flow
+        cls.corrald_kwargs = {"extra_args": ["--insecure-registry", cls.reg.host,
+                                             "--insecure-registry", cls.proxy.host]}
         cls.tmp = tempfile.mkdtemp(prefix="corral-sec-confine-pull-")
         try:
             super().setUpClass()
         except Exception:
+            cls.proxy.stop()
             cls.reg.stop()
             raise
 
     @classmethod
     def tearDownClass(cls):
         super().tearDownClass()
+        cls.proxy.stop()
         cls.reg.stop()
         shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_registry_replies_reach_only_confined_children(self):
+        # Attack: a registry's replies to the token, manifest, config and layer requests are hostile input: every process that holds a connection to it during a real pull must be a confined child of the pull worker (own mount namespace, no_new_privs, seccomp, a layer child's capabilities at most, none for the manifest child), never the worker or corrald.
+        d = os.path.join(self.tmp, "stalled")
+        oci.write_layout(d, [oci.base_layer(), oci.layer_tar([F("s", "stalled")])])
+        self.reg.push(d, "confine/stalled")
+        ref = "%s/confine/stalled:latest" % self.proxy.host
+        # Slow replies, so that each stage holds its connection long enough to be looked at.
+        self.proxy.delay_manifests = 1.0
+        self.proxy.delay_blobs = 0.5
+        self.addCleanup(setattr, self.proxy, "delay_manifests", 0.0)
+        self.addCleanup(setattr, self.proxy, "delay_blobs", 0.0)
+        corrald = self.corrald.proc.pid
+        tokens = self.proxy.token_requests
+        corrald_mnt = os.readlink("/proc/%d/ns/mnt" % corrald)
+        out = []
+        t = threading.Thread(target=lambda: out.append(
+            self.corrald.client(timeout=120).create_sandbox_raw(image={"uri": ref})))
+        t.start()
+        seen = {}
+        while t.is_alive():
+            for pid in registry_clients(self.proxy.port) - set(seen):
+                try:
+                    st = proc_status(pid)
+                    worker = int(st["PPid"])
+                    seen[pid] = (st, int(proc_status(worker)["PPid"]),
+                                 os.readlink("/proc/%d/ns/mnt" % pid))
+                except (OSError, KeyError, ValueError):
+                    pass  # gone meanwhile
+            time.sleep(0.01)
+        t.join()
+        self.assertEqual(out[0].status, 202, out[0])
+        self.addCleanup(self._cleanup_sandbox, out[0].json()["id"])
+        self.assertTrue(seen, "no process was seen talking to the registry")
+        for pid, (st, grandparent, mnt) in seen.items():
+            what = "pid %d (%s, parent %s): %s" % (pid, st.get("Name"), st.get("PPid"), st)
+            self.assertNotEqual(pid, corrald, "corrald itself talks to the registry")
+            self.assertEqual(grandparent, corrald,
+                             "the pull worker itself talks to the registry: " + what)
+            self.assertEqual(st["NoNewPrivs"], "1", what)
+            self.assertEqual(st["Seccomp"], "2", what)
+            self.assertNotEqual(mnt, corrald_mnt, "no mount view of its own: " + what)
+            caps = int(st["CapEff"], 16)
+            self.assertEqual({c for c in range(64) if caps >> c & 1} - KEPT_CAPS, set(), what)
+            self.assertEqual(int(st["CapBnd"], 16) & ~caps, 0, what)
+        self.assertIn(0, [int(st["CapEff"], 16) for st, _, _ in seen.values()],
+                      "the manifest child (no capabilities) was seen: %s" % seen)
+        self.assertIn(sorted(KEPT_CAPS), [[c for c in range(64) if int(st["CapEff"], 16) >> c & 1]
+                                          for st, _, _ in seen.values()],
+                      "a layer child was seen: %s" % seen)
+        self.assertEqual(self.proxy.token_requests - tokens, 1, "one token for the whole pull")
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [], "no work dir left")
+        self.assert_platform_alive(out[0].json()["id"])
 
     def test_confined_pull_completes_layers(self):
         # Attack: none; the confined children must still produce whole layers, opaque marks
