@@ -651,6 +651,12 @@ unsigned image_meta_confine(const char *work, struct registry *reg)
  * checks them again as it would the registry's own replies (a pinned digest, the index's pick,
  * the config against the manifest's digest) before it parses them or stores a byte.
  */
+/* tests/security/image_pull_tamper.c builds this file with a compromised manifest child here
+ * (stage 1: before its manifest reply, 2: before its last); in corrald it is nothing. */
+#ifndef META_CHILD_TAMPER
+#define META_CHILD_TAMPER(p, rep, stage) ((void)0)
+#endif
+
 static int send_all(int fd, const void *buf, size_t len)
 {
 	ssize_t n = RETRY_EINTR(send(fd, buf, len, MSG_NOSIGNAL));
@@ -680,6 +686,7 @@ static _noreturn_ void meta_child(struct pull *p, int fd)
 	memcpy(rep.types, p->types, sizeof(rep.types));
 	rep.n_bodies = p->n_bodies;
 	registry_auth_get(p->reg, &rep.auth);
+	META_CHILD_TAMPER(p, &rep, 1);
 	if (send_all(fd, &rep, sizeof(rep)) < 0 || r < 0)
 		_exit(1);
 	struct meta_request q;
@@ -694,6 +701,7 @@ static _noreturn_ void meta_child(struct pull *p, int fd)
 	}
 	e->code = r;
 	registry_auth_get(p->reg, &rep.auth);
+	META_CHILD_TAMPER(p, &rep, 2);
 	_exit(send_all(fd, &rep, sizeof(rep)) < 0 || r < 0 ? 1 : 0);
 }
 

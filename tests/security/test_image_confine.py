@@ -293,6 +293,134 @@ class ConfinedLayerChild(unittest.TestCase):
         self.assertIn("devnode", out["unpack"])
 
 
+TAMPER = os.path.join(BUILD, "tests", "security", "image_pull_tamper")
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+class CompromisedManifestChild(unittest.TestCase):
+    """A pull (image_pull_tamper: the real image_pull() against a real registry) whose manifest
+    child, confined and past its own checks, is taken over and lies to the pull worker."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(TAMPER):
+            raise RuntimeError("%s is not built" % TAMPER)
+        cls.tmp = tempfile.mkdtemp(prefix="corral-sec-tamper-")
+        cls.reg = oci.Registry()
+        try:
+            for name in ("good", "evil"):
+                d = os.path.join(cls.tmp, name)
+                oci.write_layout(d, [oci.layer_tar([F(name, name)])])
+                cls.reg.push(d, "tamper/" + name)
+            cls.good_manifest, cls.good_config = cls.fetch("tamper/good")
+            cls.evil_manifest, cls.evil_config = cls.fetch("tamper/evil")
+        except Exception:
+            cls.reg.stop()
+            raise
+        cls.good = "%s/tamper/good@%s" % (cls.reg.host, oci.sha256(cls.good_manifest))
+        cls.secret = os.path.join(cls.tmp, "secret")
+        with open(cls.secret, "w") as f:
+            f.write('{"TOPSECRET-host-file": 1}')
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.reg.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def fetch(cls, name):
+        import http.client
+        import json
+        c = http.client.HTTPConnection("127.0.0.1", cls.reg.port, timeout=10)
+        c.request("GET", "/v2/%s/manifests/latest" % name, headers={"Accept": OCI_MANIFEST})
+        manifest = c.getresponse().read()
+        c.request("GET", "/v2/%s/blobs/%s" % (name, json.loads(manifest)["config"]["digest"]))
+        config = c.getresponse().read()
+        c.close()
+        return manifest, config
+
+    def pull(self, mode, data=None):
+        store = tempfile.mkdtemp(prefix="store-%s-" % mode, dir=self.tmp)
+        args = [TAMPER, mode, store, self.good, self.reg.host]
+        if data is not None:
+            path = os.path.join(store, "..", "data-" + mode)
+            with open(path, "wb") as f:
+                f.write(data)
+            args.append(path)
+        p = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        line = p.stdout.strip().splitlines()[-1]
+        _, rc, msg = (line + " ").split(" ", 2)
+        return int(rc), msg.strip(), store
+
+    def assert_nothing_stored(self, store):
+        self.assertEqual(os.listdir(os.path.join(store, "refs")), [], "no image record")
+        self.assertEqual(os.listdir(os.path.join(store, "layers")), [], "no layer")
+        self.assertEqual(os.listdir(os.path.join(store, "tmp")), [], "no work dir left")
+        self.assertNotIn(oci.sha256(self.evil_config)[7:],
+                         os.listdir(os.path.join(store, "blobs", "sha256")))
+
+    def test_control_the_same_pull_untampered_succeeds(self):
+        # Attack: none; the same pull with the child left alone stores the image (the harness is real).
+        rc, msg, store = self.pull("none")
+        self.assertEqual(rc, 0, msg)
+        self.assertEqual(len(os.listdir(os.path.join(store, "refs"))), 1)
+        self.assertEqual(len(os.listdir(os.path.join(store, "layers"))), 1)
+
+    def test_swapped_manifest_is_refused(self):
+        # Attack: the child hands the worker another image's manifest for a reference pinned by digest.
+        rc, msg, store = self.pull("manifest", self.evil_manifest)
+        self.assertEqual(rc, E.EBADMSG, msg)
+        self.assertIn("digest mismatch", msg)
+        self.assert_nothing_stored(store)
+
+    def test_swapped_config_is_refused(self):
+        # Attack: the child hands the worker another image's config (its Env, User, diff_ids).
+        rc, msg, store = self.pull("config", self.evil_config)
+        self.assertEqual(rc, E.EBADMSG, msg)
+        self.assertIn("digest mismatch: config", msg)
+        self.assert_nothing_stored(store)
+
+    def test_config_symlink_to_host_file_is_not_followed(self):
+        # Attack: the child makes its config a symlink to a host file, to have the worker read (and echo) it.
+        rc, msg, store = self.pull("symlink", self.secret.encode())
+        self.assertEqual(rc, E.ELOOP, msg)
+        self.assertNotIn("TOPSECRET", msg)
+        self.assert_nothing_stored(store)
+
+    def test_manifest_fifo_does_not_block_the_worker(self):
+        # Attack: the child makes its manifest a FIFO, to hang the pull worker on its open or read.
+        rc, msg, store = self.pull("fifo")
+        self.assertEqual(rc, E.EPERM, msg)
+        self.assert_nothing_stored(store)
+
+    def test_config_past_the_limit_is_refused(self):
+        # Attack: the child writes a config larger than any the worker accepts (8 MiB), to make it read it all.
+        rc, msg, store = self.pull("big")
+        self.assertEqual(rc, E.EFBIG, msg)
+        self.assert_nothing_stored(store)
+
+    def test_header_injection_in_token_is_refused(self):
+        # Attack: the child returns a "token" with CRLF and a header of its own, for the layer children's requests.
+        rc, msg, store = self.pull("bearer")
+        self.assertEqual(rc, E.EPROTO, msg)
+        self.assertIn("auth state", msg)
+        self.assert_nothing_stored(store)
+
+    def test_realm_port_never_allowed_is_refused(self):
+        # Attack: the child claims a token realm on a port it was never let reach, to open it to the layer children.
+        rc, msg, store = self.pull("port")
+        self.assertEqual(rc, E.EPROTO, msg)
+        self.assert_nothing_stored(store)
+
+    def test_child_dying_without_a_word_fails_the_pull(self):
+        # Attack: the child exits before its reply, leaving half-written files behind.
+        rc, msg, store = self.pull("die")
+        self.assertEqual(rc, E.EIO, msg)
+        self.assertIn("registry process died", msg)
+        self.assert_nothing_stored(store)
+
+
 def registry_clients(port):
     """The pids holding an established TCP connection to 127.0.0.1:port (this process aside)."""
     inodes = set()
