@@ -605,6 +605,7 @@ static int fetch_config(struct pull *p, const char *digest, uint64_t size, char 
 	if (strcmp(got, digest) != 0) { /* a damaged store: drop it, the next pull refetches */
 		unlink(path);
 		free(*ret);
+		*ret = NULL; /* the caller frees it too */
 		return error_set(err, EBADMSG, "digest mismatch: stored config %s; discarded", digest);
 	}
 	return 0;
