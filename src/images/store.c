@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <jansson.h>
 #include <openssl/evp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 
 #include "images/registry.h"
 #include "shared/fsutil.h"
+#include "shared/timeutil.h"
 #include "shared/strv.h"
 
 #define CONFIG_MAX (8u << 20)
@@ -258,6 +260,7 @@ struct pull {
 	pid_t meta_pid;
 	int meta_fd;
 	bool meta_done; /* the final reply is in */
+	int64_t deadline_mono_ms; /* of the whole pull (o->timeout_s), 0 = none */
 	char types[2][128];
 	unsigned n_bodies;
 };
@@ -725,9 +728,28 @@ static void meta_end(struct pull *p, int *ret_status)
 		*ret_status = status;
 }
 
-/* A reply of the child into rep; its error (or its death) as the worker's. */
+/* How long the worker waits for the child past the pull's deadline (the child's own requests
+ * end there, with a message of their own). */
+#define META_GRACE_MS 2000
+
+/* A reply of the child into rep; its error (or its death, or its silence past the pull's
+ * deadline) as the worker's. */
 static int meta_recv(struct pull *p, struct meta_reply *rep, struct error *err)
 {
+	if (p->deadline_mono_ms) {
+		struct pollfd pfd = {.fd = p->meta_fd, .events = POLLIN};
+		int r;
+		do {
+			int64_t left = p->deadline_mono_ms + META_GRACE_MS - time_mono_ms();
+			r = poll(&pfd, 1, left > 0 ? (int)MIN(left, (int64_t)INT_MAX) : 0);
+		} while (r < 0 && errno == EINTR);
+		if (r == 0) {
+			meta_end(p, NULL);
+			return error_set(err, ETIMEDOUT,
+					 "pull of '%s' timed out (the registry process did not answer)",
+					 p->ref->name);
+		}
+	}
 	ssize_t n = RETRY_EINTR(recv(p->meta_fd, rep, sizeof(*rep), 0));
 	if (n != (ssize_t)sizeof(*rep)) {
 		int status;
@@ -1112,7 +1134,8 @@ static json_t *json_strv_or_empty(json_t *a)
 static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref,
 		    const struct image_ref *via, const char *layout, struct error *err)
 {
-	struct pull p = {.o = o, .ref = via, .layout = layout, .meta_pid = -1, .meta_fd = -1};
+	struct pull p = {.o = o, .ref = via, .layout = layout, .meta_pid = -1, .meta_fd = -1,
+			 .deadline_mono_ms = o->timeout_s > 0 ? time_mono_ms() + o->timeout_s * 1000 : 0};
 	platform_or_default(&o->platform, &p.pl);
 	int r = layout ? 0 : registry_open(o, via, &p.reg, err);
 	if (r < 0)

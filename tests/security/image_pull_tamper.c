@@ -10,7 +10,8 @@
  * MODE: none (the control: the pull succeeds), manifest (manifest-0 := FILE's bytes), config
  * (config := FILE's bytes), symlink (config := a symlink to FILE), fifo (manifest-0 := a FIFO),
  * bearer (a token with CRLF and another header), port (a realm port it was never allowed),
- * die (exit before its first reply), big (config := 8 MiB + 1 bytes).
+ * die (exit before its first reply), hang (never reply; the pull's timeout is 2 s then),
+ * big (config := 8 MiB + 1 bytes).
  * Prints "rc <errno> <message>" (0: pulled).
  */
 #include <errno.h>
@@ -56,6 +57,9 @@ static void tamper(struct pull *p, struct meta_reply *rep, int stage)
 	}
 	if (stage == 1 && strcmp(mode, "die") == 0)
 		_exit(3);
+	if (stage == 1 && strcmp(mode, "hang") == 0)
+		for (;;)
+			pause();
 	if (stage == 2 && strcmp(mode, "config") == 0)
 		put(p->meta_work, "config", file_bytes, file_len);
 	if (stage == 2 && strcmp(mode, "symlink") == 0) {
@@ -91,7 +95,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *insecure[] = {argv[4], NULL};
-	struct image_pull_opts o = {.store = argv[2], .insecure = insecure, .timeout_s = 60};
+	struct image_pull_opts o = {.store = argv[2], .insecure = insecure,
+				    .timeout_s = strcmp(mode, "hang") == 0 ? 2 : 60};
 	struct image_ref ref;
 	struct error err = {0};
 	if (image_store_init(o.store, &err) < 0 || image_ref_parse(argv[3], &ref, &err) < 0) {

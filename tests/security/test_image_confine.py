@@ -413,6 +413,13 @@ class CompromisedManifestChild(unittest.TestCase):
         self.assertEqual(rc, E.EPROTO, msg)
         self.assert_nothing_stored(store)
 
+    def test_silent_child_does_not_hold_the_worker_past_the_timeout(self):
+        # Attack: the child never answers, to hold the pull worker (and every create waiting on the pull) forever.
+        rc, msg, store = self.pull("hang")
+        self.assertEqual(rc, E.ETIMEDOUT, msg)
+        self.assertIn("timed out", msg)
+        self.assert_nothing_stored(store)
+
     def test_child_dying_without_a_word_fails_the_pull(self):
         # Attack: the child exits before its reply, leaving half-written files behind.
         rc, msg, store = self.pull("die")
