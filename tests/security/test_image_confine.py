@@ -7,6 +7,11 @@ every layer child makes (image_layer_confine()), then performs what code running
 child would try; each attempt must fail with the errno of the layer that stops it, and unpacking
 a real layer into its work directory must still work. A pull through a real corrald and registry
 then checks the layer the confined child unpacked is complete in the store.
+
+The manifest child of a pull (token, manifest, index and config requests) is tried the same way
+(image_confine_probe --manifest); a real pull is watched to check every process connected to
+the registry is a confined child of the pull worker; and image_pull_tamper plays a compromised
+manifest child that lies to the worker, which must refuse each lie and store nothing.
 """
 import io
 import os
