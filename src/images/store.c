@@ -380,6 +380,19 @@ static int layout_pick(struct pull *p, char *reference, size_t len, struct error
 	return r;
 }
 
+/* A confined child's struct error (its own words, or the registry's, or a layer's entry names)
+ * as ours: the text bounded and printable ASCII only (no newline into corrald's log, no escape
+ * sequence into a terminal), the code a plausible errno. */
+static int error_from_child(struct error *err, const struct error *e)
+{
+	char msg[sizeof(e->msg)];
+	size_t i;
+	for (i = 0; i < sizeof(msg) - 1 && e->msg[i]; i++)
+		msg[i] = e->msg[i] >= 0x20 && e->msg[i] < 0x7f ? e->msg[i] : ' ';
+	msg[i] = '\0';
+	return error_set(err, e->code < 0 && e->code > -4096 ? -e->code : EIO, "%s", msg);
+}
+
 /* A file the manifest child wrote in its work directory, read without trusting it: no link,
  * no FIFO or device, one name only (a hard link of a host file would otherwise be read), at most
  * max bytes. */
@@ -756,10 +769,7 @@ static int meta_recv(struct pull *p, struct meta_reply *rep, struct error *err)
 		meta_end(p, &status);
 		return error_set(err, EIO, "registry process died (status 0x%x)", status);
 	}
-	rep->e.msg[sizeof(rep->e.msg) - 1] = '\0';
-	if (rep->e.code < 0)
-		return error_set(err, rep->e.code > -4096 ? -rep->e.code : EIO, "%s", rep->e.msg);
-	return 0;
+	return rep->e.code < 0 ? error_from_child(err, &rep->e) : 0;
 }
 
 /* Start the child and wait for the manifests; p->replay is its reply then. A token realm on a
@@ -1107,8 +1117,7 @@ static int fetch_layers(struct pull *p, json_t *layers, json_t *diff_ids, struct
 			fs_remove_tree(run[k].work);
 			if (first == 0 && !ok) {
 				if (got == (ssize_t)sizeof(e) && e.code < 0) {
-					e.msg[sizeof(e.msg) - 1] = '\0';
-					first = error_set(err, -e.code, "%s", e.msg);
+					first = error_from_child(err, &e);
 				} else {
 					first = error_set(err, EIO,
 							  "layer download process died (status 0x%x)",
@@ -1344,8 +1353,7 @@ static int unpack_confined(const struct image_pull_opts *o, const char *path, co
 	if (got != (ssize_t)sizeof(e))
 		return error_set(err, EIO, "unpack process died (status 0x%x)", status);
 	if (e.code < 0) {
-		e.msg[sizeof(e.msg) - 1] = '\0';
-		return error_set(err, -e.code, "%s", e.msg);
+		return error_from_child(err, &e);
 	}
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0
 		   ? 0

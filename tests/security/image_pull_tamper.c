@@ -11,7 +11,8 @@
  * (config := FILE's bytes), symlink (config := a symlink to FILE), fifo (manifest-0 := a FIFO),
  * bearer (a token with CRLF and another header), port (a realm port it was never allowed),
  * die (exit before its first reply), hang (never reply; the pull's timeout is 2 s then),
- * big (config := 8 MiB + 1 bytes).
+ * big (config := 8 MiB + 1 bytes), message (an error of its own, with a newline, an escape
+ * sequence and no NUL).
  * Prints "rc <errno> <message>" (0: pulled).
  */
 #include <errno.h>
@@ -80,6 +81,13 @@ static void tamper(struct pull *p, struct meta_reply *rep, int stage)
 		snprintf(rep->auth.bearer, sizeof(rep->auth.bearer), "Bearer x\r\nX-Evil: 1");
 	if (stage == 2 && strcmp(mode, "port") == 0)
 		rep->auth.realm_port = 1;
+	if (stage == 1 && strcmp(mode, "message") == 0) { /* an error of its own making */
+		memset(&rep->e, 0, sizeof(rep->e));
+		memset(rep->e.msg, '\n', sizeof(rep->e.msg)); /* and no NUL */
+		static const char forged[] = "forged\n2026 corrald error: \x1b[2J";
+		memcpy(rep->e.msg, forged, sizeof(forged) - 1);
+		rep->e.code = -ENOSPC;
+	}
 }
 
 int main(int argc, char **argv)

@@ -425,6 +425,15 @@ class CompromisedManifestChild(unittest.TestCase):
         self.assertIn("timed out", msg)
         self.assert_nothing_stored(store)
 
+    def test_forged_error_message_is_made_printable(self):
+        # Attack: the child reports an error of its own making, with a newline (a forged corrald log line), an escape sequence and no NUL.
+        rc, msg, store = self.pull("message")
+        self.assertEqual(rc, E.ENOSPC, msg)
+        self.assertTrue(msg.startswith("forged 2026 corrald error:  [2J"), repr(msg))
+        self.assertTrue(all(0x20 <= ord(ch) < 0x7f for ch in msg), repr(msg))
+        self.assertLess(len(msg), 512)
+        self.assert_nothing_stored(store)
+
     def test_child_dying_without_a_word_fails_the_pull(self):
         # Attack: the child exits before its reply, leaving half-written files behind.
         rc, msg, store = self.pull("die")
