@@ -1129,6 +1129,394 @@ static int fetch_layers(struct pull *p, json_t *layers, json_t *diff_ids, struct
 	return first;
 }
 
+/* ---- parsing in a confined child --------------------------------------------------------- */
+
+/*
+ * The registry's JSON (the manifests, the config) is parsed by jansson in a child of the worker
+ * confined as the manifest child is, without any network: a bug in the parser that a reply
+ * reaches is contained there too. Each child is a fresh fork of the worker and checks each body
+ * against its digest before it parses it (the manifests in fetch_manifest(); the config was
+ * checked by the worker); what it hands back is not JSON but tokens, NUL-terminated strings the
+ * worker validates one by one and builds its own JSON objects from. A child taken over by what
+ * it parsed can only say what the bytes it checked already could (the author of a pinned image,
+ * the registry of a tag): the worker still checks the manifest digest it reports against the
+ * bodies, and every digest, size, count and string it uses.
+ */
+#define TOKENS_MAX (CONFIG_MAX + (1u << 20))
+#define PARSE_WAIT_MS 60000 /* without a pull deadline: parsing 8 MiB takes well under a second */
+
+struct tokens {
+	char *buf;
+	size_t len, cap, off;
+	bool oom;
+};
+
+struct parse_head {
+	struct error e;
+	uint64_t len; /* bytes of tokens that follow */
+};
+
+#ifndef PARSE_CHILD_TAMPER
+#define PARSE_CHILD_TAMPER(p, head, t) ((void)0)
+#endif
+
+static void tok_add(struct tokens *t, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	if (t->oom || t->len + n > TOKENS_MAX) {
+		t->oom = true;
+		return;
+	}
+	if (t->len + n > t->cap) {
+		size_t cap = MAX(t->cap * 2, t->len + n + 4096);
+		char *b = realloc(t->buf, cap);
+		if (!b) {
+			t->oom = true;
+			return;
+		}
+		t->buf = b;
+		t->cap = cap;
+	}
+	memcpy(t->buf + t->len, s, n);
+	t->len += n;
+}
+
+static void tok_num(struct tokens *t, long long v)
+{
+	char b[32];
+	snprintf(b, sizeof(b), "%lld", v);
+	tok_add(t, b);
+}
+
+static const char *json_str_or_empty(json_t *j)
+{
+	const char *s = json_string_value(j);
+	return s ? s : "";
+}
+
+/* The next token, or NULL past the last. */
+static const char *tok_next(struct tokens *t)
+{
+	if (t->off >= t->len)
+		return NULL;
+	const char *s = t->buf + t->off;
+	const char *z = memchr(s, '\0', t->len - t->off);
+	if (!z)
+		return NULL;
+	t->off = (size_t)(z - t->buf) + 1;
+	return s;
+}
+
+/* The next token as a decimal integer in [min, max]. */
+static bool tok_int(struct tokens *t, long long min, long long max, long long *ret)
+{
+	const char *s = tok_next(t);
+	char *end;
+	if (!s || !*s || (*s != '-' && (*s < '0' || *s > '9')))
+		return false;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return false;
+	*ret = v;
+	return true;
+}
+
+/* Read len bytes of fd by limit_ms (monotonic): 0, -ETIMEDOUT, or -EIO at its end. */
+static int read_by(int fd, void *buf, size_t len, int64_t limit_ms)
+{
+	size_t got = 0;
+	while (got < len) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		int64_t left = limit_ms - time_mono_ms();
+		int r = poll(&pfd, 1, left > 0 ? (int)MIN(left, (int64_t)INT_MAX) : 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 0)
+			return -ETIMEDOUT;
+		ssize_t n = read(fd, (char *)buf + got, len - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -EIO;
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	for (size_t off = 0; off < len;) {
+		ssize_t n = write(fd, (const char *)buf + off, len - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -EIO;
+		off += (size_t)n;
+	}
+	return 0;
+}
+
+typedef int (*parse_fn)(struct pull *p, const void *arg, struct tokens *t, struct error *err);
+
+/* fn run in a confined child (no network, no capability, an empty directory of its own to
+ * write, the manifest child's files to read), its tokens into out (the caller frees out->buf). */
+static int parse_confined(struct pull *p, parse_fn fn, const void *arg, struct tokens *out,
+			  struct error *err)
+{
+	char dir[PATH_MAX];
+	int fds[2], r;
+	path_in(dir, sizeof(dir), p->o->store, "tmp/parse-XXXXXX");
+	if (!mkdtemp(dir))
+		return error_set_errno(err, errno, "mkdtemp '%s'", dir);
+	if (pipe2(fds, O_CLOEXEC) < 0) {
+		r = error_set_errno(err, errno, "pipe");
+		fs_remove_tree(dir);
+		return r;
+	}
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(fds[0]);
+		if (fds[1] > 3)
+			syscall(SYS_close_range, 3U, (unsigned)fds[1] - 1, 0U);
+		syscall(SYS_close_range, (unsigned)fds[1] + 1, ~0U, 0U);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		struct image_confine c = {.write_path = dir, .read_path = p->meta_work,
+					  .fsize_max = 1u << 20, .no_caps = true};
+		(void)image_confine(&c);
+		static struct tokens t;
+		static struct parse_head h;
+		int k = fn(p, arg, &t, &h.e);
+		if (k == 0 && t.oom)
+			k = error_set(&h.e, ENOMEM, "the parsed %s is too large", p->ref->name);
+		h.e.code = k;
+		h.len = k < 0 ? 0 : t.len;
+		PARSE_CHILD_TAMPER(p, &h, &t);
+		_exit(write_all(fds[1], &h, sizeof(h)) < 0 || write_all(fds[1], t.buf, h.len) < 0 ||
+			      k < 0
+			  ? 1
+			  : 0);
+	}
+	close(fds[1]);
+	if (pid < 0) {
+		r = error_set_errno(err, errno, "fork");
+		close(fds[0]);
+		fs_remove_tree(dir);
+		return r;
+	}
+	int64_t limit = p->deadline_mono_ms ? p->deadline_mono_ms + META_GRACE_MS
+					    : time_mono_ms() + PARSE_WAIT_MS;
+	static struct parse_head h;
+	memset(&h, 0, sizeof(h));
+	r = read_by(fds[0], &h, sizeof(h), limit);
+	if (r == 0 && h.e.code == 0 && h.len > TOKENS_MAX)
+		r = -EPROTO;
+	if (r == 0 && h.e.code == 0) {
+		out->buf = malloc(h.len + 1);
+		out->len = h.len;
+		out->off = 0;
+		r = out->buf ? read_by(fds[0], out->buf, h.len, limit) : -ENOMEM;
+	}
+	close(fds[0]);
+	int status = 0;
+	(void)kill(pid, SIGKILL); /* done, or given up on */
+	(void)RETRY_EINTR(waitpid(pid, &status, 0));
+	fs_remove_tree(dir);
+	if (r == -ETIMEDOUT)
+		return error_set(err, ETIMEDOUT,
+				 "pull of '%s' timed out (the parsing process did not answer)",
+				 p->ref->name);
+	if (r == -EPROTO)
+		return error_set(err, EPROTO, "the parsing process of %s sent too much",
+				 p->ref->name);
+	if (r < 0)
+		return error_set(err, -r == ENOMEM ? ENOMEM : EIO,
+				 "parsing process died (status 0x%x)", status);
+	return h.e.code < 0 ? error_from_child(err, &h.e) : 0;
+}
+
+/* The parsing child's side of the manifest: fetch_manifest() over what the manifest child got
+ * (each body checked against its digest before it is parsed), as tokens: the manifest's digest,
+ * the config's digest and size, the number of layers, then each layer's media type, digest and
+ * size. A value of the wrong type is "" (or 0), which the worker's checks refuse as before. */
+static int parse_manifest_child(struct pull *p, const void *arg, struct tokens *t,
+				struct error *err)
+{
+	(void)arg;
+	json_t *m = NULL;
+	char d[72];
+	int r = fetch_manifest(p, &m, d, err);
+	if (r < 0)
+		return r;
+	json_t *c = json_object_get(m, "config"), *layers = json_object_get(m, "layers");
+	size_t n = MIN(json_array_size(layers), (size_t)IMAGE_LAYERS_MAX + 1);
+	tok_add(t, d);
+	tok_add(t, json_str_or_empty(json_object_get(c, "digest")));
+	tok_num(t, json_is_integer(json_object_get(c, "size"))
+		       ? (long long)json_integer_value(json_object_get(c, "size"))
+		       : 0);
+	tok_num(t, (long long)n);
+	for (size_t i = 0; i < n; i++) {
+		json_t *l = json_array_get(layers, i);
+		tok_add(t, json_str_or_empty(json_object_get(l, "mediaType")));
+		tok_add(t, json_str_or_empty(json_object_get(l, "digest")));
+		tok_num(t, (long long)json_integer_value(json_object_get(l, "size")));
+	}
+	json_decref(m);
+	return 0;
+}
+
+/* A string of a parsing child into JSON: valid UTF-8 (jansson checks it), else NULL. */
+static json_t *tok_string(const char *s)
+{
+	return json_string(s);
+}
+
+/* The manifest from the parsing child: every token checked, and its digest one of the bodies
+ * the worker reads itself (the reference's, which a pinned digest must be, or an index's pick). */
+static int manifest_confined(struct pull *p, json_t **ret, char ret_digest[72],
+			     struct error *err)
+{
+	struct tokens t = {0};
+	int r = parse_confined(p, parse_manifest_child, NULL, &t, err);
+	if (r < 0)
+		return r;
+	char got[2][72] = {"", ""};
+	for (unsigned i = 0; i < p->replay->n_bodies && i < 2; i++) {
+		char name[32], *body = NULL;
+		size_t len = 0;
+		snprintf(name, sizeof(name), "manifest-%u", i);
+		if ((r = read_untrusted(p->meta_work, name, REGISTRY_MANIFEST_MAX, &body, &len)) < 0) {
+			free(t.buf);
+			return error_set_errno(err, -r, "manifest of %s from the registry process",
+					       p->ref->name);
+		}
+		registry_sha256(body, len, got[i]);
+		free(body);
+	}
+	const char *d = tok_next(&t), *cd = tok_next(&t);
+	long long cs = 0, n = 0;
+	bool ok = d && digest_ok(d) && cd && tok_int(&t, LLONG_MIN, LLONG_MAX, &cs) &&
+		  tok_int(&t, 0, IMAGE_LAYERS_MAX + 1, &n);
+	if (ok && p->ref->digest[0] && strcmp(got[0], p->ref->digest) != 0) {
+		free(t.buf);
+		return error_set(err, EBADMSG,
+				 "digest mismatch: manifest %s of %s has digest %s; discarded",
+				 p->ref->digest, p->ref->name, got[0]);
+	}
+	if (ok && strcmp(d, got[0]) != 0 && strcmp(d, got[1]) != 0)
+		ok = false; /* a digest of no body the registry sent */
+	json_t *layers = json_array();
+	json_t *m = json_object();
+	json_t *c = json_pack("{s:s, s:I}", "digest", digest_ok(cd) ? cd : "", "size",
+			      (json_int_t)cs);
+	ok = ok && layers && m && c && json_object_set(m, "config", c) == 0 &&
+	     json_object_set(m, "layers", layers) == 0;
+	for (long long i = 0; ok && i < n; i++) {
+		const char *lt = tok_next(&t), *ld = tok_next(&t);
+		long long ls = 0;
+		json_t *tj = lt ? tok_string(lt) : NULL;
+		ok = ld && tok_int(&t, LLONG_MIN, LLONG_MAX, &ls) && tj;
+		json_t *l = ok ? json_pack("{s:o, s:s, s:I}", "mediaType", tj, "digest",
+					   digest_ok(ld) ? ld : "", "size", (json_int_t)ls)
+			       : NULL;
+		if (!ok)
+			json_decref(tj);
+		ok = ok && l && json_array_append_new(layers, l) == 0;
+	}
+	ok = ok && !tok_next(&t);
+	if (ok)
+		snprintf(ret_digest, 72, "%s", d); /* one of got[] */
+	json_decref(c);
+	json_decref(layers);
+	free(t.buf);
+	if (!ok) {
+		json_decref(m);
+		return error_set(err, EPROTO, "manifest of %s: the parsing process sent an invalid result",
+				 p->ref->name);
+	}
+	*ret = m;
+	return 0;
+}
+
+struct config_arg {
+	const char *body; /* verified against the manifest's config digest */
+	const char *name;
+};
+
+/* The parsing child's side of the config: the number of rootfs.diff_ids then each, WorkingDir,
+ * User, the number of strings in Env then each. */
+static int parse_config_child(struct pull *p, const void *arg, struct tokens *t,
+			      struct error *err)
+{
+	(void)p;
+	const struct config_arg *a = arg;
+	json_error_t je;
+	json_t *cfg = json_loads(a->body, 0, &je), *x;
+	if (!json_is_object(cfg)) {
+		json_decref(cfg);
+		return error_set(err, EPROTO, "config of %s is not a JSON object: %s", a->name,
+				 je.text);
+	}
+	json_t *ids = json_object_get(json_object_get(cfg, "rootfs"), "diff_ids");
+	size_t n = MIN(json_array_size(ids), (size_t)IMAGE_LAYERS_MAX + 1), i, k = 0;
+	tok_num(t, (long long)n);
+	for (i = 0; i < n; i++)
+		tok_add(t, json_str_or_empty(json_array_get(ids, i)));
+	json_t *cc = json_object_get(cfg, "config"), *env = json_object_get(cc, "Env");
+	tok_add(t, json_str_or_empty(json_object_get(cc, "WorkingDir")));
+	tok_add(t, json_str_or_empty(json_object_get(cc, "User")));
+	json_array_foreach(env, i, x)
+		k += json_is_string(x);
+	tok_num(t, (long long)k);
+	json_array_foreach(env, i, x)
+		if (json_is_string(x))
+			tok_add(t, json_string_value(x));
+	json_decref(cfg);
+	return 0;
+}
+
+/* The config from the parsing child, as the JSON object pull_via() reads: rootfs.diff_ids,
+ * config.WorkingDir, .User and .Env, each checked. */
+static int config_confined(struct pull *p, const char *body, const char *name, json_t **ret,
+			   struct error *err)
+{
+	struct config_arg a = {.body = body, .name = name};
+	struct tokens t = {0};
+	int r = parse_confined(p, parse_config_child, &a, &t, err);
+	if (r < 0)
+		return r;
+	long long n = 0, k = 0;
+	json_t *ids = json_array(), *env = json_array();
+	bool ok = ids && env && tok_int(&t, 0, IMAGE_LAYERS_MAX + 1, &n);
+	for (long long i = 0; ok && i < n; i++) {
+		const char *id = tok_next(&t);
+		ok = id && json_array_append_new(ids, json_string(digest_ok(id) ? id : "")) == 0;
+	}
+	const char *wd = ok ? tok_next(&t) : NULL, *user = ok ? tok_next(&t) : NULL;
+	json_t *wdj = wd ? tok_string(wd) : NULL, *uj = user ? tok_string(user) : NULL;
+	ok = ok && wdj && uj && tok_int(&t, 0, TOKENS_MAX, &k);
+	for (long long i = 0; ok && i < k; i++) {
+		const char *e = tok_next(&t);
+		json_t *ej = e ? tok_string(e) : NULL;
+		ok = ej && json_array_append_new(env, ej) == 0;
+	}
+	ok = ok && !tok_next(&t);
+	json_t *cfg = ok ? json_pack("{s:{s:O}, s:{s:O, s:O, s:O}}", "rootfs", "diff_ids", ids,
+				     "config", "WorkingDir", wdj, "User", uj, "Env", env)
+			 : NULL;
+	json_decref(ids);
+	json_decref(env);
+	json_decref(wdj);
+	json_decref(uj);
+	free(t.buf);
+	if (!cfg)
+		return error_set(err, EPROTO, "config of %s: the parsing process sent an invalid result",
+				 name);
+	*ret = cfg;
+	return 0;
+}
+
 static json_t *json_strv_or_empty(json_t *a)
 {
 	json_t *out = json_array(), *x;
@@ -1156,7 +1544,8 @@ static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref
 	static struct meta_reply meta;
 	if (!layout && (r = meta_start(&p, &meta, err)) < 0)
 		goto out;
-	if ((r = fetch_manifest(&p, &m, mdigest, err)) < 0)
+	if ((r = layout ? fetch_manifest(&p, &m, mdigest, err)
+			: manifest_confined(&p, &m, mdigest, err)) < 0)
 		goto out;
 	json_t *c = json_object_get(m, "config");
 	const char *cd = json_string_value(json_object_get(c, "digest"));
@@ -1217,12 +1606,17 @@ static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref
 		goto out;
 	if (!layout && (r = meta_finish(&p, err)) < 0) /* before the layer children: waitpid(-1) */
 		goto out;
-	json_error_t je;
-	cfg = json_loads(cfg_body, 0, &je);
-	if (!json_is_object(cfg)) {
-		r = error_set(err, EPROTO, "config of %s is not a JSON object: %s", ref->name,
-			      je.text);
-		goto out;
+	if (!layout) { /* the registry's: parsed by a confined child */
+		if ((r = config_confined(&p, cfg_body, ref->name, &cfg, err)) < 0)
+			goto out;
+	} else {
+		json_error_t je;
+		cfg = json_loads(cfg_body, 0, &je);
+		if (!json_is_object(cfg)) {
+			r = error_set(err, EPROTO, "config of %s is not a JSON object: %s",
+				      ref->name, je.text);
+			goto out;
+		}
 	}
 	/* Each layer's uncompressed tar is checked against its diff_id as it is unpacked: the
 	 * config (bound to the reference by the manifest) must describe the layers it comes with. */

@@ -1,6 +1,7 @@
 /*
- * A registry pull whose manifest child is compromised (test_image_confine.py): store.c built with
- * META_CHILD_TAMPER, which runs inside the child, confined, after its own checks passed, and does
+ * A registry pull whose manifest child (or parsing child) is compromised (test_image_confine.py):
+ * store.c built with META_CHILD_TAMPER (PARSE_CHILD_TAMPER), which runs inside the child,
+ * confined, after its own checks passed, and does
  * what code running there could: rewrite the files it hands the pull worker, plant a symlink or a
  * FIFO, lie in its reply (a token with a header in it, a port), die without a word. The worker
  * must refuse each, store nothing, and say why.
@@ -12,7 +13,9 @@
  * bearer (a token with CRLF and another header), port (a realm port it was never allowed),
  * die (exit before its first reply), hang (never reply; the pull's timeout is 2 s then),
  * big (config := 8 MiB + 1 bytes), message (an error of its own, with a newline, an escape
- * sequence and no NUL).
+ * sequence and no NUL). The parsing child (PARSE_CHILD_TAMPER): tokens (garbage for the
+ * manifest), mdigest (the manifest's digest := FILE's, a body never sent), utf8 (a WorkingDir
+ * that is not UTF-8), parsehang (never answer; the pull's timeout is 2 s then).
  * Prints "rc <errno> <message>" (0: pulled).
  */
 #include <errno.h>
@@ -24,8 +27,12 @@
 
 struct pull;
 struct meta_reply;
+struct parse_head;
+struct tokens;
 static void tamper(struct pull *p, struct meta_reply *rep, int stage);
+static void tamper_parse(struct pull *p, struct parse_head *h, struct tokens *t);
 #define META_CHILD_TAMPER(p, rep, stage) tamper(p, rep, stage)
+#define PARSE_CHILD_TAMPER(p, h, t) tamper_parse(p, h, t)
 
 #include "../../src/images/store.c"
 
@@ -90,6 +97,47 @@ static void tamper(struct pull *p, struct meta_reply *rep, int stage)
 	}
 }
 
+/* The parsing child (after it parsed, before it answers): its tokens rewritten. */
+static void tamper_parse(struct pull *p, struct parse_head *h, struct tokens *t)
+{
+	(void)p;
+	bool manifest = t->len > 7 && strncmp(t->buf, "sha256:", 7) == 0;
+	if (strcmp(mode, "parsehang") == 0)
+		for (;;)
+			pause();
+	if (h->e.code < 0)
+		return;
+	struct tokens in = *t, out = {0};
+	const char *tok;
+	if (manifest && strcmp(mode, "tokens") == 0) {
+		tok_add(&out, "sha256:zz");
+		tok_add(&out, "-");
+	} else if (manifest && strcmp(mode, "mdigest") == 0) {
+		char d[72];
+		registry_sha256(file_bytes, file_len, d); /* a manifest the registry never sent */
+		tok_add(&out, d);
+		in.off = 0;
+		tok_next(&in);
+		while ((tok = tok_next(&in)))
+			tok_add(&out, tok);
+	} else if (!manifest && strcmp(mode, "utf8") == 0) {
+		long long n = 0;
+		in.off = 0;
+		if (!tok_int(&in, 0, 1000, &n))
+			return;
+		tok_num(&out, n);
+		for (long long i = 0; i < n && (tok = tok_next(&in)); i++)
+			tok_add(&out, tok);
+		tok_add(&out, "/\xff\xfe"); /* WorkingDir: not UTF-8 */
+		tok_add(&out, "");
+		tok_num(&out, 0);
+	} else {
+		return;
+	}
+	*t = out;
+	h->len = out.len;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 5) {
@@ -104,7 +152,7 @@ int main(int argc, char **argv)
 	}
 	const char *insecure[] = {argv[4], NULL};
 	struct image_pull_opts o = {.store = argv[2], .insecure = insecure,
-				    .timeout_s = strcmp(mode, "hang") == 0 ? 2 : 60};
+				    .timeout_s = strstr(mode, "hang") ? 2 : 60};
 	struct image_ref ref;
 	struct error err = {0};
 	if (image_store_init(o.store, &err) < 0 || image_ref_parse(argv[3], &ref, &err) < 0) {

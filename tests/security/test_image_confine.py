@@ -434,6 +434,34 @@ class CompromisedManifestChild(unittest.TestCase):
         self.assertLess(len(msg), 512)
         self.assert_nothing_stored(store)
 
+    def test_parsing_child_garbage_is_refused(self):
+        # Attack: the child parsing the manifest (taken over by what it parsed) answers with tokens that are no manifest.
+        rc, msg, store = self.pull("tokens")
+        self.assertEqual(rc, E.EPROTO, msg)
+        self.assertIn("parsing process sent an invalid result", msg)
+        self.assert_nothing_stored(store)
+
+    def test_parsing_child_digest_of_no_body_is_refused(self):
+        # Attack: the parsing child names as the manifest's digest one of a manifest the registry never sent (the image record would carry it).
+        rc, msg, store = self.pull("mdigest", self.evil_manifest)
+        self.assertEqual(rc, E.EPROTO, msg)
+        self.assertIn("parsing process sent an invalid result", msg)
+        self.assert_nothing_stored(store)
+
+    def test_parsing_child_invalid_utf8_is_refused(self):
+        # Attack: the parsing child of the config returns a WorkingDir that is not UTF-8 (an image record jansson could not read back).
+        rc, msg, store = self.pull("utf8")
+        self.assertEqual(rc, E.EPROTO, msg)
+        self.assertIn("config of", msg)
+        self.assert_nothing_stored(store)
+
+    def test_silent_parsing_child_does_not_hold_the_worker(self):
+        # Attack: the parsing child never answers, to hold the pull worker forever.
+        rc, msg, store = self.pull("parsehang")
+        self.assertEqual(rc, E.ETIMEDOUT, msg)
+        self.assertIn("parsing process did not answer", msg)
+        self.assert_nothing_stored(store)
+
     def test_child_dying_without_a_word_fails_the_pull(self):
         # Attack: the child exits before its reply, leaving half-written files behind.
         rc, msg, store = self.pull("die")
