@@ -252,8 +252,9 @@ struct pull {
 	struct image_budget budget; /* what its layers may unpack to, counted across the children */
 	/* A registry pull: the manifest child (meta_start()) talks to the registry for the
 	 * manifests and the config. In the child, save is its work directory, where each manifest
-	 * body goes (manifest-<depth>, its Content-Type in types[]); in the worker, the child's
-	 * reply and the same directory, read back (replay) as untrusted files. */
+	 * body goes (manifest-<depth>, its Content-Type in types[]); in the worker and its parsing
+	 * children, the child's reply and the same directory, read back (replay) as untrusted
+	 * files. */
 	const char *save;
 	struct meta_reply *replay;
 	char meta_work[PATH_MAX];
@@ -441,7 +442,7 @@ static int read_untrusted(const char *dir, const char *name, size_t max, char **
 static int get_manifest_body(struct pull *p, int depth, const char *reference, char **body,
 			     size_t *len, char *type, size_t type_len, struct error *err)
 {
-	if (p->replay) { /* the worker: what the manifest child got, verified by the caller */
+	if (p->replay) { /* a parsing child: what the manifest child got, checked by the caller */
 		if ((unsigned)depth >= p->replay->n_bodies || depth >= 2)
 			return error_set(err, EPROTO,
 					 "manifest of %s: the registry process sent no manifest %s",
@@ -664,9 +665,9 @@ unsigned image_meta_confine(const char *work, struct registry *reg)
  * token, the manifest, an index resolved to the platform's, the config) runs in a child confined
  * as a layer child is, with no capability at all: a bug in libcurl, OpenSSL or jansson that the
  * registry's replies reach is contained there. The child writes each manifest body beneath its
- * work directory and the config there too; the worker reads them back as untrusted files and
- * checks them again as it would the registry's own replies (a pinned digest, the index's pick,
- * the config against the manifest's digest) before it parses them or stores a byte.
+ * work directory and the config there too; they are read back as untrusted files and checked
+ * again as the registry's own replies were (a pinned digest, the index's pick, the config
+ * against the manifest's digest), and parsed only in a parsing child (parse_confined()).
  */
 /* tests/security/image_pull_tamper.c builds this file with a compromised manifest child here
  * (stage 1: before its manifest reply, 2: before its last); in corrald it is nothing. */
