@@ -21,7 +21,8 @@
  *   caps        what unpacking keeps of an image (owners, modes with setuid bits, device nodes,
  *               file capabilities): CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID,
  *               CAP_MKNOD, CAP_SETFCAP; nothing else, in no set, and no_new_privs. The manifest
- *               child (store.c meta_child(), which unpacks nothing) keeps none at all.
+ *               child and the parsing children (store.c meta_child(), parse_confined()), which
+ *               unpack nothing, keep none at all.
  *   seccomp     a deny list: mounts, namespaces, ptrace and other processes' memory, kernel
  *               modules, kexec, bpf, keys, perf, userfaultfd, io_uring, new processes (threads
  *               only), sockets other than IPv4, IPv6 and NETLINK_ROUTE. Without the mount view,
