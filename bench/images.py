@@ -2,13 +2,15 @@
 """
 Registry images against local anchors, measured in the same run (docs/images.md):
 
-  python3 bench/images.py [--n 30] [--burst 50] [--cold 12] [--large-mb 500]
+  python3 bench/images.py [--n 30] [--burst 50] [--cold 12 [--baseline-build DIR]] [--large-mb 500]
 
   1. create -> first command from a cached 10-layer registry image vs from `host`, interleaved
      (p50 of each and the ratio; the issue's target is within 1.1x);
   2. a burst of creates of one cold image at once (one pull; wall time, p50/max per create);
   3. with --cold N: create -> first command of N distinct cold 10-layer images (each a pull of
      ten small layers: what the per-layer work costs, confinement included), p50;
+     With --baseline-build DIR, the same cold images are also pulled (POST /v1/images) by a
+     second corrald built in DIR, in pairs, the order alternating: p50 of each and of the ratios;
   4. with --large-mb: cold pull + unpack of a multi-layer image of that many MB (uncompressed,
      incompressible) from the local registry in MB/s, beside `skopeo copy` to a directory plus
      `tar -x` of the same layers.
@@ -49,6 +51,57 @@ def create_first_command(cl, uri):
     return dt
 
 
+def pull_ahead(cl, uri):
+    t0 = time.perf_counter()
+    r = cl.post("/v1/images", {"image": {"uri": uri}})
+    if r.status != 200:
+        raise RuntimeError("pull %s: %r" % (uri, r))
+    return time.perf_counter() - t0
+
+
+def cold_pulls_dir(args, tmp, reg, base, tag):
+    refs = []
+    for k in range(args.cold):
+        d = os.path.join(tmp, "%s%d" % (tag, k))
+        oci.write_layout(d, [base] + [oci.layer_tar([F("%s%d/l%d" % (tag, k, i), "z" * i)])
+                                      for i in range(1, 10)])
+        refs.append(reg.push(d, "bench/%s%d" % (tag, k)))
+    return refs
+
+
+def cold_pairs(args, c, reg, tmp, base):
+    """Cold pulls of the same images by this build's corrald and a baseline build's, in pairs."""
+    saved = harness.BUILD_DIR
+    harness.BUILD_DIR = os.path.abspath(args.baseline_build)
+    b = harness.Corrald(extra_args=["--insecure-registry", reg.host])
+    try:
+        b.start()
+    finally:
+        harness.BUILD_DIR = saved
+    try:
+        refs = cold_pulls_dir(args, tmp, reg, base, "pair")
+        ca, cb = c.client(timeout=300), b.client(timeout=300)
+        pull_ahead(ca, cold_pulls_dir(args, tmp, reg, base, "warm")[0])  # each worker's first
+        pull_ahead(cb, "%s/bench/warm0:latest" % reg.host)
+        this, other, ratios = [], [], []
+        for k, ref in enumerate(refs):
+            if k % 2:
+                tb = pull_ahead(cb, ref)
+                ta = pull_ahead(ca, ref)
+            else:
+                ta = pull_ahead(ca, ref)
+                tb = pull_ahead(cb, ref)
+            this.append(ta)
+            other.append(tb)
+            ratios.append(ta / tb)
+        print("cold pull of %d 10-layer images (POST /v1/images), pairs: this build p50 %.1f ms, "
+              "baseline p50 %.1f ms, ratio p50 %.2fx (min %.2fx, max %.2fx)"
+              % (args.cold, statistics.median(this) * 1000, statistics.median(other) * 1000,
+                 statistics.median(ratios), min(ratios), max(ratios)))
+    finally:
+        b.shutdown_and_check()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -56,6 +109,8 @@ def main():
     ap.add_argument("--burst", type=int, default=50, help="creates of one cold image at once")
     ap.add_argument("--large-mb", type=int, default=0, help="size of the cold-pull image (0: skip)")
     ap.add_argument("--cold", type=int, default=0, help="distinct cold 10-layer images (0: skip)")
+    ap.add_argument("--baseline-build", default=None,
+                    help="a build dir of another corrald to pull the --cold images beside")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="corral-bench-images-")
@@ -97,6 +152,8 @@ def main():
             colds = [create_first_command(cl, r) for r in refs]
             print("create -> first command of %d cold 10-layer images: p50 %.1f ms, min %.1f ms"
                   % (args.cold, statistics.median(colds) * 1000, min(colds) * 1000))
+            if args.baseline_build:
+                cold_pairs(args, c, reg, tmp, base)
 
         if args.burst:
             d = os.path.join(tmp, "burst")

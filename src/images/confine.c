@@ -1,7 +1,8 @@
 /*
- * The layer child's confinement (images.h image_confine()).
+ * The layer child's confinement (images.h image_confine()), and the manifest child's.
  *
- * A layer child parses what a registry sends (HTTP, TLS, gzip, zstd, tar) as host root: a bug in
+ * A layer child (and the manifest child, which talks to the registry for the manifest and the
+ * config) parses what a registry sends (HTTP, TLS, gzip, zstd, tar) as host root: a bug in
  * libcurl, OpenSSL, a decompressor, libarchive or our own path handling would otherwise be a host
  * compromise. After image_confine() such a bug can write beneath its work directory and little
  * else. Each layer is best effort: what the kernel lacks is skipped and reported in the level, the
@@ -19,7 +20,9 @@
  *   rlimits     RLIMIT_FSIZE, RLIMIT_NOFILE, no core files.
  *   caps        what unpacking keeps of an image (owners, modes with setuid bits, device nodes,
  *               file capabilities): CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID,
- *               CAP_MKNOD, CAP_SETFCAP; nothing else, in no set, and no_new_privs.
+ *               CAP_MKNOD, CAP_SETFCAP; nothing else, in no set, and no_new_privs. The manifest
+ *               child and the parsing children (store.c meta_child(), parse_confined()), which
+ *               unpack nothing, keep none at all.
  *   seccomp     a deny list: mounts, namespaces, ptrace and other processes' memory, kernel
  *               modules, kexec, bpf, keys, perf, userfaultfd, io_uring, new processes (threads
  *               only), sockets other than IPv4, IPv6 and NETLINK_ROUTE. Without the mount view,
@@ -280,10 +283,10 @@ static bool limits(const struct image_confine *c)
 	return ok;
 }
 
-static bool drop_caps(void)
+static bool drop_caps(bool none)
 {
 	uint64_t keep = 0;
-	for (size_t i = 0; i < ARRAY_SIZE(keep_caps); i++)
+	for (size_t i = 0; !none && i < ARRAY_SIZE(keep_caps); i++)
 		keep |= UINT64_C(1) << keep_caps[i];
 	for (int cap = 0; cap < 64; cap++)
 		if (!(keep & (UINT64_C(1) << cap)) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 &&
@@ -432,7 +435,7 @@ unsigned image_confine(const struct image_confine *c)
 	if (limits(c))
 		level |= IMAGE_CONFINED_RLIMITS;
 	bool nnp = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0;
-	if (drop_caps())
+	if (drop_caps(c->no_caps))
 		level |= IMAGE_CONFINED_CAPS;
 	if (rs >= 0) {
 		if (!nnp || syscall(SYS_landlock_restrict_self, rs, 0) < 0)

@@ -190,6 +190,7 @@ struct image_confine {
 	size_t n_ports;
 	bool any_port;          /* leave TCP alone (the ports could not be known) */
 	uint64_t fsize_max;     /* RLIMIT_FSIZE; 0 = unchanged */
+	bool no_caps;           /* keep no capability at all (nothing to unpack) */
 };
 unsigned image_confine(const struct image_confine *c);
 /* Compile what image_confine() loads (the seccomp filter: milliseconds) once, in the process that
@@ -210,6 +211,14 @@ const char *image_confine_describe(unsigned level, char *buf, size_t len);
 struct registry;
 unsigned image_layer_confine(const char *work, struct registry *reg, const char *read_path,
 			     uint64_t fsize_max);
+/*
+ * store.c: confine the manifest child of a registry pull (it GETs the manifest, resolves an index,
+ * answers the auth challenge and GETs the config, writing what it got beneath work for the pull
+ * worker to verify): as a layer child, but with no capability at all and files up to
+ * IMAGE_META_FSIZE_MAX bytes. Exported for the confinement test.
+ */
+#define IMAGE_META_FSIZE_MAX (9ULL << 20)
+unsigned image_meta_confine(const char *work, struct registry *reg);
 
 /* layer.c: unpack the tar blob (plain, gzip or zstd) at blob into the existing empty directory
  * dir, turning OCI whiteouts into overlayfs ones. Any entry that would land outside dir (absolute

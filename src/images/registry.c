@@ -32,6 +32,8 @@ struct registry {
 	char *bearer;            /* Authorization value once a challenge was answered */
 	bool basic;              /* the registry asked for Basic: send it from then on */
 	uint16_t realm_port;     /* of the last Bearer realm, 0 = none */
+	bool ports_fixed;        /* confined: connect() reaches registry_ports() only */
+	uint16_t want_port;      /* a realm's port past them, asked for (registry_auth_get()) */
 	int64_t deadline_mono_ms; /* 0 = none */
 };
 
@@ -414,6 +416,19 @@ static int fetch_token(struct registry *r, const char *challenge, struct error *
 				 "registry %s: token realm '%s' is not https (plain http only for --insecure-registry)",
 				 r->ref->registry, realm);
 	uint16_t rp = url_port(realm, 0);
+	if (rp && r->ports_fixed) { /* a port the confinement does not allow: the caller's to add */
+		uint16_t ports[IMAGE_CONFINE_PORTS_MAX];
+		int n = registry_ports(r, ports, ARRAY_SIZE(ports));
+		bool ok = false;
+		for (int i = 0; i < n && !ok; i++)
+			ok = ports[i] == rp;
+		if (!ok) {
+			r->want_port = rp;
+			return error_set(err, EXDEV,
+					 "registry %s: token realm port %u is not among the ports allowed",
+					 r->ref->registry, rp);
+		}
+	}
 	if (rp)
 		r->realm_port = rp;
 	challenge_param(challenge, "service", service, sizeof(service));
@@ -752,6 +767,54 @@ int registry_after_fork(struct registry *r)
 {
 	r->h = curl_easy_init(); /* the old one: left alone, its sockets are the parent's */
 	return r->h ? 0 : -ENOMEM;
+}
+
+void registry_fix_ports(struct registry *r)
+{
+	r->ports_fixed = true;
+}
+
+void registry_allow_port(struct registry *r, uint16_t port)
+{
+	r->realm_port = port;
+}
+
+void registry_auth_get(const struct registry *r, struct registry_auth *a)
+{
+	memset(a, 0, sizeof(*a));
+	if (r->bearer && strlen(r->bearer) < sizeof(a->bearer))
+		memcpy(a->bearer, r->bearer, strlen(r->bearer));
+	a->basic = r->basic;
+	a->realm_port = r->realm_port;
+	a->want_port = r->want_port;
+}
+
+int registry_auth_set(struct registry *r, const struct registry_auth *a)
+{
+	/* From a confined child: "Bearer " and a token of visible ASCII (a header value, so no CR,
+	 * LF or space), or nothing. */
+	size_t n = strnlen(a->bearer, sizeof(a->bearer));
+	if (n == sizeof(a->bearer) || (n && (n <= 7 || strncmp(a->bearer, "Bearer ", 7) != 0)))
+		return -EPROTO;
+	for (size_t i = 7; i < n; i++)
+		if (a->bearer[i] < 0x21 || a->bearer[i] > 0x7e)
+			return -EPROTO;
+	/* No port but those it was let reach: what the layer children will be let reach. */
+	uint16_t ports[IMAGE_CONFINE_PORTS_MAX];
+	int np = registry_ports(r, ports, ARRAY_SIZE(ports));
+	bool port_ok = !a->realm_port || np < 0;
+	for (int i = 0; i < np && !port_ok; i++)
+		port_ok = ports[i] == a->realm_port;
+	if (!port_ok)
+		return -EPROTO;
+	char *b = n ? strndup(a->bearer, n) : NULL;
+	if (n && !b)
+		return -ENOMEM;
+	free(r->bearer);
+	r->bearer = b;
+	r->basic = a->basic && r->user; /* Basic means our credentials: only with some */
+	r->realm_port = a->realm_port;
+	return 0;
 }
 
 void registry_close(struct registry *r)

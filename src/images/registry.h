@@ -1,6 +1,7 @@
 /* The registry client (OCI distribution API over libcurl): private to src/images. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,6 +23,25 @@ int registry_after_fork(struct registry *r);
  * when it is insecure, the last token realm's, the proxies' of the environment; at most max of
  * them, deduplicated. Their count, or -EINVAL (a proxy whose port cannot be told), -E2BIG. */
 int registry_ports(const struct registry *r, uint16_t *ports, size_t max);
+
+/* In a confined child: a token realm on a port registry_ports() does not list fails with -EXDEV
+ * (the port it wants in registry_auth_get()) instead of a connect() the confinement refuses. */
+void registry_fix_ports(struct registry *r);
+/* Let the next child reach port as a token realm's (one want_port said it needs). */
+void registry_allow_port(struct registry *r, uint16_t port);
+
+/* What a client learnt answering the registry's challenge, handed from the child that learnt it
+ * to the processes that go on with the pull: the Authorization value of a Bearer token ("" for
+ * none), whether the registry asked for Basic, the realm's port, and (want_port) a realm's port
+ * the child was not allowed to reach. */
+struct registry_auth {
+	char bearer[4100];
+	bool basic;
+	uint16_t realm_port, want_port;
+};
+void registry_auth_get(const struct registry *r, struct registry_auth *a);
+/* Take a's state (from an untrusted child: -EPROTO unless the token is a valid header value). */
+int registry_auth_set(struct registry *r, const struct registry_auth *a);
 
 /* GET /v2/<repo>/manifests/<reference> accepting the four manifest types: the body (malloc'd,
  * NUL-terminated, at most REGISTRY_MANIFEST_MAX) and its Content-Type. */

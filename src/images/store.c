@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <jansson.h>
 #include <openssl/evp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -21,6 +23,7 @@
 
 #include "images/registry.h"
 #include "shared/fsutil.h"
+#include "shared/timeutil.h"
 #include "shared/strv.h"
 
 #define CONFIG_MAX (8u << 20)
@@ -247,6 +250,36 @@ struct pull {
 	struct registry *reg; /* a registry pull, or */
 	const char *layout;   /* an import: an OCI image layout directory */
 	struct image_budget budget; /* what its layers may unpack to, counted across the children */
+	/* A registry pull: the manifest child (meta_start()) talks to the registry for the
+	 * manifests and the config. In the child, save is its work directory, where each manifest
+	 * body goes (manifest-<depth>, its Content-Type in types[]); in the worker and its parsing
+	 * children, the child's reply and the same directory, read back (replay) as untrusted
+	 * files. */
+	const char *save;
+	struct meta_reply *replay;
+	char meta_work[PATH_MAX];
+	pid_t meta_pid;
+	int meta_fd;
+	bool meta_done; /* the final reply is in */
+	int64_t deadline_mono_ms; /* of the whole pull (o->timeout_s), 0 = none */
+	char types[2][128];
+	unsigned n_bodies;
+};
+
+/* What the manifest child sends the worker: once when it has the manifest (e.code < 0: it could
+ * not get it, as e.msg says), once more after the config (then with the registry client's auth
+ * state for the layer children). */
+struct meta_reply {
+	struct error e;
+	char types[2][128]; /* of manifest-0 (the reference's) and manifest-1 (an index's pick) */
+	unsigned n_bodies;
+	struct registry_auth auth;
+};
+
+/* What the worker asks of it in between: the config blob (digest "" for none: in the store). */
+struct meta_request {
+	char digest[72];
+	uint64_t size;
 };
 
 /* The pull's unpack budget (images.h), its counters in memory the layer children share. */
@@ -348,11 +381,108 @@ static int layout_pick(struct pull *p, char *reference, size_t len, struct error
 	return r;
 }
 
-static int get_manifest_body(struct pull *p, const char *reference, char **body, size_t *len,
-			     char *type, size_t type_len, struct error *err)
+/* A confined child's struct error (its own words, or the registry's, or a layer's entry names)
+ * as ours: the text bounded and printable ASCII only (no newline into corrald's log, no escape
+ * sequence into a terminal), the code a plausible errno. */
+static int error_from_child(struct error *err, const struct error *e)
 {
-	if (!p->layout)
-		return registry_get_manifest(p->reg, reference, body, len, type, type_len, err);
+	char msg[sizeof(e->msg)];
+	size_t i;
+	for (i = 0; i < sizeof(msg) - 1 && e->msg[i]; i++)
+		msg[i] = e->msg[i] >= 0x20 && e->msg[i] < 0x7f ? e->msg[i] : ' ';
+	msg[i] = '\0';
+	return error_set(err, e->code < 0 && e->code > -4096 ? -e->code : EIO, "%s", msg);
+}
+
+/* A file the manifest child wrote in its work directory, read without trusting it: no link,
+ * no FIFO or device, one name only (a hard link of a host file would otherwise be read), at most
+ * max bytes. */
+static int read_untrusted(const char *dir, const char *name, size_t max, char **ret,
+			  size_t *ret_len)
+{
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || st.st_nlink != 1)
+		return -EPERM;
+	if ((uint64_t)st.st_size > max)
+		return -EFBIG;
+	char *buf = malloc((size_t)st.st_size + 1);
+	if (!buf)
+		return -ENOMEM;
+	size_t len = 0;
+	while (len <= (size_t)st.st_size) { /* one byte past the size: a file still growing */
+		ssize_t n = read(fd, buf + len, (size_t)st.st_size + 1 - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = errno;
+			free(buf);
+			return -e;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	if (len != (size_t)st.st_size) {
+		free(buf);
+		return -EIO;
+	}
+	buf[len] = '\0';
+	*ret = buf;
+	*ret_len = len;
+	return 0;
+}
+
+static int get_manifest_body(struct pull *p, int depth, const char *reference, char **body,
+			     size_t *len, char *type, size_t type_len, struct error *err)
+{
+	if (p->replay) { /* a parsing child: what the manifest child got, checked by the caller */
+		if ((unsigned)depth >= p->replay->n_bodies || depth >= 2)
+			return error_set(err, EPROTO,
+					 "manifest of %s: the registry process sent no manifest %s",
+					 p->ref->name, reference);
+		char name[32];
+		snprintf(name, sizeof(name), "manifest-%d", depth);
+		int r = read_untrusted(p->meta_work, name, REGISTRY_MANIFEST_MAX, body, len);
+		if (r < 0)
+			return error_set_errno(err, -r, "manifest of %s from the registry process",
+					       p->ref->name);
+		snprintf(type, type_len, "%.*s", (int)sizeof(p->replay->types[depth]) - 1,
+			 p->replay->types[depth]);
+		return 0;
+	}
+	if (!p->layout) {
+		int r = registry_get_manifest(p->reg, reference, body, len, type, type_len, err);
+		if (r < 0 || !p->save || depth >= 2)
+			return r;
+		/* The manifest child: for the worker to check again. */
+		char path[PATH_MAX + 32];
+		snprintf(path, sizeof(path), "%s/manifest-%d", p->save, depth);
+		_cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		int e = fd < 0 ? errno : 0;
+		for (size_t off = 0; !e && off < *len;) {
+			ssize_t n = write(fd, *body + off, *len - off);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				e = n < 0 ? errno : EIO;
+			else
+				off += (size_t)n;
+		}
+		if (e) {
+			free(*body);
+			return error_set_errno(err, e, "keep the manifest of %s", p->ref->name);
+		}
+		snprintf(p->types[depth], sizeof(p->types[depth]), "%s", type);
+		p->n_bodies = (unsigned)depth + 1;
+		return 0;
+	}
 	char path[PATH_MAX];
 	type[0] = '\0';
 	snprintf(path, sizeof(path), "%s/blobs/sha256/%s", p->layout, reference + 7);
@@ -377,7 +507,8 @@ static int fetch_manifest(struct pull *p, json_t **ret, char ret_digest[72], str
 	for (int depth = 0; depth < 2; depth++) {
 		char *body = NULL;
 		size_t len = 0;
-		int r = get_manifest_body(p, reference, &body, &len, type, sizeof(type), err);
+		int r = get_manifest_body(p, depth, reference, &body, &len, type, sizeof(type),
+					  err);
 		if (r < 0)
 			return r;
 		registry_sha256(body, len, got);
@@ -446,6 +577,9 @@ static int fetch_manifest(struct pull *p, json_t **ret, char ret_digest[72], str
 	return error_set(err, EPROTO, "index of %s points to another index", ref->name);
 }
 
+static int meta_config(struct pull *p, const char *digest, uint64_t size, const char *tmp,
+		       struct error *err);
+
 /* A small blob (the config) into blobs/, verified; its content read back. */
 static int fetch_config(struct pull *p, const char *digest, uint64_t size, char **ret,
 			struct error *err)
@@ -469,8 +603,8 @@ static int fetch_config(struct pull *p, const char *digest, uint64_t size, char 
 			}
 			if (r < 0)
 				return error_set_errno(err, -r, "copy config %s", digest);
-		} else if ((r = registry_get_blob(p->reg, digest, size, tmp, err)) < 0) {
-			unlink(tmp); /* a config is small: never resumed */
+		} else if ((r = meta_config(p, digest, size, tmp, err)) < 0) {
+			unlink(tmp);
 			return r;
 		}
 		if (rename(tmp, path) < 0) {
@@ -488,6 +622,7 @@ static int fetch_config(struct pull *p, const char *digest, uint64_t size, char 
 	if (strcmp(got, digest) != 0) { /* a damaged store: drop it, the next pull refetches */
 		unlink(path);
 		free(*ret);
+		*ret = NULL; /* the caller frees it too */
 		return error_set(err, EBADMSG, "digest mismatch: stored config %s; discarded", digest);
 	}
 	return 0;
@@ -506,6 +641,239 @@ unsigned image_layer_confine(const char *work, struct registry *reg, const char 
 			c.n_ports = (size_t)n;
 	}
 	return image_confine(&c);
+}
+
+unsigned image_meta_confine(const char *work, struct registry *reg)
+{
+	struct image_confine c = {.write_path = work, .fsize_max = IMAGE_META_FSIZE_MAX,
+				  .no_caps = true};
+	int n = registry_ports(reg, c.ports, ARRAY_SIZE(c.ports));
+	if (n < 0)
+		c.any_port = true;
+	else
+		c.n_ports = (size_t)n;
+	unsigned level = image_confine(&c);
+	if (!c.any_port)
+		registry_fix_ports(reg);
+	return level;
+}
+
+/* ---- the manifest child ------------------------------------------------------------------ */
+
+/*
+ * A registry pull's conversation with the registry up to the layers (the auth challenge and
+ * token, the manifest, an index resolved to the platform's, the config) runs in a child confined
+ * as a layer child is, with no capability at all: a bug in libcurl, OpenSSL or jansson that the
+ * registry's replies reach is contained there. The child writes each manifest body beneath its
+ * work directory and the config there too; they are read back as untrusted files and checked
+ * again as the registry's own replies were (a pinned digest, the index's pick, the config
+ * against the manifest's digest), and parsed only in a parsing child (parse_confined()).
+ */
+/* tests/security/image_pull_tamper.c builds this file with a compromised manifest child here
+ * (stage 1: before its manifest reply, 2: before its last); in corrald it is nothing. */
+#ifndef META_CHILD_TAMPER
+#define META_CHILD_TAMPER(p, rep, stage) ((void)0)
+#endif
+
+static int send_all(int fd, const void *buf, size_t len)
+{
+	ssize_t n = RETRY_EINTR(send(fd, buf, len, MSG_NOSIGNAL));
+	return n == (ssize_t)len ? 0 : -EIO;
+}
+
+static _noreturn_ void meta_child(struct pull *p, int fd)
+{
+	if (fd > 3)
+		syscall(SYS_close_range, 3U, (unsigned)fd - 1, 0U);
+	syscall(SYS_close_range, (unsigned)fd + 1, ~0U, 0U);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	static struct meta_reply rep; /* not on the stack: the token takes 4 KiB */
+	struct error *e = &rep.e;
+	int r = registry_after_fork(p->reg);
+	if (r < 0) {
+		error_set(e, -r, "registry client");
+	} else {
+		(void)image_meta_confine(p->meta_work, p->reg);
+		p->save = p->meta_work;
+		json_t *m = NULL;
+		char digest[72];
+		r = fetch_manifest(p, &m, digest, e);
+		json_decref(m);
+	}
+	e->code = r;
+	memcpy(rep.types, p->types, sizeof(rep.types));
+	rep.n_bodies = p->n_bodies;
+	registry_auth_get(p->reg, &rep.auth);
+	META_CHILD_TAMPER(p, &rep, 1);
+	if (send_all(fd, &rep, sizeof(rep)) < 0 || r < 0)
+		_exit(1);
+	struct meta_request q;
+	if (RETRY_EINTR(recv(fd, &q, sizeof(q), 0)) != (ssize_t)sizeof(q))
+		_exit(1); /* the worker gave up: nothing more to do */
+	memset(&rep, 0, sizeof(rep));
+	q.digest[sizeof(q.digest) - 1] = '\0';
+	if (q.digest[0]) {
+		char path[PATH_MAX + 8];
+		snprintf(path, sizeof(path), "%s/config", p->meta_work);
+		r = registry_get_blob(p->reg, q.digest, q.size, path, e);
+	}
+	e->code = r;
+	registry_auth_get(p->reg, &rep.auth);
+	META_CHILD_TAMPER(p, &rep, 2);
+	_exit(send_all(fd, &rep, sizeof(rep)) < 0 || r < 0 ? 1 : 0);
+}
+
+/* The child gone, its work directory removed. */
+static void meta_end(struct pull *p, int *ret_status)
+{
+	int status = 0;
+	if (p->meta_fd >= 0)
+		close(p->meta_fd);
+	p->meta_fd = -1;
+	if (p->meta_pid > 0) {
+		(void)kill(p->meta_pid, SIGKILL); /* its work is done or abandoned */
+		(void)RETRY_EINTR(waitpid(p->meta_pid, &status, 0));
+	}
+	p->meta_pid = -1;
+	if (p->meta_work[0])
+		fs_remove_tree(p->meta_work);
+	p->meta_work[0] = '\0';
+	if (ret_status)
+		*ret_status = status;
+}
+
+/* How long the worker waits for the child past the pull's deadline (the child's own requests
+ * end there, with a message of their own). */
+#define META_GRACE_MS 2000
+
+/* A reply of the child into rep; its error (or its death, or its silence past the pull's
+ * deadline) as the worker's. */
+static int meta_recv(struct pull *p, struct meta_reply *rep, struct error *err)
+{
+	if (p->deadline_mono_ms) {
+		struct pollfd pfd = {.fd = p->meta_fd, .events = POLLIN};
+		int r;
+		do {
+			int64_t left = p->deadline_mono_ms + META_GRACE_MS - time_mono_ms();
+			r = poll(&pfd, 1, left > 0 ? (int)MIN(left, (int64_t)INT_MAX) : 0);
+		} while (r < 0 && errno == EINTR);
+		if (r == 0) {
+			meta_end(p, NULL);
+			return error_set(err, ETIMEDOUT,
+					 "pull of '%s' timed out (the registry process did not answer)",
+					 p->ref->name);
+		}
+	}
+	ssize_t n = RETRY_EINTR(recv(p->meta_fd, rep, sizeof(*rep), 0));
+	if (n != (ssize_t)sizeof(*rep)) {
+		int status;
+		meta_end(p, &status);
+		return error_set(err, EIO, "registry process died (status 0x%x)", status);
+	}
+	return rep->e.code < 0 ? error_from_child(err, &rep->e) : 0;
+}
+
+/* Start the child and wait for the manifests; p->replay is its reply then. A token realm on a
+ * port the child was not let reach (the registry named it in its challenge) gets one more child
+ * that may. */
+static int meta_start(struct pull *p, struct meta_reply *rep, struct error *err)
+{
+	(void)image_confine_prepare();
+	for (int attempt = 0;; attempt++) {
+		int sv[2];
+		path_in(p->meta_work, sizeof(p->meta_work), p->o->store, "tmp/meta-XXXXXX");
+		if (!mkdtemp(p->meta_work)) {
+			int r = error_set_errno(err, errno, "mkdtemp '%s'", p->meta_work);
+			p->meta_work[0] = '\0';
+			return r;
+		}
+		if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+			int r = error_set_errno(err, errno, "socketpair");
+			meta_end(p, NULL);
+			return r;
+		}
+		pid_t pid = fork();
+		if (pid == 0) {
+			close(sv[0]);
+			meta_child(p, sv[1]);
+		}
+		close(sv[1]);
+		p->meta_fd = sv[0];
+		if (pid < 0) {
+			int r = error_set_errno(err, errno, "fork");
+			meta_end(p, NULL);
+			return r;
+		}
+		p->meta_pid = pid;
+		memset(rep, 0, sizeof(*rep));
+		int r = meta_recv(p, rep, err);
+		uint16_t want = rep->auth.want_port;
+		if (r == -EXDEV && want && attempt == 0) {
+			meta_end(p, NULL);
+			registry_allow_port(p->reg, want);
+			error_clear(err);
+			continue;
+		}
+		if (r < 0) {
+			meta_end(p, NULL);
+			return r;
+		}
+		p->replay = rep;
+		return 0;
+	}
+}
+
+/* The config from the child, checked against digest and size, into tmp (a new file). */
+static int meta_config(struct pull *p, const char *digest, uint64_t size, const char *tmp,
+		       struct error *err)
+{
+	struct meta_request q = {.size = size};
+	snprintf(q.digest, sizeof(q.digest), "%s", digest);
+	static struct meta_reply rep;
+	if (p->meta_fd < 0 || send_all(p->meta_fd, &q, sizeof(q)) < 0)
+		return error_set(err, EIO, "the registry process is gone");
+	int r = meta_recv(p, &rep, err);
+	p->meta_done = true;
+	if (r < 0)
+		return r;
+	if ((r = registry_auth_set(p->reg, &rep.auth)) < 0)
+		return error_set_errno(err, -r, "registry %s: auth state from the registry process",
+				       p->ref->registry);
+	_cleanup_free_ char *data = NULL;
+	size_t len = 0;
+	char got[72];
+	if ((r = read_untrusted(p->meta_work, "config", CONFIG_MAX, &data, &len)) < 0)
+		return error_set_errno(err, -r, "config %s from the registry process", digest);
+	registry_sha256(data, len, got);
+	if (len != size || strcmp(got, digest) != 0)
+		return error_set(err, EBADMSG,
+				 "digest mismatch: config %s of %s has %zu bytes and digest %s; discarded",
+				 digest, p->ref->name, len, got);
+	if ((r = fs_write_atomic(tmp, data, len, 0600)) < 0)
+		return error_set_errno(err, -r, "write '%s'", tmp);
+	return 0;
+}
+
+/* The child's last word when the config was in the store already (its auth state), then the
+ * child gone. */
+static int meta_finish(struct pull *p, struct error *err)
+{
+	int r = 0;
+	if (!p->meta_done && p->meta_fd >= 0) {
+		struct meta_request q = {0};
+		static struct meta_reply rep;
+		if (send_all(p->meta_fd, &q, sizeof(q)) < 0)
+			r = error_set(err, EIO, "the registry process is gone");
+		else
+			r = meta_recv(p, &rep, err);
+		p->meta_done = true;
+		if (r == 0 && (r = registry_auth_set(p->reg, &rep.auth)) < 0)
+			r = error_set_errno(err, -r,
+					    "registry %s: auth state from the registry process",
+					    p->ref->registry);
+	}
+	meta_end(p, NULL);
+	return r;
 }
 
 /*
@@ -750,8 +1118,7 @@ static int fetch_layers(struct pull *p, json_t *layers, json_t *diff_ids, struct
 			fs_remove_tree(run[k].work);
 			if (first == 0 && !ok) {
 				if (got == (ssize_t)sizeof(e) && e.code < 0) {
-					e.msg[sizeof(e.msg) - 1] = '\0';
-					first = error_set(err, -e.code, "%s", e.msg);
+					first = error_from_child(err, &e);
 				} else {
 					first = error_set(err, EIO,
 							  "layer download process died (status 0x%x)",
@@ -761,6 +1128,394 @@ static int fetch_layers(struct pull *p, json_t *layers, json_t *diff_ids, struct
 		}
 	}
 	return first;
+}
+
+/* ---- parsing in a confined child --------------------------------------------------------- */
+
+/*
+ * The registry's JSON (the manifests, the config) is parsed by jansson in a child of the worker
+ * confined as the manifest child is, without any network: a bug in the parser that a reply
+ * reaches is contained there too. Each child is a fresh fork of the worker and checks each body
+ * against its digest before it parses it (the manifests in fetch_manifest(); the config was
+ * checked by the worker); what it hands back is not JSON but tokens, NUL-terminated strings the
+ * worker validates one by one and builds its own JSON objects from. A child taken over by what
+ * it parsed can only say what the bytes it checked already could (the author of a pinned image,
+ * the registry of a tag): the worker still checks the manifest digest it reports against the
+ * bodies, and every digest, size, count and string it uses.
+ */
+#define TOKENS_MAX (CONFIG_MAX + (1u << 20))
+#define PARSE_WAIT_MS 60000 /* without a pull deadline: parsing 8 MiB takes well under a second */
+
+struct tokens {
+	char *buf;
+	size_t len, cap, off;
+	bool oom;
+};
+
+struct parse_head {
+	struct error e;
+	uint64_t len; /* bytes of tokens that follow */
+};
+
+#ifndef PARSE_CHILD_TAMPER
+#define PARSE_CHILD_TAMPER(p, head, t) ((void)0)
+#endif
+
+static void tok_add(struct tokens *t, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	if (t->oom || t->len + n > TOKENS_MAX) {
+		t->oom = true;
+		return;
+	}
+	if (t->len + n > t->cap) {
+		size_t cap = MAX(t->cap * 2, t->len + n + 4096);
+		char *b = realloc(t->buf, cap);
+		if (!b) {
+			t->oom = true;
+			return;
+		}
+		t->buf = b;
+		t->cap = cap;
+	}
+	memcpy(t->buf + t->len, s, n);
+	t->len += n;
+}
+
+static void tok_num(struct tokens *t, long long v)
+{
+	char b[32];
+	snprintf(b, sizeof(b), "%lld", v);
+	tok_add(t, b);
+}
+
+static const char *json_str_or_empty(json_t *j)
+{
+	const char *s = json_string_value(j);
+	return s ? s : "";
+}
+
+/* The next token, or NULL past the last. */
+static const char *tok_next(struct tokens *t)
+{
+	if (t->off >= t->len)
+		return NULL;
+	const char *s = t->buf + t->off;
+	const char *z = memchr(s, '\0', t->len - t->off);
+	if (!z)
+		return NULL;
+	t->off = (size_t)(z - t->buf) + 1;
+	return s;
+}
+
+/* The next token as a decimal integer in [min, max]. */
+static bool tok_int(struct tokens *t, long long min, long long max, long long *ret)
+{
+	const char *s = tok_next(t);
+	char *end;
+	if (!s || !*s || (*s != '-' && (*s < '0' || *s > '9')))
+		return false;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return false;
+	*ret = v;
+	return true;
+}
+
+/* Read len bytes of fd by limit_ms (monotonic): 0, -ETIMEDOUT, or -EIO at its end. */
+static int read_by(int fd, void *buf, size_t len, int64_t limit_ms)
+{
+	size_t got = 0;
+	while (got < len) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		int64_t left = limit_ms - time_mono_ms();
+		int r = poll(&pfd, 1, left > 0 ? (int)MIN(left, (int64_t)INT_MAX) : 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 0)
+			return -ETIMEDOUT;
+		ssize_t n = read(fd, (char *)buf + got, len - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -EIO;
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	for (size_t off = 0; off < len;) {
+		ssize_t n = write(fd, (const char *)buf + off, len - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -EIO;
+		off += (size_t)n;
+	}
+	return 0;
+}
+
+typedef int (*parse_fn)(struct pull *p, const void *arg, struct tokens *t, struct error *err);
+
+/* fn run in a confined child (no network, no capability, an empty directory of its own to
+ * write, the manifest child's files to read), its tokens into out (the caller frees out->buf). */
+static int parse_confined(struct pull *p, parse_fn fn, const void *arg, struct tokens *out,
+			  struct error *err)
+{
+	char dir[PATH_MAX];
+	int fds[2], r;
+	path_in(dir, sizeof(dir), p->o->store, "tmp/parse-XXXXXX");
+	if (!mkdtemp(dir))
+		return error_set_errno(err, errno, "mkdtemp '%s'", dir);
+	if (pipe2(fds, O_CLOEXEC) < 0) {
+		r = error_set_errno(err, errno, "pipe");
+		fs_remove_tree(dir);
+		return r;
+	}
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(fds[0]);
+		if (fds[1] > 3)
+			syscall(SYS_close_range, 3U, (unsigned)fds[1] - 1, 0U);
+		syscall(SYS_close_range, (unsigned)fds[1] + 1, ~0U, 0U);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		struct image_confine c = {.write_path = dir, .read_path = p->meta_work,
+					  .fsize_max = 1u << 20, .no_caps = true};
+		(void)image_confine(&c);
+		static struct tokens t;
+		static struct parse_head h;
+		int k = fn(p, arg, &t, &h.e);
+		if (k == 0 && t.oom)
+			k = error_set(&h.e, ENOMEM, "the parsed %s is too large", p->ref->name);
+		h.e.code = k;
+		h.len = k < 0 ? 0 : t.len;
+		PARSE_CHILD_TAMPER(p, &h, &t);
+		_exit(write_all(fds[1], &h, sizeof(h)) < 0 || write_all(fds[1], t.buf, h.len) < 0 ||
+			      k < 0
+			  ? 1
+			  : 0);
+	}
+	close(fds[1]);
+	if (pid < 0) {
+		r = error_set_errno(err, errno, "fork");
+		close(fds[0]);
+		fs_remove_tree(dir);
+		return r;
+	}
+	int64_t limit = p->deadline_mono_ms ? p->deadline_mono_ms + META_GRACE_MS
+					    : time_mono_ms() + PARSE_WAIT_MS;
+	static struct parse_head h;
+	memset(&h, 0, sizeof(h));
+	r = read_by(fds[0], &h, sizeof(h), limit);
+	if (r == 0 && h.e.code == 0 && h.len > TOKENS_MAX)
+		r = -EPROTO;
+	if (r == 0 && h.e.code == 0) {
+		out->buf = malloc(h.len + 1);
+		out->len = h.len;
+		out->off = 0;
+		r = out->buf ? read_by(fds[0], out->buf, h.len, limit) : -ENOMEM;
+	}
+	close(fds[0]);
+	int status = 0;
+	(void)kill(pid, SIGKILL); /* done, or given up on */
+	(void)RETRY_EINTR(waitpid(pid, &status, 0));
+	fs_remove_tree(dir);
+	if (r == -ETIMEDOUT)
+		return error_set(err, ETIMEDOUT,
+				 "pull of '%s' timed out (the parsing process did not answer)",
+				 p->ref->name);
+	if (r == -EPROTO)
+		return error_set(err, EPROTO, "the parsing process of %s sent too much",
+				 p->ref->name);
+	if (r < 0)
+		return error_set(err, -r == ENOMEM ? ENOMEM : EIO,
+				 "parsing process died (status 0x%x)", status);
+	return h.e.code < 0 ? error_from_child(err, &h.e) : 0;
+}
+
+/* The parsing child's side of the manifest: fetch_manifest() over what the manifest child got
+ * (each body checked against its digest before it is parsed), as tokens: the manifest's digest,
+ * the config's digest and size, the number of layers, then each layer's media type, digest and
+ * size. A value of the wrong type is "" (or 0), which the worker's checks refuse as before. */
+static int parse_manifest_child(struct pull *p, const void *arg, struct tokens *t,
+				struct error *err)
+{
+	(void)arg;
+	json_t *m = NULL;
+	char d[72];
+	int r = fetch_manifest(p, &m, d, err);
+	if (r < 0)
+		return r;
+	json_t *c = json_object_get(m, "config"), *layers = json_object_get(m, "layers");
+	size_t n = MIN(json_array_size(layers), (size_t)IMAGE_LAYERS_MAX + 1);
+	tok_add(t, d);
+	tok_add(t, json_str_or_empty(json_object_get(c, "digest")));
+	tok_num(t, json_is_integer(json_object_get(c, "size"))
+		       ? (long long)json_integer_value(json_object_get(c, "size"))
+		       : 0);
+	tok_num(t, (long long)n);
+	for (size_t i = 0; i < n; i++) {
+		json_t *l = json_array_get(layers, i);
+		tok_add(t, json_str_or_empty(json_object_get(l, "mediaType")));
+		tok_add(t, json_str_or_empty(json_object_get(l, "digest")));
+		tok_num(t, (long long)json_integer_value(json_object_get(l, "size")));
+	}
+	json_decref(m);
+	return 0;
+}
+
+/* A string of a parsing child into JSON: valid UTF-8 (jansson checks it), else NULL. */
+static json_t *tok_string(const char *s)
+{
+	return json_string(s);
+}
+
+/* The manifest from the parsing child: every token checked, and its digest one of the bodies
+ * the worker reads itself (the reference's, which a pinned digest must be, or an index's pick). */
+static int manifest_confined(struct pull *p, json_t **ret, char ret_digest[72],
+			     struct error *err)
+{
+	struct tokens t = {0};
+	int r = parse_confined(p, parse_manifest_child, NULL, &t, err);
+	if (r < 0)
+		return r;
+	char got[2][72] = {"", ""};
+	for (unsigned i = 0; i < p->replay->n_bodies && i < 2; i++) {
+		char name[32], *body = NULL;
+		size_t len = 0;
+		snprintf(name, sizeof(name), "manifest-%u", i);
+		if ((r = read_untrusted(p->meta_work, name, REGISTRY_MANIFEST_MAX, &body, &len)) < 0) {
+			free(t.buf);
+			return error_set_errno(err, -r, "manifest of %s from the registry process",
+					       p->ref->name);
+		}
+		registry_sha256(body, len, got[i]);
+		free(body);
+	}
+	const char *d = tok_next(&t), *cd = tok_next(&t);
+	long long cs = 0, n = 0;
+	bool ok = d && digest_ok(d) && cd && tok_int(&t, LLONG_MIN, LLONG_MAX, &cs) &&
+		  tok_int(&t, 0, IMAGE_LAYERS_MAX + 1, &n);
+	if (ok && p->ref->digest[0] && strcmp(got[0], p->ref->digest) != 0) {
+		free(t.buf);
+		return error_set(err, EBADMSG,
+				 "digest mismatch: manifest %s of %s has digest %s; discarded",
+				 p->ref->digest, p->ref->name, got[0]);
+	}
+	if (ok && strcmp(d, got[0]) != 0 && strcmp(d, got[1]) != 0)
+		ok = false; /* a digest of no body the registry sent */
+	json_t *layers = json_array();
+	json_t *m = json_object();
+	json_t *c = json_pack("{s:s, s:I}", "digest", digest_ok(cd) ? cd : "", "size",
+			      (json_int_t)cs);
+	ok = ok && layers && m && c && json_object_set(m, "config", c) == 0 &&
+	     json_object_set(m, "layers", layers) == 0;
+	for (long long i = 0; ok && i < n; i++) {
+		const char *lt = tok_next(&t), *ld = tok_next(&t);
+		long long ls = 0;
+		json_t *tj = lt ? tok_string(lt) : NULL;
+		ok = ld && tok_int(&t, LLONG_MIN, LLONG_MAX, &ls) && tj;
+		json_t *l = ok ? json_pack("{s:o, s:s, s:I}", "mediaType", tj, "digest",
+					   digest_ok(ld) ? ld : "", "size", (json_int_t)ls)
+			       : NULL;
+		if (!ok)
+			json_decref(tj);
+		ok = ok && l && json_array_append_new(layers, l) == 0;
+	}
+	ok = ok && !tok_next(&t);
+	if (ok)
+		snprintf(ret_digest, 72, "%s", d); /* one of got[] */
+	json_decref(c);
+	json_decref(layers);
+	free(t.buf);
+	if (!ok) {
+		json_decref(m);
+		return error_set(err, EPROTO, "manifest of %s: the parsing process sent an invalid result",
+				 p->ref->name);
+	}
+	*ret = m;
+	return 0;
+}
+
+struct config_arg {
+	const char *body; /* verified against the manifest's config digest */
+	const char *name;
+};
+
+/* The parsing child's side of the config: the number of rootfs.diff_ids then each, WorkingDir,
+ * User, the number of strings in Env then each. */
+static int parse_config_child(struct pull *p, const void *arg, struct tokens *t,
+			      struct error *err)
+{
+	(void)p;
+	const struct config_arg *a = arg;
+	json_error_t je;
+	json_t *cfg = json_loads(a->body, 0, &je), *x;
+	if (!json_is_object(cfg)) {
+		json_decref(cfg);
+		return error_set(err, EPROTO, "config of %s is not a JSON object: %s", a->name,
+				 je.text);
+	}
+	json_t *ids = json_object_get(json_object_get(cfg, "rootfs"), "diff_ids");
+	size_t n = MIN(json_array_size(ids), (size_t)IMAGE_LAYERS_MAX + 1), i, k = 0;
+	tok_num(t, (long long)n);
+	for (i = 0; i < n; i++)
+		tok_add(t, json_str_or_empty(json_array_get(ids, i)));
+	json_t *cc = json_object_get(cfg, "config"), *env = json_object_get(cc, "Env");
+	tok_add(t, json_str_or_empty(json_object_get(cc, "WorkingDir")));
+	tok_add(t, json_str_or_empty(json_object_get(cc, "User")));
+	json_array_foreach(env, i, x)
+		k += json_is_string(x);
+	tok_num(t, (long long)k);
+	json_array_foreach(env, i, x)
+		if (json_is_string(x))
+			tok_add(t, json_string_value(x));
+	json_decref(cfg);
+	return 0;
+}
+
+/* The config from the parsing child, as the JSON object pull_via() reads: rootfs.diff_ids,
+ * config.WorkingDir, .User and .Env, each checked. */
+static int config_confined(struct pull *p, const char *body, const char *name, json_t **ret,
+			   struct error *err)
+{
+	struct config_arg a = {.body = body, .name = name};
+	struct tokens t = {0};
+	int r = parse_confined(p, parse_config_child, &a, &t, err);
+	if (r < 0)
+		return r;
+	long long n = 0, k = 0;
+	json_t *ids = json_array(), *env = json_array();
+	bool ok = ids && env && tok_int(&t, 0, IMAGE_LAYERS_MAX + 1, &n);
+	for (long long i = 0; ok && i < n; i++) {
+		const char *id = tok_next(&t);
+		ok = id && json_array_append_new(ids, json_string(digest_ok(id) ? id : "")) == 0;
+	}
+	const char *wd = ok ? tok_next(&t) : NULL, *user = ok ? tok_next(&t) : NULL;
+	json_t *wdj = wd ? tok_string(wd) : NULL, *uj = user ? tok_string(user) : NULL;
+	ok = ok && wdj && uj && tok_int(&t, 0, TOKENS_MAX, &k);
+	for (long long i = 0; ok && i < k; i++) {
+		const char *e = tok_next(&t);
+		json_t *ej = e ? tok_string(e) : NULL;
+		ok = ej && json_array_append_new(env, ej) == 0;
+	}
+	ok = ok && !tok_next(&t);
+	json_t *cfg = ok ? json_pack("{s:{s:O}, s:{s:O, s:O, s:O}}", "rootfs", "diff_ids", ids,
+				     "config", "WorkingDir", wdj, "User", uj, "Env", env)
+			 : NULL;
+	json_decref(ids);
+	json_decref(env);
+	json_decref(wdj);
+	json_decref(uj);
+	free(t.buf);
+	if (!cfg)
+		return error_set(err, EPROTO, "config of %s: the parsing process sent an invalid result",
+				 name);
+	*ret = cfg;
+	return 0;
 }
 
 static json_t *json_strv_or_empty(json_t *a)
@@ -777,7 +1532,8 @@ static json_t *json_strv_or_empty(json_t *a)
 static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref,
 		    const struct image_ref *via, const char *layout, struct error *err)
 {
-	struct pull p = {.o = o, .ref = via, .layout = layout};
+	struct pull p = {.o = o, .ref = via, .layout = layout, .meta_pid = -1, .meta_fd = -1,
+			 .deadline_mono_ms = o->timeout_s > 0 ? time_mono_ms() + o->timeout_s * 1000 : 0};
 	platform_or_default(&o->platform, &p.pl);
 	int r = layout ? 0 : registry_open(o, via, &p.reg, err);
 	if (r < 0)
@@ -785,7 +1541,12 @@ static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref
 	json_t *m = NULL, *cfg = NULL, *rec = NULL;
 	char *cfg_body = NULL, *dump = NULL;
 	char mdigest[72];
-	if ((r = fetch_manifest(&p, &m, mdigest, err)) < 0)
+	/* A registry's manifests come from the manifest child, checked here again. */
+	static struct meta_reply meta;
+	if (!layout && (r = meta_start(&p, &meta, err)) < 0)
+		goto out;
+	if ((r = layout ? fetch_manifest(&p, &m, mdigest, err)
+			: manifest_confined(&p, &m, mdigest, err)) < 0)
 		goto out;
 	json_t *c = json_object_get(m, "config");
 	const char *cd = json_string_value(json_object_get(c, "digest"));
@@ -844,12 +1605,19 @@ static int pull_via(const struct image_pull_opts *o, const struct image_ref *ref
 	}
 	if ((r = fetch_config(&p, cd, (uint64_t)cs, &cfg_body, err)) < 0)
 		goto out;
-	json_error_t je;
-	cfg = json_loads(cfg_body, 0, &je);
-	if (!json_is_object(cfg)) {
-		r = error_set(err, EPROTO, "config of %s is not a JSON object: %s", ref->name,
-			      je.text);
+	if (!layout && (r = meta_finish(&p, err)) < 0) /* before the layer children: waitpid(-1) */
 		goto out;
+	if (!layout) { /* the registry's: parsed by a confined child */
+		if ((r = config_confined(&p, cfg_body, ref->name, &cfg, err)) < 0)
+			goto out;
+	} else {
+		json_error_t je;
+		cfg = json_loads(cfg_body, 0, &je);
+		if (!json_is_object(cfg)) {
+			r = error_set(err, EPROTO, "config of %s is not a JSON object: %s",
+				      ref->name, je.text);
+			goto out;
+		}
 	}
 	/* Each layer's uncompressed tar is checked against its diff_id as it is unpacked: the
 	 * config (bound to the reference by the manifest) must describe the layers it comes with. */
@@ -906,6 +1674,7 @@ out:
 	json_decref(cfg);
 	free(cfg_body);
 	json_decref(m);
+	meta_end(&p, NULL);
 	registry_close(p.reg);
 	return r;
 }
@@ -979,8 +1748,7 @@ static int unpack_confined(const struct image_pull_opts *o, const char *path, co
 	if (got != (ssize_t)sizeof(e))
 		return error_set(err, EIO, "unpack process died (status 0x%x)", status);
 	if (e.code < 0) {
-		e.msg[sizeof(e.msg) - 1] = '\0';
-		return error_set(err, -e.code, "%s", e.msg);
+		return error_from_child(err, &e);
 	}
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0
 		   ? 0

@@ -349,12 +349,13 @@ class TokenProxy:
     """A registry front with the bearer-token flow (like Docker Hub's): /v2/ needs
     'Authorization: Bearer <token>'; a 401 names the realm /token, which hands out a token for Basic
     credentials (when user is set) or to anyone. Forwards to a plain docker-registry, Range requests included. Faults for
-    tests: delay_blobs (seconds before a blob), cut_blobs (how many blob replies to cut in half),
+    tests: delay_blobs (seconds before a blob), delay_manifests (seconds before a manifest), cut_blobs (how many blob replies to cut in half),
     stall_blobs (how many to stop in the middle of for stall_seconds, the connection left open),
     ignore_range (answer Range requests with the whole blob, 200), tamper_ranges (flip the
     bytes of every 206 reply, its headers true), shift_ranges (a 206 of another range than
     asked for, its Content-Range saying so), fault_digests (the faults
-    only for these blobs; None: all). blob_bytes: bytes of blob
+    only for these blobs; None: all), realm (another proxy's host:port to name as the token
+    server: give both the same token). blob_bytes: bytes of blob
     bodies sent, by digest; ranges: the Range headers received, by digest."""
 
     def __init__(self, upstream, user=None, password=None):
@@ -367,6 +368,8 @@ class TokenProxy:
         self.host = "127.0.0.1:%d" % self.port
         self.token = secrets.token_hex(16)
         self.delay_blobs = 0.0
+        self.delay_manifests = 0.0
+        self.realm = None  # host:port of the token server its challenges name (None: itself)
         self.cut_blobs = 0
         self.stall_blobs = 0
         self.stall_seconds = 30.0
@@ -410,7 +413,7 @@ class TokenProxy:
                 if self.headers.get("Authorization") != "Bearer " + proxy.token:
                     repo = self.path[4:].rsplit("/manifests/", 1)[0].rsplit("/blobs/", 1)[0]
                     ch = ('Bearer realm="http://%s/token",service="corral-test",'
-                          'scope="repository:%s:pull"' % (proxy.host, repo))
+                          'scope="repository:%s:pull"' % (proxy.realm or proxy.host, repo))
                     return self.reply(401, b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}',
                                       [("WWW-Authenticate", ch)])
                 c = http.client.HTTPConnection("127.0.0.1", int(proxy.upstream.split(":")[1]), timeout=30)
@@ -427,6 +430,8 @@ class TokenProxy:
                         if k.lower() in ("content-type", "docker-content-digest", "location",
                                          "content-range")]
                 digest = self.path.rsplit("/", 1)[-1]
+                if "/manifests/" in self.path and proxy.delay_manifests:
+                    time.sleep(proxy.delay_manifests)
                 if r.status == 206 and proxy.tamper_ranges:
                     body = bytes(b ^ 0x5A for b in body)
                 if "/blobs/" in self.path and self.command == "GET" and r.status in (200, 206):

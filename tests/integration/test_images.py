@@ -34,13 +34,19 @@ class Images(CorralTestCase):
         # (Docker Hub's anonymous pulls), both in front of cls.reg.
         cls.tokreg = oci.TokenProxy(cls.reg.host, user="bob", password="t0ken-pw")
         cls.anonreg = oci.TokenProxy(cls.reg.host)
+        # ...and one whose challenge names a token server on another port (realmsrv's).
+        cls.realmsrv = oci.TokenProxy(cls.reg.host)
+        cls.realmreg = oci.TokenProxy(cls.reg.host)
+        cls.realmsrv.token = cls.realmreg.token
+        cls.realmreg.realm = cls.realmsrv.host
         cls.authfile = os.path.join(tempfile.mkdtemp(prefix="corral-auth-"), "config.json")
         with open(cls.authfile, "w") as f:
             json.dump({"auths": {cls.authreg.host: {"auth": base64.b64encode(
                 b"alice:s3cret-pw").decode()}}}, f)
         cls.corrald_kwargs = {"extra_args": [
             "--insecure-registry", cls.reg.host, "--insecure-registry", cls.authreg.host,
-            "--insecure-registry", cls.tokreg.host, "--insecure-registry", cls.anonreg.host]}
+            "--insecure-registry", cls.tokreg.host, "--insecure-registry", cls.anonreg.host,
+            "--insecure-registry", cls.realmreg.host]}
         cls.tmp = tempfile.mkdtemp(prefix="corral-images-")
         cls.base = oci.base_layer()
         try:
@@ -53,6 +59,8 @@ class Images(CorralTestCase):
     def stop_registries(cls):
         cls.tokreg.stop()
         cls.anonreg.stop()
+        cls.realmreg.stop()
+        cls.realmsrv.stop()
         cls.reg.stop()
         cls.authreg.stop()
 
@@ -299,6 +307,18 @@ class Images(CorralTestCase):
         # anonymous tokens (Docker Hub style)
         sid = self.create_image("%s/t/bearer:latest" % self.anonreg.host)["id"]
         self.assertEqual(self.sh(sid, "cat /b"), "bearer")
+
+    def test_bearer_token_realm_on_another_port(self):
+        # The registry's challenge names a token server on another port than its own: the
+        # confined process that talks to the registry may not reach it at first, and is started
+        # again, allowed to; one token serves the whole pull.
+        front, realm = self.realmreg, self.realmsrv
+        d, _ = self.layout("realm", [self.base, oci.layer_tar([F("r", "realm")])])
+        self.reg.push(d, "t/realm")
+        sid = self.create_image("%s/t/realm:latest" % front.host)["id"]
+        self.assertEqual(self.sh(sid, "cat /r"), "realm")
+        self.assertEqual((front.token_requests, realm.token_requests), (0, 1),
+                         "one token, from the realm's server")
 
     def test_registry_auth_file(self):
         d, _ = self.layout("authfile", [self.base, oci.layer_tar([F("f", "from-file")])])

@@ -1,7 +1,7 @@
 /*
  * The confinement of a layer child, tried from inside (test_image_confine.py).
  *
- *   image_confine_probe [--old-kernel] WORK LAYER_TAR OUTSIDE STATE PORT_OK PORT_DENIED
+ *   image_confine_probe [--old-kernel | --manifest] WORK LAYER_TAR OUTSIDE STATE PORT_OK PORT_DENIED
  *
  * --old-kernel first makes this process look like one on a kernel without Landlock and without
  * mount namespaces for it (landlock_* fail with ENOSYS, unshare and mount_setattr with EPERM), to
@@ -11,6 +11,8 @@
  * attempt prints "name errno" (0: it succeeded). Last, it unpacks LAYER_TAR into WORK/root as a
  * layer child does, and prints "unpack <errno>". The first lines are "expect <IMAGE_CONFINED_*>"
  * (what image_confine_probe() says this kernel allows) and "level <IMAGE_CONFINED_*>" (reached).
+ * --manifest confines it as the manifest child of a pull is instead (image_meta_confine(): no
+ * capabilities, files up to IMAGE_META_FSIZE_MAX) and unpacks nothing ("unpack skipped").
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -133,6 +135,11 @@ static int pretend_old_kernel(void)
 int main(int argc, char **argv)
 {
 	bool old_kernel = argc == 8 && strcmp(argv[1], "--old-kernel") == 0;
+	bool manifest = argc == 8 && strcmp(argv[1], "--manifest") == 0;
+	if (manifest) {
+		argv++;
+		argc--;
+	}
 	if (old_kernel) {
 		if (pretend_old_kernel() < 0) {
 			fprintf(stderr, "cannot pretend to be an old kernel\n");
@@ -164,7 +171,9 @@ int main(int argc, char **argv)
 	pid_t parent = getppid();
 
 	printf("expect %u\n", image_confine_probe());
-	printf("level %u\n", image_layer_confine(work, reg, NULL, FSIZE_MAX));
+	uint64_t fsize_max = manifest ? IMAGE_META_FSIZE_MAX : FSIZE_MAX;
+	printf("level %u\n", manifest ? image_meta_confine(work, reg)
+				       : image_layer_confine(work, reg, NULL, fsize_max));
 
 	/* Writes outside the work directory: a host dir, /etc, the store beside the layer. */
 	report("write_outside", create_at(outside, "pwned", 0644));
@@ -179,8 +188,10 @@ int main(int argc, char **argv)
 	report("chmod_suid_outside", chmod(victim, 04755));
 	report("chown_outside", chown(victim, 1000, 1000));
 	report("link_outside_in", link(victim, strcat(strcpy(path, work), "/linked")));
-	/* Reads the unpack has no use for. */
+	/* Reads the unpack has no use for: secrets, the store (other images' configs). */
 	report("read_shadow", open("/etc/shadow", O_RDONLY | O_CLOEXEC));
+	snprintf(path, sizeof(path), "%s/layers", state);
+	report("read_store", open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
 	snprintf(path, sizeof(path), "/proc/%d/environ", (int)parent);
 	report("read_parent_environ", open(path, O_RDONLY | O_CLOEXEC));
 	/* Kernel surface. */
@@ -224,7 +235,7 @@ int main(int argc, char **argv)
 	/* A file past RLIMIT_FSIZE. */
 	snprintf(path, sizeof(path), "%s/big", work);
 	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-	int fr = fd < 0 ? -1 : (pwrite(fd, "x", 1, (off_t)FSIZE_MAX) < 0 ? -1 : 0);
+	int fr = fd < 0 ? -1 : (pwrite(fd, "x", 1, (off_t)fsize_max) < 0 ? -1 : 0);
 	report("write_past_fsize", fr);
 	if (fd >= 0)
 		close(fd);
@@ -234,6 +245,11 @@ int main(int argc, char **argv)
 		printf("caps %llu\n",
 		       (unsigned long long)(d[0].effective | ((uint64_t)d[1].effective << 32)));
 
+	if (manifest) { /* its job is the registry conversation: connect and TLS, above */
+		printf("unpack skipped\n");
+		fflush(stdout);
+		_exit(0);
+	}
 	/* And the job itself, as a layer child does it. */
 	char root[4096], opaque[4096];
 	snprintf(root, sizeof(root), "%s/root", work);

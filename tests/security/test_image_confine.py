@@ -7,6 +7,11 @@ every layer child makes (image_layer_confine()), then performs what code running
 child would try; each attempt must fail with the errno of the layer that stops it, and unpacking
 a real layer into its work directory must still work. A pull through a real corrald and registry
 then checks the layer the confined child unpacked is complete in the store.
+
+The manifest child of a pull (token, manifest, index and config requests) is tried the same way
+(image_confine_probe --manifest); a real pull is watched to check every process connected to
+the registry is a confined child of the pull worker; and image_pull_tamper plays a compromised
+manifest child that lies to the worker, which must refuse each lie and store nothing.
 """
 import io
 import os
@@ -17,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -112,11 +118,12 @@ class ConfinedLayerChild(unittest.TestCase):
                     c.close()
         threading.Thread(target=serve, daemon=True).start()
 
-    def probe(self, blob, old_kernel=False):
+    def probe(self, blob, old_kernel=False, manifest=False):
         work = tempfile.mkdtemp(prefix="layer-", dir=os.path.join(self.state, "tmp"))
         with open(os.path.join(work, "blob"), "wb") as f:
             f.write(blob)
-        p = subprocess.run([PROBE] + (["--old-kernel"] if old_kernel else []) + [work, os.path.join(work, "blob"), self.outside,
+        mode = ["--old-kernel"] if old_kernel else ["--manifest"] if manifest else []
+        p = subprocess.run([PROBE] + mode + [work, os.path.join(work, "blob"), self.outside,
                             self.state, str(self.listeners[0]), str(self.listeners[1])],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -159,6 +166,7 @@ class ConfinedLayerChild(unittest.TestCase):
         self.assertEqual(os.listdir(os.path.join(self.state, "layers")), [])
         if level & LANDLOCK_FS:
             self.assert_errno(out, "read_shadow", E.EACCES)
+            self.assert_errno(out, "read_store", E.EACCES)
             self.assert_errno(out, "read_parent_environ", E.EACCES)
         if level & LANDLOCK_NET:
             self.assert_errno(out, "connect_other_port", E.EACCES)
@@ -206,6 +214,52 @@ class ConfinedLayerChild(unittest.TestCase):
         with open(os.path.join(work, "opaque"), "rb") as f:
             self.assertEqual(f.read(), b"opq\0")
 
+    def test_compromised_manifest_child_is_contained(self):
+        # Attack: code running in a pull's manifest child (libcurl, OpenSSL or jansson exploited
+        # by the registry's reply to the token, manifest or config request) writes, chmods and
+        # chowns host files, reads secrets and the store, makes and opens a device, sets trusted
+        # xattrs, mounts, ptraces, unshares, opens raw, packet and unix sockets, forks, execs,
+        # signals the pull worker, connects to another port.
+        work, out = self.probe(b"", manifest=True)
+        level, expect = int(out["level"]), int(out["expect"])
+        self.assertEqual(level, expect, "confinement fell short of what the kernel allows: %s" % out)
+        for bit in (MOUNTS, RLIMITS, CAPS, SECCOMP):
+            self.assertTrue(level & bit, "step %#x missing: %s" % (bit, out))
+        for name in ("write_outside", "write_etc", "write_state", "suid_outside"):
+            self.assert_errno(out, name, *DENIED_WRITE)
+        self.assert_errno(out, "chmod_suid_outside", E.EROFS, E.EPERM)
+        self.assert_errno(out, "chown_outside", E.EROFS, E.EPERM)
+        self.assert_errno(out, "link_outside_in", E.EXDEV, E.EACCES, E.EPERM)
+        self.assertEqual(os.listdir(self.outside), ["victim"], "nothing written outside")
+        st = os.stat(self.victim)
+        self.assertEqual((st.st_mode & 0o7777, st.st_uid), (0o644, 0), "host file untouched")
+        if level & LANDLOCK_FS:
+            self.assert_errno(out, "read_shadow", E.EACCES)
+            self.assert_errno(out, "read_store", E.EACCES)
+            self.assert_errno(out, "read_parent_environ", E.EACCES)
+        if level & LANDLOCK_NET:
+            self.assert_errno(out, "connect_other_port", E.EACCES)
+            self.assert_errno(out, "bind", E.EACCES)
+        if level & LANDLOCK_SCOPE:
+            self.assert_errno(out, "signal_parent", E.EPERM)
+        for name in ("mount", "ptrace", "unshare_user", "unshare_mount", "raw_socket", "fork",
+                     "execve", "setxattr_trusted"):
+            self.assert_errno(out, name, E.EPERM)
+        self.assert_errno(out, "packet_socket", E.EAFNOSUPPORT)
+        self.assert_errno(out, "unix_socket", E.EAFNOSUPPORT)
+        # Unlike a layer child it keeps no capability: no device node at all, not even in its
+        # own directory, and no chown there either.
+        self.assertEqual(int(out["caps"]), 0, "no capability left")
+        self.assert_errno(out, "mknod_char", E.EPERM)
+        self.assert_errno(out, "open_host_device", E.EACCES)
+        self.assert_errno(out, "write_past_fsize", E.EFBIG)
+        # What it needs still works: the registry's port, the resolver, TLS, its directory.
+        for name in ("connect_registry_port", "read_resolv_conf", "read_ca_certs",
+                     "thread_and_resolve", "write_work"):
+            self.assert_errno(out, name, 0)
+        self.assertEqual(out["tls_request"], "60", out)
+        self.assertEqual(out["unpack"], "skipped")
+
     def test_corpus_layers_still_unpack_or_fail_as_before(self):
         # Attack: the fuzz corpus's escaping layers (plain, gzip, zstd) unpacked confined still fail as invalid.
         for name, want in (("normal", "0"), ("normal-gz", "0"), ("symlink-dir-zst", str(E.EPROTO)),
@@ -244,24 +298,281 @@ class ConfinedLayerChild(unittest.TestCase):
         self.assertIn("devnode", out["unpack"])
 
 
+TAMPER = os.path.join(BUILD, "tests", "security", "image_pull_tamper")
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+class CompromisedManifestChild(unittest.TestCase):
+    """A pull (image_pull_tamper: the real image_pull() against a real registry) whose manifest
+    child, confined and past its own checks, is taken over and lies to the pull worker."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(TAMPER):
+            raise RuntimeError("%s is not built" % TAMPER)
+        cls.tmp = tempfile.mkdtemp(prefix="corral-sec-tamper-")
+        cls.reg = oci.Registry()
+        try:
+            for name in ("good", "evil"):
+                d = os.path.join(cls.tmp, name)
+                oci.write_layout(d, [oci.layer_tar([F(name, name)])])
+                cls.reg.push(d, "tamper/" + name)
+            cls.good_manifest, cls.good_config = cls.fetch("tamper/good")
+            cls.evil_manifest, cls.evil_config = cls.fetch("tamper/evil")
+        except Exception:
+            cls.reg.stop()
+            raise
+        cls.good = "%s/tamper/good@%s" % (cls.reg.host, oci.sha256(cls.good_manifest))
+        cls.secret = os.path.join(cls.tmp, "secret")
+        with open(cls.secret, "w") as f:
+            f.write('{"TOPSECRET-host-file": 1}')
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.reg.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def fetch(cls, name):
+        import http.client
+        import json
+        c = http.client.HTTPConnection("127.0.0.1", cls.reg.port, timeout=10)
+        c.request("GET", "/v2/%s/manifests/latest" % name, headers={"Accept": OCI_MANIFEST})
+        manifest = c.getresponse().read()
+        c.request("GET", "/v2/%s/blobs/%s" % (name, json.loads(manifest)["config"]["digest"]))
+        config = c.getresponse().read()
+        c.close()
+        return manifest, config
+
+    def pull(self, mode, data=None):
+        store = tempfile.mkdtemp(prefix="store-%s-" % mode, dir=self.tmp)
+        args = [TAMPER, mode, store, self.good, self.reg.host]
+        if data is not None:
+            path = os.path.join(store, "..", "data-" + mode)
+            with open(path, "wb") as f:
+                f.write(data)
+            args.append(path)
+        p = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        line = p.stdout.strip().splitlines()[-1]
+        _, rc, msg = (line + " ").split(" ", 2)
+        return int(rc), msg.strip(), store
+
+    def assert_nothing_stored(self, store):
+        self.assertEqual(os.listdir(os.path.join(store, "refs")), [], "no image record")
+        self.assertEqual(os.listdir(os.path.join(store, "layers")), [], "no layer")
+        self.assertEqual(os.listdir(os.path.join(store, "tmp")), [], "no work dir left")
+        self.assertNotIn(oci.sha256(self.evil_config)[7:],
+                         os.listdir(os.path.join(store, "blobs", "sha256")))
+
+    def test_control_the_same_pull_untampered_succeeds(self):
+        # Attack: none; the same pull with the child left alone stores the image (the harness is real).
+        rc, msg, store = self.pull("none")
+        self.assertEqual(rc, 0, msg)
+        self.assertEqual(len(os.listdir(os.path.join(store, "refs"))), 1)
+        self.assertEqual(len(os.listdir(os.path.join(store, "layers"))), 1)
+
+    def test_swapped_manifest_is_refused(self):
+        # Attack: the child hands the worker another image's manifest for a reference pinned by digest.
+        rc, msg, store = self.pull("manifest", self.evil_manifest)
+        self.assertEqual(rc, E.EBADMSG, msg)
+        self.assertIn("digest mismatch", msg)
+        self.assert_nothing_stored(store)
+
+    def test_swapped_config_is_refused(self):
+        # Attack: the child hands the worker another image's config (its Env, User, diff_ids).
+        rc, msg, store = self.pull("config", self.evil_config)
+        self.assertEqual(rc, E.EBADMSG, msg)
+        self.assertIn("digest mismatch: config", msg)
+        self.assert_nothing_stored(store)
+
+    def test_config_symlink_to_host_file_is_not_followed(self):
+        # Attack: the child makes its config a symlink to a host file, to have the worker read (and echo) it.
+        rc, msg, store = self.pull("symlink", self.secret.encode())
+        self.assertEqual(rc, E.ELOOP, msg)
+        self.assertNotIn("TOPSECRET", msg)
+        self.assert_nothing_stored(store)
+
+    def test_manifest_fifo_does_not_block_the_worker(self):
+        # Attack: the child makes its manifest a FIFO, to hang the pull worker on its open or read.
+        rc, msg, store = self.pull("fifo")
+        self.assertEqual(rc, E.EPERM, msg)
+        self.assert_nothing_stored(store)
+
+    def test_config_past_the_limit_is_refused(self):
+        # Attack: the child writes a config larger than any the worker accepts (8 MiB), to make it read it all.
+        rc, msg, store = self.pull("big")
+        self.assertEqual(rc, E.EFBIG, msg)
+        self.assert_nothing_stored(store)
+
+    def test_header_injection_in_token_is_refused(self):
+        # Attack: the child returns a "token" with CRLF and a header of its own, for the layer children's requests.
+        rc, msg, store = self.pull("bearer")
+        self.assertEqual(rc, E.EPROTO, msg)
+        self.assertIn("auth state", msg)
+        self.assert_nothing_stored(store)
+
+    def test_realm_port_never_allowed_is_refused(self):
+        # Attack: the child claims a token realm on a port it was never let reach, to open it to the layer children.
+        rc, msg, store = self.pull("port")
+        self.assertEqual(rc, E.EPROTO, msg)
+        self.assert_nothing_stored(store)
+
+    def test_silent_child_does_not_hold_the_worker_past_the_timeout(self):
+        # Attack: the child never answers, to hold the pull worker (and every create waiting on the pull) forever.
+        rc, msg, store = self.pull("hang")
+        self.assertEqual(rc, E.ETIMEDOUT, msg)
+        self.assertIn("timed out", msg)
+        self.assert_nothing_stored(store)
+
+    def test_forged_error_message_is_made_printable(self):
+        # Attack: the child reports an error of its own making, with a newline (a forged corrald log line), an escape sequence and no NUL.
+        rc, msg, store = self.pull("message")
+        self.assertEqual(rc, E.ENOSPC, msg)
+        self.assertTrue(msg.startswith("forged 2026 corrald error:  [2J"), repr(msg))
+        self.assertTrue(all(0x20 <= ord(ch) < 0x7f for ch in msg), repr(msg))
+        self.assertLess(len(msg), 512)
+        self.assert_nothing_stored(store)
+
+    def test_parsing_child_garbage_is_refused(self):
+        # Attack: the child parsing the manifest (taken over by what it parsed) answers with tokens that are no manifest.
+        rc, msg, store = self.pull("tokens")
+        self.assertEqual(rc, E.EPROTO, msg)
+        self.assertIn("parsing process sent an invalid result", msg)
+        self.assert_nothing_stored(store)
+
+    def test_parsing_child_digest_of_no_body_is_refused(self):
+        # Attack: the parsing child names as the manifest's digest one of a manifest the registry never sent (the image record would carry it).
+        rc, msg, store = self.pull("mdigest", self.evil_manifest)
+        self.assertEqual(rc, E.EPROTO, msg)
+        self.assertIn("parsing process sent an invalid result", msg)
+        self.assert_nothing_stored(store)
+
+    def test_parsing_child_invalid_utf8_is_refused(self):
+        # Attack: the parsing child of the config returns a WorkingDir that is not UTF-8 (an image record jansson could not read back).
+        rc, msg, store = self.pull("utf8")
+        self.assertEqual(rc, E.EPROTO, msg)
+        self.assertIn("config of", msg)
+        self.assert_nothing_stored(store)
+
+    def test_silent_parsing_child_does_not_hold_the_worker(self):
+        # Attack: the parsing child never answers, to hold the pull worker forever.
+        rc, msg, store = self.pull("parsehang")
+        self.assertEqual(rc, E.ETIMEDOUT, msg)
+        self.assertIn("parsing process did not answer", msg)
+        self.assert_nothing_stored(store)
+
+    def test_child_dying_without_a_word_fails_the_pull(self):
+        # Attack: the child exits before its reply, leaving half-written files behind.
+        rc, msg, store = self.pull("die")
+        self.assertEqual(rc, E.EIO, msg)
+        self.assertIn("registry process died", msg)
+        self.assert_nothing_stored(store)
+
+
+def registry_clients(port):
+    """The pids holding an established TCP connection to 127.0.0.1:port (this process aside)."""
+    inodes = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                    inodes.add("socket:[%s]" % fields[9])
+    pids = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            for fd in os.listdir("/proc/%s/fd" % pid):
+                if os.readlink("/proc/%s/fd/%s" % (pid, fd)) in inodes:
+                    pids.add(int(pid))
+        except OSError:
+            pass  # gone meanwhile
+    return pids
+
+
+def proc_status(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return {k: v.strip() for k, _, v in (line.partition(":") for line in f)}
+
+
 class ConfinedPull(AttackCase):
 
     @classmethod
     def setUpClass(cls):
         cls.reg = oci.Registry()
-        cls.corrald_kwargs = {"extra_args": ["--insecure-registry", cls.reg.host]}
+        cls.proxy = oci.TokenProxy(cls.reg.host)  # a registry with the bearer-token flow
+        cls.corrald_kwargs = {"extra_args": ["--insecure-registry", cls.reg.host,
+                                             "--insecure-registry", cls.proxy.host]}
         cls.tmp = tempfile.mkdtemp(prefix="corral-sec-confine-pull-")
         try:
             super().setUpClass()
         except Exception:
+            cls.proxy.stop()
             cls.reg.stop()
             raise
 
     @classmethod
     def tearDownClass(cls):
         super().tearDownClass()
+        cls.proxy.stop()
         cls.reg.stop()
         shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_registry_replies_reach_only_confined_children(self):
+        # Attack: a registry's replies to the token, manifest, config and layer requests are hostile input: every process that holds a connection to it during a real pull must be a confined child of the pull worker (own mount namespace, no_new_privs, seccomp, a layer child's capabilities at most, none for the manifest child), never the worker or corrald.
+        d = os.path.join(self.tmp, "stalled")
+        oci.write_layout(d, [oci.base_layer(), oci.layer_tar([F("s", "stalled")])])
+        self.reg.push(d, "confine/stalled")
+        ref = "%s/confine/stalled:latest" % self.proxy.host
+        # Slow replies, so that each stage holds its connection long enough to be looked at.
+        self.proxy.delay_manifests = 1.0
+        self.proxy.delay_blobs = 0.5
+        self.addCleanup(setattr, self.proxy, "delay_manifests", 0.0)
+        self.addCleanup(setattr, self.proxy, "delay_blobs", 0.0)
+        corrald = self.corrald.proc.pid
+        tokens = self.proxy.token_requests
+        corrald_mnt = os.readlink("/proc/%d/ns/mnt" % corrald)
+        out = []
+        t = threading.Thread(target=lambda: out.append(
+            self.corrald.client(timeout=120).create_sandbox_raw(image={"uri": ref})))
+        t.start()
+        seen = {}
+        while t.is_alive():
+            for pid in registry_clients(self.proxy.port) - set(seen):
+                try:
+                    st = proc_status(pid)
+                    worker = int(st["PPid"])
+                    seen[pid] = (st, int(proc_status(worker)["PPid"]),
+                                 os.readlink("/proc/%d/ns/mnt" % pid))
+                except (OSError, KeyError, ValueError):
+                    pass  # gone meanwhile
+            time.sleep(0.01)
+        t.join()
+        self.assertEqual(out[0].status, 202, out[0])
+        self.addCleanup(self._cleanup_sandbox, out[0].json()["id"])
+        self.assertTrue(seen, "no process was seen talking to the registry")
+        for pid, (st, grandparent, mnt) in seen.items():
+            what = "pid %d (%s, parent %s): %s" % (pid, st.get("Name"), st.get("PPid"), st)
+            self.assertNotEqual(pid, corrald, "corrald itself talks to the registry")
+            self.assertEqual(grandparent, corrald,
+                             "the pull worker itself talks to the registry: " + what)
+            self.assertEqual(st["NoNewPrivs"], "1", what)
+            self.assertEqual(st["Seccomp"], "2", what)
+            self.assertNotEqual(mnt, corrald_mnt, "no mount view of its own: " + what)
+            caps = int(st["CapEff"], 16)
+            self.assertEqual({c for c in range(64) if caps >> c & 1} - KEPT_CAPS, set(), what)
+            self.assertEqual(int(st["CapBnd"], 16) & ~caps, 0, what)
+        self.assertIn(0, [int(st["CapEff"], 16) for st, _, _ in seen.values()],
+                      "the manifest child (no capabilities) was seen: %s" % seen)
+        self.assertIn(sorted(KEPT_CAPS), [[c for c in range(64) if int(st["CapEff"], 16) >> c & 1]
+                                          for st, _, _ in seen.values()],
+                      "a layer child was seen: %s" % seen)
+        self.assertEqual(self.proxy.token_requests - tokens, 1, "one token for the whole pull")
+        self.assertEqual(oci.store_tmp(self.corrald.state_dir), [], "no work dir left")
+        self.assert_platform_alive(out[0].json()["id"])
 
     def test_confined_pull_completes_layers(self):
         # Attack: none; the confined children must still produce whole layers, opaque marks
