@@ -472,6 +472,14 @@ static void policy_delete(struct corrald *d, struct evhttp_request *req, struct 
 	if (!j)
 		return;
 	size_t n = json_array_size(j);
+	/* No policy has more rules than that: a longer list can only cost corrald's loop (each
+	 * target is compared with each rule; 1 MiB of "a" is 262,000 targets, seconds of it). */
+	if (n > EGRESS_RULES_MAX) {
+		send_text(req, 400, "invalid delete targets: %zu targets: at most %d are allowed", n,
+			  EGRESS_RULES_MAX);
+		json_decref(j);
+		return;
+	}
 	const char **targets = calloc(n, sizeof(*targets));
 	if (!targets) {
 		json_decref(j);

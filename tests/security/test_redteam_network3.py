@@ -1,0 +1,294 @@
+"""
+Red-team pass 3 on sandbox networking (docs/network.md, docs/security.md), after the libnftnl
+batch and the conntrack flush at reap: DNS answers that arrive after their rule went, answers
+naming always-blocked addresses, another sandbox's learned addresses, fragments and ICMP, the
+policy API's DELETE as a stall, a kill -9 in the middle of a policy change, and the moments
+while corrald is down. The "internet" is the test's own network namespace
+(tests/integration/netlab.py); no packet goes toward any address outside this machine.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from sec import log, main
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_redteam_network import NetLabCase, q  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "integration"))
+from netlab import DNS_PROBE  # noqa: E402
+
+# A name server for the lab (the upstream of its class's corrald), logging every name it is
+# asked for: <a>-<b>-<c>-<d>.ip.test is a.b.c.d (an allowed domain whose name server the attacker
+# runs, answering whatever address it likes); names under delay.test are answered with the lab's
+# "literal" server only after DELAY seconds (an answer still in flight when the policy changes);
+# ttlmax.test has the largest TTL there is; anything else is NXDOMAIN.
+LAB_DNS = r"""
+import socket, struct, sys, threading
+listen, literal, delay, logpath = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((listen, 53))
+lock = threading.Lock()
+def reply(q, peer, question, addrs, ttl, rcode):
+    hdr = struct.pack(">HHHHHH", struct.unpack(">H", q[:2])[0], 0x8180 | rcode, 1, len(addrs), 0, 0)
+    rrs = b"".join(b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, ttl, 4) + socket.inet_aton(a)
+                   for a in addrs)
+    with lock:
+        s.sendto(hdr + question + rrs, peer)
+print("ready", flush=True)
+while True:
+    q, peer = s.recvfrom(4096)
+    try:
+        i, labels = 12, []
+        while q[i]:
+            labels.append(q[i + 1:i + 1 + q[i]].decode("ascii", "replace").lower())
+            i += 1 + q[i]
+        question = q[12:i + 5]
+        qtype = struct.unpack(">H", q[i + 1:i + 3])[0]
+    except (IndexError, struct.error):
+        continue
+    name = ".".join(labels)
+    with open(logpath, "a") as f:
+        f.write(name + "\n")
+    if qtype != 1:
+        reply(q, peer, question, [], 300, 0)
+    elif name.endswith(".delay.test"):
+        threading.Timer(delay, reply, (q, peer, question, [literal], 300, 0)).start()
+    elif name == "ttlmax.test":
+        reply(q, peer, question, [literal], 0xffffffff, 0)
+    elif name.endswith(".ip.test"):
+        reply(q, peer, question, [labels[0].replace("-", ".")], 300, 0)
+    else:
+        reply(q, peer, question, [], 300, 3)
+"""
+
+# From a sandbox: DNS_PROBE in the background, its answer into a file when it comes.
+BG_PROBE = "nohup /usr/bin/python3 -c %s %s %s >%s 2>&1 &"
+
+
+def learned(net_name, sid):
+    """The addresses in a sandbox's learned set, with their timeouts (s)."""
+    out = subprocess.run(["nft", "-j", "list", "set", "inet", net_name,
+                          "l_" + sid.replace("-", "_")], check=True, text=True,
+                         stdout=subprocess.PIPE).stdout
+    got = {}
+    for obj in json.loads(out)["nftables"]:
+        for e in obj.get("set", {}).get("elem", []) or []:
+            if isinstance(e, dict) and "elem" in e:
+                got[e["elem"]["val"]] = e["elem"].get("timeout")
+            else:
+                got[e] = None
+    return got
+
+
+class LabDnsCase(NetLabCase):
+    """A corrald whose upstream is LAB_DNS in the lab."""
+    DELAY = 1.5
+
+    @classmethod
+    def extra_args(cls):
+        return ["--dns-upstream", "%s:53" % cls.lab.addr["literal"], "--egress-mode", cls.mode]
+
+    @classmethod
+    def started(cls):
+        cls.dns_log = os.path.join(tempfile.mkdtemp(prefix="corral-redteam3-"), "dns.log")
+        open(cls.dns_log, "w").close()
+        cls.dns = subprocess.Popen(
+            cls.lab.nsexec("/usr/bin/python3", "-c", LAB_DNS, cls.lab.addr["literal"],
+                           cls.lab.addr["literal"], str(cls.DELAY), cls.dns_log),
+            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            text=True, start_new_session=True)
+        cls.lab.procs.append(cls.dns)  # killed with the lab
+        ready = cls.dns.stdout.readline().strip()
+        cls.dns.stdout.close()
+        if ready != "ready":
+            raise RuntimeError("the lab's name server did not start")
+
+    def asked(self):
+        with open(self.dns_log) as f:
+            return f.read().split()
+
+    def policy_call(self, sid, method, body):
+        hdrs = self.client.get("/v1/sandboxes/%s/endpoints/18080" % sid).json()["headers"]
+        raw = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        return self.client.request(method, "/sandboxes/%s/proxy/18080/policy" % sid,
+                                   raw=raw.encode() if isinstance(raw, str) else raw,
+                                   headers=hdrs)
+
+    def reach(self, sid, addr, port=80):
+        out = self.sh(sid, "curl -s --connect-timeout 1 -m 2 http://%s:%d/ 2>&1; echo rc=$?"
+                      % (addr, port))
+        return "hello" in out or "whoami" in out or out.startswith(addr)
+
+
+class InFlightAnswerAttacks(LabDnsCase):
+    def race(self, change):
+        lit = self.lab.addr["literal"]
+        sid = self.sandbox({"defaultAction": "deny",
+                            "egress": [{"action": "allow", "target": "*.delay.test"},
+                                       {"action": "allow", "target": "*.ip.test"}]})
+        gw = self.nameserver(sid)
+        name = "r%d.delay.test" % int(time.monotonic() * 1000)
+        self.sh(sid, BG_PROBE % (q(DNS_PROBE), gw, name, "/tmp/answer"))
+        self.wait_until(lambda: name in self.asked(), 5, msg="the query to reach the upstream")
+        # the answer is on its way (DELAY s): the rule that allowed it goes now
+        r = change(sid)
+        self.assertEqual(r.status, 200, r)
+        self.wait_until(lambda: self.sh(sid, "cat /tmp/answer").strip(), 10,
+                        msg="the sandbox's query to be answered")
+        answer = self.sh(sid, "cat /tmp/answer").strip()
+        log("answer after the change:", answer, "learned:", learned(self.corrald.net_name, sid))
+        self.assertEqual(answer, "NXDOMAIN", "a name of a rule removed meanwhile was answered")
+        self.assertNotIn(lit, learned(self.corrald.net_name, sid))
+        self.assertFalse(self.reach(sid, lit), "an address of a removed rule was reachable")
+        # the server is there: a name still allowed that names it admits it
+        self.assertEqual(self.resolve(sid, "%s.ip.test" % lit.replace(".", "-")), [lit])
+        self.assertTrue(self.reach(sid, lit))
+        self.assert_platform_alive(sid)
+
+    def test_answer_after_delete_is_not_admitted(self):
+        # attack: ask for a name of an allowed wildcard whose name server answers late, and race
+        # DELETE /policy of that rule: the late answer would admit its address past the new policy
+        self.race(lambda sid: self.policy_call(sid, "DELETE", ["*.delay.test"]))
+
+    def test_answer_after_patch_deny_is_not_admitted(self):
+        # attack: the same race against PATCH /policy putting a deny rule for the name first
+        self.race(lambda sid: self.policy_call(
+            sid, "PATCH", [{"action": "deny", "target": "*.delay.test"}]))
+
+
+class AnswerAttacks(LabDnsCase):
+    def test_answers_cannot_admit_always_blocked_addresses(self):
+        # attack: an allowed domain whose name server the attacker runs answers with the metadata
+        # address, the gateway, the host's uplink address and a neighbour sandbox's address, so
+        # that the learned set admits what no policy may open
+        attacker = self.sandbox({"defaultAction": "deny",
+                                 "egress": [{"action": "allow", "target": "*.ip.test"}]})
+        neighbour = self.sandbox({"defaultAction": "deny", "egress": []})
+        gw = self.nameserver(attacker)
+        n_ip = self.address(neighbour)
+        self.sh(neighbour, "nohup /usr/bin/python3 -m http.server 8081 --bind 0.0.0.0 "
+                ">/dev/null 2>&1 &")
+        self.wait_until(lambda: "Directory" in self.sh(
+            neighbour, "curl -s -m 2 http://%s:8081/ || true" % n_ip), 10,
+            msg="the neighbour's server")
+        # a host service on every host address
+        srv = socket.socket()
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("0.0.0.0", 0))
+        srv.listen(16)
+        self.addCleanup(srv.close)
+        hport = srv.getsockname()[1]
+        self.assertTrue(self.lab.host_can_reach(self.lab.host_ip, hport))
+        self.assertTrue(self.lab.host_can_reach(gw, hport))
+        self.assertEqual(self.lab.run_in("curl", "-s", "-m", "3", "http://%s/whoami"
+                                         % self.lab.metadata, capture_output=True,
+                                         text=True).stdout.strip(), self.lab.metadata)
+        targets = [(self.lab.metadata, 80), (gw, hport), (self.lab.host_ip, hport),
+                   (n_ip, 8081)]
+        for addr, port in targets:
+            name = "%s.ip.test" % addr.replace(".", "-")
+            self.assertEqual(self.resolve(attacker, name), [addr])
+            out = self.sh(attacker, "curl -s --connect-timeout 1 -m 2 http://%s:%d/ 2>&1; "
+                          "echo rc=$?" % (addr, port))
+            log("attacker -> %s:%d after its name resolved: %s" % (addr, port, out.strip()))
+            self.assertIn("rc=28", out, "%s:%d was reached through a learned address"
+                          % (addr, port))
+        self.assert_platform_alive(attacker, neighbour)
+
+    def test_learned_addresses_are_not_shared_between_sandboxes(self):
+        # attack: a sandbox denied everything connects to the IP literal of an address its
+        # neighbour just had admitted (the neighbour's policy allows its name)
+        lit = self.lab.addr["literal"]
+        attacker = self.sandbox({"defaultAction": "deny", "egress": []})
+        neighbour = self.sandbox({"defaultAction": "deny",
+                                  "egress": [{"action": "allow", "target": "*.ip.test"}]})
+        name = "%s.ip.test" % lit.replace(".", "-")
+        self.assertEqual(self.resolve(neighbour, name), [lit])
+        self.assertTrue(self.reach(neighbour, lit))
+        self.assertEqual(self.resolve(attacker, name), "NXDOMAIN")
+        self.assertFalse(self.reach(attacker, lit), "the neighbour's learned address let it in")
+        self.assert_platform_alive(attacker, neighbour)
+
+    def test_largest_ttl_is_capped(self):
+        # attack: an answer with TTL 2^32-1 (136 years), so that its address stays admitted long
+        # after the name server moved it, and any timeout arithmetic overflows
+        sid = self.sandbox({"defaultAction": "deny",
+                            "egress": [{"action": "allow", "target": "ttlmax.test"}]})
+        self.assertEqual(self.resolve(sid, "ttlmax.test"), [self.lab.addr["literal"]])
+        got = learned(self.corrald.net_name, sid)
+        log("learned:", got)
+        t = got.get(self.lab.addr["literal"])
+        self.assertIsNotNone(t, "the answer's address was not admitted")
+        self.assertGreaterEqual(t, 5)
+        self.assertLessEqual(t, 86400, "an address was admitted for longer than a day")
+        self.assert_platform_alive(sid)
+
+
+class PacketAttacks(LabDnsCase):
+    def test_fragmented_dns_to_a_foreign_resolver_is_dropped(self):
+        # attack: a sandbox allowed everything sends DNS to a foreign resolver in datagrams too
+        # large for one packet (IP fragments: only the first carries the port), and pings
+        dot = self.lab.addr["dot"]
+        self.lab.listen_udp(dot, 53)
+        self.assertTrue(self.lab.host_udp_echo(dot, 53), "the lab's UDP service does not answer")
+        sid = self.sandbox({"defaultAction": "allow", "egress": []})
+        code = ("import socket\n"
+                "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                "s.settimeout(2)\n"
+                "for size in (1400, 1800, 4000):\n"
+                "    s.sendto(b'x' * size, ('%s', 53))\n"
+                "    try:\n"
+                "        print('echo', len(s.recv(8192)))\n"
+                "    except socket.timeout:\n"
+                "        print('timeout')\n" % dot)
+        out = self.sh(sid, "/usr/bin/python3 -c %s" % q(code))
+        log("fragmented DNS to a foreign resolver:", out.split())
+        self.assertNotIn("echo", out)
+        # ICMP: echo to the gateway and to the lab, if the sandbox can send it at all
+        code = ("import socket\n"
+                "try:\n"
+                "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)\n"
+                "except OSError as e:\n"
+                "    print('noicmp', e.errno); raise SystemExit\n"
+                "s.settimeout(2)\n"
+                "for dst in %r:\n"
+                "    s.sendto(b'\\x08\\x00\\x00\\x00\\x00\\x01\\x00\\x01' + b'x' * 32, (dst, 0))\n"
+                "    try:\n"
+                "        print('reply', dst, len(s.recv(100)))\n"
+                "    except socket.timeout:\n"
+                "        print('timeout', dst)\n"
+                % ([self.nameserver(sid)],))
+        out = self.sh(sid, "/usr/bin/python3 -c %s" % q(code))
+        log("ICMP echo to the gateway:", out.strip())
+        self.assertNotIn("reply", out)
+        self.assert_platform_alive(sid)
+
+
+class PolicyApiAttacks(LabDnsCase):
+    def test_delete_with_a_huge_target_list_is_refused(self):
+        # attack: DELETE /policy with 1 MiB of targets (262,000 of them) against a policy of
+        # 1024 rules: each target is compared with each rule on corrald's loop, seconds a request
+        rules = [{"action": "allow", "target": "n%d.test" % i} for i in range(1024)]
+        sid = self.sandbox({"defaultAction": "deny", "egress": rules})
+        body = "[" + ",".join(['"a"'] * 262000) + "]"
+        r = self.policy_call(sid, "DELETE", body)
+        log("DELETE of 262000 targets:", r.status, r.body[:120])
+        self.assertEqual(r.status, 400, "a list of more targets than a policy has rules was taken")
+        # as many as a policy can have rules still work
+        r = self.policy_call(sid, "DELETE", ["n%d.test" % i for i in range(1000)] +
+                             ["x%d.test" % i for i in range(24)])
+        self.assertEqual(r.status, 200, r)
+        hdrs = self.client.get("/v1/sandboxes/%s/endpoints/18080" % sid).json()["headers"]
+        r = self.client.request("GET", "/sandboxes/%s/proxy/18080/policy" % sid, headers=hdrs)
+        self.assertEqual(len(r.json()["policy"]["egress"]), 24)
+        self.assert_platform_alive(sid)
+
+
+if __name__ == "__main__":
+    main()
