@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from sec import log, main
@@ -287,6 +288,66 @@ class PolicyApiAttacks(LabDnsCase):
         hdrs = self.client.get("/v1/sandboxes/%s/endpoints/18080" % sid).json()["headers"]
         r = self.client.request("GET", "/sandboxes/%s/proxy/18080/policy" % sid, headers=hdrs)
         self.assertEqual(len(r.json()["policy"]["egress"]), 24)
+        self.assert_platform_alive(sid)
+
+
+class RestartWindowAttacks(NetLabCase):
+    """A corrald of its own, killed and started again."""
+
+    def restart(self):
+        self.corrald.start()
+        self.client.close()
+        self.client = self.corrald.client()
+
+    def test_interrupted_policy_change_leaves_no_learned_address(self):
+        # attack: corrald is killed in the middle of PUT /policy that removes the sandbox's only
+        # allowed name (after the record, before nftables: strace holds it there): after the
+        # restart the API shows the new policy, and the address the old one admitted must not
+        # stay reachable for the rest of its TTL
+        target = self.lab.addr["allowed.test"]
+        sid = self.sandbox({"defaultAction": "deny",
+                            "egress": [{"action": "allow", "target": "allowed.test"}]})
+        self.assertEqual(self.resolve(sid, "allowed.test"), [target])
+        self.assertIn("hello", self.sh(sid, "curl -s -m 3 http://%s/" % target))
+        hdrs = self.client.get("/v1/sandboxes/%s/endpoints/18080" % sid).json()["headers"]
+        path = "/sandboxes/%s/proxy/18080/policy" % sid
+        record = os.path.join(self.corrald.sandbox_dir(sid), "sandbox.json")
+        tracer = subprocess.Popen(
+            ["strace", "-p", str(self.corrald.proc.pid), "-e", "trace=rename,renameat,renameat2",
+             "-e", "inject=rename,renameat,renameat2:delay_exit=20000000"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: tracer.poll() is None and (tracer.kill(), tracer.wait()))
+        line = tracer.stderr.readline()
+        self.assertIn("attached", line)
+        deny = {"defaultAction": "deny", "egress": []}
+
+        def put():
+            c = self.corrald.client(timeout=30)
+            try:
+                c.request("PUT", path, body=deny, headers=hdrs)
+            except Exception:
+                pass
+
+        t = threading.Thread(target=put)
+        t.start()
+
+        def renamed():
+            with open(record) as f:
+                return json.load(f)["egress"]["policy"]["egress"] == []
+        self.wait_until(renamed, 15, msg="the new policy's record")
+        self.corrald.kill9()
+        t.join()
+        tracer.wait()
+        self.restart()
+        r = self.client.request("GET", path, headers=self.client.get(
+            "/v1/sandboxes/%s/endpoints/18080" % sid).json()["headers"])
+        shown = r.json()["policy"]
+        out = self.sh(sid, "curl -s --connect-timeout 1 -m 2 http://%s/; echo rc=$?" % target)
+        log("after the restart: the API shows %s; the sandbox -> %s: %s"
+            % (shown, target, out.strip()))
+        self.assertEqual(shown, deny)
+        self.assertNotIn("hello", out, "an address of the removed rule stayed admitted")
+        self.assertEqual(self.resolve(sid, "allowed.test"), "NXDOMAIN")
         self.assert_platform_alive(sid)
 
 
