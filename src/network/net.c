@@ -154,8 +154,14 @@ static int nft_base(struct net *n, struct error *err)
 	    "add chain inet %1$s in_sb\n"
 	    "flush chain inet %1$s in_sb\n"
 	    "add rule inet %1$s in_sb meta nfproto ipv6 drop\n"
-	    "add rule inet %1$s in_sb ip daddr %3$s udp dport 53 accept\n"
-	    "add rule inet %1$s in_sb ip daddr %3$s tcp dport 53 accept\n"
+	    /* corral's resolver, whose sockets are bound to the gateway's address: while corrald
+	     * is down (a restart), a host service listening on every address (a DNS server's
+	     * default) would get these otherwise. Neither a socket bound to the wildcard, nor a
+	     * connection that began with one, nor a UDP flow kept alive across the restart. */
+	    "add rule inet %1$s in_sb ip daddr %3$s udp dport 53 socket wildcard 0 accept\n"
+	    "add rule inet %1$s in_sb ip daddr %3$s tcp dport 53 ct state new socket wildcard 0 accept\n"
+	    "add rule inet %1$s in_sb ip daddr %3$s tcp dport 53 ct state established accept\n"
+	    "add rule inet %1$s in_sb meta l4proto { tcp, udp } th dport 53 goto drop_sb\n"
 	    "add rule inet %1$s in_sb ct state established,related accept\n"
 	    "add rule inet %1$s in_sb goto drop_sb\n"
 	    "add chain inet %1$s input { type filter hook input priority filter - 5; policy accept; }\n"

@@ -291,6 +291,45 @@ class PolicyApiAttacks(LabDnsCase):
         self.assert_platform_alive(sid)
 
 
+# A stand-in for a DNS server of the host's own listening on every address (dnsmasq's default):
+# logs the source of every datagram from the lab's sandbox subnet, answers nothing.
+HOST_DNS = r"""
+import ipaddress, socket, sys
+net, logpath = ipaddress.ip_network(sys.argv[1]), sys.argv[2]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 53))
+print("ready", flush=True)
+while True:
+    data, peer = s.recvfrom(4096)
+    if ipaddress.ip_address(peer[0]) in net:
+        with open(logpath, "a") as f:
+            f.write(peer[0] + "\n")
+"""
+
+
+# The workload of a sandbox: asks corral's resolver for a name every 0.2 s for 12 s, each time
+# from a new socket, and prints the answers.
+ASK_LOOP = r"""
+import random, socket, struct, sys, time
+gw = sys.argv[1]
+end = time.monotonic() + 12
+while time.monotonic() < end:
+    q = struct.pack(">HHHHHH", random.randrange(65536), 0x0100, 1, 0, 0, 0)
+    q += b"\x05exfil\x04test\x00\x00\x01\x00\x01"
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(0.2)
+    s.sendto(q, (gw, 53))
+    try:
+        a = s.recv(512)
+        print("NXDOMAIN" if a[3] & 15 == 3 else "ANSWER", flush=True)
+    except OSError:
+        print("TIMEOUT", flush=True)
+    s.close()
+    time.sleep(0.2)
+"""
+
+
 class RestartWindowAttacks(NetLabCase):
     """A corrald of its own, killed and started again."""
 
@@ -347,6 +386,41 @@ class RestartWindowAttacks(NetLabCase):
             % (shown, target, out.strip()))
         self.assertEqual(shown, deny)
         self.assertNotIn("hello", out, "an address of the removed rule stayed admitted")
+        self.assertEqual(self.resolve(sid, "allowed.test"), "NXDOMAIN")
+        self.assert_platform_alive(sid)
+
+    def test_resolver_down_sends_dns_to_no_other_host_service(self):
+        # attack: while corrald is down (a restart, an upgrade), a sandbox denied everything keeps
+        # sending DNS to the gateway's port 53, where a DNS server of the host's own listens on
+        # every address (dnsmasq's default): it would resolve, and forward, what the policy denies
+        logpath = os.path.join(tempfile.mkdtemp(prefix="corral-redteam3-"), "hostdns.log")
+        sid = self.sandbox({"defaultAction": "deny", "egress": []})
+        gw = self.nameserver(sid)
+        self.assertEqual(self.resolve(sid, "allowed.test"), "NXDOMAIN")
+        host_dns = subprocess.Popen(["/usr/bin/python3", "-c", HOST_DNS, self.lab.sandbox_subnet,
+                                     logpath], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        self.addCleanup(lambda: (host_dns.kill(), host_dns.wait()))
+        self.assertEqual(host_dns.stdout.readline().strip(), "ready")
+        # the workload asks all along (commands need corrald: this one runs on while it is down)
+        self.sh(sid, "nohup /usr/bin/python3 -c %s %s >/tmp/asks 2>&1 &" % (q(ASK_LOOP), gw))
+        self.wait_until(lambda: self.sh(sid, "cat /tmp/asks").count("NXDOMAIN") >= 2, 10,
+                        msg="the workload's first answers")
+        self.corrald.kill9()
+        time.sleep(3)
+        # the stand-in does listen on the gateway's address: the host's own datagram gets there
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(b"control", (gw, 53))
+        time.sleep(0.2)
+        try:
+            with open(logpath) as f:
+                got = f.read().split()
+        except OSError:
+            got = []
+        log("datagrams from the sandbox at the host's own DNS server:", got)
+        self.restart()
+        self.assertIn(gw, got, "the stand-in never saw the host's own datagram")
+        self.assertNotIn(self.address(sid), got, "the sandbox's DNS reached another host service")
         self.assertEqual(self.resolve(sid, "allowed.test"), "NXDOMAIN")
         self.assert_platform_alive(sid)
 
