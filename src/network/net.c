@@ -143,7 +143,10 @@ static int nft_base(struct net *n, struct error *err)
 	    "add table inet %1$s\n"
 	    "add set inet %1$s blocked4 { type ipv4_addr; flags interval; }\n"
 	    "flush set inet %1$s blocked4\n"
-	    "add element inet %1$s blocked4 { 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/3, %2$s }\n"
+	    /* the metadata services: 169.254.169.254 (most clouds), Alibaba Cloud's 100.100.100.200,
+	     * Azure's WireServer 168.63.129.16 */
+	    "add element inet %1$s blocked4 { 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/3, "
+	    "100.100.100.200, 168.63.129.16, %2$s }\n"
 	    "add map inet %1$s src4 { type ipv4_addr : verdict; }\n"
 	    "add map inet %1$s drops { type ipv4_addr : counter; }\n"
 	    "add chain inet %1$s drop_sb\n"

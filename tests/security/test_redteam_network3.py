@@ -271,6 +271,27 @@ class PacketAttacks(LabDnsCase):
         self.assert_platform_alive(sid)
 
 
+    def test_other_clouds_metadata_addresses_are_blocked(self):
+        # attack: a sandbox allowed everything fetches the instance metadata of the clouds whose
+        # service is not on 169.254.169.254: Alibaba Cloud's 100.100.100.200 (its RAM role's
+        # credentials) and Azure's WireServer 168.63.129.16 (served in the lab here)
+        sid = self.sandbox({"defaultAction": "allow", "egress": []})
+        for addr in ("100.100.100.200", "168.63.129.16"):
+            self.lab.run_in("ip", "addr", "add", addr + "/32", "dev", "lo", check=True)
+            self.lab.serve_http(addr, 80)
+            got = self.lab.run_in("curl", "-s", "-m", "3", "http://%s/whoami" % addr,
+                                  capture_output=True, text=True).stdout.strip()
+            self.assertEqual(got, addr, "the lab does not serve %s" % addr)
+            out = self.sh(sid, "curl -s --connect-timeout 1 -m 2 http://%s/whoami 2>&1; "
+                          "echo rc=$?" % addr)
+            log("sandbox -> %s: %s" % (addr, out.strip()))
+            self.assertNotIn(addr + "\n", out, "the sandbox read %s's metadata" % addr)
+            self.assertIn("rc=28", out)
+        # the lab's own servers are still reachable: the block is the address's
+        self.assertTrue(self.reach(sid, self.lab.addr["literal"]))
+        self.assert_platform_alive(sid)
+
+
 class PolicyApiAttacks(LabDnsCase):
     def test_delete_with_a_huge_target_list_is_refused(self):
         # attack: DELETE /policy with 1 MiB of targets (262,000 of them) against a policy of
