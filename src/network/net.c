@@ -167,6 +167,16 @@ static int nft_base(struct net *n, struct error *err)
 	    "add rule inet %1$s in_sb meta l4proto { tcp, udp } th dport 53 goto drop_sb\n"
 	    "add rule inet %1$s in_sb ct state established,related accept\n"
 	    "add rule inet %1$s in_sb goto drop_sb\n"
+	    /* A sandbox's conversations with corral's resolver are not tracked: each would be a
+	     * conntrack entry of the host's, "assured" (never evicted early) once it goes on for
+	     * 2 s, from any of a sandbox's 64,000 ports, whatever its policy: a few sandboxes
+	     * would fill the host's table, and the host would drop every new flow. */
+	    "add chain inet %1$s dns_raw_in { type filter hook prerouting priority raw; policy accept; }\n"
+	    "flush chain inet %1$s dns_raw_in\n"
+	    "add rule inet %1$s dns_raw_in iifname \"%1$s\" ip daddr %3$s udp dport 53 notrack\n"
+	    "add chain inet %1$s dns_raw_out { type filter hook output priority raw; policy accept; }\n"
+	    "flush chain inet %1$s dns_raw_out\n"
+	    "add rule inet %1$s dns_raw_out oifname \"%1$s\" ip saddr %3$s udp sport 53 notrack\n"
 	    "add chain inet %1$s input { type filter hook input priority filter - 5; policy accept; }\n"
 	    "flush chain inet %1$s input\n"
 	    /* a sandbox address from anywhere but the bridge (or the host itself) is forged: corral's

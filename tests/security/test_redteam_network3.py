@@ -72,6 +72,59 @@ while True:
 BG_PROBE = "nohup /usr/bin/python3 -c %s %s %s >%s 2>&1 &"
 
 
+# Asks corral's resolver from N source ports starting at FIRST, each from its own socket, twice,
+# 2.5 s apart (the same conversations again); prints the answers of each pass.
+UDP_PORTS = r"""
+import socket, struct, sys, time
+gw, first, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+q = struct.pack(">HHHHHH", 7, 0x0100, 1, 0, 0, 0) + b"\x01x\x04test\x00\x00\x01\x00\x01"
+for rnd in range(2):
+    got, socks = 0, []
+    for p in range(first, first + n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", p))
+            s.sendto(q, (gw, 53))
+        except OSError:
+            s.close()
+            continue
+        socks.append(s)
+        if len(socks) >= 200:
+            for t in socks:
+                t.settimeout(2)
+                try:
+                    t.recv(512)
+                    got += 1
+                except OSError:
+                    pass
+                t.close()
+            socks = []
+    for t in socks:
+        t.settimeout(2)
+        try:
+            t.recv(512)
+            got += 1
+        except OSError:
+            pass
+        t.close()
+    print(got, flush=True)
+    if rnd == 0:
+        time.sleep(2.5)
+"""
+
+
+def conntrack_of(addr):
+    """The host's conntrack entries with addr as original source: {(proto, assured): count}."""
+    got = {}
+    with open("/proc/net/nf_conntrack") as f:
+        for ln in f:
+            if " src=%s " % addr in ln:
+                k = (ln.split()[2], "[ASSURED]" in ln)
+                got[k] = got.get(k, 0) + 1
+    return got
+
+
 def learned(net_name, sid):
     """The addresses in a sandbox's learned set, with their timeouts (s)."""
     out = subprocess.run(["nft", "-j", "list", "set", "inet", net_name,
@@ -289,6 +342,25 @@ class PacketAttacks(LabDnsCase):
             self.assertIn("rc=28", out)
         # the lab's own servers are still reachable: the block is the address's
         self.assertTrue(self.reach(sid, self.lab.addr["literal"]))
+        self.assert_platform_alive(sid)
+
+
+    def test_resolver_traffic_holds_no_conntrack_entries(self):
+        # attack: a sandbox denied everything asks corral's resolver from 3000 source ports, twice
+        # 2.5 s apart: each conversation becomes an "assured" conntrack entry of the host's (one
+        # the kernel never evicts early), kept as long as it goes on; 64,000 ports a sandbox,
+        # and a few sandboxes fill the host's table (262,144 here): every new flow of the host
+        # and of every sandbox is then dropped
+        sid = self.sandbox({"defaultAction": "deny", "egress": []})
+        ip, gw = self.address(sid), self.nameserver(sid)
+        out = self.sh(sid, "/usr/bin/python3 -c %s %s 20000 3000" % (q(UDP_PORTS), gw),
+                      read_timeout=120)
+        log("answers per pass:", out.split())
+        self.assertGreater(min(int(x) for x in out.split()), 2000)
+        held = conntrack_of(ip)
+        log("the host's conntrack entries from the sandbox:", held)
+        self.assertLess(held.get(("udp", True), 0), 64,
+                        "a sandbox denied everything holds assured conntrack entries")
         self.assert_platform_alive(sid)
 
 
