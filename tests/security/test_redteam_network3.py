@@ -28,7 +28,7 @@ from netlab import DNS_PROBE  # noqa: E402
 # asked for: <a>-<b>-<c>-<d>.ip.test is a.b.c.d (an allowed domain whose name server the attacker
 # runs, answering whatever address it likes); names under delay.test are answered with the lab's
 # "literal" server only after DELAY seconds (an answer still in flight when the policy changes);
-# ttlmax.test has the largest TTL there is; anything else is NXDOMAIN.
+# ttlmax.test has the largest TTL there is, ttl0.test none; anything else is NXDOMAIN.
 LAB_DNS = r"""
 import socket, struct, sys, threading
 listen, literal, delay, logpath = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
@@ -62,6 +62,8 @@ while True:
         threading.Timer(delay, reply, (q, peer, question, [literal], 300, 0)).start()
     elif name == "ttlmax.test":
         reply(q, peer, question, [literal], 0xffffffff, 0)
+    elif name == "ttl0.test":
+        reply(q, peer, question, [literal], 0, 0)
     elif name.endswith(".ip.test"):
         reply(q, peer, question, [labels[0].replace("-", ".")], 300, 0)
     else:
@@ -269,18 +271,31 @@ class AnswerAttacks(LabDnsCase):
         self.assertFalse(self.reach(attacker, lit), "the neighbour's learned address let it in")
         self.assert_platform_alive(attacker, neighbour)
 
-    def test_largest_ttl_is_capped(self):
-        # attack: an answer with TTL 2^32-1 (136 years), so that its address stays admitted long
-        # after the name server moved it, and any timeout arithmetic overflows
+    def test_ttl_extremes_are_bounded(self):
+        # attack: answers with TTL 2^32-1 (136 years: its address admitted long after the name
+        # server moved it, and any timeout arithmetic overflows) and with TTL 0
+        lit = self.lab.addr["literal"]
         sid = self.sandbox({"defaultAction": "deny",
-                            "egress": [{"action": "allow", "target": "ttlmax.test"}]})
-        self.assertEqual(self.resolve(sid, "ttlmax.test"), [self.lab.addr["literal"]])
+                            "egress": [{"action": "allow", "target": "ttlmax.test"},
+                                       {"action": "allow", "target": "ttl0.test"}]})
+        self.assertEqual(self.resolve(sid, "ttlmax.test"), [lit])
         got = learned(self.corrald.net_name, sid)
-        log("learned:", got)
-        t = got.get(self.lab.addr["literal"])
-        self.assertIsNotNone(t, "the answer's address was not admitted")
-        self.assertGreaterEqual(t, 5)
-        self.assertLessEqual(t, 86400, "an address was admitted for longer than a day")
+        log("learned after TTL 2^32-1:", got)
+        self.assertIsNotNone(got.get(lit), "the answer's address was not admitted")
+        self.assertGreater(got[lit], 3600)
+        self.assertLessEqual(got[lit], 86400, "an address was admitted for longer than a day")
+        # a policy change forgets it at once, however long its TTL
+        r = self.policy_call(sid, "PATCH", [{"action": "deny", "target": "ttlmax.test"}])
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(learned(self.corrald.net_name, sid), {})
+        self.assertFalse(self.reach(sid, lit))
+        self.assertEqual(self.resolve(sid, "ttl0.test"), [lit])
+        got = learned(self.corrald.net_name, sid)
+        log("learned after TTL 0:", got)
+        self.assertIsNotNone(got.get(lit))
+        self.assertGreaterEqual(got[lit], 5, "TTL 0 admitted for less than the floor")
+        self.assertLessEqual(got[lit], 10)
+        self.assertTrue(self.reach(sid, lit))
         self.assert_platform_alive(sid)
 
 
@@ -345,6 +360,31 @@ class PacketAttacks(LabDnsCase):
         self.assert_platform_alive(sid)
 
 
+    def test_sandbox_cannot_turn_ipv6_on(self):
+        # attack: root in the sandbox gives eth0 an IPv6 address back (addr_gen_mode, an address
+        # of its own) and sends to the link's all-nodes group and the gateway's link-local
+        # address, around the IPv4-only policy
+        sid = self.sandbox({"defaultAction": "deny", "egress": []})
+        out = self.sh(sid, "for f in addr_gen_mode disable_ipv6; do "
+                      "echo 0 > /proc/sys/net/ipv6/conf/eth0/$f 2>/dev/null && echo wrote-$f; "
+                      "done; ip -6 addr add fd00::5/64 dev eth0 2>/dev/null && echo added; "
+                      "ip -6 -o addr show dev eth0; echo end")
+        log("IPv6 on eth0 after the attempts:", out.strip())
+        self.assertNotIn("wrote-", out)
+        self.assertNotIn("added", out)
+        self.assertNotIn("inet6", out)
+        code = ("import socket\n"
+                "s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n"
+                "for dst in ('ff02::1%eth0', 'fe80::1%eth0', 'fd00::1'):\n"
+                "    try:\n"
+                "        s.sendto(b'x', (dst, 53)); print('sent', dst)\n"
+                "    except OSError as e:\n"
+                "        print('refused', dst, e.errno)\n")
+        out = self.sh(sid, "/usr/bin/python3 -c %s" % q(code))
+        log("IPv6 datagrams:", out.strip())
+        self.assertNotIn("sent", out)
+        self.assert_platform_alive(sid)
+
     def test_resolver_traffic_holds_no_conntrack_entries(self):
         # attack: a sandbox denied everything asks corral's resolver from 3000 source ports, twice
         # 2.5 s apart: each conversation becomes an "assured" conntrack entry of the host's (one
@@ -381,6 +421,46 @@ class PolicyApiAttacks(LabDnsCase):
         hdrs = self.client.get("/v1/sandboxes/%s/endpoints/18080" % sid).json()["headers"]
         r = self.client.request("GET", "/sandboxes/%s/proxy/18080/policy" % sid, headers=hdrs)
         self.assertEqual(len(r.json()["policy"]["egress"]), 24)
+        self.assert_platform_alive(sid)
+
+    def test_largest_policy_is_what_the_kernel_enforces(self):
+        # attack: PUT the largest policy there is (1024 address rules, one libnftnl batch past the
+        # netlink socket's default buffer), then PATCH one rule more: what the API shows must be
+        # what the kernel has, rule for rule, and the refused PATCH must change neither
+        lit = self.lab.addr["literal"]
+        rules = [{"action": "deny" if i % 2 else "allow", "target": "10.%d.%d.0/24" % (i // 256, i % 256)}
+                 for i in range(1023)] + [{"action": "allow", "target": lit}]
+        sid = self.sandbox({"defaultAction": "deny", "egress": []})
+        self.assertFalse(self.reach(sid, lit))
+        r = self.policy_call(sid, "PUT", {"defaultAction": "deny", "egress": rules})
+        self.assertEqual(r.status, 200, r)
+        r = self.policy_call(sid, "PATCH", [{"action": "deny", "target": lit + "/32"}])
+        self.assertEqual(r.status, 400, r)
+        hdrs = self.client.get("/v1/sandboxes/%s/endpoints/18080" % sid).json()["headers"]
+        shown = self.client.request("GET", "/sandboxes/%s/proxy/18080/policy" % sid,
+                                    headers=hdrs).json()["policy"]["egress"]
+        self.assertEqual(shown, rules)
+        out = subprocess.run(["nft", "-j", "list", "chain", "inet", self.corrald.net_name,
+                              "sb_" + sid.replace("-", "_")], check=True, text=True,
+                             stdout=subprocess.PIPE).stdout
+        kernel = []
+        for obj in json.loads(out)["nftables"]:
+            expr = obj.get("rule", {}).get("expr")
+            if not expr:
+                continue
+            verdict = "allow" if any("accept" in e for e in expr) else "deny"
+            right = [e["match"]["right"] for e in expr if "match" in e]
+            if right and isinstance(right[0], dict) and "prefix" in right[0]:
+                kernel.append((verdict, "%s/%d" % (right[0]["prefix"]["addr"],
+                                                   right[0]["prefix"]["len"])))
+            elif right and isinstance(right[0], str) and not right[0].startswith("@"):
+                kernel.append((verdict, right[0]))
+            else:
+                kernel.append((verdict, None))
+        log("the kernel's chain: %d rules, first %s, last %s" % (len(kernel), kernel[:3], kernel[-2:]))
+        self.assertEqual(kernel[1:-1], [(r["action"], r["target"]) for r in rules])
+        self.assertEqual(kernel[-1], ("deny", None))
+        self.assertTrue(self.reach(sid, lit), "the policy's last rule is not enforced")
         self.assert_platform_alive(sid)
 
 
