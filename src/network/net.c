@@ -1065,10 +1065,22 @@ int net_gc(struct net *n, struct error *err)
 	int removed = 0;
 	struct gc_links g = {.n = n};
 	struct nl nl = {0};
-	int r = nl_open(&nl);
-	if (r < 0)
-		return error_set_errno(err, -r, "netlink socket");
-	r = nl_links(&nl, gc_link, &g);
+	int r;
+	/* A dump of the links is interrupted (-EINTR) when a link comes or goes meanwhile: other
+	 * corralds' sandboxes, anything on a busy host. Asked again, on a fresh socket (the rest
+	 * of the interrupted dump is still queued on the old one); without it the whole start's
+	 * clean-up was skipped: no chain refilled from its record, no leftover removed. */
+	for (int tries = 0;; tries++) {
+		g.n_doomed = 0;
+		if ((r = nl_open(&nl)) < 0) {
+			free(g.doomed);
+			return error_set_errno(err, -r, "netlink socket");
+		}
+		r = nl_links(&nl, gc_link, &g);
+		if (r != -EINTR || tries >= 16)
+			break;
+		nl_close(&nl);
+	}
 	for (size_t i = 0; r >= 0 && i < g.n_doomed; i++)
 		if (nl_link_del(&nl, g.doomed[i]) >= 0)
 			removed++;
