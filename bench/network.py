@@ -14,6 +14,10 @@ The "internet" is tests/integration/netlab.py's lab namespace: nothing leaves th
 Needs root. No pass/fail: it prints numbers.
 
     sudo python3 bench/network.py [--n 50] [--connects 300] [--json FILE] [--baseline BUILD_DIR]
+    sudo python3 bench/network.py --restart 40 [--baseline BUILD_DIR]
+
+--restart N measures corrald's start (kill -9, then start until /health answers) over N sandboxes
+without rules and with the largest policy (1024 address rules) each, as a ratio of the two.
 
 With --baseline, the create rows are measured on a corrald of another build too (its own lab),
 interleaved round by round with this build's, so machine noise hits both alike.
@@ -114,6 +118,86 @@ def p50(v):
     return statistics.median(v)
 
 
+def largest_policy():
+    """EGRESS_RULES_MAX (1024) address rules, none of them ever contacted."""
+    return {"defaultAction": "deny", "egress": [
+        {"action": "deny" if i % 2 else "allow", "target": "10.%d.%d.0/24" % (i // 256, i % 256)}
+        for i in range(1024)]}
+
+
+def restart_seconds(d):
+    """kill -9, then start until /health answers: corrald's start with its sandboxes."""
+    d.kill9()
+    t0 = time.perf_counter()
+    d.start()
+    return time.perf_counter() - t0
+
+
+def restart_rows(d, n, rounds, prefix, out):
+    """n sandboxes on d: restarts with the default policy, then with the largest policy each."""
+    c = d.client()
+    sids = []
+    for _ in range(n):
+        r = c.create_sandbox_raw(resourceLimits={"cpu": "100m", "memory": "64Mi", "pids": "64"},
+                                 resourceRequests={"cpu": "10m", "memory": "16Mi"})
+        if r.status != 202:
+            raise RuntimeError("create failed: %r" % r)
+        sids.append(r.json()["id"])
+    c.close()
+    for _ in range(rounds):
+        out[prefix + "restart_plain"].append(restart_seconds(d))
+    c = d.client()
+    for sid in sids:
+        hdrs = c.get("/v1/sandboxes/%s/endpoints/18080" % sid).json()["headers"]
+        r = c.request("PUT", "/sandboxes/%s/proxy/18080/policy" % sid, body=largest_policy(),
+                      headers=hdrs)
+        if r.status != 200:
+            raise RuntimeError("policy failed: %r" % r)
+    c.close()
+    for _ in range(rounds):
+        out[prefix + "restart_policy"].append(restart_seconds(d))
+    c = d.client()
+    for sid in sids:
+        c.delete_sandbox(sid)
+    c.close()
+
+
+def restart_main(args):
+    """--restart N: corrald's start over N sandboxes without rules and with 1024 each."""
+    out = {"restart_plain": [], "restart_policy": [], "base_restart_plain": [],
+           "base_restart_policy": []}
+    labs, ds, notes = [NetLab()], [], []
+    try:
+        ds.append(("", harness.Corrald(network=labs[0])))
+        if args.baseline:
+            labs.append(NetLab())
+            ds.append(("base_", BuildCorrald(args.baseline, network=labs[1])))
+        for prefix, d in ds:
+            d.start()
+            restart_rows(d, args.restart, 3, prefix, out)
+    finally:
+        for _, d in ds:
+            try:
+                d.shutdown_and_check()
+            except AssertionError as e:
+                notes.append(str(e))
+        for lb in labs:
+            lb.close()
+    print("%-55s %12s %8s" % ("row", "p50", "ratio"))
+    for prefix, name in [("", "this build"), ("base_", "baseline")][:len(ds)]:
+        plain = p50(out[prefix + "restart_plain"])
+        pol = p50(out[prefix + "restart_policy"])
+        print("%-55s %9.3f ms %7.2fx" % ("%s: restart, %d sandboxes, no rules" % (name, args.restart),
+                                        plain * 1000, 1.0))
+        print("%-55s %9.3f ms %7.2fx" % ("%s: restart, %d sandboxes x 1024 rules"
+                                        % (name, args.restart), pol * 1000, pol / plain))
+    for n in notes:
+        print("note:", n)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--n", type=int, default=50, help="creates per variant")
@@ -121,7 +205,12 @@ def main():
     ap.add_argument("--json", help="write the raw samples (seconds) here")
     ap.add_argument("--baseline", metavar="BUILD_DIR",
                     help="measure the create rows on this build's corrald too, interleaved")
+    ap.add_argument("--restart", type=int, metavar="N",
+                    help="only corrald's start (kill -9, then start) over N sandboxes without "
+                         "rules and with the largest policy (1024 address rules) each")
     args = ap.parse_args()
+    if args.restart:
+        return restart_main(args)
 
     lab = NetLab()
     lab2 = NetLab()

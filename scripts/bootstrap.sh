@@ -6,7 +6,7 @@ set -eu
 PKGS="meson ninja-build pkg-config gcc libc6-dev make libevent-dev libjansson-dev \
 libcurl4-openssl-dev libseccomp-dev libarchive-dev libssl-dev python3 curl iproute2 util-linux \
 procps e2fsprogs docker-registry skopeo apache2-utils \
-libmnl-dev libnftables-dev libnftnl-dev libnetfilter-log-dev nftables dnsmasq-base libldns-dev openssl"
+libmnl-dev libnftables-dev libnftnl-dev libnetfilter-log-dev nftables dnsmasq-base libldns-dev openssl strace"
 # CI (CI=true) also builds the tree with clang (make clang, from scripts/test.sh).
 [ "${CI:-}" = "true" ] && PKGS="$PKGS clang"
 

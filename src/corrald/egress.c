@@ -389,9 +389,13 @@ static json_t *status_reply(const struct sandbox *sb, const char *reason)
 }
 
 /*
- * Make next sb's policy: on disk first (a 2xx means it is stored), then in nftables (which also
- * flushes the learned addresses, so a deleted rule's addresses go at once). Either failing leaves
- * the old policy in force and on disk, and answers 500 (507 for a full disk).
+ * Make next sb's policy: in nftables first (which also flushes the learned addresses, so a
+ * deleted rule's addresses go at once), then on disk (a 2xx means it is stored). In that order a
+ * corrald killed in between starts again with the old policy on disk, whose rules the start puts
+ * back (net_gc()) over a learned set the new one has already emptied. The other way round the
+ * record had the new policy while the learned set still held what the old one admitted, for up to
+ * a day, and nothing at the start could tell. Either failing leaves the old policy in force and on
+ * disk, and answers 500 (507 for a full disk).
  */
 static void commit(struct corrald *d, struct evhttp_request *req, struct sandbox *sb,
 		   struct egress_policy *next, const char *reason, bool reset)
@@ -401,27 +405,17 @@ static void commit(struct corrald *d, struct evhttp_request *req, struct sandbox
 	bool old_given = e->policy_given;
 	e->policy = *next;
 	e->policy_given = true;
-	int r = sandbox_save(sb);
-	if (r < 0) {
-		e->policy = old;
-		e->policy_given = old_given;
-		egress_policy_clear(next);
-		send_text(req, sandbox_save_status(r), "failed to persist policy: %s", strerror(-r));
-		return;
-	}
 	struct error err = {0};
-	r = egress_apply(d, sb, &err);
+	int r = egress_apply(d, sb, &err);
 	if (r < 0) {
 		log_error("sandbox %s: egress policy: %s", sb->id, err.msg);
-		e->policy = old;
-		e->policy_given = old_given;
-		(void)sandbox_save(sb);
-		struct error err2 = {0};
-		if (egress_apply(d, sb, &err2) < 0)
-			log_error("sandbox %s: restoring its egress policy: %s", sb->id, err2.msg);
-		egress_policy_clear(next);
 		send_text(req, 500, "failed to apply nftables policy: %s", err.msg);
-		return;
+		goto restore;
+	}
+	r = sandbox_save(sb);
+	if (r < 0) {
+		send_text(req, sandbox_save_status(r), "failed to persist policy: %s", strerror(-r));
+		goto restore;
 	}
 	egress_policy_clear(&old);
 	memset(next, 0, sizeof(*next));
@@ -434,6 +428,14 @@ static void commit(struct corrald *d, struct evhttp_request *req, struct sandbox
 				       "policy reset to default deny-all"));
 	else
 		send_json_nl(req, 200, status_reply(sb, reason));
+	return;
+restore:
+	e->policy = old;
+	e->policy_given = old_given;
+	struct error err2 = {0};
+	if (egress_apply(d, sb, &err2) < 0)
+		log_error("sandbox %s: restoring its egress policy: %s", sb->id, err2.msg);
+	egress_policy_clear(next);
 }
 
 static bool blank(const char *s, size_t len)
@@ -533,6 +535,14 @@ static void policy_delete(struct corrald *d, struct evhttp_request *req, struct 
 	if (!j)
 		return;
 	size_t n = json_array_size(j);
+	/* No policy has more rules than that: a longer list can only cost corrald's loop (each
+	 * target is compared with each rule; 1 MiB of "a" is 262,000 targets, seconds of it). */
+	if (n > EGRESS_RULES_MAX) {
+		send_text(req, 400, "invalid delete targets: %zu targets: at most %d are allowed", n,
+			  EGRESS_RULES_MAX);
+		json_decref(j);
+		return;
+	}
 	const char **targets = calloc(n, sizeof(*targets));
 	if (!targets) {
 		json_decref(j);

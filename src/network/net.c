@@ -41,7 +41,8 @@ struct net_sandbox {
 	bool retired; /* its veth is gone, its nftables objects wait for net_reap() */
 	bool reaping; /* in the net_reap() under way (net_reap_begin()) */
 	bool broken; /* net_gc() found its chain or counter gone: everything it sends is dropped */
-	char *readopt; /* re-adopted: its chain's rules from its record, for net_gc() to put in */
+	bool readopt; /* re-adopted: net_gc() puts its chain's rules in from rp */
+	struct egress_policy rp; /* a re-adopted sandbox's recorded policy (a copy) */
 };
 
 /* ---- names ---------------------------------------------------------------------------------- */
@@ -149,7 +150,10 @@ static int nft_base(struct net *n, struct error *err)
 	    "add table inet %1$s\n"
 	    "add set inet %1$s blocked4 { type ipv4_addr; flags interval; }\n"
 	    "flush set inet %1$s blocked4\n"
-	    "add element inet %1$s blocked4 { 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/3, %2$s }\n"
+	    /* the metadata services: 169.254.169.254 (most clouds), Alibaba Cloud's 100.100.100.200,
+	     * Azure's WireServer 168.63.129.16 */
+	    "add element inet %1$s blocked4 { 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/3, "
+	    "100.100.100.200, 168.63.129.16, %2$s }\n"
 	    "add map inet %1$s src4 { type ipv4_addr : verdict; }\n"
 	    "add map inet %1$s drops { type ipv4_addr : counter; }\n"
 	    "add chain inet %1$s drop_sb\n"
@@ -168,10 +172,26 @@ static int nft_base(struct net *n, struct error *err)
 	    "add set inet %1$s dns_conn_rate { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 1m; }\n"
 	    "add rule inet %1$s in_sb ip daddr %3$s tcp dport 53 tcp flags & (syn | ack) == syn update @dns_conn_rate { ip saddr limit rate over %8$d/second burst %9$d packets } goto drop_sb\n"
 	    "add rule inet %1$s in_sb ip daddr %3$s meta l4proto { tcp, udp } th dport 53 update @dns_rate { ip saddr limit rate over %6$d/second burst %7$d packets } goto drop_sb\n"
-	    "add rule inet %1$s in_sb ip daddr %3$s udp dport 53 accept\n"
-	    "add rule inet %1$s in_sb ip daddr %3$s tcp dport 53 accept\n"
+	    /* corral's resolver, whose sockets are bound to the gateway's address: while corrald
+	     * is down (a restart), a host service listening on every address (a DNS server's
+	     * default) would get these otherwise. Neither a socket bound to the wildcard, nor a
+	     * connection that began with one, nor a UDP flow kept alive across the restart. */
+	    "add rule inet %1$s in_sb ip daddr %3$s udp dport 53 socket wildcard 0 accept\n"
+	    "add rule inet %1$s in_sb ip daddr %3$s tcp dport 53 ct state new socket wildcard 0 accept\n"
+	    "add rule inet %1$s in_sb ip daddr %3$s tcp dport 53 ct state established accept\n"
+	    "add rule inet %1$s in_sb meta l4proto { tcp, udp } th dport 53 goto drop_sb\n"
 	    "add rule inet %1$s in_sb ct state established,related accept\n"
 	    "add rule inet %1$s in_sb goto drop_sb\n"
+	    /* A sandbox's conversations with corral's resolver are not tracked: each would be a
+	     * conntrack entry of the host's, "assured" (never evicted early) once it goes on for
+	     * 2 s, from any of a sandbox's 64,000 ports, whatever its policy: a few sandboxes
+	     * would fill the host's table, and the host would drop every new flow. */
+	    "add chain inet %1$s dns_raw_in { type filter hook prerouting priority raw; policy accept; }\n"
+	    "flush chain inet %1$s dns_raw_in\n"
+	    "add rule inet %1$s dns_raw_in iifname \"%1$s\" ip daddr %3$s udp dport 53 notrack\n"
+	    "add chain inet %1$s dns_raw_out { type filter hook output priority raw; policy accept; }\n"
+	    "flush chain inet %1$s dns_raw_out\n"
+	    "add rule inet %1$s dns_raw_out oifname \"%1$s\" ip saddr %3$s udp sport 53 notrack\n"
 	    "add chain inet %1$s input { type filter hook input priority filter - 5; policy accept; }\n"
 	    "flush chain inet %1$s input\n"
 	    /* a sandbox address from anywhere but the bridge (or the host itself) is forged: corral's
@@ -216,6 +236,7 @@ static int nft_base(struct net *n, struct error *err)
 }
 
 static json_t *nft_list_json(struct net *n, const char *cmd);
+static json_t *nft_list_json_flags(struct net *n, const char *cmd, unsigned more);
 
 /* Does a second add of a set element restart its timeout (Linux 6.10+)? Asked once, of a
  * throwaway set in our table. */
@@ -460,7 +481,7 @@ void net_free(struct net *n)
 		nft_ctx_free(n->nft);
 	net_unlock(n);
 	for (size_t i = 0; i < n->n_sb; i++)
-		free(n->sb[i].readopt);
+		egress_policy_clear(&n->sb[i].rp);
 	free(n->sb);
 	free(n);
 }
@@ -537,34 +558,6 @@ static void sb_nft(const struct net *n, const char *id, struct in_addr addr, enu
 	};
 }
 
-/* The sandbox chain's rules (after a flush of it): in dns mode accept (the always-blocked came
- * before); in dns+nft the learned set, the static rules in order, then the default. */
-static int chain_rules(char **s, size_t *len, const char *N, const char *cid, enum net_mode mode,
-		       const struct egress_policy *p, enum egress_action def)
-{
-	FILE *f = open_memstream(s, len);
-	if (!f)
-		return -ENOMEM;
-	fprintf(f, "flush chain inet %s sb_%s\n", N, cid);
-	if (mode == NET_MODE_DNS) {
-		fprintf(f, "add rule inet %s sb_%s accept\n", N, cid);
-		return fclose(f) == 0 ? 0 : -ENOMEM;
-	}
-	fprintf(f, "add rule inet %s sb_%s ip daddr @l_%s accept\n", N, cid, cid);
-	for (size_t i = 0; p && i < p->n; i++) {
-		const struct egress_rule *r = &p->rules[i];
-		if (r->kind != EGRESS_CIDR || r->family != AF_INET)
-			continue;
-		char a[INET_ADDRSTRLEN];
-		inet_ntop(AF_INET, r->addr, a, sizeof(a));
-		fprintf(f, "add rule inet %s sb_%s ip daddr %s/%u %s\n", N, cid, a, r->prefix,
-			r->action == EGRESS_ALLOW ? "accept" : "goto drop_sb");
-	}
-	fprintf(f, "add rule inet %s sb_%s %s\n", N, cid,
-		def == EGRESS_ALLOW ? "accept" : "goto drop_sb");
-	return fclose(f) == 0 ? 0 : -ENOMEM;
-}
-
 int net_sandbox_add(struct net *n, const char *sandbox_id, enum net_mode mode,
 		    enum egress_action default_action, struct in_addr *addr, struct error *err)
 {
@@ -610,20 +603,19 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 	}
 
 	/* A re-adopted sandbox keeps its set (with what it learned), counter and map elements as
-	 * they are in the kernel: nothing to do here (net_gc() puts the map elements of exactly
-	 * the re-adopted sandboxes back in one transaction, and their chains' rules from their
-	 * records: a kill -9 between a policy's record and its nftables commit must not leave
-	 * the kernel enforcing the old one), so a restart over many sandboxes costs one
-	 * transaction, not one per sandbox. A new one gets everything, its chain's rules included,
-	 * in one libnftnl batch (nftnl.c: no ruleset cache to fetch first). */
-	_cleanup_free_ char *rules = NULL;
+	 * they are in the kernel: nothing to do here but keep its policy (net_gc() puts the map
+	 * elements of exactly the re-adopted sandboxes back in one transaction, and their chains'
+	 * rules from their records in libnftnl batches: a kill -9 between a policy's nftables
+	 * commit and its record must not leave the kernel enforcing the newer one), so a restart
+	 * over many sandboxes costs a few transactions, not one per sandbox. A new one gets
+	 * everything, its chain's rules included, in one libnftnl batch (nftnl.c: no ruleset
+	 * cache to fetch first). */
 	enum egress_action def = p ? p->default_action : default_action;
+	struct egress_policy rp;
+	egress_policy_init(&rp, def);
 	if (adopt) {
-		char cid[UUID_STR_LEN];
-		size_t rlen = 0;
-		nft_id(sandbox_id, cid);
-		if (chain_rules(&rules, &rlen, n->name, cid, mode, p, def) < 0)
-			return error_set(err, ENOMEM, "nftables script");
+		if (p && egress_policy_copy(&rp, p) < 0)
+			return error_set(err, ENOMEM, "network sandbox table");
 	} else {
 		struct sb_nft o;
 		sb_nft(n, sandbox_id, a, mode, p, def, &o);
@@ -636,10 +628,8 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 	sb->addr = a;
 	sb->mode = mode;
 	sb->seen = true;
-	if (adopt) {
-		sb->readopt = rules;
-		rules = NULL;
-	}
+	sb->readopt = adopt;
+	sb->rp = rp;
 	*addr = a;
 	return 0;
 }
@@ -732,7 +722,7 @@ void net_sandbox_forget(struct net *n, const char *sandbox_id)
 {
 	struct net_sandbox *sb = find(n, sandbox_id ? sandbox_id : "");
 	if (sb) {
-		free(sb->readopt);
+		egress_policy_clear(&sb->rp);
 		*sb = n->sb[--n->n_sb];
 	}
 }
@@ -912,8 +902,15 @@ static bool object_id(const char *name, const char *prefix, char id[UUID_STR_LEN
 /* The table's objects as JSON (libnftables' JSON output), or NULL. */
 static json_t *nft_list_json(struct net *n, const char *cmd)
 {
+	return nft_list_json_flags(n, cmd, 0);
+}
+
+/* The same with more output flags (NFT_CTX_OUTPUT_TERSE: sets without their elements, which are
+ * then not fetched either). */
+static json_t *nft_list_json_flags(struct net *n, const char *cmd, unsigned more)
+{
 	unsigned flags = nft_ctx_output_get_flags(n->nft);
-	nft_ctx_output_set_flags(n->nft, flags | NFT_CTX_OUTPUT_JSON);
+	nft_ctx_output_set_flags(n->nft, flags | more | NFT_CTX_OUTPUT_JSON);
 	int r = nft_run_cmd_from_buffer(n->nft, cmd);
 	nft_ctx_output_set_flags(n->nft, flags);
 	if (r != 0)
@@ -945,6 +942,77 @@ static bool has_objects(json_t *table, const char *cid)
 	return c1 && c2 && c3;
 }
 
+/* Adds {kind: {"name": name}} to items when the table has a counter of that name. */
+static void add_counter_if_there(const struct net *n, json_t *items, const char *name)
+{
+	uint64_t pk;
+	if (nftnl_counter_packets(n->name, name, &pk) == 0)
+		json_array_append_new(items, json_pack("{s:{s:s}}", "counter", "name", name));
+}
+
+/*
+ * The chains, sets and counters of our inet table as {"nftables": [{"chain": {"name"}}, ...]},
+ * without their rules and elements: "list table" brings every rule of every sandbox (10 MiB of
+ * JSON and ~1.5 s for 40 sandboxes of 1024 address rules, on the loop at every start), and a
+ * counter listing fetches them all too. Chains and sets of every inet table (cheap: no rules, no
+ * elements), ours kept; counters looked up by name: those of the known sandboxes and of every id
+ * a leftover chain or set names.
+ */
+static json_t *table_objects(struct net *n)
+{
+	json_t *items = json_array();
+	if (!items)
+		return NULL;
+	static const char *const cmds[] = {"list chains inet", "list sets inet"};
+	for (size_t c = 0; c < ARRAY_SIZE(cmds); c++) {
+		json_t *j = nft_list_json_flags(n, cmds[c], NFT_CTX_OUTPUT_TERSE), *it;
+		if (!j) {
+			json_decref(items);
+			return NULL;
+		}
+		size_t i;
+		json_array_foreach(json_object_get(j, "nftables"), i, it) {
+			const char *kind = c == 0 ? "chain" : "set";
+			json_t *o = json_object_get(it, kind);
+			const char *t = json_string_value(json_object_get(o, "table"));
+			const char *name = json_string_value(json_object_get(o, "name"));
+			if (t && name && strcmp(t, n->name) == 0)
+				json_array_append_new(items,
+						      json_pack("{s:{s:s}}", kind, "name", name));
+		}
+		json_decref(j);
+	}
+	char name[UUID_STR_LEN + 4], cid[UUID_STR_LEN];
+	for (size_t i = 0; i < n->n_sb; i++) {
+		nft_id(n->sb[i].id, cid);
+		snprintf(name, sizeof(name), "d_%s", cid);
+		add_counter_if_there(n, items, name);
+	}
+	size_t k = json_array_size(items);
+	for (size_t i = 0; i < k; i++) {
+		json_t *it = json_array_get(items, i);
+		const char *a = json_string_value(json_object_get(json_object_get(it, "chain"), "name"));
+		const char *b = json_string_value(json_object_get(json_object_get(it, "set"), "name"));
+		char id[UUID_STR_LEN];
+		if (!((a && object_id(a, "sb_", id)) || (b && object_id(b, "l_", id))))
+			continue;
+		struct net_sandbox *sb = find(n, id);
+		if (sb && sb->seen)
+			continue;
+		nft_id(id, cid);
+		snprintf(name, sizeof(name), "d_%s", cid);
+		bool listed = false; /* a leftover's chain and set name the same id */
+		for (size_t m = k; m < json_array_size(items); m++) {
+			json_t *o = json_object_get(json_array_get(items, m), "counter");
+			const char *c = json_string_value(json_object_get(o, "name"));
+			listed |= c && strcmp(c, name) == 0;
+		}
+		if (!listed)
+			add_counter_if_there(n, items, name);
+	}
+	return json_pack("{s:o}", "nftables", items);
+}
+
 bool net_sandbox_broken(const struct net *n, const char *sandbox_id)
 {
 	for (size_t i = 0; i < n->n_sb; i++)
@@ -965,15 +1033,70 @@ static bool is_stale(struct in_addr src, void *arg)
 	return true;
 }
 
+/*
+ * The chains of the re-adopted sandboxes (not broken) refilled from their records' policies (a
+ * kill -9 between a policy change's nftables commit and its record leaves the chain newer than the
+ * record), through libnftnl: as text, libnftables took ~1 s for 40 sandboxes of 1024 address
+ * rules, on the loop at every start. Batches of up to REFILL_BATCH_RULES rules, each one
+ * transaction; a batch that fails goes sandbox by sandbox, and a sandbox whose chain cannot be
+ * refilled is treated as broken (no map elements: everything it sends is dropped) rather than
+ * left enforcing a policy its record no longer has.
+ */
+#define REFILL_BATCH_RULES 16384
+static void refill_chains(struct net *n)
+{
+	struct sb_nft *o = calloc(n->n_sb ? n->n_sb : 1, sizeof(*o));
+	struct net_sandbox **who = calloc(n->n_sb ? n->n_sb : 1, sizeof(*who));
+	struct nftnl_sb *v = calloc(n->n_sb ? n->n_sb : 1, sizeof(*v));
+	size_t k = 0;
+	for (size_t i = 0; o && who && v && i < n->n_sb; i++) {
+		struct net_sandbox *sb = &n->sb[i];
+		if (!sb->readopt || sb->broken)
+			continue;
+		sb_nft(n, sb->id, sb->addr, sb->mode, &sb->rp, sb->rp.default_action, &o[k]);
+		v[k] = o[k].sb;
+		who[k++] = sb;
+	}
+	for (size_t i = 0; i < n->n_sb && !(o && who && v); i++)
+		if (n->sb[i].readopt)
+			n->sb[i].broken = true; /* out of memory: none refilled */
+	for (size_t first = 0; first < k;) {
+		size_t end = first, rules = 0;
+		do
+			rules += 2 + who[end]->rp.n;
+		while (++end < k && rules + 2 + who[end]->rp.n <= REFILL_BATCH_RULES);
+		if (nftnl_sandboxes_rules(v + first, end - first) < 0)
+			for (size_t i = first; i < end; i++)
+				if (nftnl_sandbox_rules(&v[i], false) < 0)
+					who[i]->broken = true;
+		first = end;
+	}
+	free(o);
+	free(who);
+	free(v);
+}
+
 int net_gc(struct net *n, struct error *err)
 {
 	int removed = 0;
 	struct gc_links g = {.n = n};
 	struct nl nl = {0};
-	int r = nl_open(&nl);
-	if (r < 0)
-		return error_set_errno(err, -r, "netlink socket");
-	r = nl_links(&nl, gc_link, &g);
+	int r;
+	/* A dump of the links is interrupted (-EINTR) when a link comes or goes meanwhile: other
+	 * corralds' sandboxes, anything on a busy host. Asked again, on a fresh socket (the rest
+	 * of the interrupted dump is still queued on the old one); without it the whole start's
+	 * clean-up was skipped: no chain refilled from its record, no leftover removed. */
+	for (int tries = 0;; tries++) {
+		g.n_doomed = 0;
+		if ((r = nl_open(&nl)) < 0) {
+			free(g.doomed);
+			return error_set_errno(err, -r, "netlink socket");
+		}
+		r = nl_links(&nl, gc_link, &g);
+		if (r != -EINTR || tries >= 16)
+			break;
+		nl_close(&nl);
+	}
 	for (size_t i = 0; r >= 0 && i < g.n_doomed; i++)
 		if (nl_link_del(&nl, g.doomed[i]) >= 0)
 			removed++;
@@ -984,11 +1107,10 @@ int net_gc(struct net *n, struct error *err)
 
 	/* nftables: the maps hold exactly the known sandboxes; objects of others go. One
 	 * transaction, so no known sandbox is ever without its elements. */
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "list table inet %s", n->name);
-	json_t *j = nft_list_json(n, cmd);
+	json_t *j = table_objects(n);
 	if (!j)
-		return error_set(err, EIO, "nftables: list table inet %s failed", n->name);
+		return error_set(err, EIO, "nftables: list the chains and sets of table inet %s failed",
+				 n->name);
 	FILE *f, *fd;
 	_cleanup_free_ char *s = NULL, *dels = NULL;
 	size_t len = 0, dlen = 0;
@@ -1005,13 +1127,16 @@ int net_gc(struct net *n, struct error *err)
 	fprintf(f, "flush map inet %1$s src4\nflush map inet %1$s drops\nflush set bridge %1$s ports\n"
 		   "flush set bridge %1$s port_names\n", N);
 	for (size_t i = 0; i < n->n_sb; i++) {
-		char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
+		char cid[UUID_STR_LEN];
 		nft_id(n->sb[i].id, cid);
 		n->sb[i].broken = !has_objects(j, cid);
+	}
+	refill_chains(n);
+	for (size_t i = 0; i < n->n_sb; i++) {
+		char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
+		nft_id(n->sb[i].id, cid);
 		if (n->sb[i].broken)
 			continue; /* e.g. after a reboot: its chain is gone, its packets are dropped */
-		if (n->sb[i].readopt)
-			fputs(n->sb[i].readopt, f);
 		veth_name(n->sb[i].id, veth);
 		inet_ntop(AF_INET, &n->sb[i].addr, as, sizeof(as));
 		fprintf(f,
@@ -1069,8 +1194,8 @@ done:
 		n->stale_flows = false;
 	/* The re-adopted chains' rules are in: what the records say is what the kernel does. */
 	for (size_t i = 0; i < n->n_sb; i++) {
-		free(n->sb[i].readopt);
-		n->sb[i].readopt = NULL;
+		egress_policy_clear(&n->sb[i].rp);
+		n->sb[i].readopt = false;
 	}
 	return removed + stale / 3;
 }

@@ -14,7 +14,8 @@
  *                                  timeout flag), counter d_<id> (dropped packets)
  *
  * Always dropped, whatever the policy: sandbox -> sandbox, -> any host address (but the gateway's
- * port 53), -> 169.254.0.0/16, 127/8, 0/8, 224/3, DNS (53) to any other resolver, 853 (DoT/DoQ),
+ * port 53), -> 169.254.0.0/16, 127/8, 0/8, 224/3, the metadata services 100.100.100.200 (Alibaba
+ * Cloud) and 168.63.129.16 (Azure), DNS (53) to any other resolver, 853 (DoT/DoQ),
  * everything IPv6, anything not leaving through the uplink.
  *
  * Processes: net_new(), net_sandbox_add*(), net_sandbox_forget(), net_policy_apply(), net_learn()

@@ -513,3 +513,18 @@ int nftnl_sandbox_rules(const struct nftnl_sb *sb, bool forget_learned)
 	batch_free(&t);
 	return r;
 }
+
+int nftnl_sandboxes_rules(const struct nftnl_sb *sbs, size_t n)
+{
+	struct batch t;
+	size_t msgs = 8;
+	for (size_t i = 0; i < n; i++)
+		msgs += 4 + n_rules(&sbs[i]);
+	if (batch_start(&t, msgs) < 0)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		put_rules(&t, &sbs[i]);
+	int r = batch_commit(&t);
+	batch_free(&t);
+	return r;
+}

@@ -29,6 +29,9 @@ int nftnl_sandbox_add(const struct nftnl_sb *sb);
 /* The chain's rules replaced (and the learned set emptied when forget_learned), in one
  * transaction. */
 int nftnl_sandbox_rules(const struct nftnl_sb *sb, bool forget_learned);
+/* The rules of n sandboxes' chains replaced (nftnl_sandbox_rules() without the learned sets), in
+ * one transaction. */
+int nftnl_sandboxes_rules(const struct nftnl_sb *sbs, size_t n);
 
 /* Add addr to set (table inet "table") with timeout_ms, restarting its timeout if present: by
  * the add alone when in_place (the kernel updates timeouts: Linux 6.10+), else add, delete, add. */

@@ -109,6 +109,9 @@ class NetLab:
                 break
         self.sandbox_subnet = "10.%d.%d.0/24" % (a, b)
         self.table = 30000 + secrets.randbelow(10000)
+        # the policy route's rule comes before the main table's (32766), or a sandbox packet to
+        # an address the host has a route for (its default route: anything) would follow that
+        self.rule_prio = 20000 + secrets.randbelow(10000)
         self.host_ip = "198.18.%d.1" % r         # host end of the link
         self.host_addr = self.host_ip
         self.ns_ip = "198.18.%d.2" % r           # the namespace's end: dnsmasq listens here
@@ -159,7 +162,7 @@ class NetLab:
         _run("ip", "route", "add", "169.254.0.0/16", "via", self.ns_ip, "dev", self.uplink,
              "table", str(self.table))
         _run("ip", "rule", "add", "from", self.sandbox_subnet, "iif", self.bridge, "lookup",
-             str(self.table), "priority", str(self.table))
+             str(self.table), "priority", str(self.rule_prio))
         self.rule = True
         # the DNS server: the test names only, each with its TTL; never asks anyone else
         argv = ["dnsmasq", "--no-resolv", "--no-hosts", "--no-poll", "--keep-in-foreground",
@@ -317,7 +320,7 @@ class NetLab:
         self.procs = []
         if getattr(self, "rule", False):
             _run("ip", "rule", "del", "from", self.sandbox_subnet, "iif", self.bridge, "lookup",
-                 str(self.table), "priority", str(self.table), check=False)
+                 str(self.table), "priority", str(self.rule_prio), check=False)
             _run("ip", "route", "flush", "table", str(self.table), check=False)
             self.rule = False
         _run("ip", "route", "del", self.net + ".0/24", check=False)
