@@ -9,7 +9,6 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -177,7 +176,7 @@ class NetLabCase(AttackCase):
     def udp_echo(self, port, sport):
         """A lab UDP echo server on port (its log's path) and the command that talks to it from
         a sandbox's UDP port sport (%s: the message)."""
-        echo_log = os.path.join(tempfile.mkdtemp(prefix="corral-redteam-"), "echo.log")
+        echo_log = os.path.join(self.lab.tmp, "echo-%d.log" % port)  # removed with the lab
         srv = subprocess.Popen(self.lab.nsexec("/usr/bin/python3", "-c", UDP_ECHO,
                                                self.lab.addr["literal"], str(port), echo_log),
                                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,

@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -181,7 +180,7 @@ class LabDnsCase(NetLabCase):
 
     @classmethod
     def started(cls):
-        cls.dns_log = os.path.join(tempfile.mkdtemp(prefix="corral-redteam3-"), "dns.log")
+        cls.dns_log = os.path.join(cls.lab.tmp, "redteam3-dns.log")  # removed with the lab
         open(cls.dns_log, "w").close()
         cls.dns = subprocess.Popen(
             cls.lab.nsexec("/usr/bin/python3", "-c", LAB_DNS, cls.lab.addr["literal"],
@@ -604,7 +603,7 @@ class RestartWindowAttacks(NetLabCase):
         # attack: while corrald is down (a restart, an upgrade), a sandbox denied everything keeps
         # sending DNS to the gateway's port 53, where a DNS server of the host's own listens on
         # every address (dnsmasq's default): it would resolve, and forward, what the policy denies
-        logpath = os.path.join(tempfile.mkdtemp(prefix="corral-redteam3-"), "hostdns.log")
+        logpath = os.path.join(self.lab.tmp, "hostdns.log")  # removed with the lab
         sid = self.sandbox({"defaultAction": "deny", "egress": []})
         gw = self.nameserver(sid)
         self.assertEqual(self.resolve(sid, "allowed.test"), "NXDOMAIN")
