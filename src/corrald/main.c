@@ -147,6 +147,9 @@ static void usage(FILE *f)
 		"  --dns-upstream ADDR[:PORT]\n"
 		"                         where corral's resolver forwards allowed queries (repeatable;\n"
 		"                         default: the nameservers of the host's /etc/resolv.conf)\n"
+		"  --sandbox-flows N      live connections (the host's conntrack entries) a sandbox may\n"
+		"                         hold; new ones past it are dropped (default " STR(NET_FLOWS_DEFAULT) "). The\n"
+		"                         host's table (net.netfilter.nf_conntrack_max) is shared by all\n"
 		"  --log-level LEVEL      error, warn, info or debug (default info)\n"
 		"  -h, --help             show this help\n"
 		"      --version          print the version\n"
@@ -454,7 +457,7 @@ enum {
 	OPT_IMPORT_DIR, OPT_HEADER_TIMEOUT, OPT_MAX_CONNECTIONS, OPT_ALLOW_HOST_PATH,
 	OPT_VOLUME_SIZE, OPT_IMAGE_UNPACKED_MAX, OPT_IMAGE_STORE_MAX, OPT_VERSION,
 	OPT_IDEM_WINDOW, OPT_SUBNET, OPT_NET_NAME, OPT_UPLINK, OPT_EGRESS_MODE,
-	OPT_EGRESS_DEFAULT, OPT_DNS_UPSTREAM
+	OPT_EGRESS_DEFAULT, OPT_DNS_UPSTREAM, OPT_SANDBOX_FLOWS
 };
 
 static const struct option opts[] = {
@@ -490,6 +493,7 @@ static const struct option opts[] = {
 	{"egress-mode", required_argument, NULL, OPT_EGRESS_MODE},
 	{"egress-default", required_argument, NULL, OPT_EGRESS_DEFAULT},
 	{"dns-upstream", required_argument, NULL, OPT_DNS_UPSTREAM},
+	{"sandbox-flows", required_argument, NULL, OPT_SANDBOX_FLOWS},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, OPT_VERSION},
 	{0},
@@ -697,6 +701,19 @@ static int option_network(struct corrald *d, struct cmdline *o, int c)
 	case OPT_SUBNET: o->net_cfg.subnet = optarg; break;
 	case OPT_NET_NAME: o->net_cfg.name = optarg; break;
 	case OPT_UPLINK: o->net_cfg.uplink = optarg; break;
+	case OPT_SANDBOX_FLOWS: {
+		char *end = NULL;
+		errno = 0;
+		unsigned long v = strtoul(optarg, &end, 10);
+		if (errno || end == optarg || *end || v < 16 || v > 1000000) {
+			fprintf(stderr,
+				"corrald: --sandbox-flows: '%s' is not a number from 16 to 1000000\n",
+				optarg);
+			return -EINVAL;
+		}
+		o->net_cfg.flows_max = (unsigned)v;
+		break;
+	}
 	case OPT_EGRESS_MODE:
 		if (net_mode_parse(optarg, &d->egress_mode) < 0) {
 			fprintf(stderr, "corrald: --egress-mode: '%s' is not dns or dns+nft\n",

@@ -207,6 +207,11 @@ static int nft_base(struct net *n, struct error *err)
 	    "add rule inet %1$s out_sb meta l4proto { tcp, udp } th dport { 53, 853 } goto drop_sb\n"
 	    "add rule inet %1$s out_sb %4$s\n"
 	    "add rule inet %1$s out_sb ct state established,related accept\n"
+	    /* every flow is a conntrack entry of the host's (an "assured" one is never evicted
+	     * early): a sandbox may hold flows_max live ones, or a few would fill the host's table
+	     * and the host would drop every new flow, its own included */
+	    "add set inet %1$s flows { type ipv4_addr; size 65536; flags dynamic; }\n"
+	    "add rule inet %1$s out_sb ct state new add @flows { ip saddr ct count over %11$u } goto drop_sb\n"
 	    "add rule inet %1$s out_sb ip saddr vmap @src4\n"
 	    "add rule inet %1$s out_sb drop\n"
 	    "add chain inet %1$s forward { type filter hook forward priority filter - 5; policy accept; }\n"
@@ -232,7 +237,7 @@ static int nft_base(struct net *n, struct error *err)
 	    "flush chain bridge %1$s pre\n"
 	    "add rule bridge %1$s pre iifname @port_names jump port_in\n",
 	    N, sub, gw, uplink_rule, masq, NET_DNS_RATE, NET_DNS_BURST, NET_DNS_CONN_RATE,
-	    NET_DNS_CONN_BURST, droplog);
+	    NET_DNS_CONN_BURST, droplog, n->flows_max);
 }
 
 static json_t *nft_list_json(struct net *n, const char *cmd);
@@ -377,6 +382,7 @@ int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
 	snprintf(n->name, sizeof(n->name), "%s", name);
 	n->lock_fd = -1;
 	n->log_drops = cfg->log_drops;
+	n->flows_max = cfg->flows_max ? cfg->flows_max : NET_FLOWS_DEFAULT;
 	if ((r = lock_name(n, err)) < 0)
 		goto fail;
 	if ((r = parse_subnet(cfg->subnet ? cfg->subnet : NET_DEFAULT_SUBNET, &n->subnet,

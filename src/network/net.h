@@ -56,8 +56,11 @@ enum net_mode {
 	NET_MODE_DNS_NFT, /* everything not admitted is dropped */
 };
 
+#define NET_FLOWS_DEFAULT 4096 /* live connections (conntrack entries) a sandbox may hold */
+
 struct net_config {
 	bool log_drops;     /* the host logs the packets it drops to NFLOG (net_droplog_*) */
+	unsigned flows_max; /* live flows a sandbox may hold; 0: NET_FLOWS_DEFAULT */
 	const char *name;   /* bridge and nft table name, NULL = NET_DEFAULT_NAME */
 	const char *subnet; /* "A.B.C.D/P", NULL = NET_DEFAULT_SUBNET; P between 8 and 28 */
 	const char *uplink; /* NULL: the interface of the host's default route (if any) */
@@ -83,6 +86,7 @@ struct net {
 			      * net_gc() flushed them): net_attach() flushes its address's */
 	int lock_fd;         /* NET_LOCK_DIR/<name>.lock, held while n lives */
 	bool log_drops;      /* net_config.log_drops */
+	unsigned flows_max;  /* net_config.flows_max, or its default */
 };
 
 /* Bridge, gateway address, forwarding on the bridge and the uplink, the nftables tables (base

@@ -635,5 +635,78 @@ class RestartWindowAttacks(NetLabCase):
         self.assert_platform_alive(sid)
 
 
+# Opens N UDP sockets, each sends a datagram to DST:DPORT; twice, 2.5 s apart (the same
+# conversations again: "assured" conntrack entries); prints the echoes each pass got within 3 s.
+UDP_FLOWS = r"""
+import select, socket, sys, time
+dst, dport, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+socks = []
+for _ in range(n):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setblocking(False)
+    s.bind(("0.0.0.0", 0))
+    socks.append(s)
+for rnd in range(2):
+    for s in socks:
+        try:
+            s.sendto(b"flow", (dst, dport))
+        except OSError:
+            pass
+    got, end, p = 0, time.time() + 3, select.poll()
+    waiting = {s.fileno(): s for s in socks}
+    for fd in waiting:
+        p.register(fd, select.POLLIN)
+    while waiting and time.time() < end:
+        for fd, _ in p.poll(200):
+            try:
+                waiting[fd].recv(64)
+                got += 1
+            except OSError:
+                pass
+            p.unregister(fd)
+            del waiting[fd]
+    print(got, flush=True)
+    if rnd == 0:
+        time.sleep(2.5)
+"""
+
+
+class FlowQuotaAttacks(NetLabCase):
+    """A corrald of its own with --sandbox-flows 1000: what one sandbox may hold of the host's
+    conntrack table."""
+    FLOWS = 1000
+
+    @classmethod
+    def extra_args(cls):
+        return cls.lab.corrald_args(cls.mode) + ["--sandbox-flows", str(cls.FLOWS)]
+
+    def assured_of(self, ip):
+        with open("/proc/net/nf_conntrack") as f:
+            return sum(1 for ln in f if " src=%s " % ip in ln and "[ASSURED]" in ln)
+
+    def test_one_sandbox_holds_a_bounded_share_of_the_conntrack_table(self):
+        # attack: a sandbox allowed everything keeps 1,500 UDP conversations with a lab echo
+        # server going (each an "assured" conntrack entry the kernel never evicts early), to
+        # fill the host's table: then the host drops every new flow, its own included
+        lit = self.lab.addr["literal"]
+        self.lab.listen_udp(lit, 7001)
+        sid = self.sandbox({"defaultAction": "allow", "egress": []})
+        ip = self.address(sid)
+        out = [int(x) for x in self.sh(sid, "/usr/bin/python3 -c %s %s 7001 1500" % (
+            q(UDP_FLOWS), lit), read_timeout=120).split()]
+        held = self.assured_of(ip)
+        log("1500 UDP conversations: echoes per pass %s, assured entries held %d" % (out, held))
+        self.assertGreater(min(out), self.FLOWS * 0.5, "precondition: the quota's worth answered")
+        self.assertLessEqual(max(out), self.FLOWS, "flows past the quota got through")
+        self.assertLessEqual(held, self.FLOWS)
+        # a neighbour's flows are its own; the flooder's drops are counted
+        other = self.sandbox({"defaultAction": "allow", "egress": []})
+        self.assertEqual(self.sh(other, "/usr/bin/python3 -c %s %s 7001 20" % (
+            q(UDP_FLOWS), lit)).split(), ["20", "20"])
+        stats = self.client.get("/v1/sandboxes/%s/stats" % sid).json()["network"]
+        self.assertGreaterEqual(stats["droppedPackets"], 500)
+        self.assert_platform_alive(sid, other)
+
+
 if __name__ == "__main__":
     main()
