@@ -1012,7 +1012,7 @@ static int network_setup(struct corrald *d, struct cmdline *o)
 		struct sandbox *sb;
 		TAILQ_FOREACH(sb, &d->sandboxes, link)
 			if (sb->net.on && r >= 0 && net_sandbox_broken(d->net, sb->id))
-				log_error("sandbox %s: its nftables chain or counter in table inet %s is gone (deleted behind corrald's back?): the host drops everything it sends; delete it and create it again",
+				log_error("sandbox %s: its nftables chain or counter in table inet %s is gone (deleted behind corrald's back?): its network is cut off (its veth removed); delete it and create it again",
 					  sb->id, d->net->name);
 	}
 	return GO_ON;

@@ -1138,6 +1138,13 @@ int net_gc(struct net *n, struct error *err)
 		n->sb[i].broken = !has_objects(j, cid);
 	}
 	refill_chains(n);
+	/* A broken sandbox gets no map elements, so the host drops what it sends through it; its
+	 * port also drops out of the bridge's anti-spoofing sets, where it could send with a
+	 * neighbour's address (to corral's resolver, in the neighbour's name). Its veth goes: it
+	 * has no network at all until it is deleted and created again. */
+	for (size_t i = 0; i < n->n_sb; i++)
+		if (n->sb[i].broken)
+			(void)net_sandbox_unplug(n, n->sb[i].id, NULL);
 	for (size_t i = 0; i < n->n_sb; i++) {
 		char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
 		nft_id(n->sb[i].id, cid);

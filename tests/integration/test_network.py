@@ -251,6 +251,12 @@ class TestRestart(NetworkCase):
                          % sb["id"])
         self.assertNotIn("sandbox %s: its nftables" % ok["id"], log)
         self.assertEqual(self.fetch(ok["id"], self.lab.web1), self.lab.web1)
+        # and it is cut off: outside its policy's chain its port would skip the bridge's
+        # anti-spoofing (a neighbour's address toward the resolver)
+        veth = "cr" + sb["id"].replace("-", "")[:13]
+        self.assertNotIn(veth, subprocess.run(["ip", "-o", "link"], capture_output=True,
+                                              text=True).stdout)
+        self.assertNotIn("eth0", self.sh(sb["id"], "ls /sys/class/net").split())
 
     def test_restart_removes_leftovers_of_unknown_sandboxes(self):
         # What a sandbox deleted while corrald was down would leave: a veth and nft objects.
