@@ -19,13 +19,12 @@
 #include <unistd.h>
 
 #include "network/net.h"
+#include "shared/hash.h"
 
 uint16_t net_droplog_group(const struct net *n)
 {
-	uint32_t h = 2166136261u; /* FNV-1a of the name: one group per corrald of the host */
-	for (const char *p = n->name; *p; p++)
-		h = (h ^ (uint8_t)*p) * 16777619u;
-	return (uint16_t)(NET_DROPLOG_GROUP_BASE + h % NET_DROPLOG_GROUPS);
+	/* from the name: one group per corrald of the host */
+	return (uint16_t)(NET_DROPLOG_GROUP_BASE + hash_fnv1a(n->name) % NET_DROPLOG_GROUPS);
 }
 
 int net_droplog_open(const struct net *n, struct error *err)

@@ -24,6 +24,7 @@
 #include "network/nftnl.h"
 #include "network/nl.h"
 #include "shared/fsutil.h"
+#include "shared/hash.h"
 #include "shared/macro.h"
 
 #ifndef PIDFD_GET_NET_NAMESPACE
@@ -430,9 +431,7 @@ int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
 	 * fixed one, locally administered and derived from the name, is kept across restarts too.
 	 */
 	uint8_t mac[6] = {0x02, 0xc0, 0, 0, 0, 0};
-	uint32_t hsh = 2166136261u;
-	for (const char *p = n->name; *p; p++)
-		hsh = (hsh ^ (uint8_t)*p) * 16777619u;
+	uint32_t hsh = hash_fnv1a(n->name);
 	memcpy(mac + 2, &hsh, 4);
 	const char *step = "set the MAC address of";
 	if ((r = nl_link_set_mac(&nl, n->bridge_ifindex, mac)) < 0 ||

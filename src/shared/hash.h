@@ -1,6 +1,7 @@
 /* FNV-1a (32 bit) of a NUL-terminated string: the one non-cryptographic string hash of the tree
- * (hash tables of executions and pooled connections, the seed that picks a sandbox's CPUs). Not
- * for anything a client could use to collide on purpose at scale. NULL hashes like "". */
+ * (hash tables of executions and pooled connections, the seed that picks a sandbox's CPUs, a
+ * network's bridge MAC and NFLOG group). Not for anything a client could use to collide on
+ * purpose at scale. NULL hashes like "". */
 #pragma once
 
 #include <stdint.h>

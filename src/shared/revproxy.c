@@ -27,6 +27,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "shared/hash.h"
 #include "shared/httputil.h"
 #include "shared/macro.h"
 #include "shared/revproxy_internal.h"
@@ -164,7 +165,7 @@ static struct exchange *exchange_new(struct revproxy *rp, const struct revproxy_
 		ex->target.unix_path = ex->addr;
 	else
 		ex->target.host = ex->addr;
-	ex->hash = rp_key_hash(key);
+	ex->hash = hash_fnv1a(key);
 	ex->head = head;
 	ex->chunk = chunk;
 	return ex;

@@ -36,14 +36,6 @@ int rp_target_key(const struct revproxy_target *t, char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-uint32_t rp_key_hash(const char *s)
-{
-	uint32_t h = 2166136261u; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h;
-}
-
 /*
  * AF_UNIX connects complete (or fail) at once on Linux; EAGAIN means the listener's backlog is
  * full and the caller retries. Paths too long for sun_path go through /proc/self/fd/<dirfd>/<name>.

@@ -38,7 +38,6 @@ struct rp_pool {
  * requests to the same listener with the same peer check. -ENAMETOOLONG, -EINVAL (no target).
  */
 int rp_target_key(const struct revproxy_target *t, char *buf, size_t len);
-uint32_t rp_key_hash(const char *key);
 
 /*
  * A new connection to t: 0, -EAGAIN (a unix listener's backlog is full: retry later), -EPERM
