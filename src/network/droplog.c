@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "network/net.h"
+#include "network/nl.h"
 #include "shared/hash.h"
 
 uint16_t net_droplog_group(const struct net *n)
@@ -29,49 +29,37 @@ uint16_t net_droplog_group(const struct net *n)
 
 int net_droplog_open(const struct net *n, struct error *err)
 {
-	struct mnl_socket *nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
-	if (!nl)
-		return error_set_errno(err, errno, "netlink socket");
-	int r = 0;
-	if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0) {
-		r = error_set_errno(err, errno, "bind a netlink socket");
-		goto fail;
-	}
+	struct nl nl = {0};
+	int r = nl_open_bus(&nl, NETLINK_NETFILTER);
+	if (r < 0)
+		return error_set_errno(err, -r, "netlink socket");
 	uint16_t group = net_droplog_group(n);
-	char buf[8192];
-	uint32_t seq = (uint32_t)time(NULL);
 	/* bind the group, then take NET_DROPLOG_SNAPLEN bytes of each packet; each acked */
 	for (int step = 0; step < 2; step++) {
-		struct nlmsghdr *h = nflog_nlmsg_put_header(buf, NFULNL_MSG_CONFIG, AF_UNSPEC, group);
+		struct nlmsghdr *h = nflog_nlmsg_put_header(nl.buf, NFULNL_MSG_CONFIG, AF_UNSPEC, group);
 		h->nlmsg_flags |= NLM_F_ACK;
-		h->nlmsg_seq = ++seq;
+		h->nlmsg_seq = ++nl.seq;
 		if (step == 0)
 			nflog_attr_put_cfg_cmd(h, NFULNL_CFG_CMD_BIND);
 		else
 			nflog_attr_put_cfg_mode(h, NFULNL_COPY_PACKET, NET_DROPLOG_SNAPLEN);
-		if (mnl_socket_sendto(nl, h, h->nlmsg_len) < 0) {
-			r = error_set_errno(err, errno, "NFLOG group %u", group);
-			goto fail;
-		}
-		ssize_t k = mnl_socket_recvfrom(nl, buf, sizeof(buf));
-		if (k < 0 || mnl_cb_run(buf, (size_t)k, seq, mnl_socket_get_portid(nl), NULL, NULL) < 0) {
-			/* EBUSY: another process (another corrald of the same name hash) has it */
-			r = error_set_errno(err, errno, "NFLOG group %u", group);
-			goto fail;
+		/* EBUSY: another process (another corrald of the same name hash) has it */
+		if ((r = nl_talk(&nl, h, NULL, NULL)) < 0) {
+			error_set_errno(err, -r, "NFLOG group %u%s%s", group, nl.ext[0] ? ": " : "",
+					nl.ext);
+			goto out;
 		}
 	}
 	/* the socket outlives the libmnl handle: a duplicate of its fd, non-blocking */
-	int fd = fcntl(mnl_socket_get_fd(nl), F_DUPFD_CLOEXEC, 0);
-	if (fd < 0 || fcntl(fd, F_SETFL, O_NONBLOCK) < 0) {
-		r = error_set_errno(err, errno, "NFLOG socket");
-		if (fd >= 0)
-			close(fd);
-		goto fail;
+	r = fcntl(mnl_socket_get_fd(nl.sock), F_DUPFD_CLOEXEC, 0);
+	if (r < 0 || fcntl(r, F_SETFL, O_NONBLOCK) < 0) {
+		int e = errno;
+		if (r >= 0)
+			close(r);
+		r = error_set_errno(err, e, "NFLOG socket");
 	}
-	mnl_socket_close(nl);
-	return fd;
-fail:
-	mnl_socket_close(nl);
+out:
+	nl_close(&nl);
 	return r;
 }
 
