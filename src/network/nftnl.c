@@ -8,8 +8,7 @@
  * batch or request to the kernel, whatever the table holds.
  *
  * The rules are the ones nft itself makes of the same text (`nft --debug=netlink`), so that
- * `nft list` shows them alike and a chain refilled by text after a restart (net_gc()) is the
- * same chain.
+ * `nft list` shows them as if nft had made them (the unit test compares the two).
  */
 #include "network/nftnl.h" /* first: its <netinet/in.h> before <linux/netfilter.h>'s linux/in.h */
 
@@ -42,70 +41,6 @@ static struct mnl_socket *open_nf(void)
 		nl = NULL;
 	}
 	return nl;
-}
-
-/* One set-element message for the batch: NEWSETELEM (with a timeout) or DELSETELEM of addr. */
-static int put_elem(struct mnl_nlmsg_batch *b, int type, const char *table, const char *set,
-		    const void *addr, size_t alen, uint64_t timeout_ms, uint32_t seq)
-{
-	struct nftnl_set *s = nftnl_set_alloc();
-	struct nftnl_set_elem *e = nftnl_set_elem_alloc();
-	if (!s || !e) {
-		nftnl_set_free(s);
-		nftnl_set_elem_free(e);
-		return -ENOMEM;
-	}
-	nftnl_set_set_str(s, NFTNL_SET_TABLE, table);
-	nftnl_set_set_str(s, NFTNL_SET_NAME, set);
-	nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, addr, (uint32_t)alen);
-	if (type == NFT_MSG_NEWSETELEM)
-		nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, timeout_ms);
-	nftnl_set_elem_add(s, e);
-	struct nlmsghdr *h = nftnl_nlmsg_build_hdr(mnl_nlmsg_batch_current(b), (uint16_t)type,
-						   NFPROTO_INET,
-						   type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0, seq);
-	nftnl_set_elems_nlmsg_build_payload(h, s);
-	nftnl_set_free(s);
-	mnl_nlmsg_batch_next(b);
-	return 0;
-}
-
-int nftnl_elem_refresh(const char *table, const char *set, const void *addr, size_t alen,
-		       uint64_t timeout_ms, bool in_place)
-{
-	struct mnl_socket *nl = open_nf();
-	if (!nl)
-		return -errno;
-	char buf[8192];
-	struct mnl_nlmsg_batch *b = mnl_nlmsg_batch_start(buf, sizeof(buf));
-	uint32_t seq = (uint32_t)time(NULL);
-	int r = 0;
-	nftnl_batch_begin(mnl_nlmsg_batch_current(b), seq++);
-	mnl_nlmsg_batch_next(b);
-	/* Linux 6.10+ restarts an existing element's timeout on a new add. Before that: add (so
-	 * that it exists), delete, add again, in one transaction (a deletion costs the commit
-	 * ~10 ms of RCU grace period). */
-	if ((r = put_elem(b, NFT_MSG_NEWSETELEM, table, set, addr, alen, timeout_ms, seq++)) < 0)
-		goto out;
-	if (!in_place &&
-	    ((r = put_elem(b, NFT_MSG_DELSETELEM, table, set, addr, alen, 0, seq++)) < 0 ||
-	     (r = put_elem(b, NFT_MSG_NEWSETELEM, table, set, addr, alen, timeout_ms, seq++)) < 0))
-		goto out;
-	nftnl_batch_end(mnl_nlmsg_batch_current(b), seq++);
-	mnl_nlmsg_batch_next(b);
-	if (mnl_socket_sendto(nl, mnl_nlmsg_batch_head(b), mnl_nlmsg_batch_size(b)) < 0) {
-		r = -errno;
-		goto out;
-	}
-	/* The kernel ran the batch inside sendto: without NLM_F_ACK only errors are queued. */
-	char rbuf[8192];
-	ssize_t n = recv(mnl_socket_get_fd(nl), rbuf, sizeof(rbuf), MSG_DONTWAIT);
-	if (n > 0 && mnl_cb_run(rbuf, (size_t)n, 0, mnl_socket_get_portid(nl), NULL, NULL) < 0)
-		r = -errno;
-out:
-	mnl_nlmsg_batch_stop(b);
-	mnl_socket_close(nl);
-	return r;
 }
 
 static int obj_cb(const struct nlmsghdr *h, void *data)
@@ -193,6 +128,13 @@ static int batch_start(struct batch *t, size_t n_msgs)
 	return 0;
 }
 
+/* The batch fails with e, unless it failed already. */
+static void batch_fail(struct batch *t, int e)
+{
+	if (!t->err)
+		t->err = e;
+}
+
 static void batch_free(struct batch *t)
 {
 	if (t->b)
@@ -208,8 +150,8 @@ static struct nlmsghdr *batch_hdr(struct batch *t, int type, int family, uint16_
 
 static void batch_next(struct batch *t)
 {
-	if (!mnl_nlmsg_batch_next(t->b) && !t->err)
-		t->err = -EMSGSIZE;
+	if (!mnl_nlmsg_batch_next(t->b))
+		batch_fail(t, -EMSGSIZE);
 }
 
 /* Sends the batch (its end added) as one transaction: 0, or the kernel's -errno. */
@@ -248,7 +190,7 @@ static void put_set(struct batch *t, const char *table, const char *name, uint32
 {
 	struct nftnl_set *s = nftnl_set_alloc();
 	if (!s) {
-		t->err = t->err ? t->err : -ENOMEM;
+		batch_fail(t, -ENOMEM);
 		return;
 	}
 	nftnl_set_set_str(s, NFTNL_SET_TABLE, table);
@@ -268,7 +210,7 @@ static void put_counter(struct batch *t, const char *table, const char *name)
 {
 	struct nftnl_obj *o = nftnl_obj_alloc();
 	if (!o) {
-		t->err = t->err ? t->err : -ENOMEM;
+		batch_fail(t, -ENOMEM);
 		return;
 	}
 	nftnl_obj_set_str(o, NFTNL_OBJ_TABLE, table);
@@ -285,7 +227,7 @@ static void put_chain(struct batch *t, int type, const char *table, const char *
 	if (type == NFT_MSG_DELRULE) {
 		struct nftnl_rule *r = nftnl_rule_alloc();
 		if (!r) {
-			t->err = t->err ? t->err : -ENOMEM;
+			batch_fail(t, -ENOMEM);
 			return;
 		}
 		nftnl_rule_set_str(r, NFTNL_RULE_TABLE, table);
@@ -295,7 +237,7 @@ static void put_chain(struct batch *t, int type, const char *table, const char *
 	} else {
 		struct nftnl_chain *c = nftnl_chain_alloc();
 		if (!c) {
-			t->err = t->err ? t->err : -ENOMEM;
+			batch_fail(t, -ENOMEM);
 			return;
 		}
 		nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, table);
@@ -307,12 +249,14 @@ static void put_chain(struct batch *t, int type, const char *table, const char *
 }
 
 /* One element of set (family's table), with its data: an object's name (objref), a chain to
- * go to (gotochain) or none. elem NULL: DELSETELEM without elements flushes the set. */
+ * go to (gotochain) or none, and a timeout (NEWSETELEM, 0: none). elem NULL: DELSETELEM
+ * without elements flushes the set. */
 struct elem {
 	const void *key;
 	uint32_t klen;
 	const char *objref;
 	const char *gotochain;
+	uint64_t timeout_ms;
 };
 
 static void put_elem_of(struct batch *t, int type, int family, const char *table,
@@ -323,7 +267,7 @@ static void put_elem_of(struct batch *t, int type, int family, const char *table
 	if (!s || (el && !e)) {
 		nftnl_set_free(s);
 		nftnl_set_elem_free(e);
-		t->err = t->err ? t->err : -ENOMEM;
+		batch_fail(t, -ENOMEM);
 		return;
 	}
 	nftnl_set_set_str(s, NFTNL_SET_TABLE, table);
@@ -336,6 +280,8 @@ static void put_elem_of(struct batch *t, int type, int family, const char *table
 			nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, (uint32_t)NFT_GOTO);
 			nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, el->gotochain);
 		}
+		if (el->timeout_ms && type == NFT_MSG_NEWSETELEM)
+			nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, el->timeout_ms);
 		nftnl_set_elem_add(s, e);
 	}
 	struct nlmsghdr *h = batch_hdr(t, type, family, type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0);
@@ -445,7 +391,7 @@ static void put_rule(struct batch *t, const struct nftnl_sb *sb, const char *set
 	}
 	if (oom) {
 		nftnl_rule_free(r);
-		t->err = t->err ? t->err : -ENOMEM;
+		batch_fail(t, -ENOMEM);
 		return;
 	}
 	nftnl_rule_nlmsg_build_payload(
@@ -454,7 +400,8 @@ static void put_rule(struct batch *t, const struct nftnl_sb *sb, const char *set
 	batch_next(t);
 }
 
-/* The chain's rules after a flush of it (what net.c's chain_rules() writes as text). */
+/* The chain's rules after a flush of it: in dns mode accept (the always-blocked came before);
+ * in dns+nft the learned set, the policy's address rules in order, then its default. */
 static void put_rules(struct batch *t, const struct nftnl_sb *sb)
 {
 	put_chain(t, NFT_MSG_DELRULE, sb->table, sb->chain);
@@ -524,6 +471,26 @@ int nftnl_sandboxes_rules(const struct nftnl_sb *sbs, size_t n)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
 		put_rules(&t, &sbs[i]);
+	int r = batch_commit(&t);
+	batch_free(&t);
+	return r;
+}
+
+int nftnl_elem_refresh(const char *table, const char *set, const void *addr, size_t alen,
+		       uint64_t timeout_ms, bool in_place)
+{
+	struct batch t;
+	if (batch_start(&t, 3) < 0)
+		return -ENOMEM;
+	const struct elem el = {.key = addr, .klen = (uint32_t)alen, .timeout_ms = timeout_ms};
+	/* Linux 6.10+ restarts an existing element's timeout on a new add. Before that: add (so
+	 * that it exists), delete, add again, in one transaction (a deletion costs the commit
+	 * ~10 ms of RCU grace period). */
+	put_elem_of(&t, NFT_MSG_NEWSETELEM, NFPROTO_INET, table, set, &el);
+	if (!in_place) {
+		put_elem_of(&t, NFT_MSG_DELSETELEM, NFPROTO_INET, table, set, &el);
+		put_elem_of(&t, NFT_MSG_NEWSETELEM, NFPROTO_INET, table, set, &el);
+	}
 	int r = batch_commit(&t);
 	batch_free(&t);
 	return r;
