@@ -1137,26 +1137,24 @@ int net_gc(struct net *n, struct error *err)
 		n->sb[i].broken = !has_objects(j, cid);
 	}
 	refill_chains(n);
-	/* A broken sandbox gets no map elements, so the host drops what it sends through it; its
-	 * port also drops out of the bridge's anti-spoofing sets, where it could send with a
-	 * neighbour's address (to corral's resolver, in the neighbour's name). Its veth goes: it
-	 * has no network at all until it is deleted and created again. */
-	for (size_t i = 0; i < n->n_sb; i++)
-		if (n->sb[i].broken)
-			(void)net_sandbox_unplug(n, n->sb[i].id, NULL);
 	for (size_t i = 0; i < n->n_sb; i++) {
-		char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
-		nft_id(n->sb[i].id, cid);
-		if (n->sb[i].broken)
-			continue; /* e.g. after a reboot: its chain is gone, its packets are dropped */
-		veth_name(n->sb[i].id, veth);
-		inet_ntop(AF_INET, &n->sb[i].addr, as, sizeof(as));
+		/* A broken sandbox (e.g. after a reboot: its chain is gone) gets no map elements,
+		 * so the host drops what it sends through it; its port also drops out of the
+		 * bridge's anti-spoofing sets, where it could send with a neighbour's address (to
+		 * corral's resolver, in the neighbour's name). Its veth goes: it has no network at
+		 * all until it is deleted and created again. */
+		if (n->sb[i].broken) {
+			(void)net_sandbox_unplug(n, n->sb[i].id, NULL);
+			continue;
+		}
+		struct sb_names nm;
+		sb_names(n->sb[i].id, n->sb[i].addr, &nm);
 		fprintf(f,
 			"add element inet %1$s drops { %2$s : \"d_%3$s\" }\n"
 			"add element inet %1$s src4 { %2$s : goto sb_%3$s }\n"
 			"add element bridge %1$s ports { \"%4$s\" . %2$s }\n"
 			"add element bridge %1$s port_names { \"%4$s\" }\n",
-			N, as, cid, veth);
+			N, nm.as, nm.cid, nm.veth);
 	}
 	json_t *items = json_object_get(j, "nftables"), *it;
 	size_t idx;
