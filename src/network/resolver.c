@@ -31,12 +31,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "network/fairshare.h"
 #include "network/resolver.h"
 #include "shared/hash.h"
+#include "shared/timeutil.h"
 
 #define UDP_BURST 64          /* datagrams read per wakeup, so TCP and answers get their turn */
 #define ANSWER_MAX 65535      /* largest DNS message */
@@ -79,7 +79,7 @@ struct tcp_conn {
 	socklen_t peer_len;
 	LIST_HEAD(, query) queries; /* its queries waiting for upstream */
 	double tokens;              /* queries it may send now (RESOLVER_TCP_QUERY_RATE) */
-	int64_t refilled_us;        /* when tokens was last brought up to date */
+	uint64_t refilled_ns;       /* when tokens was last brought up to date */
 	struct event *resume;       /* reading again once a token is back */
 };
 
@@ -675,21 +675,14 @@ static void conn_free(struct tcp_conn *c)
 
 #define TCP_OUT_MAX (64 * 1024) /* answers queued for a client that does not read them */
 
-static int64_t mono_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Takes a token of c's for a query, or stops reading c until one is back (false). */
 static bool conn_take_token(struct tcp_conn *c)
 {
-	int64_t now = mono_us();
-	c->tokens += (double)(now - c->refilled_us) * RESOLVER_TCP_QUERY_RATE / 1e6;
+	uint64_t now = time_mono_ns();
+	c->tokens += (double)(now - c->refilled_ns) * RESOLVER_TCP_QUERY_RATE / 1e9;
 	if (c->tokens > RESOLVER_TCP_QUERY_BURST)
 		c->tokens = RESOLVER_TCP_QUERY_BURST;
-	c->refilled_us = now;
+	c->refilled_ns = now;
 	if (c->tokens >= 1) {
 		c->tokens -= 1;
 		return true;
@@ -804,7 +797,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	c->bev = bev;
 	c->resume = resume;
 	c->tokens = RESOLVER_TCP_QUERY_BURST;
-	c->refilled_us = mono_us();
+	c->refilled_ns = time_mono_ns();
 	c->peer = peer;
 	c->peer_len = (socklen_t)salen;
 	LIST_INIT(&c->queries);
