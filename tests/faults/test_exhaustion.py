@@ -135,13 +135,26 @@ class FileDescriptors(CorralTestCase):
         path = "/sandboxes/%s/proxy/44772/command/status/%s?wait=30" % (sid, bg.init_id)
         socks = []
         self.addCleanup(lambda: [s.close() for s in socks])
+        # Connect first, send later: corrald must hold every client connection before the calls
+        # come. Sent one by one, each call could be relayed before the next connection arrives,
+        # and the descriptors would run out at accept() (those clients wait in the backlog,
+        # unanswered) instead of at the connect to execd.
+        fd_dir = "/proc/%d/fd" % self.corrald.proc.pid
+        before = len(os.listdir(fd_dir))
         for _ in range(70):
             try:
-                s = socket.create_connection(("127.0.0.1", self.corrald.port), timeout=2)
+                socks.append(socket.create_connection(("127.0.0.1", self.corrald.port), timeout=2))
             except OSError:
                 break
+        # until it holds as many as --max-connections lets it (NOFILE / 2, this test's client
+        # included): the count stops growing
+        seen = []
+        def accepted():
+            seen.append(len(os.listdir(fd_dir)))
+            return len(seen) > 6 and seen[-1] > before + 32 and len(set(seen[-6:])) == 1
+        self.wait_until(accepted, 10, msg="corrald to accept the connections")
+        for s in socks:
             s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
-            socks.append(s)
         answers = []
         deadline = time.monotonic() + 5
         pending = list(socks)
