@@ -147,6 +147,11 @@ static void usage(FILE *f)
 		"  --dns-upstream ADDR[:PORT]\n"
 		"                         where corral's resolver forwards allowed queries (repeatable;\n"
 		"                         default: the nameservers of the host's /etc/resolv.conf)\n"
+		"  --egress-block CIDR    no sandbox reaches this IPv4 address or network, whatever its\n"
+		"                         policy (repeatable; \"private\": 10.0.0.0/8, 172.16.0.0/12,\n"
+		"                         192.168.0.0/16 and 100.64.0.0/10). Added to the always-blocked\n"
+		"                         (metadata services, loopback, ...): keeps your own networks out\n"
+		"                         of reach even of an allowed name whose DNS answers point there\n"
 		"  --sandbox-flows N      live connections (the host's conntrack entries) a sandbox may\n"
 		"                         hold; new ones past it are dropped (default " STR(NET_FLOWS_DEFAULT) "). The\n"
 		"                         host's table (net.netfilter.nf_conntrack_max) is shared by all\n"
@@ -188,6 +193,17 @@ static int setup_network(struct corrald *d, const struct net_config *cfg)
 		 d->egress_default == EGRESS_ALLOW ? "allow" : "deny",
 		 d->net->uplink[0] ? d->net->uplink : "none",
 		 d->net->uplink_auto ? " (the default route's)" : "");
+	if (d->net->n_blocked) {
+		char list[NET_BLOCKED_MAX * 20] = "";
+		size_t used = 0;
+		for (size_t i = 0; i < d->net->n_blocked; i++) {
+			char a[INET_ADDRSTRLEN];
+			inet_ntop(AF_INET, &d->net->blocked[i].addr, a, sizeof(a));
+			used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s/%u",
+						 i ? ", " : "", a, d->net->blocked[i].prefix);
+		}
+		log_info("network: also always blocked (--egress-block): %s", list);
+	}
 	if (!d->net->uplink[0])
 		log_warn("network: no uplink (%s): sandboxes reach nothing beyond this host",
 			 c.uplink ? "--egress-uplink none" : "the host has no default route");
@@ -457,7 +473,7 @@ enum {
 	OPT_IMPORT_DIR, OPT_HEADER_TIMEOUT, OPT_MAX_CONNECTIONS, OPT_ALLOW_HOST_PATH,
 	OPT_VOLUME_SIZE, OPT_IMAGE_UNPACKED_MAX, OPT_IMAGE_STORE_MAX, OPT_VERSION,
 	OPT_IDEM_WINDOW, OPT_SUBNET, OPT_NET_NAME, OPT_UPLINK, OPT_EGRESS_MODE,
-	OPT_EGRESS_DEFAULT, OPT_DNS_UPSTREAM, OPT_SANDBOX_FLOWS
+	OPT_EGRESS_DEFAULT, OPT_DNS_UPSTREAM, OPT_SANDBOX_FLOWS, OPT_EGRESS_BLOCK
 };
 
 static const struct option opts[] = {
@@ -494,6 +510,7 @@ static const struct option opts[] = {
 	{"egress-default", required_argument, NULL, OPT_EGRESS_DEFAULT},
 	{"dns-upstream", required_argument, NULL, OPT_DNS_UPSTREAM},
 	{"sandbox-flows", required_argument, NULL, OPT_SANDBOX_FLOWS},
+	{"egress-block", required_argument, NULL, OPT_EGRESS_BLOCK},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, OPT_VERSION},
 	{0},
@@ -712,6 +729,14 @@ static int option_network(struct corrald *d, struct cmdline *o, int c)
 			return -EINVAL;
 		}
 		o->net_cfg.flows_max = (unsigned)v;
+		break;
+	}
+	case OPT_EGRESS_BLOCK: {
+		struct error err = {0};
+		if (net_blocked_add(&o->net_cfg, optarg, &err) < 0) {
+			fprintf(stderr, "corrald: --egress-block: %s\n", err.msg);
+			return -EINVAL;
+		}
 		break;
 	}
 	case OPT_EGRESS_MODE:

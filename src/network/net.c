@@ -122,15 +122,99 @@ static int nft_runf(struct net *n, struct error *err, const char *fmt, ...)
 	return nft_run(n, err, s);
 }
 
+static bool prefix4_covers(const struct net_prefix4 *outer, const struct net_prefix4 *inner)
+{
+	uint32_t mask = outer->prefix ? ~0u << (32 - outer->prefix) : 0;
+	return outer->prefix <= inner->prefix &&
+	       (ntohl(inner->addr.s_addr) & mask) == ntohl(outer->addr.s_addr);
+}
+
+int net_blocked_add(struct net_config *cfg, const char *arg, struct error *err)
+{
+	static const char *const private[] = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+					      "100.64.0.0/10"};
+	if (strcmp(arg, "private") == 0) {
+		for (size_t i = 0; i < ARRAY_SIZE(private); i++) {
+			int r = net_blocked_add(cfg, private[i], err);
+			if (r < 0)
+				return r;
+		}
+		return 0;
+	}
+	struct egress_rule t;
+	struct error e = {0};
+	if (egress_target_parse(arg, &t, &e) < 0 || t.kind != EGRESS_CIDR)
+		return error_set(err, EINVAL, "'%s' is not an IPv4 address or network, or \"private\"%s%s",
+				 arg, e.msg[0] ? ": " : "", e.msg);
+	if (t.family != AF_INET)
+		return error_set(err, EINVAL, "'%s': sandboxes send no IPv6 at all", arg);
+	if (t.prefix == 0)
+		return error_set(err, EINVAL,
+				 "'%s' is every address: for no egress at all use --egress-default deny or --egress-uplink none",
+				 arg);
+	if (cfg->n_blocked == NET_BLOCKED_MAX)
+		return error_set(err, E2BIG, "at most %d networks", NET_BLOCKED_MAX);
+	struct net_prefix4 *b = &cfg->blocked[cfg->n_blocked++];
+	memcpy(&b->addr, t.addr, sizeof(b->addr));
+	b->prefix = t.prefix;
+	return 0;
+}
+
+/*
+ * The always-blocked networks as the elements of an nftables interval set ("a/p, ..."): the
+ * built-in ones, the sandbox subnet, the operator's; none inside another, which such a set
+ * refuses. 0, or -ENOSPC.
+ */
+static int blocked_elements(const struct net *n, char *buf, size_t len)
+{
+	/* the metadata services: 169.254.169.254 (most clouds), Alibaba Cloud's 100.100.100.200,
+	 * Azure's WireServer 168.63.129.16 */
+	static const char *const builtin[] = {"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16",
+					      "224.0.0.0/3", "100.100.100.200/32",
+					      "168.63.129.16/32"};
+	struct net_prefix4 all[ARRAY_SIZE(builtin) + 1 + NET_BLOCKED_MAX];
+	size_t k = 0;
+	for (size_t i = 0; i < ARRAY_SIZE(builtin); i++, k++) {
+		char a[INET_ADDRSTRLEN];
+		const char *slash = strchr(builtin[i], '/');
+		snprintf(a, sizeof(a), "%.*s", (int)(slash - builtin[i]), builtin[i]);
+		inet_pton(AF_INET, a, &all[k].addr);
+		all[k].prefix = (uint8_t)atoi(slash + 1);
+	}
+	all[k++] = (struct net_prefix4){n->subnet, (uint8_t)n->prefix};
+	for (size_t i = 0; i < n->n_blocked; i++)
+		all[k++] = n->blocked[i];
+	size_t used = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < k; i++) {
+		bool inside = false;
+		for (size_t j = 0; j < k && !inside; j++)
+			inside = j != i && prefix4_covers(&all[j], &all[i]) &&
+				 (all[j].prefix < all[i].prefix || j < i);
+		if (inside)
+			continue;
+		char a[INET_ADDRSTRLEN];
+		inet_ntop(AF_INET, &all[i].addr, a, sizeof(a));
+		int w = snprintf(buf + used, len - used, "%s%s/%u", used ? ", " : "", a,
+				 all[i].prefix);
+		if (w < 0 || (size_t)w >= len - used)
+			return -ENOSPC;
+		used += (size_t)w;
+	}
+	return 0;
+}
+
 /* The base of both tables. Chains and the always-blocked set are refilled on every start (one
  * transaction, so no packet sees them half-made); the maps and per-sandbox objects are kept. */
 static int nft_base(struct net *n, struct error *err)
 {
 	char sub[32], gw[INET_ADDRSTRLEN], uplink_rule[96], masq[160] = "";
-	char net[INET_ADDRSTRLEN];
+	char net[INET_ADDRSTRLEN], blocked[2048];
 	inet_ntop(AF_INET, &n->subnet, net, sizeof(net));
 	inet_ntop(AF_INET, &n->gateway, gw, sizeof(gw));
 	snprintf(sub, sizeof(sub), "%s/%u", net, n->prefix);
+	if (blocked_elements(n, blocked, sizeof(blocked)) < 0)
+		return error_set(err, ENOSPC, "the always-blocked networks do not fit");
 	if (n->uplink[0])
 		snprintf(uplink_rule, sizeof(uplink_rule), "oifname != \"%s\" goto drop_sb", n->uplink);
 	else
@@ -151,10 +235,7 @@ static int nft_base(struct net *n, struct error *err)
 	    "add table inet %1$s\n"
 	    "add set inet %1$s blocked4 { type ipv4_addr; flags interval; }\n"
 	    "flush set inet %1$s blocked4\n"
-	    /* the metadata services: 169.254.169.254 (most clouds), Alibaba Cloud's 100.100.100.200,
-	     * Azure's WireServer 168.63.129.16 */
-	    "add element inet %1$s blocked4 { 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/3, "
-	    "100.100.100.200, 168.63.129.16, %2$s }\n"
+	    "add element inet %1$s blocked4 { %12$s }\n"
 	    "add map inet %1$s src4 { type ipv4_addr : verdict; }\n"
 	    "add map inet %1$s drops { type ipv4_addr : counter; }\n"
 	    "add chain inet %1$s drop_sb\n"
@@ -238,7 +319,7 @@ static int nft_base(struct net *n, struct error *err)
 	    "flush chain bridge %1$s pre\n"
 	    "add rule bridge %1$s pre iifname @port_names jump port_in\n",
 	    N, sub, gw, uplink_rule, masq, NET_DNS_RATE, NET_DNS_BURST, NET_DNS_CONN_RATE,
-	    NET_DNS_CONN_BURST, droplog, n->flows_max);
+	    NET_DNS_CONN_BURST, droplog, n->flows_max, blocked);
 }
 
 static json_t *nft_list_json(struct net *n, const char *cmd);
@@ -384,6 +465,8 @@ int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
 	n->lock_fd = -1;
 	n->log_drops = cfg->log_drops;
 	n->flows_max = cfg->flows_max ? cfg->flows_max : NET_FLOWS_DEFAULT;
+	memcpy(n->blocked, cfg->blocked, sizeof(n->blocked));
+	n->n_blocked = cfg->n_blocked;
 	if ((r = lock_name(n, err)) < 0)
 		goto fail;
 	if ((r = parse_subnet(cfg->subnet ? cfg->subnet : NET_DEFAULT_SUBNET, &n->subnet,

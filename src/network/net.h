@@ -15,8 +15,8 @@
  *
  * Always dropped, whatever the policy: sandbox -> sandbox, -> any host address (but the gateway's
  * port 53), -> 169.254.0.0/16, 127/8, 0/8, 224/3, the metadata services 100.100.100.200 (Alibaba
- * Cloud) and 168.63.129.16 (Azure), DNS (53) to any other resolver, 853 (DoT/DoQ),
- * everything IPv6, anything not leaving through the uplink.
+ * Cloud) and 168.63.129.16 (Azure), the operator's networks (net_config.blocked), DNS (53) to
+ * any other resolver, 853 (DoT/DoQ), everything IPv6, anything not leaving through the uplink.
  *
  * Processes: net_new(), net_sandbox_add*(), net_sandbox_forget(), net_policy_apply(), net_learn()
  * and the readers run in corrald's process (quick netlink and nftables requests, no child
@@ -57,6 +57,13 @@ enum net_mode {
 };
 
 #define NET_FLOWS_DEFAULT 4096 /* live connections (conntrack entries) a sandbox may hold */
+#define NET_BLOCKED_MAX 64     /* networks an operator adds to the always-blocked (--egress-block) */
+
+/* An IPv4 network: address (host bits zero) and prefix length. */
+struct net_prefix4 {
+	struct in_addr addr;
+	uint8_t prefix;
+};
 
 struct net_config {
 	bool log_drops;     /* the host logs the packets it drops to NFLOG (net_droplog_*) */
@@ -64,7 +71,18 @@ struct net_config {
 	const char *name;   /* bridge and nft table name, NULL = NET_DEFAULT_NAME */
 	const char *subnet; /* "A.B.C.D/P", NULL = NET_DEFAULT_SUBNET; P between 8 and 28 */
 	const char *uplink; /* NULL: the interface of the host's default route (if any) */
+	/* More networks no sandbox reaches, whatever its policy (net_blocked_add()) */
+	struct net_prefix4 blocked[NET_BLOCKED_MAX];
+	size_t n_blocked;
 };
+
+/*
+ * Add arg to cfg's always-blocked networks: an IPv4 address or network ("10.1.2.3",
+ * "192.168.0.0/16"), or "private" for the private and shared ranges (10.0.0.0/8, 172.16.0.0/12,
+ * 192.168.0.0/16, 100.64.0.0/10). -EINVAL with why (a name, IPv6, /0, too many), -E2BIG past
+ * NET_BLOCKED_MAX.
+ */
+int net_blocked_add(struct net_config *cfg, const char *arg, struct error *err);
 
 struct net_sandbox;
 
@@ -87,6 +105,8 @@ struct net {
 	int lock_fd;         /* NET_LOCK_DIR/<name>.lock, held while n lives */
 	bool log_drops;      /* net_config.log_drops */
 	unsigned flows_max;  /* net_config.flows_max, or its default */
+	struct net_prefix4 blocked[NET_BLOCKED_MAX]; /* net_config.blocked */
+	size_t n_blocked;
 };
 
 /* Bridge, gateway address, forwarding on the bridge and the uplink, the nftables tables (base

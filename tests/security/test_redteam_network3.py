@@ -21,7 +21,7 @@ from test_redteam_network import NetLabCase, q  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "integration"))
-from netlab import DNS_PROBE  # noqa: E402
+from netlab import DNS_PROBE, LAB_HTTP_PORT  # noqa: E402
 
 # A name server for the lab (the upstream of its class's corrald), logging every name it is
 # asked for: <a>-<b>-<c>-<d>.ip.test is a.b.c.d (an allowed domain whose name server the attacker
@@ -325,6 +325,53 @@ class AnswerAttacks(LabDnsCase):
         self.assertLessEqual(got[lit], 10)
         self.assertTrue(self.reach(sid, lit))
         self.assert_platform_alive(sid)
+
+
+class OperatorNetworkAttacks(LabDnsCase):
+    """--egress-block: the operator's own networks (here the uplink's link, where the lab's web1
+    and web2 stand for a LAN; and "private") are out of reach whatever a policy or an answer says."""
+
+    @classmethod
+    def extra_args(cls):
+        return super().extra_args() + ["--egress-block", cls.lab.link + ".0/29",
+                                       "--egress-block", "private"]
+
+    def lan_reached(self, sid, addr):
+        out = self.sh(sid, "curl -s --connect-timeout 1 -m 2 http://%s:%d/whoami 2>&1; echo rc=$?"
+                      % (addr, LAB_HTTP_PORT))
+        log("%s -> %s:%d: %s" % (sid[:8], addr, LAB_HTTP_PORT, out.strip()))
+        return addr in out.split("rc=")[0]
+
+    def test_an_allowed_name_cannot_open_the_operators_network(self):
+        # attack: an allowed domain whose name server the attacker runs answers with addresses
+        # of the operator's LAN, so that the learned set admits them (the documented semantics
+        # without --egress-block); also an IP rule for them, and a sandbox allowed everything
+        web1, web2, lit = self.lab.web1, self.lab.web2, self.lab.addr["literal"]
+        self.assertEqual(self.lab.run_in("curl", "-s", "-m", "3", "http://%s:%d/whoami"
+                                         % (web1, LAB_HTTP_PORT), capture_output=True,
+                                         text=True).stdout.strip(), web1)
+        attacker = self.sandbox({"defaultAction": "deny",
+                                 "egress": [{"action": "allow", "target": "*.ip.test"}]})
+        for addr in (web1, web2):
+            self.assertEqual(self.resolve(attacker, "%s.ip.test" % addr.replace(".", "-")),
+                             [addr])
+            self.assertFalse(self.lan_reached(attacker, addr),
+                             "%s was reached through a learned address" % addr)
+        # the same name server's answer for an address outside the blocked networks still works
+        self.assertEqual(self.resolve(attacker, "%s.ip.test" % lit.replace(".", "-")), [lit])
+        self.assertTrue(self.reach(attacker, lit))
+        ruled = self.sandbox({"defaultAction": "deny",
+                              "egress": [{"action": "allow", "target": web1 + "/32"}]})
+        self.assertFalse(self.lan_reached(ruled, web1), "an IP rule opened a blocked network")
+        anything = self.sandbox({"defaultAction": "allow", "egress": []})
+        self.assertFalse(self.lan_reached(anything, web2), "default allow reached a blocked network")
+        self.assertTrue(self.reach(anything, lit))
+        blocked = subprocess.run(["nft", "list", "set", "inet", self.corrald.net_name, "blocked4"],
+                                 capture_output=True, text=True).stdout
+        for net in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+                    self.lab.link + ".0/29"):
+            self.assertIn(net, blocked)
+        self.assert_platform_alive(attacker, ruled, anything)
 
 
 class PacketAttacks(LabDnsCase):

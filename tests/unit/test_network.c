@@ -122,6 +122,54 @@ static pid_t sandbox_ns(int *ret_fd)
 #define GONE "99999999-2222-4333-8444-555555555555"
 #define ID3 "cccccccc-bbbb-4ccc-8ddd-eeeeeeeeeeee"
 
+/* --egress-block: what net_blocked_add() takes, and the always-blocked set it makes (no network
+ * inside another: an interval set refuses them). */
+static void test_blocked(void)
+{
+	struct error e = {0};
+	struct net_config cfg = {.name = "tblk", .subnet = "10.98.0.0/24"};
+	CHECK(net_blocked_add(&cfg, "private", &e) == 0 && cfg.n_blocked == 4);
+	CHECK(net_blocked_add(&cfg, "10.1.2.3/16", &e) == 0); /* host bits cleared, inside 10/8 */
+	CHECK(cfg.blocked[4].addr.s_addr == inet_addr("10.1.0.0") && cfg.blocked[4].prefix == 16);
+	CHECK(net_blocked_add(&cfg, "192.0.2.130/25", &e) == 0);
+	CHECK(net_blocked_add(&cfg, "198.51.100.7", &e) == 0 && cfg.blocked[6].prefix == 32);
+	CHECK(net_blocked_add(&cfg, "198.51.100.7", &e) == 0); /* twice: one element */
+	const char *bad[] = {"example.com", "*.example.com", "::1", "fc00::/7", "0.0.0.0/0",
+			     "10.0.0.0/33", "10.0.0", "", "private,10.0.0.0/8"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		size_t before = cfg.n_blocked;
+		CHECK(net_blocked_add(&cfg, bad[i], &e) == -EINVAL && cfg.n_blocked == before);
+	}
+	struct net_config full = {0};
+	for (int i = 0; i < NET_BLOCKED_MAX; i++)
+		CHECK(net_blocked_add(&full, "192.0.2.1", &e) == 0);
+	CHECK(net_blocked_add(&full, "192.0.2.1", &e) == -E2BIG && full.n_blocked == NET_BLOCKED_MAX);
+
+	struct net *n = NULL;
+	CHECK_OK(net_new(&cfg, &n, &e), e);
+	char *t = nft_text("list set inet tblk blocked4");
+	const char *in[] = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+			    "192.0.2.128/25", "198.51.100.7", "169.254.0.0/16", "168.63.129.16"};
+	for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++)
+		CHECK(strstr(t, in[i]) != NULL);
+	/* inside 10/8 and 100.64/10: merged away */
+	CHECK(strstr(t, "10.1.0.0/16") == NULL && strstr(t, "10.98.0.0/24") == NULL &&
+	      strstr(t, "100.100.100.200") == NULL);
+	if (failures)
+		printf("%s\n", t);
+	free(t);
+	net_free(n);
+	/* a second start without them: the set is refilled, they are gone */
+	struct net_config plain = {.name = "tblk", .subnet = "10.98.0.0/24"};
+	n = NULL;
+	CHECK_OK(net_new(&plain, &n, &e), e);
+	t = nft_text("list set inet tblk blocked4");
+	CHECK(strstr(t, "10.98.0.0/24") != NULL && strstr(t, "100.100.100.200") != NULL);
+	CHECK(strstr(t, "10.0.0.0/8") == NULL && strstr(t, "192.0.2.128/25") == NULL);
+	free(t);
+	net_free(n);
+}
+
 int main(void)
 {
 	/* A netns of our own, and a private NET_LOCK_DIR: a run beside another (or beside a
@@ -414,6 +462,7 @@ int main(void)
 	kill(p2, SIGKILL);
 	waitpid(p1, NULL, 0);
 	waitpid(p2, NULL, 0);
+	test_blocked();
 	if (failures)
 		fprintf(stderr, "%d check(s) failed\n", failures);
 	else
