@@ -249,6 +249,10 @@ int image_resolve(const struct corrald *d, const char *uri, char *rootfs, size_t
  * and the pull's message; never before this returns. */
 typedef void (*image_pull_done_fn)(int rc, const char *msg, void *arg);
 int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg);
+/* corrald exec'd as a pull worker (images.c): argv[1] is IMAGE_PULL_WORKER_ARG. */
+#define IMAGE_PULL_WORKER_ARG "--internal-pull-worker"
+enum { PULL_FD_JOB = 3, PULL_FD_PROGRESS = 4, PULL_FD_RESULT = 5 };
+_noreturn_ void image_pull_worker_main(void);
 /* Whether a create of sb must pull first: policy Always, or IfNotPresent and not in the store (a
  * stat; fine on the loop). Never: no pull (image_fill_spec() fails when it is missing). */
 bool image_needs_pull(const struct sandbox *sb);

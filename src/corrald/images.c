@@ -5,9 +5,18 @@
  * Pulls run in forked workers (they block on the network and the disk). Creates of one image
  * (same normalized reference, platform and credentials) while its pull runs wait for that pull
  * instead of starting their own: one download, one unpack.
+ *
+ * A pull worker execs corrald afresh (IMAGE_PULL_WORKER_ARG) before it pulls: a fork would carry
+ * all of corrald's memory (the API key, every sandbox's record and env, other pulls' credentials)
+ * and environment (CORRAL_API_KEY) into the processes that talk to registries and unpack their
+ * layers, which an exploit of curl, libarchive or jansson would then own. The exec'd worker knows
+ * only its job: read from a memfd on PULL_FD_JOB, progress into a memfd on PULL_FD_PROGRESS, the
+ * result to PULL_FD_RESULT, an environment of the proxy and TLS variables alone.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -15,6 +24,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "corrald/corrald.h"
 #include "images/images.h"
@@ -96,7 +106,7 @@ struct pull_waiter {
 	struct pull_waiter *next;
 };
 
-/* Written by the pull worker, read by corrald: a page both share (MAP_SHARED before the fork). */
+/* Written by the pull worker, read by corrald: a memfd both map. */
 struct pull_progress {
 	volatile uint64_t done, total;
 };
@@ -114,6 +124,7 @@ struct pull_job {
 	struct pull_waiter *waiters;
 	int64_t start_mono_ms;
 	struct pull_progress *progress; /* shared mapping, or NULL */
+	int progress_fd;                /* its memfd, or -1 */
 	struct event *progress_ev;
 	uint64_t store_max;              /* --image-store-max, 0 = none */
 	char sandboxes_dir[PATH_MAX];    /* whose layer lists the eviction keeps */
@@ -142,18 +153,10 @@ static void hide_store_path(char *msg, const char *store)
 	}
 }
 
-static void pull_in_worker(void *arg, struct worker_result *res)
+/* The pull itself, in the exec'd worker. */
+static void pull_run(struct pull_job *j, struct worker_result *res)
 {
-	struct pull_job *j = arg;
 	struct error err = {0};
-	/* A pull ends with corrald: the next corrald empties tmp/ under it and keeps what its
-	 * downloads left there for the next pull to resume (partial/), which an orphan still
-	 * writing into them would spoil. Its layer children die with it. */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != j->corrald_pid) {
-		res->rc = -ECANCELED;
-		snprintf(res->msg, sizeof(res->msg), "corrald is gone");
-		return;
-	}
 	/* Shared: pulls run side by side, never beside a garbage collection. */
 	int lock = image_store_lock(j->opts.store, false);
 	if (lock < 0) {
@@ -178,6 +181,208 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 	}
 }
 
+static json_t *strv_json(const char *const *v)
+{
+	json_t *a = json_array();
+	for (; a && v && *v; v++)
+		json_array_append_new(a, json_string(*v));
+	return a;
+}
+
+/* What the exec'd worker needs of j, as JSON (credentials of this pull included). */
+static json_t *job_json(const struct pull_job *j)
+{
+	const struct image_ref *r = &j->ref;
+	const struct image_pull_opts *o = &j->opts;
+	return json_pack(
+	    "{s:{s:s, s:s, s:s, s:s, s:s, s:s}, s:s, s:{s:s, s:s, s:s}, s:s?, s:s?, s:s?, s:o, s:o, "
+	    "s:I, s:I, s:I, s:s?, s:I, s:s, s:I}",
+	    "ref", "registry", r->registry, "host", r->host, "repo", r->repo, "tag", r->tag,
+	    "digest", r->digest, "name", r->name, "store", o->store, "platform", "os",
+	    o->platform.os, "arch", o->platform.arch, "variant", o->platform.variant, "username",
+	    o->username, "password", o->password, "authFile", o->auth_file, "insecure",
+	    strv_json(o->insecure), "mirrors", strv_json(o->mirrors), "timeoutS",
+	    (json_int_t)o->timeout_s, "unpackedMax", (json_int_t)o->unpacked_max, "entriesMax",
+	    (json_int_t)o->entries_max, "importPath", j->import_path, "storeMax",
+	    (json_int_t)j->store_max, "sandboxesDir", j->sandboxes_dir, "corraldPid",
+	    (json_int_t)j->corrald_pid);
+}
+
+/* Only what curl reads for proxies and TLS trust (and a sanitizer build's options) passes into
+ * the exec'd worker. */
+static bool env_kept(const char *kv)
+{
+	static const char *const names[] = {"SSL_CERT_FILE=", "SSL_CERT_DIR=", "CURL_CA_BUNDLE=",
+					    "TZ=", "ASAN_OPTIONS=", "UBSAN_OPTIONS=",
+					    "LSAN_OPTIONS="};
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		if (strncmp(kv, names[i], strlen(names[i])) == 0)
+			return true;
+	const char *eq = strchr(kv, '=');
+	return eq && eq - kv >= 6 && (strncmp(eq - 6, "_proxy", 6) == 0 ||
+				      strncmp(eq - 6, "_PROXY", 6) == 0);
+}
+
+/* In the forked worker: exec corrald as a pull worker with j's job. Returns only on failure. */
+static void pull_in_worker(void *arg, struct worker_result *res)
+{
+	struct pull_job *j = arg;
+	/* A pull ends with corrald: the next corrald empties tmp/ under it and keeps what its
+	 * downloads left there for the next pull to resume (partial/), which an orphan still
+	 * writing into them would spoil. Its layer children die with it. (Kept across exec.) */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != j->corrald_pid) {
+		res->rc = -ECANCELED;
+		snprintf(res->msg, sizeof(res->msg), "corrald is gone");
+		return;
+	}
+	json_t *job = job_json(j);
+	char *text = job ? json_dumps(job, JSON_COMPACT) : NULL;
+	json_decref(job);
+	int mfd = text ? memfd_create("corral-pull-job", MFD_CLOEXEC) : -1;
+	size_t len = text ? strlen(text) : 0;
+	bool ok = mfd >= 0 && write(mfd, text, len) == (ssize_t)len && lseek(mfd, 0, SEEK_SET) == 0;
+	if (text)
+		explicit_bzero(text, len);
+	free(text);
+	/* Out of the way of 3..5 first, then onto them. */
+	int rfd = ok ? fcntl(worker_result_fd(), F_DUPFD_CLOEXEC, 10) : -1;
+	int pfd = ok && j->progress_fd >= 0 ? fcntl(j->progress_fd, F_DUPFD_CLOEXEC, 10) : -1;
+	int jfd = ok ? fcntl(mfd, F_DUPFD_CLOEXEC, 10) : -1;
+	if (!ok || rfd < 0 || jfd < 0) {
+		res->rc = errno ? -errno : -ENOMEM;
+		snprintf(res->msg, sizeof(res->msg), "prepare the pull worker: %s", strerror(-res->rc));
+		return;
+	}
+	if (dup2(jfd, PULL_FD_JOB) < 0 || dup2(rfd, PULL_FD_RESULT) < 0 ||
+	    (pfd >= 0 ? dup2(pfd, PULL_FD_PROGRESS) : (close(PULL_FD_PROGRESS), 0)) < 0) {
+		/* the result pipe's old number may be taken now: report on the copy */
+		res->rc = -errno;
+		snprintf(res->msg, sizeof(res->msg), "prepare the pull worker: %s", strerror(errno));
+		worker_report(rfd, res);
+		_exit(0);
+	}
+	extern char **environ;
+	char *envp[32];
+	size_t n = 0;
+	for (char **e = environ; *e && n < ARRAY_SIZE(envp) - 1; e++)
+		if (env_kept(*e))
+			envp[n++] = *e;
+	envp[n] = NULL;
+	static char arg0[] = "corrald", arg1[] = IMAGE_PULL_WORKER_ARG;
+	char *argv[] = {arg0, arg1, NULL};
+	execve("/proc/self/exe", argv, envp);
+	res->rc = -errno;
+	snprintf(res->msg, sizeof(res->msg), "exec the pull worker: %s", strerror(errno));
+	/* the result pipe is PULL_FD_RESULT now (its old number may be the job's) */
+	worker_report(PULL_FD_RESULT, res);
+	_exit(0);
+}
+
+static char **strv_from_json(json_t *a)
+{
+	size_t n = json_is_array(a) ? json_array_size(a) : 0;
+	char **v = calloc(n + 1, sizeof(*v));
+	for (size_t i = 0; v && i < n; i++)
+		if (!(v[i] = strdup(json_string_value(json_array_get(a, i)) ?: "")))
+			return NULL;
+	return v;
+}
+
+static void copy_field(char *dst, size_t len, json_t *o, const char *key)
+{
+	snprintf(dst, len, "%s", json_string_value(json_object_get(o, key)) ?: "");
+}
+
+/* The job on PULL_FD_JOB into j (strings it points to live as long as the process). */
+static int job_read(struct pull_job *j, struct error *err)
+{
+	struct stat st;
+	if (fstat(PULL_FD_JOB, &st) < 0 || st.st_size <= 0 || st.st_size > (1 << 20))
+		return error_set(err, EINVAL, "no job");
+	char *buf = malloc((size_t)st.st_size + 1);
+	if (!buf || pread(PULL_FD_JOB, buf, (size_t)st.st_size, 0) != st.st_size)
+		return error_set(err, EIO, "read the job");
+	buf[st.st_size] = '\0';
+	close(PULL_FD_JOB);
+	json_error_t je;
+	json_t *o = json_loads(buf, 0, &je);
+	explicit_bzero(buf, (size_t)st.st_size);
+	free(buf);
+	json_t *ref = json_object_get(o, "ref"), *pl = json_object_get(o, "platform");
+	if (!json_is_object(ref) || !json_is_object(pl) || !json_object_get(o, "store"))
+		return error_set(err, EINVAL, "a malformed job");
+	copy_field(j->ref.registry, sizeof(j->ref.registry), ref, "registry");
+	copy_field(j->ref.host, sizeof(j->ref.host), ref, "host");
+	copy_field(j->ref.repo, sizeof(j->ref.repo), ref, "repo");
+	copy_field(j->ref.tag, sizeof(j->ref.tag), ref, "tag");
+	copy_field(j->ref.digest, sizeof(j->ref.digest), ref, "digest");
+	copy_field(j->ref.name, sizeof(j->ref.name), ref, "name");
+	copy_field(j->opts.platform.os, sizeof(j->opts.platform.os), pl, "os");
+	copy_field(j->opts.platform.arch, sizeof(j->opts.platform.arch), pl, "arch");
+	copy_field(j->opts.platform.variant, sizeof(j->opts.platform.variant), pl, "variant");
+	copy_field(j->sandboxes_dir, sizeof(j->sandboxes_dir), o, "sandboxesDir");
+	const char *s;
+#define DUP_OPT(field, key)                                                                        \
+	((s = json_string_value(json_object_get(o, key))) && !((field) = strdup(s)))
+	const char *store = NULL, *user = NULL, *pass = NULL, *auth = NULL, *import = NULL;
+	if (DUP_OPT(store, "store") || DUP_OPT(user, "username") || DUP_OPT(pass, "password") ||
+	    DUP_OPT(auth, "authFile") || DUP_OPT(import, "importPath")) {
+		json_decref(o);
+		return error_set(err, ENOMEM, "job");
+	}
+#undef DUP_OPT
+	j->opts.store = store;
+	j->opts.username = user;
+	j->opts.password = pass;
+	j->opts.auth_file = auth;
+	j->import_path = (char *)import;
+	char **insecure = strv_from_json(json_object_get(o, "insecure"));
+	char **mirrors = strv_from_json(json_object_get(o, "mirrors"));
+	j->opts.insecure = (const char *const *)insecure;
+	j->opts.mirrors = (const char *const *)mirrors;
+	j->opts.timeout_s = (long)json_integer_value(json_object_get(o, "timeoutS"));
+	j->opts.unpacked_max = (uint64_t)json_integer_value(json_object_get(o, "unpackedMax"));
+	j->opts.entries_max = (uint64_t)json_integer_value(json_object_get(o, "entriesMax"));
+	j->store_max = (uint64_t)json_integer_value(json_object_get(o, "storeMax"));
+	j->corrald_pid = (pid_t)json_integer_value(json_object_get(o, "corraldPid"));
+	/* the password's copy in jansson's string goes with o; scrub it first */
+	json_t *pw = json_object_get(o, "password");
+	if (json_is_string(pw))
+		explicit_bzero((char *)json_string_value(pw), json_string_length(pw));
+	json_decref(o);
+	if (!insecure || !mirrors || !store)
+		return error_set(err, ENOMEM, "job");
+	return 0;
+}
+
+_noreturn_ void image_pull_worker_main(void)
+{
+	struct worker_result res = {0};
+	struct pull_job j = {.progress_fd = -1};
+	struct error err = {0};
+	if (job_read(&j, &err) < 0) {
+		res.rc = -err.code;
+		snprintf(res.msg, sizeof(res.msg), "pull worker: %s", err.msg);
+	} else if (getppid() != j.corrald_pid) {
+		res.rc = -ECANCELED;
+		snprintf(res.msg, sizeof(res.msg), "corrald is gone");
+	} else {
+		void *m = mmap(NULL, sizeof(*j.progress), PROT_READ | PROT_WRITE, MAP_SHARED,
+			       PULL_FD_PROGRESS, 0);
+		if (m != MAP_FAILED) {
+			j.progress = m;
+			j.opts.progress_done = &j.progress->done;
+			j.opts.progress_total = &j.progress->total;
+		}
+		pull_run(&j, &res);
+	}
+	if (j.opts.password)
+		explicit_bzero((char *)j.opts.password, strlen(j.opts.password));
+	worker_report(PULL_FD_RESULT, &res);
+	/* as a forked worker ends: no atexit work (the result is out) */
+	_exit(0);
+}
+
 static void waiter_free(struct pull_waiter *wt)
 {
 	if (wt->sb)
@@ -192,6 +397,8 @@ static void pull_job_free(struct pull_job *j)
 		event_free(j->progress_ev);
 	if (j->progress)
 		munmap(j->progress, sizeof(*j->progress));
+	if (j->progress_fd >= 0)
+		close(j->progress_fd);
 	explicit_bzero(j->key, sizeof(j->key));
 	free(j->user);
 	free(j->import_path);
@@ -275,6 +482,8 @@ static int pull_join(struct corrald *d, const struct image_ref *ref,
 			return 0;
 		}
 	j = calloc(1, sizeof(*j));
+	if (j)
+		j->progress_fd = -1;
 	if (!j) {
 		waiter_free(wt);
 		explicit_bzero(key, sizeof(key));
@@ -306,9 +515,13 @@ static int pull_join(struct corrald *d, const struct image_ref *ref,
 	j->opts.username = j->user;
 	j->opts.password = j->pass;
 	/* Progress is best effort: without the mapping the message just names the image. */
-	void *m = mmap(NULL, sizeof(*j->progress), PROT_READ | PROT_WRITE,
-		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	j->progress_fd = memfd_create("corral-pull-progress", MFD_CLOEXEC);
+	void *m = j->progress_fd >= 0 && ftruncate(j->progress_fd, sizeof(*j->progress)) == 0
+			  ? mmap(NULL, sizeof(*j->progress), PROT_READ | PROT_WRITE, MAP_SHARED,
+				 j->progress_fd, 0)
+			  : MAP_FAILED;
 	if (m != MAP_FAILED) {
+		j->w.keep_fd = j->progress_fd;
 		j->progress = m;
 		j->opts.progress_done = &j->progress->done;
 		j->opts.progress_total = &j->progress->total;

@@ -1088,6 +1088,8 @@ int main(int argc, char **argv)
 	struct cmdline o = {0};
 	int r;
 
+	if (argc == 2 && strcmp(argv[1], IMAGE_PULL_WORKER_ARG) == 0)
+		image_pull_worker_main();
 	cmdline_defaults(d, &o);
 	if ((r = parse_command_line(argc, argv, d, &o)) != GO_ON ||
 	    (r = validate_options(d, &o)) != GO_ON || (r = state_dir_setup(d, &o)) != GO_ON ||

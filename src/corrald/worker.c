@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "corrald/worker.h"
+#include "shared/macro.h"
 
 static unsigned n_running, n_queued;
 static struct worker *queue_head, *queue_tail;
@@ -40,15 +41,45 @@ int worker_running(const struct worker *w)
 static int worker_fork(struct worker *w);
 static void queue_run(void);
 
-static void close_all_but(int keep)
+static void close_range_from(unsigned first, unsigned last)
 {
 	/* close_range(2) exists since Linux 5.9; fall back to a loop on older kernels. */
-	if (keep > 3 && syscall(SYS_close_range, 3U, (unsigned)keep - 1, 0U) < 0 && errno == ENOSYS)
-		for (int fd = 3; fd < keep; fd++)
-			close(fd);
-	if (syscall(SYS_close_range, (unsigned)keep + 1, ~0U, 0U) < 0 && errno == ENOSYS)
-		for (int fd = keep + 1; fd < 65536; fd++)
-			close(fd);
+	if (first <= last && syscall(SYS_close_range, first, last, 0U) < 0 && errno == ENOSYS)
+		for (unsigned fd = first; fd <= last && fd < 65536; fd++)
+			close((int)fd);
+}
+
+/* Every descriptor from 3 up but keep and also (-1: none). */
+static void close_all_but(int keep, int also)
+{
+	if (also <= 2)
+		also = keep;
+	int a = MIN(keep, also), b = MAX(keep, also);
+	close_range_from(3, (unsigned)a - 1);
+	close_range_from((unsigned)a + 1, (unsigned)b - 1);
+	close_range_from((unsigned)b + 1, ~0U);
+}
+
+static int result_fd = -1;
+
+int worker_result_fd(void)
+{
+	return result_fd;
+}
+
+void worker_report(int fd, const struct worker_result *res)
+{
+	const char *p = (const char *)res;
+	size_t left = sizeof(*res);
+	while (left > 0) {
+		ssize_t n = write(fd, p, left);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		p += n;
+		left -= (size_t)n;
+	}
 }
 
 static void child_run(struct worker *w, int wfd)
@@ -60,21 +91,12 @@ static void child_run(struct worker *w, int wfd)
 	sigemptyset(&all);
 	sigprocmask(SIG_SETMASK, &all, NULL);
 	setpgid(0, 0);
-	close_all_but(wfd);
+	close_all_but(wfd, w->keep_fd);
+	result_fd = wfd;
 
 	struct worker_result res = {0};
 	w->fn(w->arg, &res);
-	const char *p = (const char *)&res;
-	size_t left = sizeof(res);
-	while (left > 0) {
-		ssize_t n = write(wfd, p, left);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		p += n;
-		left -= (size_t)n;
-	}
+	worker_report(wfd, &res);
 	_exit(0);
 }
 

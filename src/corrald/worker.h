@@ -37,6 +37,7 @@ struct worker {
 	worker_fn fn;
 	worker_done_fn done;
 	void *arg;
+	int keep_fd; /* a descriptor the child keeps open besides its result pipe, or -1 */
 	/* private */
 	pid_t pid;
 	int fd;
@@ -48,7 +49,14 @@ struct worker {
 	bool queued;
 };
 
-#define WORKER_INIT { .pid = -1, .fd = -1 }
+#define WORKER_INIT { .keep_fd = -1, .pid = -1, .fd = -1 }
+
+/*
+ * In a worker's child: the descriptor its result goes to. A child that execs another program
+ * hands it on; that program reports with worker_report() (same binary, same struct).
+ */
+int worker_result_fd(void);
+void worker_report(int fd, const struct worker_result *res);
 
 /*
  * At most worker_max_running() workers run at once: twice corrald's CPUs (a create or a teardown

@@ -590,5 +590,92 @@ class ConfinedPull(AttackCase):
         self.assert_platform_alive(sid)
 
 
+def secrets_in(pid, needles):
+    """Which of needles (bytes) are in pid's readable memory or its environment."""
+    found = set()
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            env = f.read()
+        found |= {n for n in needles if n in env}
+        with open("/proc/%d/maps" % pid) as f:
+            maps = f.read().splitlines()
+        with open("/proc/%d/mem" % pid, "rb", buffering=0) as mem:
+            for line in maps:
+                addr, perms = line.split()[:2]
+                if not perms.startswith("r") or line.endswith("[vvar]") or line.endswith("[vsyscall]"):
+                    continue
+                start, end = (int(x, 16) for x in addr.split("-"))
+                try:
+                    mem.seek(start)
+                    data = mem.read(end - start)
+                except (OSError, ValueError, OverflowError):
+                    continue
+                found |= {n for n in needles if n in data}
+    except OSError:
+        pass  # gone meanwhile
+    return found
+
+
+class PullMemory(AttackCase):
+    KEY = "pull-memory-key-%s" % os.urandom(8).hex()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.reg = oci.Registry()
+        cls.proxy = oci.TokenProxy(cls.reg.host)
+        cls.corrald_kwargs = {"api_key": cls.KEY,
+                              "extra_args": ["--insecure-registry", cls.proxy.host]}
+        try:
+            super().setUpClass()
+        except Exception:
+            cls.proxy.stop()
+            cls.reg.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        cls.proxy.stop()
+        cls.reg.stop()
+
+    def test_pull_processes_hold_none_of_corralds_secrets(self):
+        # Attack: code that took over a process of a pull (a hostile layer or manifest through a libarchive, jansson or curl bug) reads its own memory and environment for what corrald knows: the API key and another sandbox's env. A forked pull worker and its children hold a copy of all of it.
+        canary = "canary-%s" % os.urandom(8).hex()
+        other = self.create(env={"OTHER_TENANT_TOKEN": canary})["id"]
+        tmp = tempfile.mkdtemp(prefix="corral-sec-pull-memory-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        oci.write_layout(tmp, [oci.base_layer(), oci.layer_tar([F("m", "memory")])])
+        self.reg.push(tmp, "confine/memory")
+        ref = "%s/confine/memory:latest" % self.proxy.host
+        self.proxy.delay_manifests = 1.0
+        self.proxy.delay_blobs = 0.5
+        self.addCleanup(setattr, self.proxy, "delay_manifests", 0.0)
+        self.addCleanup(setattr, self.proxy, "delay_blobs", 0.0)
+        corrald = self.corrald.proc.pid
+        needles = [self.KEY.encode(), canary.encode()]
+        # corrald itself holds both (the test would find nothing anywhere otherwise)
+        self.assertEqual(secrets_in(corrald, needles), set(needles))
+        out = []
+        t = threading.Thread(target=lambda: out.append(
+            self.corrald.client(timeout=120).create_sandbox_raw(image={"uri": ref})))
+        t.start()
+        scanned, leaks = set(), {}
+        while t.is_alive():
+            pids = registry_clients(self.proxy.port)
+            pids |= {int(proc_status(p)["PPid"]) for p in list(pids) if os.path.exists("/proc/%d" % p)}
+            for pid in pids - scanned - {corrald}:
+                got = secrets_in(pid, needles)
+                scanned.add(pid)
+                if got:
+                    leaks[pid] = (proc_status(pid).get("Name"), sorted(got))
+            time.sleep(0.02)
+        t.join()
+        self.assertEqual(out[0].status, 202, out[0])
+        self.addCleanup(self._cleanup_sandbox, out[0].json()["id"])
+        self.assertGreaterEqual(len(scanned), 2, "the pull worker and a child were not seen")
+        self.assertEqual(leaks, {}, "a pull process holds corrald's secrets")
+        self.assert_platform_alive(out[0].json()["id"], other)
+
+
 if __name__ == "__main__":
     main()
