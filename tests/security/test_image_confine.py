@@ -498,47 +498,63 @@ def proc_status(pid):
         return {k: v.strip() for k, _, v in (line.partition(":") for line in f)}
 
 
-class ConfinedPull(AttackCase):
+class RegistryCase(AttackCase):
+    """A corrald (API key api_key) with a registry (cls.reg) and, before it, a registry with the
+    bearer-token flow (cls.proxy), both plain HTTP; cls.tmp for image layouts."""
+    api_key = None
 
     @classmethod
     def setUpClass(cls):
         cls.reg = oci.Registry()
-        cls.proxy = oci.TokenProxy(cls.reg.host)  # a registry with the bearer-token flow
-        cls.corrald_kwargs = {"extra_args": ["--insecure-registry", cls.reg.host,
+        cls.proxy = oci.TokenProxy(cls.reg.host)
+        cls.corrald_kwargs = {"api_key": cls.api_key,
+                              "extra_args": ["--insecure-registry", cls.reg.host,
                                              "--insecure-registry", cls.proxy.host]}
         cls.tmp = tempfile.mkdtemp(prefix="corral-sec-confine-pull-")
         try:
             super().setUpClass()
         except Exception:
-            cls.proxy.stop()
-            cls.reg.stop()
+            cls.tearDownRegistry()
             raise
 
     @classmethod
-    def tearDownClass(cls):
-        super().tearDownClass()
+    def tearDownRegistry(cls):
         cls.proxy.stop()
         cls.reg.stop()
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def test_registry_replies_reach_only_confined_children(self):
-        # Attack: a registry's replies to the token, manifest, config and layer requests are hostile input: every process that holds a connection to it during a real pull must be a confined child of the pull worker (own mount namespace, no_new_privs, seccomp, a layer child's capabilities at most, none for the manifest child), never the worker or corrald.
-        d = os.path.join(self.tmp, "stalled")
-        oci.write_layout(d, [oci.base_layer(), oci.layer_tar([F("s", "stalled")])])
-        self.reg.push(d, "confine/stalled")
-        ref = "%s/confine/stalled:latest" % self.proxy.host
-        # Slow replies, so that each stage holds its connection long enough to be looked at.
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        cls.tearDownRegistry()
+
+    def start_slow_pull(self, name):
+        """A create of a fresh two-layer image through cls.proxy, whose replies are slowed so
+        that each stage of the pull holds its connection long enough to be looked at; running
+        in a thread (joined by the caller), its reply appended to the list returned."""
+        d = os.path.join(self.tmp, name)
+        oci.write_layout(d, [oci.base_layer(), oci.layer_tar([F("s", name)])])
+        self.reg.push(d, "confine/" + name)
+        ref = "%s/confine/%s:latest" % (self.proxy.host, name)
         self.proxy.delay_manifests = 1.0
         self.proxy.delay_blobs = 0.5
         self.addCleanup(setattr, self.proxy, "delay_manifests", 0.0)
         self.addCleanup(setattr, self.proxy, "delay_blobs", 0.0)
-        corrald = self.corrald.proc.pid
-        tokens = self.proxy.token_requests
-        corrald_mnt = os.readlink("/proc/%d/ns/mnt" % corrald)
         out = []
         t = threading.Thread(target=lambda: out.append(
             self.corrald.client(timeout=120).create_sandbox_raw(image={"uri": ref})))
         t.start()
+        return t, out
+
+
+class ConfinedPull(RegistryCase):
+
+    def test_registry_replies_reach_only_confined_children(self):
+        # Attack: a registry's replies to the token, manifest, config and layer requests are hostile input: every process that holds a connection to it during a real pull must be a confined child of the pull worker (own mount namespace, no_new_privs, seccomp, a layer child's capabilities at most, none for the manifest child), never the worker or corrald.
+        corrald = self.corrald.proc.pid
+        tokens = self.proxy.token_requests
+        corrald_mnt = os.readlink("/proc/%d/ns/mnt" % corrald)
+        t, out = self.start_slow_pull("stalled")
         seen = {}
         while t.is_alive():
             for pid in registry_clients(self.proxy.port) - set(seen):
@@ -616,49 +632,18 @@ def secrets_in(pid, needles):
     return found
 
 
-class PullMemory(AttackCase):
-    KEY = "pull-memory-key-%s" % os.urandom(8).hex()
-
-    @classmethod
-    def setUpClass(cls):
-        cls.reg = oci.Registry()
-        cls.proxy = oci.TokenProxy(cls.reg.host)
-        cls.corrald_kwargs = {"api_key": cls.KEY,
-                              "extra_args": ["--insecure-registry", cls.proxy.host]}
-        try:
-            super().setUpClass()
-        except Exception:
-            cls.proxy.stop()
-            cls.reg.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        super().tearDownClass()
-        cls.proxy.stop()
-        cls.reg.stop()
+class PullMemory(RegistryCase):
+    api_key = "pull-memory-key-%s" % os.urandom(8).hex()
 
     def test_pull_processes_hold_none_of_corralds_secrets(self):
         # Attack: code that took over a process of a pull (a hostile layer or manifest through a libarchive, jansson or curl bug) reads its own memory and environment for what corrald knows: the API key and another sandbox's env. A forked pull worker and its children hold a copy of all of it.
         canary = "canary-%s" % os.urandom(8).hex()
         other = self.create(env={"OTHER_TENANT_TOKEN": canary})["id"]
-        tmp = tempfile.mkdtemp(prefix="corral-sec-pull-memory-")
-        self.addCleanup(shutil.rmtree, tmp, True)
-        oci.write_layout(tmp, [oci.base_layer(), oci.layer_tar([F("m", "memory")])])
-        self.reg.push(tmp, "confine/memory")
-        ref = "%s/confine/memory:latest" % self.proxy.host
-        self.proxy.delay_manifests = 1.0
-        self.proxy.delay_blobs = 0.5
-        self.addCleanup(setattr, self.proxy, "delay_manifests", 0.0)
-        self.addCleanup(setattr, self.proxy, "delay_blobs", 0.0)
         corrald = self.corrald.proc.pid
-        needles = [self.KEY.encode(), canary.encode()]
+        needles = [self.api_key.encode(), canary.encode()]
         # corrald itself holds both (the test would find nothing anywhere otherwise)
         self.assertEqual(secrets_in(corrald, needles), set(needles))
-        out = []
-        t = threading.Thread(target=lambda: out.append(
-            self.corrald.client(timeout=120).create_sandbox_raw(image={"uri": ref})))
-        t.start()
+        t, out = self.start_slow_pull("memory")
         scanned, leaks = set(), {}
         while t.is_alive():
             pids = registry_clients(self.proxy.port)
