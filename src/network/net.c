@@ -448,6 +448,40 @@ locked:;
 	return 0;
 }
 
+/* n->sb's two indexes (n->by_id, n->by_addr) */
+static uint32_t addr_hash(struct in_addr a)
+{
+	uint32_t x = a.s_addr; /* a mixer: the addresses of a subnet differ in their last bits */
+	x ^= x >> 16;
+	x *= 0x7feb352dU;
+	x ^= x >> 15;
+	x *= 0x846ca68bU;
+	return x ^ (x >> 16);
+}
+
+static uint32_t id_hash_at(const void *ctx, uint32_t pos)
+{
+	return hash_fnv1a(((const struct net *)ctx)->sb[pos].id);
+}
+
+static bool id_equal_at(const void *ctx, uint32_t pos, const void *key)
+{
+	return strcmp(((const struct net *)ctx)->sb[pos].id, key) == 0;
+}
+
+static uint32_t addr_hash_at(const void *ctx, uint32_t pos)
+{
+	return addr_hash(((const struct net *)ctx)->sb[pos].addr);
+}
+
+static bool addr_equal_at(const void *ctx, uint32_t pos, const void *key)
+{
+	return ((const struct net *)ctx)->sb[pos].addr.s_addr == ((const struct in_addr *)key)->s_addr;
+}
+
+static const struct posindex_ops by_id_ops = {id_hash_at, id_equal_at};
+static const struct posindex_ops by_addr_ops = {addr_hash_at, addr_equal_at};
+
 int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
 {
 	int r;
@@ -463,6 +497,8 @@ int net_new(const struct net_config *cfg, struct net **ret, struct error *err)
 		return error_set(err, ENOMEM, "network");
 	snprintf(n->name, sizeof(n->name), "%s", name);
 	n->lock_fd = -1;
+	n->by_id = (struct posindex){.ops = &by_id_ops, .ctx = n};
+	n->by_addr = (struct posindex){.ops = &by_addr_ops, .ctx = n};
 	n->log_drops = cfg->log_drops;
 	n->flows_max = cfg->flows_max ? cfg->flows_max : NET_FLOWS_DEFAULT;
 	memcpy(n->blocked, cfg->blocked, sizeof(n->blocked));
@@ -571,25 +607,43 @@ void net_free(struct net *n)
 	for (size_t i = 0; i < n->n_sb; i++)
 		egress_policy_clear(&n->sb[i].rp);
 	free(n->sb);
+	posindex_free(&n->by_id);
+	posindex_free(&n->by_addr);
 	free(n);
 }
 
 /* ---- sandboxes -------------------------------------------------------------------------------- */
 
-static struct net_sandbox *find(struct net *n, const char *id)
+static struct net_sandbox *find(const struct net *n, const char *id)
 {
-	for (size_t i = 0; i < n->n_sb; i++)
-		if (strcmp(n->sb[i].id, id) == 0)
-			return &n->sb[i];
-	return NULL;
+	uint32_t pos = posindex_find(&n->by_id, hash_fnv1a(id), id);
+	return pos == POSINDEX_NONE ? NULL : &n->sb[pos];
+}
+
+/* The sandbox (live, retired or being reaped: addresses are never shared) with address a. */
+static struct net_sandbox *find_addr(const struct net *n, struct in_addr a)
+{
+	uint32_t pos = posindex_find(&n->by_addr, addr_hash(a), &a);
+	return pos == POSINDEX_NONE ? NULL : &n->sb[pos];
 }
 
 static bool addr_used(const struct net *n, struct in_addr a)
 {
-	for (size_t i = 0; i < n->n_sb; i++)
-		if (n->sb[i].addr.s_addr == a.s_addr)
-			return true;
-	return false;
+	return find_addr(n, a) != NULL;
+}
+
+/* The sandbox at position i out of n->sb (the last takes its place). */
+static void sb_remove_at(struct net *n, size_t i)
+{
+	size_t last = n->n_sb - 1;
+	posindex_del(&n->by_id, (uint32_t)i);
+	posindex_del(&n->by_addr, (uint32_t)i);
+	if (i != last) {
+		n->sb[i] = n->sb[last];
+		posindex_move(&n->by_id, (uint32_t)last, (uint32_t)i);
+		posindex_move(&n->by_addr, (uint32_t)last, (uint32_t)i);
+	}
+	n->n_sb--;
 }
 
 static int alloc_addr(struct net *n, struct in_addr *ret, struct error *err)
@@ -687,6 +741,9 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 		if (!v)
 			return error_set(err, ENOMEM, "network sandbox table");
 		n->sb = v;
+		if (posindex_reserve(&n->by_id, (uint32_t)cap, (uint32_t)n->n_sb) < 0 ||
+		    posindex_reserve(&n->by_addr, (uint32_t)cap, (uint32_t)n->n_sb) < 0)
+			return error_set(err, ENOMEM, "network sandbox table");
 		n->cap_sb = cap;
 	}
 
@@ -714,6 +771,8 @@ int net_sandbox_add_policy(struct net *n, const char *sandbox_id, enum net_mode 
 	memset(sb, 0, sizeof(*sb));
 	snprintf(sb->id, sizeof(sb->id), "%s", sandbox_id);
 	sb->addr = a;
+	posindex_put(&n->by_id, (uint32_t)(n->n_sb - 1));
+	posindex_put(&n->by_addr, (uint32_t)(n->n_sb - 1));
 	sb->mode = mode;
 	sb->seen = true;
 	sb->readopt = adopt;
@@ -811,7 +870,7 @@ void net_sandbox_forget(struct net *n, const char *sandbox_id)
 	struct net_sandbox *sb = find(n, sandbox_id ? sandbox_id : "");
 	if (sb) {
 		egress_policy_clear(&sb->rp);
-		*sb = n->sb[--n->n_sb];
+		sb_remove_at(n, (size_t)(sb - n->sb));
 	}
 }
 
@@ -868,11 +927,8 @@ size_t net_reap_begin(struct net *n)
 
 static bool is_reaping(struct in_addr src, void *arg)
 {
-	const struct net *n = arg;
-	for (size_t i = 0; i < n->n_sb; i++)
-		if (n->sb[i].reaping && n->sb[i].addr.s_addr == src.s_addr)
-			return true;
-	return false;
+	const struct net_sandbox *sb = find_addr(arg, src);
+	return sb && sb->reaping;
 }
 
 int net_reap(const struct net *n, struct error *err)
@@ -925,7 +981,7 @@ void net_reap_end(struct net *n, bool done)
 	for (size_t i = 0; i < n->n_sb;) {
 		struct net_sandbox *sb = &n->sb[i];
 		if (sb->reaping && done) {
-			*sb = n->sb[--n->n_sb];
+			sb_remove_at(n, i);
 			continue;
 		}
 		sb->reaping = false;
@@ -1103,10 +1159,8 @@ static json_t *table_objects(struct net *n)
 
 bool net_sandbox_broken(const struct net *n, const char *sandbox_id)
 {
-	for (size_t i = 0; i < n->n_sb; i++)
-		if (strcmp(n->sb[i].id, sandbox_id ? sandbox_id : "") == 0)
-			return n->sb[i].broken;
-	return false;
+	const struct net_sandbox *sb = find(n, sandbox_id ? sandbox_id : "");
+	return sb && sb->broken;
 }
 
 /* A source address of the subnet that none of the sandboxes net_gc() keeps has. */
@@ -1115,10 +1169,8 @@ static bool is_stale(struct in_addr src, void *arg)
 	const struct net *n = arg;
 	if (!in_subnet(n, src))
 		return false;
-	for (size_t i = 0; i < n->n_sb; i++)
-		if (n->sb[i].addr.s_addr == src.s_addr && n->sb[i].seen)
-			return false;
-	return true;
+	const struct net_sandbox *sb = find_addr(n, src);
+	return !(sb && sb->seen);
 }
 
 /*
@@ -1414,12 +1466,11 @@ int net_sandbox_by_addr(struct net *n, int family, const void *addr, char id_out
 		return -ENOENT;
 	struct in_addr a;
 	memcpy(&a, addr, sizeof(a));
-	for (size_t i = 0; i < n->n_sb; i++)
-		if (n->sb[i].addr.s_addr == a.s_addr && !n->sb[i].retired) {
-			memcpy(id_out, n->sb[i].id, UUID_STR_LEN);
-			return 0;
-		}
-	return -ENOENT;
+	const struct net_sandbox *sb = find_addr(n, a);
+	if (!sb || sb->retired)
+		return -ENOENT;
+	memcpy(id_out, sb->id, UUID_STR_LEN);
+	return 0;
 }
 
 int net_sandbox_drops(struct net *n, const char *sandbox_id, uint64_t *ret_packets,

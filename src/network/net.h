@@ -37,6 +37,7 @@
 #include "network/policy.h"
 #include "shared/error.h"
 #include "shared/id.h"
+#include "shared/posindex.h"
 
 #define NET_DEFAULT_NAME "corral"
 #define NET_DEFAULT_SUBNET "10.177.0.0/16"
@@ -98,6 +99,7 @@ struct net {
 	/* Sandboxes with an address, in memory only (the record keeps the address). */
 	struct net_sandbox *sb;
 	size_t n_sb, cap_sb;
+	struct posindex by_id, by_addr; /* positions in sb (every DNS query looks its sender up) */
 	uint32_t next_host; /* allocation cursor (host part) */
 	bool timeout_update; /* the kernel restarts an element's timeout on a re-add (6.10+) */
 	bool stale_flows;    /* flows of sandboxes this corrald never knew may be left (until
