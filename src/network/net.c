@@ -670,9 +670,21 @@ static bool in_subnet(const struct net *n, struct in_addr a)
 	return (ntohl(a.s_addr) & mask) == ntohl(n->subnet.s_addr) && h >= 2 && h != ~mask;
 }
 
+/* The names a sandbox's kernel objects are made from. */
+struct sb_names {
+	char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
+};
+
+static void sb_names(const char *id, struct in_addr addr, struct sb_names *ret)
+{
+	nft_id(id, ret->cid);
+	veth_name(id, ret->veth);
+	inet_ntop(AF_INET, &addr, ret->as, sizeof(ret->as));
+}
+
 /* A sandbox's nftables objects' names and rules, for nftnl.c. */
 struct sb_nft {
-	char cid[UUID_STR_LEN], veth[IF_NAMESIZE];
+	struct sb_names nm;
 	char chain[UUID_STR_LEN + 4], set[UUID_STR_LEN + 4], counter[UUID_STR_LEN + 4];
 	struct nftnl_sb sb;
 };
@@ -680,11 +692,10 @@ struct sb_nft {
 static void sb_nft(const struct net *n, const char *id, struct in_addr addr, enum net_mode mode,
 		   const struct egress_policy *p, enum egress_action def, struct sb_nft *ret)
 {
-	nft_id(id, ret->cid);
-	veth_name(id, ret->veth);
-	snprintf(ret->chain, sizeof(ret->chain), "sb_%s", ret->cid);
-	snprintf(ret->set, sizeof(ret->set), "l_%s", ret->cid);
-	snprintf(ret->counter, sizeof(ret->counter), "d_%s", ret->cid);
+	sb_names(id, addr, &ret->nm);
+	snprintf(ret->chain, sizeof(ret->chain), "sb_%s", ret->nm.cid);
+	snprintf(ret->set, sizeof(ret->set), "l_%s", ret->nm.cid);
+	snprintf(ret->counter, sizeof(ret->counter), "d_%s", ret->nm.cid);
 	ret->sb = (struct nftnl_sb){
 	    .table = n->name,
 	    .chain = ret->chain,
@@ -692,7 +703,7 @@ static void sb_nft(const struct net *n, const char *id, struct in_addr addr, enu
 	    .learn_set_size = NET_LEARN_SET_MAX,
 	    .counter = ret->counter,
 	    .drop_chain = "drop_sb",
-	    .veth = ret->veth,
+	    .veth = ret->nm.veth,
 	    .addr = addr,
 	    .enforce = mode == NET_MODE_DNS_NFT,
 	    .policy = p,
@@ -795,18 +806,6 @@ static void nft_remove_objects(struct net *n, const char *cid)
 		_Pragma("GCC diagnostic pop");
 		nft_run(n, NULL, cmd);
 	}
-}
-
-/* The names a sandbox's kernel objects are made from. */
-struct sb_names {
-	char cid[UUID_STR_LEN], veth[IF_NAMESIZE], as[INET_ADDRSTRLEN];
-};
-
-static void sb_names(const char *id, struct in_addr addr, struct sb_names *ret)
-{
-	nft_id(id, ret->cid);
-	veth_name(id, ret->veth);
-	inet_ntop(AF_INET, &addr, ret->as, sizeof(ret->as));
 }
 
 /* Everything of a sandbox's in the nftables tables, as one script. */
