@@ -221,30 +221,33 @@ static void put_counter(struct batch *t, const char *table, const char *name)
 	batch_next(t);
 }
 
-/* NEWCHAIN (add) or DELRULE of the chain's every rule (flush). */
-static void put_chain(struct batch *t, int type, const char *table, const char *name)
+/* Add the chain (NEWCHAIN). */
+static void put_chain(struct batch *t, const char *table, const char *name)
 {
-	if (type == NFT_MSG_DELRULE) {
-		struct nftnl_rule *r = nftnl_rule_alloc();
-		if (!r) {
-			batch_fail(t, -ENOMEM);
-			return;
-		}
-		nftnl_rule_set_str(r, NFTNL_RULE_TABLE, table);
-		nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, name);
-		nftnl_rule_nlmsg_build_payload(batch_hdr(t, type, NFPROTO_INET, 0), r);
-		nftnl_rule_free(r);
-	} else {
-		struct nftnl_chain *c = nftnl_chain_alloc();
-		if (!c) {
-			batch_fail(t, -ENOMEM);
-			return;
-		}
-		nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, table);
-		nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name);
-		nftnl_chain_nlmsg_build_payload(batch_hdr(t, type, NFPROTO_INET, NLM_F_CREATE), c);
-		nftnl_chain_free(c);
+	struct nftnl_chain *c = nftnl_chain_alloc();
+	if (!c) {
+		batch_fail(t, -ENOMEM);
+		return;
 	}
+	nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, table);
+	nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name);
+	nftnl_chain_nlmsg_build_payload(batch_hdr(t, NFT_MSG_NEWCHAIN, NFPROTO_INET, NLM_F_CREATE), c);
+	nftnl_chain_free(c);
+	batch_next(t);
+}
+
+/* Flush the chain: a DELRULE naming no rule deletes its every rule. */
+static void put_flush(struct batch *t, const char *table, const char *name)
+{
+	struct nftnl_rule *r = nftnl_rule_alloc();
+	if (!r) {
+		batch_fail(t, -ENOMEM);
+		return;
+	}
+	nftnl_rule_set_str(r, NFTNL_RULE_TABLE, table);
+	nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, name);
+	nftnl_rule_nlmsg_build_payload(batch_hdr(t, NFT_MSG_DELRULE, NFPROTO_INET, 0), r);
+	nftnl_rule_free(r);
 	batch_next(t);
 }
 
@@ -404,7 +407,7 @@ static void put_rule(struct batch *t, const struct nftnl_sb *sb, const char *set
  * in dns+nft the learned set, the policy's address rules in order, then its default. */
 static void put_rules(struct batch *t, const struct nftnl_sb *sb)
 {
-	put_chain(t, NFT_MSG_DELRULE, sb->table, sb->chain);
+	put_flush(t, sb->table, sb->chain);
 	if (!sb->enforce) {
 		put_rule(t, sb, NULL, NULL, 0, true);
 		return;
@@ -433,7 +436,7 @@ int nftnl_sandbox_add(const struct nftnl_sb *sb)
 	memcpy(port + IF_NAMESIZE, &sb->addr, 4);
 	put_set(&t, sb->table, sb->learn_set, sb->learn_set_size);
 	put_counter(&t, sb->table, sb->counter);
-	put_chain(&t, NFT_MSG_NEWCHAIN, sb->table, sb->chain);
+	put_chain(&t, sb->table, sb->chain);
 	put_rules(&t, sb);
 	put_elem_of(&t, NFT_MSG_NEWSETELEM, NFPROTO_INET, sb->table, "drops",
 		    &(struct elem){.key = &sb->addr, .klen = 4, .objref = sb->counter});
