@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "corrald/worker.h"
+#include "shared/fsutil.h"
 #include "shared/macro.h"
 
 static unsigned n_running, n_queued;
@@ -69,17 +70,7 @@ int worker_result_fd(void)
 
 void worker_report(int fd, const struct worker_result *res)
 {
-	const char *p = (const char *)res;
-	size_t left = sizeof(*res);
-	while (left > 0) {
-		ssize_t n = write(fd, p, left);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		p += n;
-		left -= (size_t)n;
-	}
+	(void)fd_write_all(fd, res, sizeof(*res)); /* short: the parent reports the worker's death */
 }
 
 static void child_run(struct worker *w, int wfd)

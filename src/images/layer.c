@@ -111,22 +111,6 @@ static int make_parent(int dfd, const char *rel)
 	return 0;
 }
 
-/* All of buf to fd. */
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static int whiteout(int dfd, const char *rel, const char *base, int opaque_fd, struct error *err)
 {
 	int r = make_parent(dfd, rel);
@@ -140,9 +124,9 @@ static int whiteout(int dfd, const char *rel, const char *base, int opaque_fd, s
 	if (strcmp(base, WH_OPAQUE) == 0 && opaque_fd >= 0) {
 		/* Marked by image_layer_mark_opaque(): the directory, relative to the layer. */
 		size_t n = (size_t)(base - rel);
-		int k = write_all(opaque_fd, n ? rel : ".", n ? n - 1 : 1);
+		int k = fd_write_all(opaque_fd, n ? rel : ".", n ? n - 1 : 1);
 		if (k == 0)
-			k = write_all(opaque_fd, "", 1);
+			k = fd_write_all(opaque_fd, "", 1);
 		return k < 0 ? error_set_errno(err, -k, "list '%s' as opaque", rel) : 0;
 	}
 	if (strcmp(base, WH_OPAQUE) == 0) {

@@ -1245,19 +1245,6 @@ static int read_by(int fd, void *buf, size_t len, int64_t limit_ms)
 	return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-	for (size_t off = 0; off < len;) {
-		ssize_t n = write(fd, (const char *)buf + off, len - off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -EIO;
-		off += (size_t)n;
-	}
-	return 0;
-}
-
 typedef int (*parse_fn)(struct pull *p, const void *arg, struct tokens *t, struct error *err);
 
 /* fn run in a confined child (no network, no capability, an empty directory of its own to
@@ -1293,7 +1280,7 @@ static int parse_confined(struct pull *p, parse_fn fn, const void *arg, struct t
 		h.e.code = k;
 		h.len = k < 0 ? 0 : t.len;
 		PARSE_CHILD_TAMPER(p, &h, &t);
-		_exit(write_all(fds[1], &h, sizeof(h)) < 0 || write_all(fds[1], t.buf, h.len) < 0 ||
+		_exit(fd_write_all(fds[1], &h, sizeof(h)) < 0 || fd_write_all(fds[1], t.buf, h.len) < 0 ||
 			      k < 0
 			  ? 1
 			  : 0);

@@ -13,6 +13,21 @@
 #include "fsutil.h"
 #include "macro.h"
 
+int fd_write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
 {
 	char tmp[PATH_MAX];
@@ -21,21 +36,13 @@ int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
 	_cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
 	if (fd < 0)
 		return -errno;
-	const char *p = data;
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			int r = -errno;
-			unlink(tmp);
-			return r;
-		}
-		p += n;
-		len -= (size_t)n;
+	int r = fd_write_all(fd, data, len);
+	if (r < 0) {
+		unlink(tmp);
+		return r;
 	}
 	if (fsync(fd) < 0 || rename(tmp, path) < 0) {
-		int r = -errno;
+		r = -errno;
 		unlink(tmp);
 		return r;
 	}

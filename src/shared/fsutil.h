@@ -5,6 +5,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* All len bytes of buf to fd (write(2) again after a short write or EINTR): 0, -errno, or -EIO
+ * when a write took nothing. */
+int fd_write_all(int fd, const void *buf, size_t len);
 /* Write data to path atomically: tmp file in the same dir, fsync, rename, fsync the dir. */
 int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
 /* Read a whole file (at most max bytes, else -EFBIG); *ret_buf is NUL-terminated, caller frees. */
