@@ -13,6 +13,13 @@ from harness import *  # noqa: E402,F401,F403
 from harness import CorralTestCase, main  # noqa: E402,F401
 
 
+def sanitized(pid):
+    """Whether pid runs a sanitizer build (CI's second pass): an ASan heap is a reserved region of
+    terabytes, and freed memory stays in its quarantine (RSS says nothing about leaks)."""
+    with open("/proc/%d/maps" % pid) as f:
+        return "libasan" in f.read()
+
+
 class AttackCase(CorralTestCase):
     """A CorralTestCase that, after every attack, checks the platform still answers.
 

@@ -28,7 +28,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 
-from sec import AttackCase, main  # noqa: E402
+from sec import AttackCase, main, sanitized  # noqa: E402
 import oci  # noqa: E402
 from oci import C, D, F, H, L, X  # noqa: E402
 
@@ -621,12 +621,17 @@ def secrets_in(pid, needles):
                 if not perms.startswith("r") or line.endswith("[vvar]") or line.endswith("[vsyscall]"):
                     continue
                 start, end = (int(x, 16) for x in addr.split("-"))
-                try:
-                    mem.seek(start)
-                    data = mem.read(end - start)
-                except (OSError, ValueError, OverflowError):
-                    continue
-                found |= {n for n in needles if n in data}
+                if end - start > 1 << 30:
+                    continue  # reserved, not used: the test checks it found what corrald holds
+                tail = b""
+                for off in range(start, end, 1 << 20):
+                    try:
+                        mem.seek(off)
+                        data = tail + mem.read(min(1 << 20, end - off))
+                    except (OSError, ValueError, OverflowError):
+                        break
+                    found |= {n for n in needles if n in data}
+                    tail = data[-64:]
     except OSError:
         pass  # gone meanwhile
     return found
@@ -637,6 +642,8 @@ class PullMemory(RegistryCase):
 
     def test_pull_processes_hold_none_of_corralds_secrets(self):
         # Attack: code that took over a process of a pull (a hostile layer or manifest through a libarchive, jansson or curl bug) reads its own memory and environment for what corrald knows: the API key and another sandbox's env. A forked pull worker and its children hold a copy of all of it.
+        if sanitized(self.corrald.proc.pid):
+            self.skipTest("sanitizer build: its heap is a reserved region of terabytes, not scanned")
         canary = "canary-%s" % os.urandom(8).hex()
         other = self.create(env={"OTHER_TENANT_TOKEN": canary})["id"]
         corrald = self.corrald.proc.pid

@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 
-from sec import AttackCase, Corrald, main
+from sec import AttackCase, Corrald, main, sanitized
 
 KEY = "network-clients-key"
 TOKEN_HEADER = "OpenSandbox-Secure-Access"
@@ -30,12 +30,6 @@ def proc_status(pid, field):
 
 def rss_kib(pid):
     return proc_status(pid, "VmRSS")
-
-
-def sanitized(pid):
-    """An ASan build keeps freed memory in quarantine: its RSS says nothing about leaks."""
-    with open("/proc/%d/maps" % pid) as f:
-        return "libasan" in f.read()
 
 
 def cpu_seconds(pid):
