@@ -797,6 +797,20 @@ class Corrald:
     def start(self, port=None, wait=True):
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError("corrald already running")
+        if port or self.port or not wait:
+            return self._start(port, wait)
+        # A port free_port() found may be taken by another process (a suite beside this one, a
+        # client's connection) before corrald binds it: a first start takes another one then.
+        for attempt in range(5):
+            try:
+                return self._start(free_port(), wait)
+            except RuntimeError as e:
+                if attempt == 4 or "Address already in use" not in str(e):
+                    raise
+                log("port %d was taken before corrald bound it; trying another" % self.port)
+                self.port = None
+
+    def _start(self, port, wait):
         self.port = port or self.port or free_port()
         logf = open(self.log_path, "ab")
         logf.write(("\n=== start %d: %s\n" % (self.starts, " ".join(self.argv(self.port)))).encode())
@@ -807,7 +821,8 @@ class Corrald:
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         logf.close()
         self.starts += 1
-        _live_daemons.append(self)
+        if self not in _live_daemons:
+            _live_daemons.append(self)
         if wait:
             self.wait_healthy()
         return self
