@@ -245,8 +245,11 @@ class NetLab:
 
     def listen_udp(self, addr, port):
         """A UDP service in the lab that echoes every datagram (a stand-in foreign resolver)."""
+        # A receive buffer for a burst (1,500 datagrams at once in the flow-quota attack): with
+        # the default one, whatever came while it was not scheduled would be dropped at its socket.
         code = ("import socket,sys\n"
                 "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                "s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)\n"  # SO_RCVBUFFORCE (root)
                 "s.bind((sys.argv[1], int(sys.argv[2])))\n"
                 "while True:\n"
                 "    d,a=s.recvfrom(2048); s.sendto(d,a)\n")
