@@ -959,11 +959,16 @@ class ProxyUpgradeTest(unittest.TestCase):
         s.close()
         for _ in range(10):  # clients that leave at once
             self.upgrade(self.port).close()
-        time.sleep(0.3)
         s = self.raw(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
         self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 200"))
         s.close()
-        nfd = len(os.listdir("/proc/%d/fd" % self.execd.proc.pid))
+        # their descriptors go (a fixed 0.3 s could be short for an ASan execd on a loaded host)
+        deadline = time.time() + 10
+        while True:
+            nfd = len(os.listdir("/proc/%d/fd" % self.execd.proc.pid))
+            if nfd < 20 or time.time() > deadline:
+                break
+            time.sleep(0.05)
         self.assertLess(nfd, 20)
 
 
@@ -1034,10 +1039,21 @@ class EntrypointTest(unittest.TestCase):
             self.assertEqual(e.proc.wait(10), 0)
             e2 = subprocess.Popen([EXECD, "--socket", e.sock, "--state", e.state], stderr=subprocess.DEVNULL)
             try:
-                deadline = time.time() + 5
-                while not os.path.exists(e.sock) and time.time() < deadline:
+                # until it answers (its socket's file may be there before it listens, or left by
+                # the first one: a fixed 0.1 s could be too short for an ASan start on a loaded host)
+                deadline = time.time() + 20
+                while True:
+                    try:
+                        c = UnixConnection(e.sock, 2)
+                        c.request("GET", "/ping")
+                        if c.getresponse().status == 200:
+                            c.close()
+                            break
+                        c.close()
+                    except OSError:
+                        pass
+                    self.assertLess(time.time(), deadline, "the second execd never answered")
                     time.sleep(0.02)
-                time.sleep(0.1)
                 c = e.conn()
                 c.request("POST", "/command", json.dumps({"command": "touch /nonexistent/x", "id": fid}))
                 events = parse_events(c.getresponse().read())
