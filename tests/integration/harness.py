@@ -87,6 +87,33 @@ def free_port():
     return port
 
 
+def listening(pid, port):
+    """Whether process pid itself holds a listening TCP socket on port (an answer on the port may
+    come from another process that took it)."""
+    inodes = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            with open("/proc/%d/net/%s" % (pid, name)) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add("socket:[%s]" % fields[9])
+        except OSError:
+            return False
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (pid, fd)) in inodes:
+                return True
+        except OSError:
+            pass
+    return False
+
+
 def parse_time(s):
     """RFC 3339 / ISO-8601 with Z or an offset, fractional seconds optional -> aware datetime."""
     if not isinstance(s, str):
@@ -840,9 +867,9 @@ class Corrald:
                 r = c.getresponse()
                 r.read()
                 c.close()
-                if r.status == 200:
+                if r.status == 200 and listening(self.proc.pid, self.port):
                     return
-                last = r.status
+                last = r.status if r.status != 200 else "200 from a process other than corrald"
             except OSError as e:
                 last = e
             time.sleep(0.02)
