@@ -339,9 +339,15 @@ test("timeoutSeconds null: manual cleanup, no expiresAt", async () => {
 
 test("an entrypoint that exits ends the sandbox: Terminated (0) / Failed (3), execd calls fail fast", async () => {
   for (const [code, state] of [[0, "Terminated"], [3, "Failed"]]) {
-    const sbx = await createSandbox({ entrypoint: ["sh", "-c", `sleep 1; exit ${code}`], metadata: { case: `ended-${code}` } });
+    // It exits when told, once seen Running ('sleep 1' could end it before the SDK's create and
+    // readiness check were done on a loaded host).
+    const sbx = await createSandbox({
+      entrypoint: ["sh", "-c", `while [ ! -e /tmp/end ]; do sleep 0.05; done; exit ${code}`],
+      metadata: { case: `ended-${code}` },
+    });
     try {
       assert.equal((await sbx.getInfo()).status.state, "Running");
+      await sbx.commands.run("touch /tmp/end");
       const ended = await poll(async () => {
         const info = await sbx.getInfo();
         return info.status.state !== "Running" ? info : null;

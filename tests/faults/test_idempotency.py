@@ -159,7 +159,8 @@ class QueuedRepeats(CorralTestCase):
     """One CPU of capacity, held by a blocker: a keyed create waits in the admission queue, so its
     repeats certainly arrive while it is still being made."""
     corrald_kwargs = {"extra_args": ["--capacity", "cpu=1,memory=4Gi,pids=1000000,files=100000000",
-                                     "--capacity-wait", "60", "--default-disk", "8Mi"]}
+                                     "--capacity-wait", "60", "--default-disk", "8Mi",
+                                     "--log-level", "debug"]}  # the repeats' "waits for it"
 
     def test_repeats_wait_for_the_first_and_survive_its_hangup(self):
         # Fault: the first request's client gives up while the create waits; its repeats (same
@@ -183,11 +184,23 @@ class QueuedRepeats(CorralTestCase):
                 got.append(c.post("/v1/sandboxes", body, headers={"Idempotency-Key": key}))
             finally:
                 c.close()
-        time.sleep(0.3)
+
+        def listed():
+            return self.client.list_sandboxes(metadata={"t": tag}).json()["items"]
+        # The first create waits in the queue before the repeats come (else one of them would
+        # be the first), and all three repeats wait on it before its client hangs up (else the
+        # hang-up would cancel it for nobody): conditions, not sleeps, on a loaded machine.
+        sid = self.wait_until(lambda: [it["id"] for it in listed()
+                                       if it["status"]["state"] == "Pending"], 30,
+                              msg="the first create to wait in the queue")[0]
         ths = [threading.Thread(target=repeat) for _ in range(3)]
         for t in ths:
             t.start()
-        time.sleep(0.5)
+
+        def joined():
+            with open(self.corrald.log_path, errors="replace") as f:
+                return f.read().count("sandbox %s: a repeat of its create waits for it" % sid)
+        self.wait_until(lambda: joined() >= 3, 30, msg="the three repeats to wait for the create")
         first.close()  # the first client gives up
         time.sleep(0.5)
         items = self.client.list_sandboxes(metadata={"t": tag}).json()["items"]
@@ -201,8 +214,7 @@ class QueuedRepeats(CorralTestCase):
             self.assertEqual(r.status, 202, r)
             self.assertEqual(r.header("Idempotent-Replayed"), "true", r)
             ids.add(r.json()["id"])
-        self.assertEqual(len(ids), 1, got)
-        sid = ids.pop()
+        self.assertEqual(ids, {sid}, got)
         self.addCleanup(self._cleanup_sandbox, sid)
         listed = self.client.list_sandboxes(metadata={"t": tag}).json()["items"]
         self.assertEqual([(it["id"], it["status"]["state"]) for it in listed], [(sid, "Running")])

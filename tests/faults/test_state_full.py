@@ -97,10 +97,20 @@ class StateFull(CorralTestCase):
                [threading.Thread(target=creator), threading.Thread(target=commander, args=(sbs[0],))])
         for t in ths:
             t.start()
-        time.sleep(0.5)
+
+        def refused_patches():
+            with lock:
+                return sum(1 for e in log["patch"] if status(e[-1]) // 100 != 2)
+
+        def every_kind_ran():
+            with lock:
+                return all(log.values())
+        # Conditions, not fixed sleeps: on a loaded machine a second may see no call at all.
+        self.wait_until(every_kind_ran, 60, msg="every kind of call to have run once")
         filler = os.path.join(self.corrald.state_dir, "filler")
         self.addCleanup(lambda: os.path.exists(filler) and os.unlink(filler))
         fill(filler)
+        self.wait_until(refused_patches, 60, msg="a PATCH to meet the full disk (it never filled)")
         time.sleep(1.0)  # the load goes on against a full disk
         stop.set()
         for t in ths:
@@ -169,8 +179,13 @@ class StateFull(CorralTestCase):
                 self.assertEqual(len(r.stderr_lines), 2, r.stderr_lines)
                 self.assertIn("could not be stored", r.stderr_lines[0])
                 self.assertIn("bytes of output dropped", r.stderr_lines[1])
-            else:
-                self.assertEqual(r.stderr_lines, [])
+            elif r.stderr_lines:
+                # every line streamed, then the last write of its record (execd's final flush)
+                # met the full disk: the markers say so, and that nothing was dropped
+                cut += 1
+                self.assertEqual(len(r.stderr_lines), 2, r.stderr_lines)
+                self.assertIn("could not be stored", r.stderr_lines[0])
+                self.assertEqual(r.stderr_lines[1], "[corral-execd: 0 bytes of output dropped]")
 
         # acknowledged background commands: a status that is true (output there, or said lost)
         lost = 0

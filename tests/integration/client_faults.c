@@ -558,14 +558,17 @@ static int mode_semantics(const char *direct)
 	rc = corral_sandbox_delete_id(c, "00000000-0000-4000-8000-000000000000", &e);
 	printf(",\"delete_unknown_ok\":%s", rc == 0 ? "true" : "false");
 
-	/* a sandbox whose entrypoint exits: calls on it are "sandbox ended" with a reason */
+	/* a sandbox whose entrypoint exits: calls on it are "sandbox ended" with a reason (it
+	 * exits when told, after its create: 'sleep 1' could end it during a slow create) */
 	corral_sandbox_spec_init(&s);
-	const char *const ep[] = {"sh", "-c", "sleep 1", NULL};
+	const char *const ep[] = {"sh", "-c", "while [ ! -e /tmp/end ]; do sleep 0.05; done", NULL};
 	s.entrypoint = ep;
 	s.cpu_request = 0.01;
 	s.memory_request_mib = 16;
 	corral_sandbox *ending = NULL;
 	if (corral_sandbox_create(c, &s, &ending, &e) == 0) {
+		exec_timed(ending, "touch /tmp/end", false, 30, &r, &e, &rc);
+		corral_exec_result_clear(&r);
 		sleep_s(2.0);
 		exec_timed(ending, "true", false, 10, &r, &e, &rc);
 		printf(",\"ended\":%s,\"ended_reason\":\"%s\"",

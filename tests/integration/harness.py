@@ -87,6 +87,33 @@ def free_port():
     return port
 
 
+def listening(pid, port):
+    """Whether process pid itself holds a listening TCP socket on port (an answer on the port may
+    come from another process that took it)."""
+    inodes = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            with open("/proc/%d/net/%s" % (pid, name)) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add("socket:[%s]" % fields[9])
+        except OSError:
+            return False
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (pid, fd)) in inodes:
+                return True
+        except OSError:
+            pass
+    return False
+
+
 def parse_time(s):
     """RFC 3339 / ISO-8601 with Z or an offset, fractional seconds optional -> aware datetime."""
     if not isinstance(s, str):
@@ -797,6 +824,20 @@ class Corrald:
     def start(self, port=None, wait=True):
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError("corrald already running")
+        if port or self.port or not wait:
+            return self._start(port, wait)
+        # A port free_port() found may be taken by another process (a suite beside this one, a
+        # client's connection) before corrald binds it: a first start takes another one then.
+        for attempt in range(5):
+            try:
+                return self._start(free_port(), wait)
+            except RuntimeError as e:
+                if attempt == 4 or "Address already in use" not in str(e):
+                    raise
+                log("port %d was taken before corrald bound it; trying another" % self.port)
+                self.port = None
+
+    def _start(self, port, wait):
         self.port = port or self.port or free_port()
         logf = open(self.log_path, "ab")
         logf.write(("\n=== start %d: %s\n" % (self.starts, " ".join(self.argv(self.port)))).encode())
@@ -807,7 +848,8 @@ class Corrald:
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         logf.close()
         self.starts += 1
-        _live_daemons.append(self)
+        if self not in _live_daemons:
+            _live_daemons.append(self)
         if wait:
             self.wait_healthy()
         return self
@@ -825,9 +867,9 @@ class Corrald:
                 r = c.getresponse()
                 r.read()
                 c.close()
-                if r.status == 200:
+                if r.status == 200 and listening(self.proc.pid, self.port):
                     return
-                last = r.status
+                last = r.status if r.status != 200 else "200 from a process other than corrald"
             except OSError as e:
                 last = e
             time.sleep(0.02)

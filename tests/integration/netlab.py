@@ -31,6 +31,7 @@ test never leaves a network of its own on the host.
 """
 import atexit
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -108,7 +109,12 @@ class NetLab:
             if "10.%d.%d." % (a, b) not in routes:
                 break
         self.sandbox_subnet = "10.%d.%d.0/24" % (a, b)
-        self.table = 30000 + secrets.randbelow(10000)
+        # a routing table no other lab uses (a second lab's default route in the same table
+        # would fail its setup with "File exists")
+        for _ in range(200):
+            self.table = 30000 + secrets.randbelow(10000)
+            if not re.search(r"\btable %d\b" % self.table, routes):
+                break
         # the policy route's rule comes before the main table's (32766), or a sandbox packet to
         # an address the host has a route for (its default route: anything) would follow that
         self.rule_prio = 20000 + secrets.randbelow(10000)
@@ -239,8 +245,11 @@ class NetLab:
 
     def listen_udp(self, addr, port):
         """A UDP service in the lab that echoes every datagram (a stand-in foreign resolver)."""
+        # A receive buffer for a burst (1,500 datagrams at once in the flow-quota attack): with
+        # the default one, whatever came while it was not scheduled would be dropped at its socket.
         code = ("import socket,sys\n"
                 "s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                "s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)\n"  # SO_RCVBUFFORCE (root)
                 "s.bind((sys.argv[1], int(sys.argv[2])))\n"
                 "while True:\n"
                 "    d,a=s.recvfrom(2048); s.sendto(d,a)\n")

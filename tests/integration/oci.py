@@ -256,8 +256,6 @@ class Registry:
     def __init__(self, user=None, password=None):
         self.tmp = tempfile.mkdtemp(prefix="corral-registry-")
         self.root = os.path.join(self.tmp, "data")
-        self.port = free_port()
-        self.host = "127.0.0.1:%d" % self.port
         self.user, self.password = user, password
         auth = ""
         if user:
@@ -265,6 +263,17 @@ class Registry:
             subprocess.run([HTPASSWD, "-Bbc", hp, user, password], check=True,
                            capture_output=True)
             auth = "auth:\n  htpasswd:\n    realm: corral-test\n    path: %s\n" % hp
+        # A port free_port() found may be taken before the registry binds it (a suite beside
+        # this one): it exits then, and starts again on another.
+        for attempt in range(5):
+            if self._start(auth) or attempt == 4:
+                return
+            log("registry port %d was taken before it bound it; trying another" % self.port)
+
+    def _start(self, auth):
+        """Start on a free port: True once it answers, False when the port was taken."""
+        self.port = free_port()
+        self.host = "127.0.0.1:%d" % self.port
         cfg = os.path.join(self.tmp, "config.yml")
         with open(cfg, "w") as f:
             f.write("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
@@ -280,10 +289,13 @@ class Registry:
                 c.request("GET", "/v2/")
                 st = c.getresponse().status
                 c.close()
-                if st in (200, 401):
-                    break
+                if st in (200, 401) and harness.listening(self.proc.pid, self.port):
+                    return True
             except OSError:
                 pass
+            if self.proc.poll() is not None and "address already in use" in self.log_text():
+                self.log.close()
+                return False
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("docker-registry did not start: %s" % self.log_text())
             time.sleep(0.05)
@@ -364,8 +376,7 @@ class TokenProxy:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
         self.upstream = upstream
-        self.port = free_port()
-        self.host = "127.0.0.1:%d" % self.port
+        self.port = self.host = None  # the port its server binds (below)
         self.token = secrets.token_hex(16)
         self.delay_blobs = 0.0
         self.delay_manifests = 0.0
@@ -465,7 +476,11 @@ class TokenProxy:
             def handle_error(self, request, client_address):
                 pass  # a pull killed mid-request resets its connection: expected in tests
 
-        self.server = Server(("127.0.0.1", self.port), H)
+        # bound to a port of its own choosing (free_port() then a bind could lose the port to
+        # another suite in between)
+        self.server = Server(("127.0.0.1", 0), H)
+        self.port = self.server.server_address[1]
+        self.host = "127.0.0.1:%d" % self.port
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

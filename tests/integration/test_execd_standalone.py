@@ -419,10 +419,13 @@ class ExecdTest(unittest.TestCase):
 
     def test_interrupt_escalates_to_sigkill(self):
         c = self.execd.conn()
-        c.request("POST", "/command", json.dumps({"command": "trap '' TERM; sleep 30"}))
+        c.request("POST", "/command", json.dumps({"command": "trap '' TERM; echo trapped; sleep 30"}))
         r = c.getresponse()
         cid = read_event(r)["text"]
-        time.sleep(0.2)
+        # the shell ignores SIGTERM once it says so (a fixed 0.2 s could come before its trap on
+        # a loaded host, and SIGTERM alone would end it: 143)
+        while read_event(r).get("text") != "trapped":
+            pass
         t0 = time.time()
         rr, data = self.request("DELETE", "/command?id=" + cid)
         self.assertEqual(rr.status, 200, data)
@@ -544,13 +547,15 @@ class ExecdTest(unittest.TestCase):
     def test_stream_is_live(self):
         # Events arrive as they happen, not when the command ends.
         c = self.execd.conn()
-        c.request("POST", "/command", json.dumps({"command": "echo now; sleep 2; echo later"}))
+        c.request("POST", "/command", json.dumps({"command": "echo now; sleep 5; echo later"}))
         r = c.getresponse()
         t0 = time.time()
         got = b""
         while b'"now"' not in got:
             got += r.readline()
-        self.assertLess(time.time() - t0, 1.0)
+        # well before the command's end (a bound of 1 s of a 2 s sleep was near what a loaded
+        # host under ASan takes to start a shell)
+        self.assertLess(time.time() - t0, 4.0)
         r.read()
         c.close()
 
@@ -736,7 +741,7 @@ class ProxyTest(unittest.TestCase):
                     for part in (b"first\n", b"second\n"):
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
                         self.wfile.flush()
-                        time.sleep(1.0)
+                        time.sleep(3.0)
                     self.wfile.write(b"0\r\n\r\n")
                     return
                 if self.path.startswith("/big"):
@@ -813,7 +818,7 @@ class ProxyTest(unittest.TestCase):
         r = c.getresponse()
         t0 = time.time()
         self.assertEqual(r.readline(), b"first\n")
-        self.assertLess(time.time() - t0, 0.9)  # arrives before the backend is done
+        self.assertLess(time.time() - t0, 2.5)  # arrives before the backend is done (3 s)
         self.assertEqual(r.read(), b"second\n")
         c.request("GET", "/proxy/%d/big" % self.port)
         r = c.getresponse()
@@ -954,11 +959,16 @@ class ProxyUpgradeTest(unittest.TestCase):
         s.close()
         for _ in range(10):  # clients that leave at once
             self.upgrade(self.port).close()
-        time.sleep(0.3)
         s = self.raw(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
         self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 200"))
         s.close()
-        nfd = len(os.listdir("/proc/%d/fd" % self.execd.proc.pid))
+        # their descriptors go (a fixed 0.3 s could be short for an ASan execd on a loaded host)
+        deadline = time.time() + 10
+        while True:
+            nfd = len(os.listdir("/proc/%d/fd" % self.execd.proc.pid))
+            if nfd < 20 or time.time() > deadline:
+                break
+            time.sleep(0.05)
         self.assertLess(nfd, 20)
 
 
@@ -1029,10 +1039,21 @@ class EntrypointTest(unittest.TestCase):
             self.assertEqual(e.proc.wait(10), 0)
             e2 = subprocess.Popen([EXECD, "--socket", e.sock, "--state", e.state], stderr=subprocess.DEVNULL)
             try:
-                deadline = time.time() + 5
-                while not os.path.exists(e.sock) and time.time() < deadline:
+                # until it answers (its socket's file may be there before it listens, or left by
+                # the first one: a fixed 0.1 s could be too short for an ASan start on a loaded host)
+                deadline = time.time() + 20
+                while True:
+                    try:
+                        c = UnixConnection(e.sock, 2)
+                        c.request("GET", "/ping")
+                        if c.getresponse().status == 200:
+                            c.close()
+                            break
+                        c.close()
+                    except OSError:
+                        pass
+                    self.assertLess(time.time(), deadline, "the second execd never answered")
                     time.sleep(0.02)
-                time.sleep(0.1)
                 c = e.conn()
                 c.request("POST", "/command", json.dumps({"command": "touch /nonexistent/x", "id": fid}))
                 events = parse_events(c.getresponse().read())

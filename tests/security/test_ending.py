@@ -62,7 +62,10 @@ class EndingFreezeTest(AttackCase):
     def test_sigcont_timer_does_not_outrun_the_ending_freeze(self):
         # attack: a workload process resumes itself with a SIGCONT timer while execd ends and
         # keeps running through the 2 s drain (a client that does not read makes it last)
-        sid = self.create(entrypoint=["sh", "-c", "sleep 3"],
+        # The entrypoint ends when the test says so, once every piece is in place (it was
+        # 'sleep 3': a create, four calls and two Python starts under ASan on a loaded host can
+        # take longer, and the sandbox ended before the attack began).
+        sid = self.create(entrypoint=["sh", "-c", "while [ ! -e /out/end ]; do sleep 0.05; done"],
                           volumes=[{"name": "o", "host": {"path": self.out}, "mountPath": "/out"}])["id"]
         self.run_ok(sid, "cat > /tmp/e.py <<'EOF'\n%sEOF\n" % ESCAPER_PY)
         self.client.run(sid, "exec python3 /tmp/e.py /out/escaper escape", background=True)
@@ -74,6 +77,18 @@ class EndingFreezeTest(AttackCase):
             s.sendall(("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                        "Content-Length: %d\r\n\r\n" % (self.client.execd_path(sid, "/command"),
                                                       len(body))).encode() + body)
+            s.settimeout(60)
+            self.assertTrue(s.recv(1, socket.MSG_PEEK), "the unread stream never started")
+
+            def written(name):
+                try:
+                    with open(os.path.join(self.out, name)) as f:
+                        return f.read().count("\n") >= 2
+                except FileNotFoundError:
+                    return False
+            self.wait_until(lambda: written("control") and written("escaper"), 60,
+                            msg="both writers to run")
+            open(os.path.join(self.out, "end"), "w").close()
 
             def ended():
                 st = self.client.get_sandbox(sid).json()["status"]

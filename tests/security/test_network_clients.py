@@ -89,7 +89,7 @@ class BodyFloodTest(AttackCase):
 
         def one(i):
             socks[i].sendall(head)
-            answers[i] = recv_head(socks[i], 3)
+            answers[i] = recv_head(socks[i], 15)  # on its head, before any body byte
             push(socks[i], FLOOD_BYTES)
 
         sampler = threading.Thread(target=sample)

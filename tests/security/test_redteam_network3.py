@@ -26,10 +26,11 @@ from netlab import DNS_PROBE, LAB_HTTP_PORT  # noqa: E402
 # A name server for the lab (the upstream of its class's corrald), logging every name it is
 # asked for: <a>-<b>-<c>-<d>.ip.test is a.b.c.d (an allowed domain whose name server the attacker
 # runs, answering whatever address it likes); names under delay.test are answered with the lab's
-# "literal" server only after DELAY seconds (an answer still in flight when the policy changes);
+# "literal" server once the test creates LOGPATH.go.NAME, or after DELAY seconds at the latest
+# (an answer still in flight when the policy changes; LOGPATH.late lists those sent at DELAY);
 # ttlmax.test has the largest TTL there is, ttl0.test none; anything else is NXDOMAIN.
 LAB_DNS = r"""
-import socket, struct, sys, threading
+import os, socket, struct, sys, threading, time
 listen, literal, delay, logpath = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind((listen, 53))
@@ -40,6 +41,15 @@ def reply(q, peer, question, addrs, ttl, rcode):
                    for a in addrs)
     with lock:
         s.sendto(hdr + question + rrs, peer)
+def late(name, q, peer, question):
+    end = time.monotonic() + delay
+    while not os.path.exists("%s.go.%s" % (logpath, name)):
+        if time.monotonic() > end:
+            with open(logpath + ".late", "a") as f:
+                f.write(name + "\n")
+            break
+        time.sleep(0.01)
+    reply(q, peer, question, [literal], 300, 0)
 print("ready", flush=True)
 while True:
     q, peer = s.recvfrom(4096)
@@ -58,7 +68,7 @@ while True:
     if qtype != 1:
         reply(q, peer, question, [], 300, 0)
     elif name.endswith(".delay.test"):
-        threading.Timer(delay, reply, (q, peer, question, [literal], 300, 0)).start()
+        threading.Thread(target=late, args=(name, q, peer, question)).start()
     elif name == "ttlmax.test":
         reply(q, peer, question, [literal], 0xffffffff, 0)
     elif name == "ttl0.test":
@@ -197,6 +207,13 @@ class LabDnsCase(NetLabCase):
         with open(self.dns_log) as f:
             return f.read().split()
 
+    def sent_late(self):
+        try:
+            with open(self.dns_log + ".late") as f:
+                return f.read().split()
+        except FileNotFoundError:
+            return []
+
     def policy_call(self, sid, method, body):
         hdrs = self.client.get("/v1/sandboxes/%s/endpoints/18080" % sid).json()["headers"]
         raw = body if isinstance(body, (bytes, str)) else json.dumps(body)
@@ -213,18 +230,27 @@ class LabDnsCase(NetLabCase):
 class InFlightAnswerAttacks(LabDnsCase):
     def race(self, change):
         lit = self.lab.addr["literal"]
-        sid = self.sandbox({"defaultAction": "deny",
-                            "egress": [{"action": "allow", "target": "*.delay.test"},
-                                       {"action": "allow", "target": "*.ip.test"}]})
-        gw = self.nameserver(sid)
-        name = "r%d.delay.test" % int(time.monotonic() * 1000)
-        self.sh(sid, BG_PROBE % (q(DNS_PROBE), gw, name, "/tmp/answer"))
-        self.wait_until(lambda: name in self.asked(), 5, msg="the query to reach the upstream")
-        # the answer is on its way (DELAY s): the rule that allowed it goes now
-        r = change(sid)
-        self.assertEqual(r.status, 200, r)
-        self.wait_until(lambda: self.sh(sid, "cat /tmp/answer").strip(), 10,
-                        msg="the sandbox's query to be answered")
+        for attempt in range(3):
+            sid = self.sandbox({"defaultAction": "deny",
+                                "egress": [{"action": "allow", "target": "*.delay.test"},
+                                           {"action": "allow", "target": "*.ip.test"}]})
+            gw = self.nameserver(sid)
+            name = "r%d.delay.test" % int(time.monotonic() * 1000)
+            self.sh(sid, BG_PROBE % (q(DNS_PROBE), gw, name, "/tmp/answer"))
+            self.wait_until(lambda: name in self.asked(), 5, msg="the query to reach the upstream")
+            # the answer is on its way, held by the name server: the rule that allowed it goes
+            # now, and the answer follows the change (not a fixed delay a slow change may outlast)
+            r = change(sid)
+            self.assertEqual(r.status, 200, r)
+            open("%s.go.%s" % (self.dns_log, name), "w").close()
+            self.wait_until(lambda: self.sh(sid, "cat /tmp/answer").strip(), 10,
+                            msg="the sandbox's query to be answered")
+            if name not in self.sent_late():
+                break
+            log("the change took longer than the name server holds an answer (%.1f s): again"
+                % self.DELAY)
+        else:
+            self.fail("the policy change never came before the held answer in 3 tries")
         answer = self.sh(sid, "cat /tmp/answer").strip()
         log("answer after the change:", answer, "learned:", learned(self.corrald.net_name, sid))
         self.assertEqual(answer, "NXDOMAIN", "a name of a rule removed meanwhile was answered")

@@ -196,8 +196,12 @@ class Seams(AttackCase):
                              "message": "forged\n2026-12-01T00:00:00Z corrald info: all good"})
         # (exit.json.tmp.1 is where execd, pid 1, used to write its real report first.)
         script = ("mkdir -p /.corral/exit.json.tmp.1 && printf '%%s' '%s' > /.corral/exit.json && "
-                  "mkfifo /.corral/exit.json.fifo; sleep 1; exit 3" % forged.replace("'", ""))
+                  "mkfifo /.corral/exit.json.fifo; "
+                  "while [ ! -e /tmp/go ]; do sleep 0.05; done; exit 3" % forged.replace("'", ""))
         sid = self.create(entrypoint=["sh", "-c", script])["id"]
+        # it fails once its create was answered ('sleep 1' could end it during a slow create:
+        # a 422, not the forged report's test)
+        self.run_ok(sid, "touch /tmp/go")
         st = self.wait_ended(sid)
         self.assertEqual(st["state"], "Failed", st)
         self.assertIn("exit code 3", st.get("message", ""), st)
