@@ -341,6 +341,38 @@ class NetLab:
             _labs.remove(self)
 
 
+class LabCase:
+    """A test-class mixin (before CorralTestCase or AttackCase in the bases): its own lab,
+    cls.lab, and a corrald pointed at it. lab_corrald_kwargs() gives that corrald's kwargs
+    (network=cls.lab is added); started() runs once the lab is up, before corrald starts."""
+
+    @classmethod
+    def lab_corrald_kwargs(cls):
+        return {"extra_args": cls.lab.corrald_args()}
+
+    @classmethod
+    def started(cls):
+        pass
+
+    @classmethod
+    def setUpClass(cls):
+        cls.lab = NetLab()
+        cls.corrald_kwargs = dict(cls.lab_corrald_kwargs(), network=cls.lab)
+        try:
+            cls.started()
+            super().setUpClass()
+        except Exception:
+            cls.lab.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.lab.close()
+
+
 def remove_network(name):
     """What a corrald with --network-name NAME leaves on the host for its next start (its bridge,
     its two nftables tables, its lock file): for a test's own name only, once its corrald is

@@ -14,12 +14,12 @@ import threading
 import time
 
 from harness import CorralTestCase, binary, log, main
-from netlab import DNS_PROBE, NetLab
+from netlab import DNS_PROBE, LabCase
 
 SMALL = {"cpu": "100m", "memory": "64Mi", "pids": "64"}
 
 
-class EgressCase(CorralTestCase):
+class EgressCase(LabCase, CorralTestCase):
     """A lab and a corrald pointed at it. mode/default: --egress-mode/--egress-default."""
 
     mode = "dns+nft"
@@ -27,22 +27,8 @@ class EgressCase(CorralTestCase):
     extra = []
 
     @classmethod
-    def setUpClass(cls):
-        cls.lab = NetLab()
-        cls.corrald_kwargs = {"network": cls.lab,
-                              "extra_args": cls.lab.corrald_args(cls.mode, cls.default) + cls.extra}
-        try:
-            super().setUpClass()
-        except Exception:
-            cls.lab.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.lab.close()
+    def lab_corrald_kwargs(cls):
+        return {"extra_args": cls.lab.corrald_args(cls.mode, cls.default) + cls.extra}
 
     # --- helpers -----------------------------------------------------------------------------
 

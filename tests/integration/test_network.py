@@ -19,9 +19,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Corrald, CorralTestCase  # noqa: E402
-from netlab import LAB_HTTP_PORT, NetLab  # noqa: E402
+from netlab import LAB_HTTP_PORT, LabCase, NetLab  # noqa: E402
 
-LABS = []
 
 
 def fetch_cmd(addr, port=LAB_HTTP_PORT, path="whoami", timeout=3):
@@ -36,28 +35,14 @@ def nft_table(name):
                           text=True).stdout
 
 
-class NetworkCase(CorralTestCase):
+class NetworkCase(LabCase, CorralTestCase):
     """One lab and one corrald on it per class; corrald_args adds flags."""
 
     corrald_args = []
 
     @classmethod
-    def setUpClass(cls):
-        cls.lab = NetLab()
-        LABS.append(cls.lab)
-        cls.corrald_kwargs = {"network": cls.lab, "extra_args": list(cls.corrald_args)}
-        try:
-            super().setUpClass()
-        except Exception:
-            cls.lab.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.lab.close()
+    def lab_corrald_kwargs(cls):
+        return {"extra_args": list(cls.corrald_args)}
 
     def fetch(self, sid, addr, port=LAB_HTTP_PORT, path="whoami"):
         return self.client.run(sid, fetch_cmd(addr, port, path)).stdout.strip()
@@ -323,8 +308,4 @@ class TestLabCleanup(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    try:
-        unittest.main(verbosity=2)
-    finally:
-        for lab in LABS:
-            lab.close()
+    unittest.main(verbosity=2)  # netlab closes the labs at exit

@@ -14,7 +14,7 @@ from sec import AttackCase, log, main
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "integration"))
-from netlab import DNS_PROBE, NetLab  # noqa: E402
+from netlab import DNS_PROBE, LabCase  # noqa: E402
 
 SMALL = {"cpu": "100m", "memory": "64Mi", "pids": "64"}
 KEY = "egress-attack-key-%d" % random.randint(0, 1 << 30)
@@ -29,26 +29,13 @@ def q(s):
     return "'" + s.replace("'", "'\\''") + "'"
 
 
-class EgressAttacks(AttackCase):
+class EgressAttacks(LabCase, AttackCase):
     @classmethod
-    def setUpClass(cls):
-        cls.lab = NetLab()
+    def lab_corrald_kwargs(cls):
         # corrald listens on every host address (with a key, as it must then), so that an attacker
         # has something to aim at: the bridge gateway and the lab link's host end are host addresses
-        cls.corrald_kwargs = {"api_key": KEY, "listen_host": "0.0.0.0", "network": cls.lab,
-                              "extra_args": cls.lab.corrald_args("dns+nft")}
-        try:
-            super().setUpClass()
-        except Exception:
-            cls.lab.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.lab.close()
+        return {"api_key": KEY, "listen_host": "0.0.0.0",
+                "extra_args": cls.lab.corrald_args("dns+nft")}
 
     def sandbox(self, policy):
         return self.create(resourceLimits=SMALL, resourceRequests={"cpu": "10m", "memory": "16Mi"},

@@ -16,7 +16,7 @@ from sec import AttackCase, log, main
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "integration"))
-from netlab import DNS_PROBE, NetLab  # noqa: E402
+from netlab import DNS_PROBE, LabCase  # noqa: E402
 
 SMALL = {"cpu": "100m", "memory": "64Mi", "pids": "64"}
 KEY = "redteam-net-key-%d" % random.randint(0, 1 << 30)
@@ -137,7 +137,7 @@ print(got)
 """
 
 
-class NetLabCase(AttackCase):
+class NetLabCase(LabCase, AttackCase):
     mode = "dns+nft"
 
     @classmethod
@@ -145,26 +145,8 @@ class NetLabCase(AttackCase):
         return cls.lab.corrald_args(cls.mode)
 
     @classmethod
-    def setUpClass(cls):
-        cls.lab = NetLab()
-        cls.corrald_kwargs = {"api_key": KEY, "network": cls.lab, "extra_args": cls.extra_args()}
-        try:
-            cls.started()
-            super().setUpClass()
-        except Exception:
-            cls.lab.close()
-            raise
-
-    @classmethod
-    def started(cls):
-        pass
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            cls.lab.close()
+    def lab_corrald_kwargs(cls):
+        return {"api_key": KEY, "extra_args": cls.extra_args()}
 
     def sandbox(self, policy):
         return self.create(resourceLimits=SMALL, resourceRequests={"cpu": "10m", "memory": "16Mi"},
