@@ -17,7 +17,10 @@
  *               resolver files and (an import) the image layout; with ABI >= 4 TCP connect only to
  *               the given ports and no bind; with ABI >= 6 no signals or abstract unix sockets out
  *               of the child.
- *   rlimits     RLIMIT_FSIZE, RLIMIT_NOFILE, no core files.
+ *   rlimits     RLIMIT_FSIZE, RLIMIT_NOFILE, no core files; and not dumpable: children of two
+ *               pulls run as the same uid with the same capabilities, so without Landlock (whose
+ *               domains keep siblings apart) a compromised child of one pull could read another's
+ *               memory and environment, its credentials, through /proc/<pid>/mem and environ.
  *   caps        what unpacking keeps of an image (owners, modes with setuid bits, device nodes,
  *               file capabilities): CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID,
  *               CAP_MKNOD, CAP_SETFCAP; nothing else, in no set, and no_new_privs. The manifest
@@ -270,7 +273,7 @@ static bool limits(const struct image_confine *c)
 	struct rlimit none = {0, 0};
 	struct rlimit nofile = {IMAGE_CONFINE_NOFILE, IMAGE_CONFINE_NOFILE};
 	struct rlimit cur;
-	bool ok = setrlimit(RLIMIT_CORE, &none) == 0;
+	bool ok = setrlimit(RLIMIT_CORE, &none) == 0 && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
 	if (getrlimit(RLIMIT_NOFILE, &cur) == 0 && cur.rlim_max < nofile.rlim_max)
 		nofile.rlim_cur = nofile.rlim_max = cur.rlim_max;
 	ok = setrlimit(RLIMIT_NOFILE, &nofile) == 0 && ok;

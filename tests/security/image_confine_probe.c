@@ -13,6 +13,14 @@
  * (what image_confine_probe() says this kernel allows) and "level <IMAGE_CONFINED_*>" (reached).
  * --manifest confines it as the manifest child of a pull is instead (image_meta_confine(): no
  * capabilities, files up to IMAGE_META_FSIZE_MAX) and unpacks nothing ("unpack skipped").
+ *
+ * Two children of different pulls (the same uid, the same or fewer capabilities):
+ *   image_confine_probe --hold [--old-kernel] WORK
+ *     confines itself as a manifest child with $PROBE_SECRET in its environment and heap (a pull's
+ *     credentials), prints "ready" and waits for stdin to close;
+ *   image_confine_probe --peek [--old-kernel] WORK PID SECRET
+ *     confines itself as a layer child and reads PID's environment and memory for SECRET:
+ *     "read_sibling_environ <errno>", "read_sibling_mem <errno>", "sibling_secret <0|1>".
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -132,8 +140,113 @@ static int pretend_old_kernel(void)
 	return r;
 }
 
+static struct registry *probe_registry(int port)
+{
+	char host[64], refs[128];
+	snprintf(host, sizeof(host), "127.0.0.1:%d", port);
+	snprintf(refs, sizeof(refs), "%s/probe:latest", host);
+	const char *insecure[] = {host, NULL};
+	struct image_pull_opts o = {.insecure = insecure};
+	struct image_ref ref;
+	struct error err = {0};
+	struct registry *reg = NULL;
+	if (image_ref_parse(refs, &ref, &err) < 0 || registry_open(&o, &ref, &reg, &err) < 0) {
+		fprintf(stderr, "registry client: %s\n", err.msg);
+		exit(2);
+	}
+	return reg;
+}
+
+/* Whether needle is in the file at path (errno in *ret_errno: 0 if it opened). */
+static bool file_has(const char *path, const char *needle, int *ret_errno)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	*ret_errno = fd < 0 ? errno : 0;
+	if (fd < 0)
+		return false;
+	static char buf[1 << 16];
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	return n > 0 && memmem(buf, (size_t)n, needle, strlen(needle)) != NULL;
+}
+
+/* Whether needle is in the readable mappings of pid, through /proc/pid/mem. */
+static bool mem_has(int pid, const char *needle, int *ret_errno)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/mem", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	*ret_errno = fd < 0 ? errno : 0;
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	FILE *maps = fd < 0 ? NULL : fopen(path, "re");
+	bool found = false;
+	char line[512];
+	while (maps && !found && fgets(line, sizeof(line), maps)) {
+		unsigned long start, end;
+		char perms[8];
+		if (sscanf(line, "%lx-%lx %7s", &start, &end, perms) != 3 || perms[0] != 'r' ||
+		    strstr(line, "[vvar") || strstr(line, "[vsyscall]"))
+			continue;
+		for (unsigned long at = start; at < end && !found; at += 1 << 16) {
+			static char buf[1 << 16];
+			size_t want = end - at < sizeof(buf) ? end - at : sizeof(buf);
+			ssize_t n = pread(fd, buf, want, (off_t)at);
+			found = n > 0 && memmem(buf, (size_t)n, needle, strlen(needle)) != NULL;
+		}
+	}
+	if (maps)
+		fclose(maps);
+	if (fd >= 0)
+		close(fd);
+	return found;
+}
+
+static int sibling_main(int argc, char **argv)
+{
+	bool hold = strcmp(argv[1], "--hold") == 0;
+	argv++;
+	argc--;
+	if (argc > 1 && strcmp(argv[1], "--old-kernel") == 0) {
+		if (pretend_old_kernel() < 0) {
+			fprintf(stderr, "cannot pretend to be an old kernel\n");
+			return 2;
+		}
+		argv++;
+		argc--;
+	}
+	if (argc != (hold ? 2 : 4)) {
+		fprintf(stderr, "usage: --hold [--old-kernel] WORK | --peek [--old-kernel] WORK PID SECRET\n");
+		return 2;
+	}
+	struct registry *reg = probe_registry(1);
+	if (hold) {
+		const char *s = getenv("PROBE_SECRET");
+		char *copy = strdup(s ? s : "");
+		printf("level %u\n", image_meta_confine(argv[1], reg));
+		printf("ready %zu\n", strlen(copy));
+		fflush(stdout);
+		char c;
+		while (read(0, &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	printf("level %u\n", image_layer_confine(argv[1], reg, NULL, FSIZE_MAX));
+	int pid = atoi(argv[2]), e;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/environ", pid);
+	bool found = file_has(path, argv[3], &e);
+	printf("read_sibling_environ %d\n", e);
+	found = mem_has(pid, argv[3], &e) || found;
+	printf("read_sibling_mem %d\n", e);
+	printf("sibling_secret %d\n", found);
+	fflush(stdout);
+	_exit(0);
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && (strcmp(argv[1], "--hold") == 0 || strcmp(argv[1], "--peek") == 0))
+		return sibling_main(argc, argv);
 	bool old_kernel = argc == 8 && strcmp(argv[1], "--old-kernel") == 0;
 	bool manifest = argc == 8 && strcmp(argv[1], "--manifest") == 0;
 	if (manifest) {

@@ -297,6 +297,39 @@ class ConfinedLayerChild(unittest.TestCase):
         self.assertTrue(out["unpack"].startswith("%d " % E.EPROTO), out["unpack"])
         self.assertIn("devnode", out["unpack"])
 
+    def sibling_peek(self, old_kernel):
+        """A confined child of one pull reading a confined child of another pull (the same uid)."""
+        secret = "pull-b-password-%s" % os.urandom(8).hex()
+        mode = ["--old-kernel"] if old_kernel else []
+        works = [tempfile.mkdtemp(prefix="sib-", dir=os.path.join(self.state, "tmp")) for _ in "ab"]
+        hold = subprocess.Popen([PROBE, "--hold"] + mode + [works[0]], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True,
+                                env=dict(os.environ, PROBE_SECRET=secret))
+        self.addCleanup(hold.wait, 10)
+        self.addCleanup(hold.stdin.close)
+        held = {}
+        for line in hold.stdout:
+            name, _, rest = line.strip().partition(" ")
+            held[name] = rest
+            if name == "ready":
+                break
+        self.assertEqual(held.get("ready"), str(len(secret)), held)
+        p = subprocess.run([PROBE, "--peek"] + mode + [works[1], str(hold.pid), secret],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = dict(line.partition(" ")[::2] for line in p.stdout.splitlines())
+        return int(held["level"]), out
+
+    def test_child_cannot_read_a_sibling_pulls_child(self):
+        # Attack: a compromised layer child of one pull (a hostile image) opens /proc/<pid>/environ and /proc/<pid>/mem of another pull's manifest child, same uid, fewer capabilities, for that pull's registry credentials; on a kernel without Landlock nothing but dumpability stands in the way.
+        for old_kernel in (True, False):
+            level, out = self.sibling_peek(old_kernel)
+            if old_kernel:
+                self.assertEqual(level & (LANDLOCK_FS | LANDLOCK_SCOPE), 0, out)
+            self.assertEqual(out["sibling_secret"], "0", "old kernel %s: %s" % (old_kernel, out))
+            self.assertIn(int(out["read_sibling_environ"]), (E.EACCES, E.EPERM), out)
+            self.assertIn(int(out["read_sibling_mem"]), (E.EACCES, E.EPERM), out)
+
 
 TAMPER = os.path.join(BUILD, "tests", "security", "image_pull_tamper")
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
