@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -355,8 +356,20 @@ static int job_read(struct pull_job *j, struct error *err)
 	return 0;
 }
 
+/* jansson's frees in the worker zero what they free: the --registry-auth file it parses holds
+ * other registries' credentials (and the job this pull's), and what a plain free leaves in the
+ * heap would be in every child the worker forks to talk to this pull's registry. */
+static void scrub_free(void *p)
+{
+	if (p) {
+		explicit_bzero(p, malloc_usable_size(p));
+		free(p);
+	}
+}
+
 _noreturn_ void image_pull_worker_main(void)
 {
+	json_set_alloc_funcs(malloc, scrub_free);
 	struct worker_result res = {0};
 	struct pull_job j = {.progress_fd = -1};
 	struct error err = {0};

@@ -13,7 +13,9 @@ The manifest child of a pull (token, manifest, index and config requests) is tri
 the registry is a confined child of the pull worker; and image_pull_tamper plays a compromised
 manifest child that lies to the worker, which must refuse each lie and store nothing.
 """
+import base64
 import io
+import json
 import os
 import shutil
 import socket
@@ -533,8 +535,10 @@ def proc_status(pid):
 
 class RegistryCase(AttackCase):
     """A corrald (API key api_key) with a registry (cls.reg) and, before it, a registry with the
-    bearer-token flow (cls.proxy), both plain HTTP; cls.tmp for image layouts."""
+    bearer-token flow (cls.proxy), both plain HTTP; cls.tmp for image layouts; corrald's
+    arguments end with cls.extra_args."""
     api_key = None
+    extra_args = []
 
     @classmethod
     def setUpClass(cls):
@@ -542,7 +546,8 @@ class RegistryCase(AttackCase):
         cls.proxy = oci.TokenProxy(cls.reg.host)
         cls.corrald_kwargs = {"api_key": cls.api_key,
                               "extra_args": ["--insecure-registry", cls.reg.host,
-                                             "--insecure-registry", cls.proxy.host]}
+                                             "--insecure-registry", cls.proxy.host]
+                              + cls.extra_args}
         cls.tmp = tempfile.mkdtemp(prefix="corral-sec-confine-pull-")
         try:
             super().setUpClass()
@@ -693,6 +698,52 @@ class PullMemory(RegistryCase):
         self.assertGreaterEqual(len(scanned), 2, "the pull worker and a child were not seen")
         self.assertEqual(leaks, {}, "a pull process holds corrald's secrets")
         self.assert_platform_alive(out[0].json()["id"], other)
+
+
+class PullAuthFileMemory(RegistryCase):
+    """corrald with --registry-auth: a docker config.json with credentials for other registries."""
+    password = "private-registry-password-%s" % os.urandom(8).hex()
+    auth = base64.b64encode(("robot:%s" % password).encode()).decode()
+    password2 = "second-registry-password-%s" % os.urandom(8).hex()
+    auth_dir = tempfile.mkdtemp(prefix="corral-sec-authfile-")
+    extra_args = ["--registry-auth", os.path.join(auth_dir, "config.json")]
+
+    @classmethod
+    def setUpClass(cls):
+        with open(cls.extra_args[1], "w") as f:
+            json.dump({"auths": {"private.registry.invalid:5000": {"auth": cls.auth},
+                                 "https://second.registry.invalid": {
+                                     "username": "robot2", "password": cls.password2}}}, f)
+        os.chmod(cls.extra_args[1], 0o600)
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        shutil.rmtree(cls.auth_dir, ignore_errors=True)
+
+    def test_pull_processes_hold_no_other_registrys_credentials(self):
+        # Attack: a hostile registry's pull (its manifest or layer child taken over) reads its own memory for the credentials the operator's --registry-auth file holds for other, private registries: the worker parsed the whole file, and the freed copies went into every child it forked.
+        # (their tails: the first bytes of a freed chunk are the allocator's)
+        needles = [self.auth[-24:].encode(), self.password[-16:].encode(),
+                   self.password2[-16:].encode()]
+        t, out = self.start_slow_pull("authfile")
+        scanned, leaks = set(), {}
+        while t.is_alive():
+            pids = registry_clients(self.proxy.port)
+            pids |= {int(proc_status(p)["PPid"]) for p in list(pids) if os.path.exists("/proc/%d" % p)}
+            for pid in pids - scanned - {self.corrald.proc.pid}:
+                got = secrets_in(pid, needles)
+                scanned.add(pid)
+                if got:
+                    leaks[pid] = (proc_status(pid).get("Name"), sorted(got))
+            time.sleep(0.02)
+        t.join()
+        self.assertEqual(out[0].status, 202, out[0])
+        self.addCleanup(self._cleanup_sandbox, out[0].json()["id"])
+        self.assertGreaterEqual(len(scanned), 2, "the pull worker and a child were not seen")
+        self.assertEqual(leaks, {}, "a pull process holds another registry's credentials")
+        self.assert_platform_alive(out[0].json()["id"])
 
 
 if __name__ == "__main__":
