@@ -26,6 +26,7 @@
  *               CAP_MKNOD, CAP_SETFCAP; nothing else, in no set, and no_new_privs. The manifest
  *               child and the parsing children (store.c meta_child(), parse_confined()), which
  *               unpack nothing, keep none at all.
+ *   session     a new one (setsid), without the controlling terminal corrald may have.
  *   seccomp     a deny list: mounts, namespaces, ptrace and other processes' memory, kernel
  *               modules, kexec, bpf, keys, perf, userfaultfd, io_uring, new processes (threads
  *               only), sockets other than IPv4, IPv6 and NETLINK_ROUTE. Without the mount view,
@@ -432,6 +433,11 @@ static bool load_seccomp(bool deny_devices)
 unsigned image_confine(const struct image_confine *c)
 {
 	unsigned level = 0;
+	/* A session of its own, so no controlling terminal: the child keeps corrald's stdin, stdout
+	 * and stderr, which under `make run` are the operator's terminal, and TIOCSTI on its
+	 * controlling terminal would type commands into the operator's root shell (no capability
+	 * needed, Landlock does not restrict ioctls on descriptors opened before it). */
+	setsid();
 	if (mount_view(c->write_path))
 		level |= IMAGE_CONFINED_MOUNTS;
 	int rs = ll_ruleset(c, &level);

@@ -21,6 +21,11 @@
  *   image_confine_probe --peek [--old-kernel] WORK PID SECRET
  *     confines itself as a layer child and reads PID's environment and memory for SECRET:
  *     "read_sibling_environ <errno>", "read_sibling_mem <errno>", "sibling_secret <0|1>".
+ *
+ *   image_confine_probe --tty WORK
+ *     its stdin is a terminal whose session it leads (as corrald's is under `make run`, in the
+ *     operator's shell); a child of it confines itself as a layer child and pushes a command into
+ *     that terminal's input with TIOCSTI: "tiocsti <errno>".
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -35,12 +40,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -243,8 +250,28 @@ static int sibling_main(int argc, char **argv)
 	_exit(0);
 }
 
+static int tty_main(const char *work)
+{
+	pid_t c = fork();
+	if (c == 0) {
+		struct registry *reg = probe_registry(1);
+		printf("level %u\n", image_layer_confine(work, reg, NULL, FSIZE_MAX));
+		int e = 0;
+		for (const char *p = "echo corral-tty-injected\n"; *p && !e; p++)
+			if (ioctl(0, TIOCSTI, p) < 0)
+				e = errno;
+		printf("tiocsti %d\n", e);
+		fflush(stdout);
+		_exit(0);
+	}
+	int st;
+	return c > 0 && waitpid(c, &st, 0) == c && WIFEXITED(st) ? WEXITSTATUS(st) : 2;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 3 && strcmp(argv[1], "--tty") == 0)
+		return tty_main(argv[2]);
 	if (argc > 1 && (strcmp(argv[1], "--hold") == 0 || strcmp(argv[1], "--peek") == 0))
 		return sibling_main(argc, argv);
 	bool old_kernel = argc == 8 && strcmp(argv[1], "--old-kernel") == 0;

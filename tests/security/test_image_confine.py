@@ -14,6 +14,7 @@ the registry is a confined child of the pull worker; and image_pull_tamper plays
 manifest child that lies to the worker, which must refuse each lie and store nothing.
 """
 import base64
+import fcntl
 import io
 import json
 import os
@@ -23,6 +24,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import unittest
@@ -298,6 +300,29 @@ class ConfinedLayerChild(unittest.TestCase):
         work, out = self.probe(rich_layer(), old_kernel=True)
         self.assertTrue(out["unpack"].startswith("%d " % E.EPROTO), out["unpack"])
         self.assertIn("devnode", out["unpack"])
+
+    def test_child_cannot_type_into_corralds_terminal(self):
+        # Attack: a compromised layer child keeps corrald's stdin, which under `make run` is the operator's terminal, and pushes "echo ...\n" into its input with TIOCSTI, for the operator's root shell to run when corrald stops.
+        master, slave = os.openpty()
+        self.addCleanup(os.close, master)
+        self.addCleanup(os.close, slave)
+
+        def lead_the_terminal():  # as the operator's shell does for the session corrald runs in
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        work = tempfile.mkdtemp(prefix="tty-", dir=os.path.join(self.state, "tmp"))
+        p = subprocess.run([PROBE, "--tty", work], stdin=slave, capture_output=True, text=True,
+                           timeout=60, preexec_fn=lead_the_terminal)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = dict(line.partition(" ")[::2] for line in p.stdout.splitlines())
+        self.assertIn("tiocsti", out, p.stdout)
+        os.set_blocking(slave, False)
+        try:
+            typed = os.read(slave, 200)
+        except BlockingIOError:
+            typed = b""
+        self.assertEqual(typed, b"", "the child typed into the terminal")
+        self.assert_errno(out, "tiocsti", E.EPERM, E.EIO)
 
     def sibling_peek(self, old_kernel):
         """A confined child of one pull reading a confined child of another pull (the same uid)."""
