@@ -289,6 +289,9 @@ class ConfinedLayerChild(unittest.TestCase):
         self.assert_errno(out, "fork", E.EPERM)
         self.assert_errno(out, "raw_socket", E.EPERM)
         self.assert_errno(out, "setxattr_trusted", E.EPERM)
+        # Without Landlock's read rules a process with more capabilities than the child (its
+        # parent here; a pull worker, this pull's or another's) still keeps its /proc files shut.
+        self.assert_errno(out, "read_parent_environ", E.EACCES, E.EPERM)
         # Without the nodev mount, no device node may be made at all; whiteouts still are.
         self.assert_errno(out, "mknod_char", E.EPERM)
         self.assert_errno(out, "open_made_device", E.EPERM)
