@@ -209,6 +209,32 @@ static json_t *job_json(const struct pull_job *j)
 	    (json_int_t)j->corrald_pid);
 }
 
+/* Whether s goes into a JSON string (jansson takes UTF-8 only). */
+static bool json_encodes(const char *s)
+{
+	json_t *t = s ? json_string(s) : NULL;
+	json_decref(t);
+	return !s || t;
+}
+
+int image_pull_job_check(const struct corrald *d, struct error *err)
+{
+	const char *paths[] = {d->image_store, d->sandboxes_dir, d->registry_auth};
+	const char *what[] = {"--state-dir", "--state-dir", "--registry-auth"};
+	for (size_t i = 0; i < ARRAY_SIZE(paths); i++)
+		if (!json_encodes(paths[i]))
+			return error_set(err, EINVAL,
+					 "%s: the path is not UTF-8 (pull workers get it in a JSON job)",
+					 what[i]);
+	for (size_t i = 0; i < d->n_insecure; i++)
+		if (!json_encodes(d->insecure[i]))
+			return error_set(err, EINVAL, "--insecure-registry: not UTF-8");
+	for (size_t i = 0; i < d->n_mirrors; i++)
+		if (!json_encodes(d->mirrors[i]))
+			return error_set(err, EINVAL, "--registry-mirror: not UTF-8");
+	return 0;
+}
+
 /* Only what curl reads for proxies and TLS trust (and a sanitizer build's options) passes into
  * the exec'd worker. */
 static bool env_kept(const char *kv)
@@ -239,6 +265,12 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 	json_t *job = job_json(j);
 	char *text = job ? json_dumps(job, JSON_COMPACT) : NULL;
 	json_decref(job);
+	if (!text) { /* image_pull_job_check() at start keeps the operator's paths UTF-8 */
+		res->rc = -EINVAL;
+		snprintf(res->msg, sizeof(res->msg),
+			 "prepare the pull worker: its job does not encode as JSON (a path or name that is not UTF-8)");
+		return;
+	}
 	int mfd = text ? memfd_create("corral-pull-job", MFD_CLOEXEC) : -1;
 	size_t len = text ? strlen(text) : 0;
 	bool ok = mfd >= 0 && write(mfd, text, len) == (ssize_t)len && lseek(mfd, 0, SEEK_SET) == 0;

@@ -925,6 +925,13 @@ static int runtime_setup(struct corrald *d, struct cmdline *o)
 		fprintf(stderr, "corrald: --registry-auth %s: %s\n", d->registry_auth, strerror(errno));
 		return 2;
 	}
+	{
+		struct error err = {0};
+		if (image_pull_job_check(d, &err) < 0) {
+			fprintf(stderr, "corrald: %s\n", err.msg);
+			return 2;
+		}
+	}
 	d->rt = &runtime_native;
 	d->rt_cfg.state_dir = d->state_dir;
 	d->rt_cfg.execd_path = o->execd;
