@@ -401,6 +401,13 @@ static void scrub_free(void *p)
 
 _noreturn_ void image_pull_worker_main(void)
 {
+	struct stat rst;
+	if (fstat(PULL_FD_RESULT, &rst) < 0 || !S_ISFIFO(rst.st_mode)) {
+		/* not started by corrald (an operator typed it): no result pipe to answer on */
+		fprintf(stderr, "corrald: %s is corrald's own (the pull workers it starts); run corrald without it\n",
+			IMAGE_PULL_WORKER_ARG);
+		_exit(2);
+	}
 	json_set_alloc_funcs(malloc, scrub_free);
 	struct worker_result res = {0};
 	struct pull_job j = {.progress_fd = -1};

@@ -359,6 +359,14 @@ class Images(CorralTestCase):
         self.assertEqual(p.returncode, 2, err)
         self.assertIn(b"--registry-auth: the path is not UTF-8", err)
 
+    def test_internal_pull_worker_argument_typed_by_an_operator(self):
+        # corrald --internal-pull-worker outside corrald (no job, no result pipe) exited 0 saying
+        # nothing; it says what the argument is and fails.
+        p = subprocess.run([binary("corrald"), "--internal-pull-worker"], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p)
+        self.assertIn("--internal-pull-worker is corrald's own", p.stderr)
+
     def test_docker_hub_names_through_mirrors(self):
         d, _ = self.layout("mirrored", [self.base, oci.layer_tar([F("m", "mirrored")])])
         self.reg.push(d, "library/mirrored", "v1")
