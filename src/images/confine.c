@@ -26,7 +26,8 @@
  *               CAP_MKNOD, CAP_SETFCAP; nothing else, in no set, and no_new_privs. The manifest
  *               child and the parsing children (store.c meta_child(), parse_confined()), which
  *               unpack nothing, keep none at all.
- *   session     a new one (setsid), without the controlling terminal corrald may have.
+ *   terminal    none: a session of its own (setsid), /dev/null for stdin and for a stdout or
+ *               stderr that is a terminal (the operator's, under `make run`).
  *   seccomp     a deny list: mounts, namespaces, ptrace and other processes' memory, kernel
  *               modules, kexec, bpf, keys, perf, userfaultfd, io_uring, new processes (threads
  *               only), sockets other than IPv4, IPv6 and NETLINK_ROUTE. Without the mount view,
@@ -433,11 +434,19 @@ static bool load_seccomp(bool deny_devices)
 unsigned image_confine(const struct image_confine *c)
 {
 	unsigned level = 0;
-	/* A session of its own, so no controlling terminal: the child keeps corrald's stdin, stdout
-	 * and stderr, which under `make run` are the operator's terminal, and TIOCSTI on its
-	 * controlling terminal would type commands into the operator's root shell (no capability
-	 * needed, Landlock does not restrict ioctls on descriptors opened before it). */
+	/* No terminal: a child keeps corrald's stdin, stdout and stderr, which under `make run` are
+	 * the operator's terminal. In corrald's session, TIOCSTI on it would type commands into the
+	 * operator's root shell (no capability needed; Landlock does not restrict descriptors opened
+	 * before it); out of it, job control no longer keeps it from reading what the operator types.
+	 * So a session of its own, and /dev/null for stdin and for a stdout or stderr that is a
+	 * terminal (one that is not, a log file or pipe, stays: a sanitizer reports there). */
 	setsid();
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC | O_NOCTTY);
+	for (int fd = 0; null >= 0 && fd <= 2; fd++)
+		if (fd == 0 || isatty(fd))
+			dup2(null, fd);
+	if (null > 2)
+		close(null);
 	if (mount_view(c->write_path))
 		level |= IMAGE_CONFINED_MOUNTS;
 	int rs = ll_ruleset(c, &level);

@@ -25,7 +25,8 @@
  *   image_confine_probe --tty WORK
  *     its stdin is a terminal whose session it leads (as corrald's is under `make run`, in the
  *     operator's shell); a child of it confines itself as a layer child and pushes a command into
- *     that terminal's input with TIOCSTI: "tiocsti <errno>".
+ *     that terminal's input with TIOCSTI: "tiocsti <errno>"; reads what was typed there
+ *     ("terminal_read <bytes>") and writes to its stderr ("terminal_write <bytes>", -1: failed).
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -33,6 +34,7 @@
 #include <linux/capability.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -229,11 +231,12 @@ static int sibling_main(int argc, char **argv)
 	if (hold) {
 		const char *s = getenv("PROBE_SECRET");
 		char *copy = strdup(s ? s : "");
+		int in = dup(0); /* confinement points stdin at /dev/null */
 		printf("level %u\n", image_meta_confine(argv[1], reg));
 		printf("ready %zu\n", strlen(copy));
 		fflush(stdout);
 		char c;
-		while (read(0, &c, 1) > 0)
+		while (read(in, &c, 1) > 0)
 			;
 		_exit(0);
 	}
@@ -253,7 +256,15 @@ static int sibling_main(int argc, char **argv)
 static int tty_main(const char *work)
 {
 	pid_t c = fork();
-	if (c == 0) {
+	if (c == 0) { /* as a pull worker: a process group of its own, not the foreground one */
+		setpgid(0, 0);
+		signal(SIGTTIN, SIG_IGN);
+		signal(SIGTTOU, SIG_IGN);
+		pid_t w = fork();
+		int st;
+		if (w != 0)
+			_exit(w > 0 && waitpid(w, &st, 0) == w && WIFEXITED(st) ? WEXITSTATUS(st) : 2);
+		/* its child (a layer child), in that group */
 		struct registry *reg = probe_registry(1);
 		printf("level %u\n", image_layer_confine(work, reg, NULL, FSIZE_MAX));
 		int e = 0;
@@ -261,6 +272,13 @@ static int tty_main(const char *work)
 			if (ioctl(0, TIOCSTI, p) < 0)
 				e = errno;
 		printf("tiocsti %d\n", e);
+		/* what the operator typed into the terminal meanwhile */
+		char buf[256];
+		struct pollfd pfd = {.fd = 0, .events = POLLIN};
+		ssize_t n = poll(&pfd, 1, 1000) == 1 ? read(0, buf, sizeof(buf)) : 0;
+		printf("terminal_read %zd\n", n < 0 ? 0 : n);
+		/* and what it writes there (an escape sequence would do more) */
+		printf("terminal_write %zd\n", write(2, "corral-tty-written\n", 19));
 		fflush(stdout);
 		_exit(0);
 	}

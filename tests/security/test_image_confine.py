@@ -304,28 +304,37 @@ class ConfinedLayerChild(unittest.TestCase):
         self.assertTrue(out["unpack"].startswith("%d " % E.EPROTO), out["unpack"])
         self.assertIn("devnode", out["unpack"])
 
-    def test_child_cannot_type_into_corralds_terminal(self):
-        # Attack: a compromised layer child keeps corrald's stdin, which under `make run` is the operator's terminal, and pushes "echo ...\n" into its input with TIOCSTI, for the operator's root shell to run when corrald stops.
+    def test_child_cannot_use_corralds_terminal(self):
+        # Attack: a compromised layer child keeps corrald's stdin and stderr, which under `make run` are the operator's terminal: it pushes "echo ...\n" into its input with TIOCSTI (for the operator's root shell to run when corrald stops), reads what the operator types, and writes to the screen.
         master, slave = os.openpty()
         self.addCleanup(os.close, master)
         self.addCleanup(os.close, slave)
+        typed = b"operator-typed-line\n"
+        os.write(master, typed)
 
         def lead_the_terminal():  # as the operator's shell does for the session corrald runs in
             os.setsid()
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         work = tempfile.mkdtemp(prefix="tty-", dir=os.path.join(self.state, "tmp"))
-        p = subprocess.run([PROBE, "--tty", work], stdin=slave, capture_output=True, text=True,
-                           timeout=60, preexec_fn=lead_the_terminal)
-        self.assertEqual(p.returncode, 0, p.stderr)
+        p = subprocess.run([PROBE, "--tty", work], stdin=slave, stderr=slave,
+                           stdout=subprocess.PIPE, text=True, timeout=60,
+                           preexec_fn=lead_the_terminal)
+        self.assertEqual(p.returncode, 0, p.stdout)
         out = dict(line.partition(" ")[::2] for line in p.stdout.splitlines())
-        self.assertIn("tiocsti", out, p.stdout)
+        self.assertNotEqual(out["tiocsti"], "0", out)
+        self.assertEqual(out["terminal_read"], "0", "the child read what the operator typed")
         os.set_blocking(slave, False)
+        os.set_blocking(master, False)
         try:
-            typed = os.read(slave, 200)
+            left = os.read(slave, 200)
         except BlockingIOError:
-            typed = b""
-        self.assertEqual(typed, b"", "the child typed into the terminal")
-        self.assert_errno(out, "tiocsti", E.EPERM, E.EIO)
+            left = b""
+        self.assertEqual(left, typed, "the terminal's input is not what the operator typed")
+        try:
+            shown = os.read(master, 400)
+        except BlockingIOError:
+            shown = b""
+        self.assertNotIn(b"corral-tty", shown, "the child wrote to the terminal")
 
     def sibling_peek(self, old_kernel):
         """A confined child of one pull reading a confined child of another pull (the same uid)."""
