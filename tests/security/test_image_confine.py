@@ -737,6 +737,23 @@ class PullMemory(RegistryCase):
         self.assert_platform_alive(out[0].json()["id"], other)
 
 
+class ApiKeyOnTheCommandLine(AttackCase):
+    api_key = "cmdline-key-%s" % os.urandom(8).hex()
+    corrald_kwargs = {"api_key": api_key}
+
+    def test_api_key_is_not_in_corralds_command_line(self):
+        # Attack: any user of the host (or a pull's child where Landlock is missing: /proc/<pid>/cmdline needs no ptrace access) reads corrald's command line, `--api-key KEY` in it, then drives the API.
+        with open("/proc/%d/cmdline" % self.corrald.proc.pid, "rb") as f:
+            cmdline = f.read()
+        self.assertIn(b"--api-key", cmdline)
+        self.assertNotIn(self.api_key.encode(), cmdline, "the API key is in /proc/<corrald>/cmdline")
+        # and the key still works
+        self.assertEqual(self.client.get("/v1/sandboxes").status, 200)
+        nokey = self.corrald.client(api_key=None)
+        self.addCleanup(nokey.close)
+        self.assertEqual(nokey.get("/v1/sandboxes").status, 401)
+
+
 class PullAuthFileMemory(RegistryCase):
     """corrald with --registry-auth: a docker config.json with credentials for other registries."""
     password = "private-registry-password-%s" % os.urandom(8).hex()
