@@ -250,6 +250,14 @@ static bool env_kept(const char *kv)
 				      strncmp(eq - 6, "_PROXY", 6) == 0);
 }
 
+/* A pull worker that could not start is corrald's failure, not the image's: -EIO (502), with e's
+ * text (image_pull_http_status() would make exec's EACCES or ENOENT a 422, "fix your image"). */
+static void worker_failed(struct worker_result *res, const char *what, int e)
+{
+	res->rc = -EIO;
+	snprintf(res->msg, sizeof(res->msg), "%s: %s", what, strerror(e));
+}
+
 /* In the forked worker: exec corrald as a pull worker with j's job. Returns only on failure. */
 static void pull_in_worker(void *arg, struct worker_result *res)
 {
@@ -266,7 +274,7 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 	char *text = job ? json_dumps(job, JSON_COMPACT) : NULL;
 	json_decref(job);
 	if (!text) { /* image_pull_job_check() at start keeps the operator's paths UTF-8 */
-		res->rc = -EINVAL;
+		res->rc = -EIO;
 		snprintf(res->msg, sizeof(res->msg),
 			 "prepare the pull worker: its job does not encode as JSON (a path or name that is not UTF-8)");
 		return;
@@ -282,15 +290,13 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 	int pfd = ok && j->progress_fd >= 0 ? fcntl(j->progress_fd, F_DUPFD_CLOEXEC, 10) : -1;
 	int jfd = ok ? fcntl(mfd, F_DUPFD_CLOEXEC, 10) : -1;
 	if (!ok || rfd < 0 || jfd < 0) {
-		res->rc = errno ? -errno : -ENOMEM;
-		snprintf(res->msg, sizeof(res->msg), "prepare the pull worker: %s", strerror(-res->rc));
+		worker_failed(res, "prepare the pull worker", errno ? errno : ENOMEM);
 		return;
 	}
 	if (dup2(jfd, PULL_FD_JOB) < 0 || dup2(rfd, PULL_FD_RESULT) < 0 ||
 	    (pfd >= 0 ? dup2(pfd, PULL_FD_PROGRESS) : (close(PULL_FD_PROGRESS), 0)) < 0) {
 		/* the result pipe's old number may be taken now: report on the copy */
-		res->rc = -errno;
-		snprintf(res->msg, sizeof(res->msg), "prepare the pull worker: %s", strerror(errno));
+		worker_failed(res, "prepare the pull worker", errno);
 		worker_report(rfd, res);
 		_exit(0);
 	}
@@ -304,8 +310,7 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 	static char arg0[] = "corrald", arg1[] = IMAGE_PULL_WORKER_ARG;
 	char *argv[] = {arg0, arg1, NULL};
 	execve("/proc/self/exe", argv, envp);
-	res->rc = -errno;
-	snprintf(res->msg, sizeof(res->msg), "exec the pull worker: %s", strerror(errno));
+	worker_failed(res, "exec the pull worker", errno);
 	/* the result pipe is PULL_FD_RESULT now (its old number may be the job's) */
 	worker_report(PULL_FD_RESULT, res);
 	_exit(0);
@@ -413,7 +418,7 @@ _noreturn_ void image_pull_worker_main(void)
 	struct pull_job j = {.progress_fd = -1};
 	struct error err = {0};
 	if (job_read(&j, &err) < 0) {
-		res.rc = -err.code;
+		res.rc = -EIO; /* corrald's failure, as in worker_failed() */
 		snprintf(res.msg, sizeof(res.msg), "pull worker: %s", err.msg);
 	} else if (getppid() != j.corrald_pid) {
 		res.rc = -ECANCELED;

@@ -359,6 +359,32 @@ class Images(CorralTestCase):
         self.assertEqual(p.returncode, 2, err)
         self.assertIn(b"--registry-auth: the path is not UTF-8", err)
 
+    def test_pull_worker_that_cannot_exec_is_corralds_failure(self):
+        # The exec of the pull worker fails (EACCES, injected by strace): that is a 502 of
+        # corrald's, not the 422 that exec's errno would make of it (a bad image, the client's).
+        d, _ = self.layout("noexec", [self.base, oci.layer_tar([F("n", "noexec")])])
+        ref = self.reg.push(d, "t/noexec")
+        c = Corrald(extra_args=["--insecure-registry", self.reg.host]).start()
+        try:
+            tracer = subprocess.Popen(["strace", "-f", "-p", str(c.proc.pid), "-e", "trace=execve",
+                                       "-e", "inject=execve:error=EACCES"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                self.assertIn("attached", tracer.stderr.readline())
+                cl = c.client(timeout=120)
+                r = cl.post("/v1/images", {"image": {"uri": ref}})
+            finally:
+                tracer.kill()
+                tracer.wait()
+                tracer.stderr.close()
+            self.assertEqual(r.status, 502, r)
+            self.assertIn("exec the pull worker: Permission denied", r.json()["message"])
+            # the next pull, untraced, works
+            self.assertEqual(cl.post("/v1/images", {"image": {"uri": ref}}).status, 200)
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
     def test_internal_pull_worker_argument_typed_by_an_operator(self):
         # corrald --internal-pull-worker outside corrald (no job, no result pipe) exited 0 saying
         # nothing; it says what the argument is and fails.
