@@ -249,6 +249,9 @@ int image_resolve(const struct corrald *d, const char *uri, char *rootfs, size_t
  * and the pull's message; never before this returns. */
 typedef void (*image_pull_done_fn)(int rc, const char *msg, void *arg);
 int image_ensure(struct sandbox *sb, image_pull_done_fn done, void *arg);
+/* At start: the paths and names every pull's job carries (the store, --registry-auth, ...)
+ * encode as JSON, so that no pull fails for them later. 0 or -EINVAL naming the option. */
+int image_pull_job_check(const struct corrald *d, struct error *err);
 /* corrald exec'd as a pull worker (images.c): argv[1] is IMAGE_PULL_WORKER_ARG. */
 #define IMAGE_PULL_WORKER_ARG "--internal-pull-worker"
 enum { PULL_FD_JOB = 3, PULL_FD_PROGRESS = 4, PULL_FD_RESULT = 5 };

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -208,6 +209,32 @@ static json_t *job_json(const struct pull_job *j)
 	    (json_int_t)j->corrald_pid);
 }
 
+/* Whether s goes into a JSON string (jansson takes UTF-8 only). */
+static bool json_encodes(const char *s)
+{
+	json_t *t = s ? json_string(s) : NULL;
+	json_decref(t);
+	return !s || t;
+}
+
+int image_pull_job_check(const struct corrald *d, struct error *err)
+{
+	const char *paths[] = {d->image_store, d->sandboxes_dir, d->registry_auth};
+	const char *what[] = {"--state-dir", "--state-dir", "--registry-auth"};
+	for (size_t i = 0; i < ARRAY_SIZE(paths); i++)
+		if (!json_encodes(paths[i]))
+			return error_set(err, EINVAL,
+					 "%s: the path is not UTF-8 (pull workers get it in a JSON job)",
+					 what[i]);
+	for (size_t i = 0; i < d->n_insecure; i++)
+		if (!json_encodes(d->insecure[i]))
+			return error_set(err, EINVAL, "--insecure-registry: not UTF-8");
+	for (size_t i = 0; i < d->n_mirrors; i++)
+		if (!json_encodes(d->mirrors[i]))
+			return error_set(err, EINVAL, "--registry-mirror: not UTF-8");
+	return 0;
+}
+
 /* Only what curl reads for proxies and TLS trust (and a sanitizer build's options) passes into
  * the exec'd worker. */
 static bool env_kept(const char *kv)
@@ -221,6 +248,14 @@ static bool env_kept(const char *kv)
 	const char *eq = strchr(kv, '=');
 	return eq && eq - kv >= 6 && (strncmp(eq - 6, "_proxy", 6) == 0 ||
 				      strncmp(eq - 6, "_PROXY", 6) == 0);
+}
+
+/* A pull worker that could not start is corrald's failure, not the image's: -EIO (502), with e's
+ * text (image_pull_http_status() would make exec's EACCES or ENOENT a 422, "fix your image"). */
+static void worker_failed(struct worker_result *res, const char *what, int e)
+{
+	res->rc = -EIO;
+	snprintf(res->msg, sizeof(res->msg), "%s: %s", what, strerror(e));
 }
 
 /* In the forked worker: exec corrald as a pull worker with j's job. Returns only on failure. */
@@ -238,6 +273,12 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 	json_t *job = job_json(j);
 	char *text = job ? json_dumps(job, JSON_COMPACT) : NULL;
 	json_decref(job);
+	if (!text) { /* image_pull_job_check() at start keeps the operator's paths UTF-8 */
+		res->rc = -EIO;
+		snprintf(res->msg, sizeof(res->msg),
+			 "prepare the pull worker: its job does not encode as JSON (a path or name that is not UTF-8)");
+		return;
+	}
 	int mfd = text ? memfd_create("corral-pull-job", MFD_CLOEXEC) : -1;
 	size_t len = text ? strlen(text) : 0;
 	bool ok = mfd >= 0 && write(mfd, text, len) == (ssize_t)len && lseek(mfd, 0, SEEK_SET) == 0;
@@ -249,15 +290,13 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 	int pfd = ok && j->progress_fd >= 0 ? fcntl(j->progress_fd, F_DUPFD_CLOEXEC, 10) : -1;
 	int jfd = ok ? fcntl(mfd, F_DUPFD_CLOEXEC, 10) : -1;
 	if (!ok || rfd < 0 || jfd < 0) {
-		res->rc = errno ? -errno : -ENOMEM;
-		snprintf(res->msg, sizeof(res->msg), "prepare the pull worker: %s", strerror(-res->rc));
+		worker_failed(res, "prepare the pull worker", errno ? errno : ENOMEM);
 		return;
 	}
 	if (dup2(jfd, PULL_FD_JOB) < 0 || dup2(rfd, PULL_FD_RESULT) < 0 ||
 	    (pfd >= 0 ? dup2(pfd, PULL_FD_PROGRESS) : (close(PULL_FD_PROGRESS), 0)) < 0) {
 		/* the result pipe's old number may be taken now: report on the copy */
-		res->rc = -errno;
-		snprintf(res->msg, sizeof(res->msg), "prepare the pull worker: %s", strerror(errno));
+		worker_failed(res, "prepare the pull worker", errno);
 		worker_report(rfd, res);
 		_exit(0);
 	}
@@ -271,8 +310,7 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 	static char arg0[] = "corrald", arg1[] = IMAGE_PULL_WORKER_ARG;
 	char *argv[] = {arg0, arg1, NULL};
 	execve("/proc/self/exe", argv, envp);
-	res->rc = -errno;
-	snprintf(res->msg, sizeof(res->msg), "exec the pull worker: %s", strerror(errno));
+	worker_failed(res, "exec the pull worker", errno);
 	/* the result pipe is PULL_FD_RESULT now (its old number may be the job's) */
 	worker_report(PULL_FD_RESULT, res);
 	_exit(0);
@@ -355,13 +393,32 @@ static int job_read(struct pull_job *j, struct error *err)
 	return 0;
 }
 
+/* jansson's frees in the worker zero what they free: the --registry-auth file it parses holds
+ * other registries' credentials (and the job this pull's), and what a plain free leaves in the
+ * heap would be in every child the worker forks to talk to this pull's registry. */
+static void scrub_free(void *p)
+{
+	if (p) {
+		explicit_bzero(p, malloc_usable_size(p));
+		free(p);
+	}
+}
+
 _noreturn_ void image_pull_worker_main(void)
 {
+	struct stat rst;
+	if (fstat(PULL_FD_RESULT, &rst) < 0 || !S_ISFIFO(rst.st_mode)) {
+		/* not started by corrald (an operator typed it): no result pipe to answer on */
+		fprintf(stderr, "corrald: %s is corrald's own (the pull workers it starts); run corrald without it\n",
+			IMAGE_PULL_WORKER_ARG);
+		_exit(2);
+	}
+	json_set_alloc_funcs(malloc, scrub_free);
 	struct worker_result res = {0};
 	struct pull_job j = {.progress_fd = -1};
 	struct error err = {0};
 	if (job_read(&j, &err) < 0) {
-		res.rc = -err.code;
+		res.rc = -EIO; /* corrald's failure, as in worker_failed() */
 		snprintf(res.msg, sizeof(res.msg), "pull worker: %s", err.msg);
 	} else if (getppid() != j.corrald_pid) {
 		res.rc = -ECANCELED;

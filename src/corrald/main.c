@@ -568,7 +568,18 @@ static int option_daemon(struct corrald *d, struct cmdline *o, int c)
 	switch (c) {
 	case OPT_LISTEN: o->listen = optarg; break;
 	case OPT_STATE: o->state_dir = optarg; break;
-	case OPT_KEY: d->api_key = optarg; break;
+	case OPT_KEY: {
+		/* A copy, and the argument blanked: /proc/<pid>/cmdline is readable by every user of
+		 * the host (and by a pull's child where Landlock is missing) */
+		static char *copy;
+		free(copy);
+		if (!(d->api_key = copy = strdup(optarg))) {
+			fprintf(stderr, "corrald: --api-key: out of memory\n");
+			return -EINVAL;
+		}
+		memset(optarg, 'x', strlen(optarg));
+		break;
+	}
 	case OPT_EXECD: o->execd = optarg; break;
 	case OPT_CGROUP: o->cgroup_name = optarg; break;
 	case OPT_NO_USERNS: d->rt_cfg.no_userns = true; break;
@@ -924,6 +935,13 @@ static int runtime_setup(struct corrald *d, struct cmdline *o)
 	if (d->registry_auth && access(d->registry_auth, R_OK) < 0) {
 		fprintf(stderr, "corrald: --registry-auth %s: %s\n", d->registry_auth, strerror(errno));
 		return 2;
+	}
+	{
+		struct error err = {0};
+		if (image_pull_job_check(d, &err) < 0) {
+			fprintf(stderr, "corrald: %s\n", err.msg);
+			return 2;
+		}
 	}
 	d->rt = &runtime_native;
 	d->rt_cfg.state_dir = d->state_dir;

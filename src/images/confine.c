@@ -17,12 +17,17 @@
  *               resolver files and (an import) the image layout; with ABI >= 4 TCP connect only to
  *               the given ports and no bind; with ABI >= 6 no signals or abstract unix sockets out
  *               of the child.
- *   rlimits     RLIMIT_FSIZE, RLIMIT_NOFILE, no core files.
+ *   rlimits     RLIMIT_FSIZE, RLIMIT_NOFILE, no core files; and not dumpable: children of two
+ *               pulls run as the same uid with the same capabilities, so without Landlock (whose
+ *               domains keep siblings apart) a compromised child of one pull could read another's
+ *               memory and environment, its credentials, through /proc/<pid>/mem and environ.
  *   caps        what unpacking keeps of an image (owners, modes with setuid bits, device nodes,
  *               file capabilities): CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID,
  *               CAP_MKNOD, CAP_SETFCAP; nothing else, in no set, and no_new_privs. The manifest
  *               child and the parsing children (store.c meta_child(), parse_confined()), which
  *               unpack nothing, keep none at all.
+ *   terminal    none: a session of its own (setsid), /dev/null for stdin and for a stdout or
+ *               stderr that is a terminal (the operator's, under `make run`).
  *   seccomp     a deny list: mounts, namespaces, ptrace and other processes' memory, kernel
  *               modules, kexec, bpf, keys, perf, userfaultfd, io_uring, new processes (threads
  *               only), sockets other than IPv4, IPv6 and NETLINK_ROUTE. Without the mount view,
@@ -270,7 +275,7 @@ static bool limits(const struct image_confine *c)
 	struct rlimit none = {0, 0};
 	struct rlimit nofile = {IMAGE_CONFINE_NOFILE, IMAGE_CONFINE_NOFILE};
 	struct rlimit cur;
-	bool ok = setrlimit(RLIMIT_CORE, &none) == 0;
+	bool ok = setrlimit(RLIMIT_CORE, &none) == 0 && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
 	if (getrlimit(RLIMIT_NOFILE, &cur) == 0 && cur.rlim_max < nofile.rlim_max)
 		nofile.rlim_cur = nofile.rlim_max = cur.rlim_max;
 	ok = setrlimit(RLIMIT_NOFILE, &nofile) == 0 && ok;
@@ -429,6 +434,19 @@ static bool load_seccomp(bool deny_devices)
 unsigned image_confine(const struct image_confine *c)
 {
 	unsigned level = 0;
+	/* No terminal: a child keeps corrald's stdin, stdout and stderr, which under `make run` are
+	 * the operator's terminal. In corrald's session, TIOCSTI on it would type commands into the
+	 * operator's root shell (no capability needed; Landlock does not restrict descriptors opened
+	 * before it); out of it, job control no longer keeps it from reading what the operator types.
+	 * So a session of its own, and /dev/null for stdin and for a stdout or stderr that is a
+	 * terminal (one that is not, a log file or pipe, stays: a sanitizer reports there). */
+	setsid();
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC | O_NOCTTY);
+	for (int fd = 0; null >= 0 && fd <= 2; fd++)
+		if (fd == 0 || isatty(fd))
+			dup2(null, fd);
+	if (null > 2)
+		close(null);
 	if (mount_view(c->write_path))
 		level |= IMAGE_CONFINED_MOUNTS;
 	int rs = ll_ruleset(c, &level);

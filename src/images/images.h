@@ -176,7 +176,7 @@ int image_store_init(const char *store, struct error *err);
 #define IMAGE_CONFINED_LANDLOCK_FS (1u << 1)    /* writes beneath write_path, narrow reads */
 #define IMAGE_CONFINED_LANDLOCK_NET (1u << 2)   /* TCP connect to ports[] only, no bind */
 #define IMAGE_CONFINED_LANDLOCK_SCOPE (1u << 3) /* no signals, no abstract sockets out */
-#define IMAGE_CONFINED_RLIMITS (1u << 4)        /* FSIZE, NOFILE, CORE 0 */
+#define IMAGE_CONFINED_RLIMITS (1u << 4)        /* FSIZE, NOFILE, CORE 0, not dumpable */
 #define IMAGE_CONFINED_CAPS (1u << 5)           /* the file-owner caps unpacking needs only */
 #define IMAGE_CONFINED_SECCOMP (1u << 6)        /* the deny list of confine.c */
 #define IMAGE_CONFINED_ALL ((1u << 7) - 1)

@@ -684,12 +684,61 @@ out:
 	return st;
 }
 
+#define AUTH_FILE_MAX (1 << 20)
+
+/* The text of the auth file in *ret, which the caller scrubs and frees (read without stdio, whose
+ * buffer would be freed with every registry's credentials in it). */
+static int auth_file_read(const char *file, char **ret, size_t *ret_len, struct error *err)
+{
+	int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		int r = error_set_errno(err, errno, "--registry-auth '%s'", file);
+		if (fd >= 0)
+			close(fd);
+		return r;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size > AUTH_FILE_MAX) {
+		close(fd);
+		return error_set(err, EINVAL,
+				 "--registry-auth '%s': not a regular file of at most %d bytes", file,
+				 AUTH_FILE_MAX);
+	}
+	char *buf = malloc((size_t)st.st_size + 1);
+	size_t len = 0;
+	ssize_t n = 1;
+	while (buf && len < (size_t)st.st_size &&
+	       ((n = read(fd, buf + len, (size_t)st.st_size - len)) > 0 || (n < 0 && errno == EINTR)))
+		len += n > 0 ? (size_t)n : 0;
+	int e = !buf ? ENOMEM : errno;
+	close(fd);
+	if (!buf || n < 0) {
+		if (buf)
+			explicit_bzero(buf, len);
+		free(buf);
+		return error_set_errno(err, e, "--registry-auth '%s'", file);
+	}
+	*ret = buf;
+	*ret_len = len;
+	return 0;
+}
+
 /* user:pass for the registry from a ~/.docker/config.json: "auths" keyed by host, "https://host",
- * or for Docker Hub "https://index.docker.io/v1/"; "auth" is base64("user:pass"). */
+ * or for Docker Hub "https://index.docker.io/v1/"; "auth" is base64("user:pass"). The file holds
+ * other registries' credentials too: its text is scrubbed here, and the pull worker's jansson
+ * frees scrub what parsing it allocated (images.c), so none of it is left in the memory of the
+ * children it forks for this registry. */
 static int auth_file_lookup(struct registry *r, const char *file, struct error *err)
 {
 	json_error_t je;
-	json_t *j = json_load_file(file, 0, &je);
+	size_t len = 0;
+	char *text = NULL;
+	int k = auth_file_read(file, &text, &len, err);
+	if (k < 0)
+		return k;
+	json_t *j = json_loadb(text, len, 0, &je);
+	explicit_bzero(text, len);
+	free(text);
 	if (!j)
 		return error_set(err, EINVAL, "--registry-auth '%s': %s (line %d)", file, je.text,
 				 je.line);
@@ -720,6 +769,7 @@ static int auth_file_lookup(struct registry *r, const char *file, struct error *
 				r->pass = strdup(colon + 1);
 			}
 		}
+		explicit_bzero(dec, sizeof(dec));
 	} else if (u) {
 		r->user = strdup(u);
 		r->pass = strdup(p ? p : "");

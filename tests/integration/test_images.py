@@ -16,7 +16,7 @@ import urllib.parse
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import CorralTestCase, Corrald, main  # noqa: E402
+from harness import CorralTestCase, Corrald, binary, free_port, main  # noqa: E402
 import oci  # noqa: E402
 from oci import C, D, F, H, L, X  # noqa: E402
 import struct  # noqa: E402
@@ -335,6 +335,63 @@ class Images(CorralTestCase):
             cl.close()
         finally:
             c.shutdown_and_check()
+
+    def test_registry_auth_path_not_utf8_is_refused_at_start(self):
+        # The pull worker gets its job as JSON: a path jansson cannot encode failed every pull
+        # later ("prepare the pull worker: Cannot allocate memory"); it is refused at start.
+        tmp = tempfile.mkdtemp(prefix="corral-authpath-")
+        self.addCleanup(subprocess.run, ["rm", "-rf", tmp])
+        auth = os.path.join(tmp.encode(), b"auth-\xe9.json")
+        with open(auth, "w") as f:
+            json.dump({"auths": {}}, f)
+        p = subprocess.Popen([binary("corrald").encode(), b"--listen",
+                              b"127.0.0.1:%d" % free_port(),
+                              b"--state-dir", os.path.join(tmp, "state").encode(),
+                              b"--cgroup-name", b"corral-test-authpath-%d" % os.getpid(),
+                              b"--sandbox-subnet", b"none", b"--registry-auth", auth],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            _, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.terminate()
+            _, err = p.communicate()
+            self.fail("corrald started with a --registry-auth path no pull could use: %r" % err)
+        self.assertEqual(p.returncode, 2, err)
+        self.assertIn(b"--registry-auth: the path is not UTF-8", err)
+
+    def test_pull_worker_that_cannot_exec_is_corralds_failure(self):
+        # The exec of the pull worker fails (EACCES, injected by strace): that is a 502 of
+        # corrald's, not the 422 that exec's errno would make of it (a bad image, the client's).
+        d, _ = self.layout("noexec", [self.base, oci.layer_tar([F("n", "noexec")])])
+        ref = self.reg.push(d, "t/noexec")
+        c = Corrald(extra_args=["--insecure-registry", self.reg.host]).start()
+        try:
+            tracer = subprocess.Popen(["strace", "-f", "-p", str(c.proc.pid), "-e", "trace=execve",
+                                       "-e", "inject=execve:error=EACCES"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                self.assertIn("attached", tracer.stderr.readline())
+                cl = c.client(timeout=120)
+                r = cl.post("/v1/images", {"image": {"uri": ref}})
+            finally:
+                tracer.kill()
+                tracer.wait()
+                tracer.stderr.close()
+            self.assertEqual(r.status, 502, r)
+            self.assertIn("exec the pull worker: Permission denied", r.json()["message"])
+            # the next pull, untraced, works
+            self.assertEqual(cl.post("/v1/images", {"image": {"uri": ref}}).status, 200)
+            cl.close()
+        finally:
+            c.shutdown_and_check()
+
+    def test_internal_pull_worker_argument_typed_by_an_operator(self):
+        # corrald --internal-pull-worker outside corrald (no job, no result pipe) exited 0 saying
+        # nothing; it says what the argument is and fails.
+        p = subprocess.run([binary("corrald"), "--internal-pull-worker"], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p)
+        self.assertIn("--internal-pull-worker is corrald's own", p.stderr)
 
     def test_docker_hub_names_through_mirrors(self):
         d, _ = self.layout("mirrored", [self.base, oci.layer_tar([F("m", "mirrored")])])

@@ -13,6 +13,20 @@
  * (what image_confine_probe() says this kernel allows) and "level <IMAGE_CONFINED_*>" (reached).
  * --manifest confines it as the manifest child of a pull is instead (image_meta_confine(): no
  * capabilities, files up to IMAGE_META_FSIZE_MAX) and unpacks nothing ("unpack skipped").
+ *
+ * Two children of different pulls (the same uid, the same or fewer capabilities):
+ *   image_confine_probe --hold [--old-kernel] WORK
+ *     confines itself as a manifest child with $PROBE_SECRET in its environment and heap (a pull's
+ *     credentials), prints "ready" and waits for stdin to close;
+ *   image_confine_probe --peek [--old-kernel] WORK PID SECRET
+ *     confines itself as a layer child and reads PID's environment and memory for SECRET:
+ *     "read_sibling_environ <errno>", "read_sibling_mem <errno>", "sibling_secret <0|1>".
+ *
+ *   image_confine_probe --tty WORK
+ *     its stdin is a terminal whose session it leads (as corrald's is under `make run`, in the
+ *     operator's shell); a child of it confines itself as a layer child and pushes a command into
+ *     that terminal's input with TIOCSTI: "tiocsti <errno>"; reads what was typed there
+ *     ("terminal_read <bytes>") and writes to its stderr ("terminal_write <bytes>", -1: failed).
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -20,6 +34,7 @@
 #include <linux/capability.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -27,12 +42,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -132,8 +149,149 @@ static int pretend_old_kernel(void)
 	return r;
 }
 
+static struct registry *probe_registry(int port)
+{
+	char host[64], refs[128];
+	snprintf(host, sizeof(host), "127.0.0.1:%d", port);
+	snprintf(refs, sizeof(refs), "%s/probe:latest", host);
+	const char *insecure[] = {host, NULL};
+	struct image_pull_opts o = {.insecure = insecure};
+	struct image_ref ref;
+	struct error err = {0};
+	struct registry *reg = NULL;
+	if (image_ref_parse(refs, &ref, &err) < 0 || registry_open(&o, &ref, &reg, &err) < 0) {
+		fprintf(stderr, "registry client: %s\n", err.msg);
+		exit(2);
+	}
+	return reg;
+}
+
+/* Whether needle is in the file at path (errno in *ret_errno: 0 if it opened). */
+static bool file_has(const char *path, const char *needle, int *ret_errno)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	*ret_errno = fd < 0 ? errno : 0;
+	if (fd < 0)
+		return false;
+	static char buf[1 << 16];
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	return n > 0 && memmem(buf, (size_t)n, needle, strlen(needle)) != NULL;
+}
+
+/* Whether needle is in the readable mappings of pid, through /proc/pid/mem. */
+static bool mem_has(int pid, const char *needle, int *ret_errno)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/mem", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	*ret_errno = fd < 0 ? errno : 0;
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	FILE *maps = fd < 0 ? NULL : fopen(path, "re");
+	bool found = false;
+	char line[512];
+	while (maps && !found && fgets(line, sizeof(line), maps)) {
+		unsigned long start, end;
+		char perms[8];
+		if (sscanf(line, "%lx-%lx %7s", &start, &end, perms) != 3 || perms[0] != 'r' ||
+		    strstr(line, "[vvar") || strstr(line, "[vsyscall]"))
+			continue;
+		for (unsigned long at = start; at < end && !found; at += 1 << 16) {
+			static char buf[1 << 16];
+			size_t want = end - at < sizeof(buf) ? end - at : sizeof(buf);
+			ssize_t n = pread(fd, buf, want, (off_t)at);
+			found = n > 0 && memmem(buf, (size_t)n, needle, strlen(needle)) != NULL;
+		}
+	}
+	if (maps)
+		fclose(maps);
+	if (fd >= 0)
+		close(fd);
+	return found;
+}
+
+static int sibling_main(int argc, char **argv)
+{
+	bool hold = strcmp(argv[1], "--hold") == 0;
+	argv++;
+	argc--;
+	if (argc > 1 && strcmp(argv[1], "--old-kernel") == 0) {
+		if (pretend_old_kernel() < 0) {
+			fprintf(stderr, "cannot pretend to be an old kernel\n");
+			return 2;
+		}
+		argv++;
+		argc--;
+	}
+	if (argc != (hold ? 2 : 4)) {
+		fprintf(stderr, "usage: --hold [--old-kernel] WORK | --peek [--old-kernel] WORK PID SECRET\n");
+		return 2;
+	}
+	struct registry *reg = probe_registry(1);
+	if (hold) {
+		const char *s = getenv("PROBE_SECRET");
+		char *copy = strdup(s ? s : "");
+		int in = dup(0); /* confinement points stdin at /dev/null */
+		printf("level %u\n", image_meta_confine(argv[1], reg));
+		printf("ready %zu\n", strlen(copy));
+		fflush(stdout);
+		char c;
+		while (read(in, &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	printf("level %u\n", image_layer_confine(argv[1], reg, NULL, FSIZE_MAX));
+	int pid = atoi(argv[2]), e;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/environ", pid);
+	bool found = file_has(path, argv[3], &e);
+	printf("read_sibling_environ %d\n", e);
+	found = mem_has(pid, argv[3], &e) || found;
+	printf("read_sibling_mem %d\n", e);
+	printf("sibling_secret %d\n", found);
+	fflush(stdout);
+	_exit(0);
+}
+
+static int tty_main(const char *work)
+{
+	pid_t c = fork();
+	if (c == 0) { /* as a pull worker: a process group of its own, not the foreground one */
+		setpgid(0, 0);
+		signal(SIGTTIN, SIG_IGN);
+		signal(SIGTTOU, SIG_IGN);
+		pid_t w = fork();
+		int st;
+		if (w != 0)
+			_exit(w > 0 && waitpid(w, &st, 0) == w && WIFEXITED(st) ? WEXITSTATUS(st) : 2);
+		/* its child (a layer child), in that group */
+		struct registry *reg = probe_registry(1);
+		printf("level %u\n", image_layer_confine(work, reg, NULL, FSIZE_MAX));
+		int e = 0;
+		for (const char *p = "echo corral-tty-injected\n"; *p && !e; p++)
+			if (ioctl(0, TIOCSTI, p) < 0)
+				e = errno;
+		printf("tiocsti %d\n", e);
+		/* what the operator typed into the terminal meanwhile */
+		char buf[256];
+		struct pollfd pfd = {.fd = 0, .events = POLLIN};
+		ssize_t n = poll(&pfd, 1, 1000) == 1 ? read(0, buf, sizeof(buf)) : 0;
+		printf("terminal_read %zd\n", n < 0 ? 0 : n);
+		/* and what it writes there (an escape sequence would do more) */
+		printf("terminal_write %zd\n", write(2, "corral-tty-written\n", 19));
+		fflush(stdout);
+		_exit(0);
+	}
+	int st;
+	return c > 0 && waitpid(c, &st, 0) == c && WIFEXITED(st) ? WEXITSTATUS(st) : 2;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 3 && strcmp(argv[1], "--tty") == 0)
+		return tty_main(argv[2]);
+	if (argc > 1 && (strcmp(argv[1], "--hold") == 0 || strcmp(argv[1], "--peek") == 0))
+		return sibling_main(argc, argv);
 	bool old_kernel = argc == 8 && strcmp(argv[1], "--old-kernel") == 0;
 	bool manifest = argc == 8 && strcmp(argv[1], "--manifest") == 0;
 	if (manifest) {

@@ -13,7 +13,10 @@ The manifest child of a pull (token, manifest, index and config requests) is tri
 the registry is a confined child of the pull worker; and image_pull_tamper plays a compromised
 manifest child that lies to the worker, which must refuse each lie and store nothing.
 """
+import base64
+import fcntl
 import io
+import json
 import os
 import shutil
 import socket
@@ -21,6 +24,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import unittest
@@ -285,6 +289,9 @@ class ConfinedLayerChild(unittest.TestCase):
         self.assert_errno(out, "fork", E.EPERM)
         self.assert_errno(out, "raw_socket", E.EPERM)
         self.assert_errno(out, "setxattr_trusted", E.EPERM)
+        # Without Landlock's read rules a process with more capabilities than the child (its
+        # parent here; a pull worker, this pull's or another's) still keeps its /proc files shut.
+        self.assert_errno(out, "read_parent_environ", E.EACCES, E.EPERM)
         # Without the nodev mount, no device node may be made at all; whiteouts still are.
         self.assert_errno(out, "mknod_char", E.EPERM)
         self.assert_errno(out, "open_made_device", E.EPERM)
@@ -296,6 +303,71 @@ class ConfinedLayerChild(unittest.TestCase):
         work, out = self.probe(rich_layer(), old_kernel=True)
         self.assertTrue(out["unpack"].startswith("%d " % E.EPROTO), out["unpack"])
         self.assertIn("devnode", out["unpack"])
+
+    def test_child_cannot_use_corralds_terminal(self):
+        # Attack: a compromised layer child keeps corrald's stdin and stderr, which under `make run` are the operator's terminal: it pushes "echo ...\n" into its input with TIOCSTI (for the operator's root shell to run when corrald stops), reads what the operator types, and writes to the screen.
+        master, slave = os.openpty()
+        self.addCleanup(os.close, master)
+        self.addCleanup(os.close, slave)
+        typed = b"operator-typed-line\n"
+        os.write(master, typed)
+
+        def lead_the_terminal():  # as the operator's shell does for the session corrald runs in
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        work = tempfile.mkdtemp(prefix="tty-", dir=os.path.join(self.state, "tmp"))
+        p = subprocess.run([PROBE, "--tty", work], stdin=slave, stderr=slave,
+                           stdout=subprocess.PIPE, text=True, timeout=60,
+                           preexec_fn=lead_the_terminal)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        out = dict(line.partition(" ")[::2] for line in p.stdout.splitlines())
+        self.assertNotEqual(out["tiocsti"], "0", out)
+        self.assertEqual(out["terminal_read"], "0", "the child read what the operator typed")
+        os.set_blocking(slave, False)
+        os.set_blocking(master, False)
+        try:
+            left = os.read(slave, 200)
+        except BlockingIOError:
+            left = b""
+        self.assertEqual(left, typed, "the terminal's input is not what the operator typed")
+        try:
+            shown = os.read(master, 400)
+        except BlockingIOError:
+            shown = b""
+        self.assertNotIn(b"corral-tty", shown, "the child wrote to the terminal")
+
+    def sibling_peek(self, old_kernel):
+        """A confined child of one pull reading a confined child of another pull (the same uid)."""
+        secret = "pull-b-password-%s" % os.urandom(8).hex()
+        mode = ["--old-kernel"] if old_kernel else []
+        works = [tempfile.mkdtemp(prefix="sib-", dir=os.path.join(self.state, "tmp")) for _ in "ab"]
+        hold = subprocess.Popen([PROBE, "--hold"] + mode + [works[0]], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True,
+                                env=dict(os.environ, PROBE_SECRET=secret))
+        self.addCleanup(hold.wait, 10)
+        self.addCleanup(hold.stdin.close)
+        held = {}
+        for line in hold.stdout:
+            name, _, rest = line.strip().partition(" ")
+            held[name] = rest
+            if name == "ready":
+                break
+        self.assertEqual(held.get("ready"), str(len(secret)), held)
+        p = subprocess.run([PROBE, "--peek"] + mode + [works[1], str(hold.pid), secret],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = dict(line.partition(" ")[::2] for line in p.stdout.splitlines())
+        return int(held["level"]), out
+
+    def test_child_cannot_read_a_sibling_pulls_child(self):
+        # Attack: a compromised layer child of one pull (a hostile image) opens /proc/<pid>/environ and /proc/<pid>/mem of another pull's manifest child, same uid, fewer capabilities, for that pull's registry credentials; on a kernel without Landlock nothing but dumpability stands in the way.
+        for old_kernel in (True, False):
+            level, out = self.sibling_peek(old_kernel)
+            if old_kernel:
+                self.assertEqual(level & (LANDLOCK_FS | LANDLOCK_SCOPE), 0, out)
+            self.assertEqual(out["sibling_secret"], "0", "old kernel %s: %s" % (old_kernel, out))
+            self.assertIn(int(out["read_sibling_environ"]), (E.EACCES, E.EPERM), out)
+            self.assertIn(int(out["read_sibling_mem"]), (E.EACCES, E.EPERM), out)
 
 
 TAMPER = os.path.join(BUILD, "tests", "security", "image_pull_tamper")
@@ -500,8 +572,10 @@ def proc_status(pid):
 
 class RegistryCase(AttackCase):
     """A corrald (API key api_key) with a registry (cls.reg) and, before it, a registry with the
-    bearer-token flow (cls.proxy), both plain HTTP; cls.tmp for image layouts."""
+    bearer-token flow (cls.proxy), both plain HTTP; cls.tmp for image layouts; corrald's
+    arguments end with cls.extra_args."""
     api_key = None
+    extra_args = []
 
     @classmethod
     def setUpClass(cls):
@@ -509,7 +583,8 @@ class RegistryCase(AttackCase):
         cls.proxy = oci.TokenProxy(cls.reg.host)
         cls.corrald_kwargs = {"api_key": cls.api_key,
                               "extra_args": ["--insecure-registry", cls.reg.host,
-                                             "--insecure-registry", cls.proxy.host]}
+                                             "--insecure-registry", cls.proxy.host]
+                              + cls.extra_args}
         cls.tmp = tempfile.mkdtemp(prefix="corral-sec-confine-pull-")
         try:
             super().setUpClass()
@@ -667,6 +742,69 @@ class PullMemory(RegistryCase):
         self.assertGreaterEqual(len(scanned), 2, "the pull worker and a child were not seen")
         self.assertEqual(leaks, {}, "a pull process holds corrald's secrets")
         self.assert_platform_alive(out[0].json()["id"], other)
+
+
+class ApiKeyOnTheCommandLine(AttackCase):
+    api_key = "cmdline-key-%s" % os.urandom(8).hex()
+    corrald_kwargs = {"api_key": api_key}
+
+    def test_api_key_is_not_in_corralds_command_line(self):
+        # Attack: any user of the host (or a pull's child where Landlock is missing: /proc/<pid>/cmdline needs no ptrace access) reads corrald's command line, `--api-key KEY` in it, then drives the API.
+        with open("/proc/%d/cmdline" % self.corrald.proc.pid, "rb") as f:
+            cmdline = f.read()
+        self.assertIn(b"--api-key", cmdline)
+        self.assertNotIn(self.api_key.encode(), cmdline, "the API key is in /proc/<corrald>/cmdline")
+        # and the key still works
+        self.assertEqual(self.client.get("/v1/sandboxes").status, 200)
+        nokey = self.corrald.client(api_key=None)
+        self.addCleanup(nokey.close)
+        self.assertEqual(nokey.get("/v1/sandboxes").status, 401)
+
+
+class PullAuthFileMemory(RegistryCase):
+    """corrald with --registry-auth: a docker config.json with credentials for other registries."""
+    password = "private-registry-password-%s" % os.urandom(8).hex()
+    auth = base64.b64encode(("robot:%s" % password).encode()).decode()
+    password2 = "second-registry-password-%s" % os.urandom(8).hex()
+    auth_dir = tempfile.mkdtemp(prefix="corral-sec-authfile-")
+    extra_args = ["--registry-auth", os.path.join(auth_dir, "config.json")]
+
+    @classmethod
+    def setUpClass(cls):
+        with open(cls.extra_args[1], "w") as f:
+            json.dump({"auths": {"private.registry.invalid:5000": {"auth": cls.auth},
+                                 "https://second.registry.invalid": {
+                                     "username": "robot2", "password": cls.password2}}}, f)
+        os.chmod(cls.extra_args[1], 0o600)
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        shutil.rmtree(cls.auth_dir, ignore_errors=True)
+
+    def test_pull_processes_hold_no_other_registrys_credentials(self):
+        # Attack: a hostile registry's pull (its manifest or layer child taken over) reads its own memory for the credentials the operator's --registry-auth file holds for other, private registries: the worker parsed the whole file, and the freed copies went into every child it forked.
+        # (their tails: the first bytes of a freed chunk are the allocator's)
+        needles = [self.auth[-24:].encode(), self.password[-16:].encode(),
+                   self.password2[-16:].encode()]
+        t, out = self.start_slow_pull("authfile")
+        scanned, leaks = set(), {}
+        while t.is_alive():
+            pids = registry_clients(self.proxy.port)
+            pids |= {int(proc_status(p)["PPid"]) for p in list(pids) if os.path.exists("/proc/%d" % p)}
+            for pid in pids - scanned - {self.corrald.proc.pid}:
+                got = secrets_in(pid, needles)
+                scanned.add(pid)
+                if got:
+                    leaks[pid] = (proc_status(pid).get("Name"), sorted(got))
+            time.sleep(0.02)
+        t.join()
+        self.assertEqual(out[0].status, 202, out[0])
+        self.addCleanup(self._cleanup_sandbox, out[0].json()["id"])
+        self.assertGreaterEqual(len(scanned), 2, "the pull worker and a child were not seen")
+        self.assertEqual(leaks, {}, "a pull process holds another registry's credentials")
+        self.assert_platform_alive(out[0].json()["id"])
 
 
 if __name__ == "__main__":

@@ -400,6 +400,112 @@ class OperatorNetworkAttacks(LabDnsCase):
         self.assert_platform_alive(attacker, ruled, anything)
 
 
+# A lab host's TCP and UDP echo on one port, logging every line it gets.
+LAB_ECHO = r"""
+import socket, sys, threading
+addr, port, logpath = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def note(line):
+    with open(logpath, "a") as f:
+        f.write(line + "\n")
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind((addr, port))
+t = socket.socket()
+t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.bind((addr, port))
+t.listen(8)
+def udp():
+    while True:
+        d, peer = u.recvfrom(100)
+        note(d.decode("ascii", "replace"))
+        u.sendto(b"echo " + d, peer)
+def conn(c):
+    for line in c.makefile("rb"):
+        note(line.decode("ascii", "replace").strip())
+        c.sendall(b"echo " + line)
+threading.Thread(target=udp, daemon=True).start()
+print("ready", flush=True)
+while True:
+    threading.Thread(target=conn, args=(t.accept()[0],), daemon=True).start()
+"""
+
+# In a sandbox: one TCP connection and one UDP socket to DST:PORT, kept; round N (when /tmp/go-N
+# appears) sends "tcp N" and "udp N" on them and writes what came back into /tmp/flows-N.
+HELD_FLOWS = r"""
+import os, socket, sys, time
+dst, port = sys.argv[1], int(sys.argv[2])
+t = socket.create_connection((dst, port), timeout=3)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("0.0.0.0", 40100))
+u.settimeout(2)
+t.settimeout(2)
+for n in range(1, 4):
+    while not os.path.exists("/tmp/go-%d" % n):
+        time.sleep(0.05)
+    got = []
+    for _ in range(3):
+        u.sendto(b"udp %d" % n, (dst, port))
+        try:
+            got.append(u.recv(100).decode())
+            break
+        except OSError:
+            pass
+    try:
+        t.sendall(b"tcp %d\n" % n)
+        got.append(t.recv(100).decode().strip())
+    except OSError as e:
+        got.append("tcp error %s" % e)
+    with open("/tmp/flows-%d.tmp" % n, "w") as f:
+        f.write("\n".join(got) + "\n")
+    os.rename("/tmp/flows-%d.tmp" % n, "/tmp/flows-%d" % n)
+"""
+
+
+class RestartBlockAttacks(NetLabCase):
+    """A corrald of its own, started again with --egress-block added."""
+
+    def test_flows_held_across_a_restart_that_blocks_their_network_are_cut(self):
+        # attack: a sandbox allowed everything opens a TCP connection and a UDP flow to a host of the operator's LAN, then keeps using them after the operator restarts corrald with --egress-block for that LAN: established flows (conntrack entries made before the block) must not carry on
+        web1, port = self.lab.web1, 9100
+        echo_log = os.path.join(self.lab.tmp, "held-echo.log")  # removed with the lab
+        srv = subprocess.Popen(self.lab.nsexec("/usr/bin/python3", "-c", LAB_ECHO, web1,
+                                               str(port), echo_log),
+                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        self.addCleanup(lambda: (srv.kill(), srv.wait()))
+        self.assertEqual(srv.stdout.readline().strip(), "ready")
+        sid = self.sandbox({"defaultAction": "allow", "egress": []})
+        self.sh(sid, "nohup /usr/bin/python3 -c %s %s %d >/tmp/held.log 2>&1 &"
+                % (q(HELD_FLOWS), web1, port))
+
+        def round_(n):
+            self.sh(sid, "touch /tmp/go-%d" % n)
+            self.wait_until(lambda: self.sh(sid, "cat /tmp/flows-%d 2>/dev/null; true" % n), 20,
+                            msg="round %d in the sandbox" % n)
+            got = self.sh(sid, "cat /tmp/flows-%d" % n).split("\n")
+            with open(echo_log) as f:
+                seen = f.read().split("\n")
+            log("round %d: the sandbox got %s; %s got %s" % (n, got, web1, seen))
+            return got, seen
+
+        got, seen = round_(1)
+        self.assertIn("echo udp 1", got, self.sh(sid, "cat /tmp/held.log"))
+        self.assertIn("echo tcp 1", got)
+        self.corrald.stop()
+        self.corrald.extra_args = self.corrald.extra_args + ["--egress-block", web1 + "/32"]
+        self.corrald.start()
+        self.client.close()
+        self.client = self.corrald.client()
+        got, seen = round_(2)
+        self.assertNotIn("udp 2", seen, "the UDP flow reached the newly blocked host")
+        self.assertNotIn("tcp 2", seen, "the TCP connection reached the newly blocked host")
+        self.assertFalse([g for g in got if g.startswith("echo")], got)
+        # and a new flow neither
+        out = self.sh(sid, "curl -s --connect-timeout 1 -m 2 http://%s:%d/whoami; echo rc=$?"
+                      % (web1, LAB_HTTP_PORT))
+        self.assertNotIn(web1, out.split("rc=")[0])
+        self.assert_platform_alive(sid)
+
+
 class PacketAttacks(LabDnsCase):
     def test_fragmented_dns_to_a_foreign_resolver_is_dropped(self):
         # attack: a sandbox allowed everything sends DNS to a foreign resolver in datagrams too
