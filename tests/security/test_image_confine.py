@@ -621,6 +621,33 @@ class RegistryCase(AttackCase):
         t.start()
         return t, out
 
+    def skip_if_sanitized(self):
+        if sanitized(self.corrald.proc.pid):
+            self.skipTest("sanitizer build: its heap is a reserved region of terabytes, not scanned")
+
+    def scan_slow_pull(self, name, needles):
+        """start_slow_pull(name), every process of the pull but corrald (the worker, its
+        children) scanned for needles while it runs: the new sandbox's id and {pid: (name,
+        needles found)}."""
+        self.skip_if_sanitized()
+        t, out = self.start_slow_pull(name)
+        scanned, leaks = set(), {}
+        while t.is_alive():
+            pids = registry_clients(self.proxy.port)
+            pids |= {int(proc_status(p)["PPid"]) for p in list(pids)
+                     if os.path.exists("/proc/%d" % p)}
+            for pid in pids - scanned - {self.corrald.proc.pid}:
+                got = secrets_in(pid, needles)
+                scanned.add(pid)
+                if got:
+                    leaks[pid] = (proc_status(pid).get("Name"), sorted(got))
+            time.sleep(0.02)
+        t.join()
+        self.assertEqual(out[0].status, 202, out[0])
+        self.addCleanup(self._cleanup_sandbox, out[0].json()["id"])
+        self.assertGreaterEqual(len(scanned), 2, "the pull worker and a child were not seen")
+        return out[0].json()["id"], leaks
+
 
 class ConfinedPull(RegistryCase):
 
@@ -717,31 +744,16 @@ class PullMemory(RegistryCase):
 
     def test_pull_processes_hold_none_of_corralds_secrets(self):
         # Attack: code that took over a process of a pull (a hostile layer or manifest through a libarchive, jansson or curl bug) reads its own memory and environment for what corrald knows: the API key and another sandbox's env. A forked pull worker and its children hold a copy of all of it.
-        if sanitized(self.corrald.proc.pid):
-            self.skipTest("sanitizer build: its heap is a reserved region of terabytes, not scanned")
+        self.skip_if_sanitized()
         canary = "canary-%s" % os.urandom(8).hex()
         other = self.create(env={"OTHER_TENANT_TOKEN": canary})["id"]
         corrald = self.corrald.proc.pid
         needles = [self.api_key.encode(), canary.encode()]
         # corrald itself holds both (the test would find nothing anywhere otherwise)
         self.assertEqual(secrets_in(corrald, needles), set(needles))
-        t, out = self.start_slow_pull("memory")
-        scanned, leaks = set(), {}
-        while t.is_alive():
-            pids = registry_clients(self.proxy.port)
-            pids |= {int(proc_status(p)["PPid"]) for p in list(pids) if os.path.exists("/proc/%d" % p)}
-            for pid in pids - scanned - {corrald}:
-                got = secrets_in(pid, needles)
-                scanned.add(pid)
-                if got:
-                    leaks[pid] = (proc_status(pid).get("Name"), sorted(got))
-            time.sleep(0.02)
-        t.join()
-        self.assertEqual(out[0].status, 202, out[0])
-        self.addCleanup(self._cleanup_sandbox, out[0].json()["id"])
-        self.assertGreaterEqual(len(scanned), 2, "the pull worker and a child were not seen")
+        sid, leaks = self.scan_slow_pull("memory", needles)
         self.assertEqual(leaks, {}, "a pull process holds corrald's secrets")
-        self.assert_platform_alive(out[0].json()["id"], other)
+        self.assert_platform_alive(sid, other)
 
 
 class ApiKeyOnTheCommandLine(AttackCase):
@@ -788,23 +800,9 @@ class PullAuthFileMemory(RegistryCase):
         # (their tails: the first bytes of a freed chunk are the allocator's)
         needles = [self.auth[-24:].encode(), self.password[-16:].encode(),
                    self.password2[-16:].encode()]
-        t, out = self.start_slow_pull("authfile")
-        scanned, leaks = set(), {}
-        while t.is_alive():
-            pids = registry_clients(self.proxy.port)
-            pids |= {int(proc_status(p)["PPid"]) for p in list(pids) if os.path.exists("/proc/%d" % p)}
-            for pid in pids - scanned - {self.corrald.proc.pid}:
-                got = secrets_in(pid, needles)
-                scanned.add(pid)
-                if got:
-                    leaks[pid] = (proc_status(pid).get("Name"), sorted(got))
-            time.sleep(0.02)
-        t.join()
-        self.assertEqual(out[0].status, 202, out[0])
-        self.addCleanup(self._cleanup_sandbox, out[0].json()["id"])
-        self.assertGreaterEqual(len(scanned), 2, "the pull worker and a child were not seen")
+        sid, leaks = self.scan_slow_pull("authfile", needles)
         self.assertEqual(leaks, {}, "a pull process holds another registry's credentials")
-        self.assert_platform_alive(out[0].json()["id"])
+        self.assert_platform_alive(sid)
 
 
 if __name__ == "__main__":
