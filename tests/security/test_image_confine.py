@@ -600,8 +600,10 @@ class RegistryCase(AttackCase):
 
     @classmethod
     def tearDownClass(cls):
-        super().tearDownClass()
-        cls.tearDownRegistry()
+        try:
+            super().tearDownClass()
+        finally:
+            cls.tearDownRegistry()
 
     def start_slow_pull(self, name):
         """A create of a fresh two-layer image through cls.proxy, whose replies are slowed so
@@ -616,8 +618,14 @@ class RegistryCase(AttackCase):
         self.addCleanup(setattr, self.proxy, "delay_manifests", 0.0)
         self.addCleanup(setattr, self.proxy, "delay_blobs", 0.0)
         out = []
-        t = threading.Thread(target=lambda: out.append(
-            self.corrald.client(timeout=120).create_sandbox_raw(image={"uri": ref})))
+
+        def create():
+            c = self.corrald.client(timeout=120)
+            try:
+                out.append(c.create_sandbox_raw(image={"uri": ref}))
+            finally:
+                c.close()
+        t = threading.Thread(target=create)
         t.start()
         return t, out
 
