@@ -240,8 +240,8 @@ int image_pull_job_check(const struct corrald *d, struct error *err)
 static bool env_kept(const char *kv)
 {
 	static const char *const names[] = {"SSL_CERT_FILE=", "SSL_CERT_DIR=", "CURL_CA_BUNDLE=",
-					    "TZ=", "ASAN_OPTIONS=", "UBSAN_OPTIONS=",
-					    "LSAN_OPTIONS="};
+					    "OPENSSL_CONF=", "OPENSSL_MODULES=", "TZ=",
+					    "ASAN_OPTIONS=", "UBSAN_OPTIONS=", "LSAN_OPTIONS="};
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
 		if (strncmp(kv, names[i], strlen(names[i])) == 0)
 			return true;
@@ -413,6 +413,10 @@ _noreturn_ void image_pull_worker_main(void)
 			IMAGE_PULL_WORKER_ARG);
 		_exit(2);
 	}
+	/* "corrald-pull" in ps (not "exe", /proc/self/exe's name), and no core dump or ptrace of
+	 * its memory (this pull's credentials) but by root with CAP_SYS_PTRACE */
+	prctl(PR_SET_NAME, "corrald-pull");
+	prctl(PR_SET_DUMPABLE, 0);
 	json_set_alloc_funcs(malloc, scrub_free);
 	struct worker_result res = {0};
 	struct pull_job j = {.progress_fd = -1};
