@@ -7,10 +7,12 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -88,10 +90,14 @@ void userns_release(const char *lock_dir, unsigned slot, const char *owner)
 }
 
 /* The helper only has to exist while its maps are written and its namespace opened. It shares the
- * caller's memory (no page tables copied, however big the caller) and touches none of it. */
+ * caller's memory (no page tables copied, however big the caller) and touches none of it. It dies
+ * with the caller: a create worker killed between the clone and its kill (corrald's death takes
+ * its workers) left it pausing for ever, holding copies of the worker's descriptors. */
 static _noreturn_ int helper_main(void *arg)
 {
-	(void)arg;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != (pid_t)(intptr_t)arg)
+		_exit(0); /* the caller is gone already */
 	for (;;)
 		pause();
 }
@@ -114,7 +120,7 @@ int userns_open(uid_t base, struct error *err)
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, &old); /* the helper never runs a handler of ours */
 	pid_t pid = clone(helper_main, stack + sizeof(stack), CLONE_VM | CLONE_NEWUSER | SIGCHLD,
-			  NULL);
+			  (void *)(intptr_t)getpid());
 	int e = errno;
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	if (pid < 0)
