@@ -194,13 +194,13 @@ static int setup_network(struct corrald *d, const struct net_config *cfg)
 		 d->net->uplink[0] ? d->net->uplink : "none",
 		 d->net->uplink_auto ? " (the default route's)" : "");
 	if (d->net->n_blocked) {
-		char list[NET_BLOCKED_MAX * 20] = "";
+		char list[NET_BLOCKED_MAX * (NET_PREFIX4_STRLEN + 2)] = "";
 		size_t used = 0;
 		for (size_t i = 0; i < d->net->n_blocked; i++) {
-			char a[INET_ADDRSTRLEN];
-			inet_ntop(AF_INET, &d->net->blocked[i].addr, a, sizeof(a));
-			used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s/%u",
-						 i ? ", " : "", a, d->net->blocked[i].prefix);
+			char a[NET_PREFIX4_STRLEN];
+			net_prefix4_str(&d->net->blocked[i], a);
+			used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s",
+						 i ? ", " : "", a);
 		}
 		log_info("network: also always blocked (--egress-block): %s", list);
 	}

@@ -122,6 +122,13 @@ static int nft_runf(struct net *n, struct error *err, const char *fmt, ...)
 	return nft_run(n, err, s);
 }
 
+void net_prefix4_str(const struct net_prefix4 *p, char buf[NET_PREFIX4_STRLEN])
+{
+	char a[INET_ADDRSTRLEN];
+	inet_ntop(AF_INET, &p->addr, a, sizeof(a));
+	snprintf(buf, NET_PREFIX4_STRLEN, "%s/%u", a, p->prefix);
+}
+
 static bool prefix4_covers(const struct net_prefix4 *outer, const struct net_prefix4 *inner)
 {
 	uint32_t mask = outer->prefix ? ~0u << (32 - outer->prefix) : 0;
@@ -172,15 +179,13 @@ static int blocked_elements(const struct net *n, char *buf, size_t len)
 	static const char *const builtin[] = {"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16",
 					      "224.0.0.0/3", "100.100.100.200/32",
 					      "168.63.129.16/32"};
+	struct net_config b = {0}; /* the built-in ones, read as the operator's are */
+	for (size_t i = 0; i < ARRAY_SIZE(builtin); i++)
+		(void)net_blocked_add(&b, builtin[i], NULL);
 	struct net_prefix4 all[ARRAY_SIZE(builtin) + 1 + NET_BLOCKED_MAX];
 	size_t k = 0;
-	for (size_t i = 0; i < ARRAY_SIZE(builtin); i++, k++) {
-		char a[INET_ADDRSTRLEN];
-		const char *slash = strchr(builtin[i], '/');
-		snprintf(a, sizeof(a), "%.*s", (int)(slash - builtin[i]), builtin[i]);
-		inet_pton(AF_INET, a, &all[k].addr);
-		all[k].prefix = (uint8_t)atoi(slash + 1);
-	}
+	for (size_t i = 0; i < b.n_blocked; i++)
+		all[k++] = b.blocked[i];
 	all[k++] = (struct net_prefix4){n->subnet, (uint8_t)n->prefix};
 	for (size_t i = 0; i < n->n_blocked; i++)
 		all[k++] = n->blocked[i];
@@ -193,10 +198,9 @@ static int blocked_elements(const struct net *n, char *buf, size_t len)
 				 (all[j].prefix < all[i].prefix || j < i);
 		if (inside)
 			continue;
-		char a[INET_ADDRSTRLEN];
-		inet_ntop(AF_INET, &all[i].addr, a, sizeof(a));
-		int w = snprintf(buf + used, len - used, "%s%s/%u", used ? ", " : "", a,
-				 all[i].prefix);
+		char a[NET_PREFIX4_STRLEN];
+		net_prefix4_str(&all[i], a);
+		int w = snprintf(buf + used, len - used, "%s%s", used ? ", " : "", a);
 		if (w < 0 || (size_t)w >= len - used)
 			return -ENOSPC;
 		used += (size_t)w;
@@ -208,11 +212,10 @@ static int blocked_elements(const struct net *n, char *buf, size_t len)
  * transaction, so no packet sees them half-made); the maps and per-sandbox objects are kept. */
 static int nft_base(struct net *n, struct error *err)
 {
-	char sub[32], gw[INET_ADDRSTRLEN], uplink_rule[96], masq[160] = "";
-	char net[INET_ADDRSTRLEN], blocked[2048];
-	inet_ntop(AF_INET, &n->subnet, net, sizeof(net));
+	char sub[NET_PREFIX4_STRLEN], gw[INET_ADDRSTRLEN], uplink_rule[96], masq[160] = "";
+	char blocked[2048];
+	net_prefix4_str(&(struct net_prefix4){n->subnet, (uint8_t)n->prefix}, sub);
 	inet_ntop(AF_INET, &n->gateway, gw, sizeof(gw));
-	snprintf(sub, sizeof(sub), "%s/%u", net, n->prefix);
 	if (blocked_elements(n, blocked, sizeof(blocked)) < 0)
 		return error_set(err, ENOSPC, "the always-blocked networks do not fit");
 	if (n->uplink[0])

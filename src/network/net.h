@@ -65,6 +65,9 @@ struct net_prefix4 {
 	struct in_addr addr;
 	uint8_t prefix;
 };
+#define NET_PREFIX4_STRLEN (INET_ADDRSTRLEN + 3)
+/* "a.b.c.d/p" */
+void net_prefix4_str(const struct net_prefix4 *p, char buf[NET_PREFIX4_STRLEN]);
 
 struct net_config {
 	bool log_drops;     /* the host logs the packets it drops to NFLOG (net_droplog_*) */
