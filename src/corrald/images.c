@@ -29,6 +29,7 @@
 
 #include "corrald/corrald.h"
 #include "images/images.h"
+#include "shared/fsutil.h"
 #include "shared/macro.h"
 #include "shared/log.h"
 #include "shared/timeutil.h"
@@ -279,11 +280,10 @@ static void pull_in_worker(void *arg, struct worker_result *res)
 			 "prepare the pull worker: its job does not encode as JSON (a path or name that is not UTF-8)");
 		return;
 	}
-	int mfd = text ? memfd_create("corral-pull-job", MFD_CLOEXEC) : -1;
-	size_t len = text ? strlen(text) : 0;
-	bool ok = mfd >= 0 && write(mfd, text, len) == (ssize_t)len && lseek(mfd, 0, SEEK_SET) == 0;
-	if (text)
-		explicit_bzero(text, len);
+	int mfd = memfd_create("corral-pull-job", MFD_CLOEXEC);
+	size_t len = strlen(text);
+	bool ok = mfd >= 0 && fd_write_all(mfd, text, len) == 0 && lseek(mfd, 0, SEEK_SET) == 0;
+	explicit_bzero(text, len);
 	free(text);
 	/* Out of the way of 3..5 first, then onto them. */
 	int rfd = ok ? fcntl(worker_result_fd(), F_DUPFD_CLOEXEC, 10) : -1;
@@ -543,13 +543,12 @@ static int pull_join(struct corrald *d, const struct image_ref *ref,
 			return 0;
 		}
 	j = calloc(1, sizeof(*j));
-	if (j)
-		j->progress_fd = -1;
 	if (!j) {
 		waiter_free(wt);
 		explicit_bzero(key, sizeof(key));
 		return -ENOMEM;
 	}
+	j->progress_fd = -1;
 	snprintf(j->key, sizeof(j->key), "%s", key);
 	explicit_bzero(key, sizeof(key));
 	j->ref = *ref;
